@@ -1,0 +1,225 @@
+/*
+ * cinfer: an attention engine for LLM serving, in C.
+ *
+ * This header is the whole public contract of the library. What is not declared here is not API.
+ *
+ * Overview
+ * --------
+ * Every GPU kernel the library runs is described by a kernel spec, rendered to CUDA C, compiled at
+ * run time with NVRTC (or ahead of time), cached on disk and loaded with the CUDA driver API.
+ * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads, validates
+ * arguments and compiles kernels on a machine without a GPU; there, every call that needs a device
+ * returns CINFER_STATUS_NO_DEVICE.
+ *
+ * Conventions
+ * -----------
+ * - Every function returns a cinfer_status_t. On failure, cinfer_last_error() returns a message
+ *   for the calling thread that names the argument, the value and what was expected.
+ * - Tensors are described with DLPack's DLTensor (dlpack/dlpack.h). Shapes below are written
+ *   row-major, last dimension first-fastest: "[n, H, D]" means shape {n, H, D}. The last dimension
+ *   must be contiguous (stride 1, or strides == NULL for a compact tensor); other strides may be
+ *   arbitrary (for example slices of a packed QKV tensor). Device tensors must live on the
+ *   context's device (kDLCUDA with the same device_id).
+ * - LSE (log-sum-exp) values are in base 2: lse = log2(sum_j exp(s_j)), where s_j are the logits
+ *   in natural units. An empty state has lse = -inf and value 0.
+ * - Work is enqueued on the CUDA stream passed as the last argument (NULL = the legacy default
+ *   stream) and is asynchronous with respect to the host.
+ * - Handles are opaque. Destroying NULL is a no-op. Options structs begin with `size` and
+ *   `version` and must be initialized with their _INIT macro, so they can grow without breaking
+ *   the ABI.
+ * - Threading: functions are thread-safe unless a function says otherwise. A context may be used
+ *   from several threads at once; a plan object may not.
+ *
+ * Environment variables (read once, at first use):
+ *   CINFER_CACHE_DIR   kernel cache folder (default $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer)
+ *   CINFER_LOG         0 = quiet (default), 1 = info (one line per JIT compile), 2 = debug
+ *   CINFER_JIT         "off" makes every compile an error (CINFER_STATUS_NOT_FOUND), to prove
+ *                      kernels come from the AOT bundle or the cache
+ *   CINFER_NVRTC_PATH  full path of libnvrtc to load instead of searching for it
+ *   CINFER_CUDA_PATH   full path of the CUDA driver library (default libcuda.so.1)
+ */
+#ifndef CINFER_H
+#define CINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CINFER_API __attribute__((visibility("default")))
+#else
+#define CINFER_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versions
+ * ------------------------------------------------------------------------------------------- */
+
+#define CINFER_VERSION_MAJOR 0
+#define CINFER_VERSION_MINOR 1
+#define CINFER_VERSION_PATCH 0
+/* The version as one integer: major * 10000 + minor * 100 + patch. */
+#define CINFER_VERSION                                                                             \
+    (CINFER_VERSION_MAJOR * 10000 + CINFER_VERSION_MINOR * 100 + CINFER_VERSION_PATCH)
+
+/* The version of the library loaded at run time, in the CINFER_VERSION encoding. */
+CINFER_API int cinfer_version(void);
+/* The same as a static string, "major.minor.patch". */
+CINFER_API const char *cinfer_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes
+ * ------------------------------------------------------------------------------------------- */
+
+/* X(name, value, description): the one table of status codes and their strings. */
+#define CINFER_STATUS_LIST(X)                                                                      \
+    X(SUCCESS, 0, "success")                                                                       \
+    X(INVALID_ARGUMENT, 1, "invalid argument")                                                     \
+    X(UNSUPPORTED, 2, "unsupported configuration")                                                 \
+    X(NO_DEVICE, 3, "no CUDA device or driver")                                                    \
+    X(CUDA_ERROR, 4, "CUDA driver error")                                                          \
+    X(COMPILE_ERROR, 5, "kernel compilation failed")                                               \
+    X(OUT_OF_MEMORY, 6, "out of memory")                                                           \
+    X(WORKSPACE_TOO_SMALL, 7, "workspace too small")                                               \
+    X(NOT_FOUND, 8, "kernel not found (JIT off and not in the AOT bundle)")                        \
+    X(PLAN_MISMATCH, 9, "run arguments contradict the plan")                                       \
+    X(IO_ERROR, 10, "file input/output error")                                                     \
+    X(INTERNAL, 11, "internal error")
+
+typedef enum cinfer_status {
+#define CINFER__STATUS_ENUM(name, value, text) CINFER_STATUS_##name = value,
+    CINFER_STATUS_LIST(CINFER__STATUS_ENUM)
+#undef CINFER__STATUS_ENUM
+} cinfer_status_t;
+
+/* The static description of a status code ("invalid argument"); "unknown status" otherwise. */
+CINFER_API const char *cinfer_status_string(cinfer_status_t status);
+/* The static name of a status code ("CINFER_STATUS_INVALID_ARGUMENT"). */
+CINFER_API const char *cinfer_status_name(cinfer_status_t status);
+
+/*
+ * The message of the last failing call made by this thread ("" if none). The pointer stays valid
+ * until the next cinfer call on this thread. Successful calls do not clear it.
+ */
+CINFER_API const char *cinfer_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: one CUDA device
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_context cinfer_context_t;
+
+typedef struct cinfer_context_options {
+    size_t size;      /* sizeof(cinfer_context_options_t) */
+    uint32_t version; /* CINFER_CONTEXT_OPTIONS_VERSION */
+    int device;       /* CUDA device ordinal */
+} cinfer_context_options_t;
+
+#define CINFER_CONTEXT_OPTIONS_VERSION 1
+#define CINFER_CONTEXT_OPTIONS_INIT                                                                \
+    {sizeof(cinfer_context_options_t), CINFER_CONTEXT_OPTIONS_VERSION, 0}
+
+/*
+ * Creates a context bound to one CUDA device. The context retains the device's primary CUDA
+ * context (the one the CUDA runtime and frameworks such as PyTorch use), so tensors allocated by
+ * them can be passed directly. Compiled kernels are loaded into the context on first use and
+ * kept until cinfer_context_destroy.
+ *
+ * options: NULL for the defaults (device 0).
+ * out: receives the new context; set to NULL on failure.
+ * Returns: SUCCESS; INVALID_ARGUMENT (out NULL, bad options size/version, device out of range);
+ * NO_DEVICE (no driver, or no device); CUDA_ERROR.
+ * Thread-safe.
+ */
+CINFER_API cinfer_status_t cinfer_context_create(const cinfer_context_options_t *options,
+                                                 cinfer_context_t **out);
+
+/* Unloads the context's kernels and releases the device's primary context. NULL is a no-op. The
+ * caller must make sure no work the context enqueued is still running on any stream. */
+CINFER_API void cinfer_context_destroy(cinfer_context_t *ctx);
+
+/* The device ordinal and the compute capability (e.g. 90 for sm_90) of the context's device. */
+CINFER_API cinfer_status_t cinfer_context_get_device(const cinfer_context_t *ctx, int *device,
+                                                     int *compute_capability);
+
+/* ---------------------------------------------------------------------------------------------
+ * JIT and kernel cache
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_jit_stats {
+    size_t size;                /* sizeof(cinfer_jit_stats_t), set by the caller */
+    uint32_t version;           /* CINFER_JIT_STATS_VERSION, set by the caller */
+    uint64_t memory_hits;       /* kernels found already loaded in the context */
+    uint64_t disk_hits;         /* kernels loaded from the disk cache */
+    uint64_t aot_hits;          /* kernels loaded from the AOT bundle */
+    uint64_t misses;            /* lookups that needed a compile */
+    uint64_t compiles;          /* NVRTC compiles done by this process */
+    double compile_seconds;     /* wall time spent in NVRTC by this process */
+    uint64_t cache_write_fails; /* entries that could not be written (read-only cache) */
+} cinfer_jit_stats_t;
+
+#define CINFER_JIT_STATS_VERSION 1
+#define CINFER_JIT_STATS_INIT {sizeof(cinfer_jit_stats_t), CINFER_JIT_STATS_VERSION, 0, 0, 0, 0, 0, 0.0, 0}
+
+/* Copies the process-wide JIT statistics into *stats (initialized with CINFER_JIT_STATS_INIT). */
+CINFER_API cinfer_status_t cinfer_jit_get_stats(cinfer_jit_stats_t *stats);
+
+/*
+ * The kernel cache folder in use (CINFER_CACHE_DIR, else $XDG_CACHE_HOME/cinfer, else
+ * ~/.cache/cinfer). The pointer is static and valid for the life of the process.
+ */
+CINFER_API const char *cinfer_cache_dir(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Merging attention states
+ *
+ * An attention state is the pair (v, lse) of a partial attention result over a subset of the KV
+ * positions: v is the softmax-weighted sum of values over that subset and lse = log2(sum exp(s))
+ * of its logits. Two states over disjoint subsets merge exactly into the state over their union:
+ *   lse = log2(2^lse_a + 2^lse_b),  v = (2^lse_a v_a + 2^lse_b v_b) / 2^lse.
+ * Empty states (lse = -inf) contribute nothing; two empty states merge to (0, -inf).
+ * Values are fp16 or bf16; lse is float32. Any head dim D >= 1; v's last dim must be contiguous.
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * v_out, lse_out = merge((v_a, lse_a), (v_b, lse_b)).
+ * v_a, v_b, v_out: [n, H, D] fp16 or bf16 (one dtype for all three).
+ * lse_a, lse_b, lse_out: [n, H] float32, base 2.
+ * The outputs may alias the inputs exactly (same pointers and strides).
+ * Returns SUCCESS, INVALID_ARGUMENT, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
+ */
+CINFER_API cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
+                                              const DLTensor *lse_a, const DLTensor *v_b,
+                                              const DLTensor *lse_b, DLTensor *v_out,
+                                              DLTensor *lse_out, CUstream stream);
+
+/*
+ * (v, lse) = merge((v, lse), (v_other, lse_other)) in place, for the rows where mask is nonzero.
+ * v, v_other: [n, H, D] fp16 or bf16; lse, lse_other: [n, H] float32 base 2;
+ * mask: NULL (every row) or [n] uint8/bool on the device.
+ */
+CINFER_API cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v,
+                                                       DLTensor *lse, const DLTensor *v_other,
+                                                       const DLTensor *lse_other,
+                                                       const DLTensor *mask, CUstream stream);
+
+/*
+ * Folds num_states states per row: v: [n, num_states, H, D] fp16 or bf16, lse: [n, num_states, H]
+ * float32 -> v_out: [n, H, D] (same dtype as v), lse_out: [n, H] float32. num_states may be 0
+ * (every output row is (0, -inf)). lse_out may be NULL.
+ */
+CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v,
+                                               const DLTensor *lse, DLTensor *v_out,
+                                               DLTensor *lse_out, CUstream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CINFER_H */

@@ -1,0 +1,70 @@
+/*
+ * Element types and conversions, without cuda_fp16.h/cuda_bf16.h: kernels stay C-style, NVRTC
+ * compiles them without any system header (which keeps cold compiles short), and every conversion
+ * is one PTX instruction whose rounding is explicit.
+ */
+#ifndef CINFER_DTYPE_CUH
+#define CINFER_DTYPE_CUH
+
+/* The values of CINFER_DTYPE_* in the prelude (src/jit/spec.h, cinfer__dtype_t). */
+#define CINFER_DT_F16 1
+#define CINFER_DT_BF16 2
+#define CINFER_DT_F32 3
+#define CINFER_DT_E4M3 4
+#define CINFER_DT_E5M2 5
+
+typedef unsigned short cinfer_half_bits; /* fp16 or bf16, by the dtype in use */
+
+__device__ __forceinline__ float cinfer_f16_to_f32(cinfer_half_bits h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ cinfer_half_bits cinfer_f32_to_f16(float f) {
+    cinfer_half_bits h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+/* bf16 is the top half of an fp32, so widening is a shift. */
+__device__ __forceinline__ float cinfer_bf16_to_f32(cinfer_half_bits h) {
+    return __uint_as_float(((unsigned)h) << 16);
+}
+
+__device__ __forceinline__ cinfer_half_bits cinfer_f32_to_bf16(float f) {
+    cinfer_half_bits h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+/* Dispatch on a compile-time dtype (the branch folds away). */
+__device__ __forceinline__ float cinfer_half_to_f32(int dtype, cinfer_half_bits h) {
+    return dtype == CINFER_DT_BF16 ? cinfer_bf16_to_f32(h) : cinfer_f16_to_f32(h);
+}
+
+__device__ __forceinline__ cinfer_half_bits cinfer_f32_to_half(int dtype, float f) {
+    return dtype == CINFER_DT_BF16 ? cinfer_f32_to_bf16(f) : cinfer_f32_to_f16(f);
+}
+
+/* Unpacks 8 fp16/bf16 values held in a 16-byte vector. */
+__device__ __forceinline__ void cinfer_unpack8(float *dst, int dtype, uint4 v) {
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        dst[2 * i] = cinfer_half_to_f32(dtype, (cinfer_half_bits)(words[i] & 0xffffu));
+        dst[2 * i + 1] = cinfer_half_to_f32(dtype, (cinfer_half_bits)(words[i] >> 16));
+    }
+}
+
+/* Packs 8 floats into a 16-byte vector of fp16/bf16 (round to nearest even). */
+__device__ __forceinline__ uint4 cinfer_pack8(int dtype, const float *src) {
+    unsigned words[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        words[i] = (unsigned)cinfer_f32_to_half(dtype, src[2 * i]) |
+                   ((unsigned)cinfer_f32_to_half(dtype, src[2 * i + 1]) << 16);
+    return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+#endif

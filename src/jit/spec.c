@@ -1,0 +1,493 @@
+/*
+ * Spec text form, validation and the one renderer (spec -> name, source, options, key).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "jit/sources.h"
+#include "jit/spec.h"
+
+/* ---- dtypes ---- */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_info[CINFER__DT_COUNT] = {
+    [CINFER__DT_NONE] = {"none", 0}, [CINFER__DT_F16] = {"f16", 2},   [CINFER__DT_BF16] = {"bf16", 2},
+    [CINFER__DT_F32] = {"f32", 4},   [CINFER__DT_E4M3] = {"e4m3", 1}, [CINFER__DT_E5M2] = {"e5m2", 1},
+    [CINFER__DT_I32] = {"i32", 4},   [CINFER__DT_U8] = {"u8", 1},
+};
+
+const char *cinfer__dtype_name(cinfer__dtype_t dt) {
+    return (unsigned)dt < CINFER__DT_COUNT ? dtype_info[dt].name : "invalid";
+}
+
+size_t cinfer__dtype_size(cinfer__dtype_t dt) {
+    return (unsigned)dt < CINFER__DT_COUNT ? dtype_info[dt].size : 0;
+}
+
+/* ---- fields ---- */
+
+enum {
+    F_BACKEND = 1u << 0,
+    F_DTYPE_Q = 1u << 1,
+    F_DTYPE_KV = 1u << 2,
+    F_DTYPE_O = 1u << 3,
+    F_HD_QK = 1u << 4,
+    F_HD_VO = 1u << 5,
+    F_LAYOUT = 1u << 6,
+    F_PAGED = 1u << 7,
+    F_MASK = 1u << 8,
+    F_POS = 1u << 9,
+    F_FLAGS = 1u << 10,
+    F_TILE = 1u << 11,
+    F_VARIANT = 1u << 12,
+    F_VEC = 1u << 13,
+};
+
+enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS };
+
+static const char *const backend_names[] = {"simt", "sm80", "sm90", NULL};
+static const char *const layout_names[] = {"nhd", "hnd", NULL};
+static const char *const mask_names[] = {"none", "causal", "custom", NULL};
+static const char *const pos_names[] = {"none", "rope", "alibi", NULL};
+/* Bit i of flags is named flag_names[i]. */
+static const char *const flag_names[] = {"softcap", "window", "lse", "maskrows", NULL};
+
+typedef struct field {
+    const char *name;
+    uint32_t bit;
+    enum field_kind kind;
+    size_t offset;
+    const char *const *values;
+} field_t;
+
+#define FIELD(name, bit, kind, member, values) {name, bit, kind, offsetof(cinfer__spec_t, member), values}
+static const field_t fields[] = {
+    FIELD("backend", F_BACKEND, K_ENUM, backend, backend_names),
+    FIELD("dtype_q", F_DTYPE_Q, K_DTYPE, dtype_q, NULL),
+    FIELD("dtype_kv", F_DTYPE_KV, K_DTYPE, dtype_kv, NULL),
+    FIELD("dtype_o", F_DTYPE_O, K_DTYPE, dtype_o, NULL),
+    FIELD("head_dim_qk", F_HD_QK, K_INT, head_dim_qk, NULL),
+    FIELD("head_dim_vo", F_HD_VO, K_INT, head_dim_vo, NULL),
+    FIELD("layout", F_LAYOUT, K_ENUM, layout, layout_names),
+    FIELD("paged", F_PAGED, K_INT, paged, NULL),
+    FIELD("mask", F_MASK, K_ENUM, mask, mask_names),
+    FIELD("pos", F_POS, K_ENUM, pos, pos_names),
+    FIELD("flags", F_FLAGS, K_FLAGS, flags, flag_names),
+    FIELD("tile_q", F_TILE, K_INT, tile_q, NULL),
+    FIELD("tile_kv", F_TILE, K_INT, tile_kv, NULL),
+    FIELD("warps", F_TILE, K_INT, warps, NULL),
+    FIELD("stages", F_TILE, K_INT, stages, NULL),
+    FIELD("vec", F_VEC, K_INT, vec, NULL),
+    FIELD("variant", F_VARIANT, K_INT, variant_id, NULL),
+};
+#define NUM_FIELDS (sizeof fields / sizeof fields[0])
+
+/* ---- families ---- */
+
+typedef struct family {
+    const char *name;   /* op name in the text form and kernel names */
+    const char *source; /* template file under kernels/ */
+    const char *define; /* macro the template switches on */
+    uint32_t fields;    /* which spec fields the family uses */
+    uint32_t flags;     /* which flags it accepts */
+} family_t;
+
+static const family_t families[CINFER__OP_COUNT] = {
+    [CINFER__OP_MERGE_STATE] = {"merge_state", "merge.cu", "CINFER_OP_MERGE_STATE",
+                                F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_MERGE_STATE_IN_PLACE] = {"merge_state_in_place", "merge.cu",
+                                         "CINFER_OP_MERGE_STATE_IN_PLACE", F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_MERGE_STATES] = {"merge_states", "merge.cu", "CINFER_OP_MERGE_STATES",
+                                 F_DTYPE_O | F_HD_VO | F_VEC, 0},
+};
+
+const char *cinfer__op_name(cinfer__op_t op) {
+    return (unsigned)op < CINFER__OP_COUNT ? families[op].name : NULL;
+}
+
+void cinfer__spec_init(cinfer__spec_t *spec, cinfer__op_t op) {
+    memset(spec, 0, sizeof *spec);
+    spec->op = op;
+}
+
+static int64_t get_field(const cinfer__spec_t *spec, const field_t *f) {
+    const char *p = (const char *)spec + f->offset;
+    if (f->bit == F_VARIANT) {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        return (int64_t)v;
+    }
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void set_field(cinfer__spec_t *spec, const field_t *f, int64_t value) {
+    char *p = (char *)spec + f->offset;
+    if (f->bit == F_VARIANT) {
+        uint64_t v = (uint64_t)value;
+        memcpy(p, &v, sizeof v);
+        return;
+    }
+    int32_t v = (int32_t)value;
+    memcpy(p, &v, sizeof v);
+}
+
+void cinfer__spec_normalize(cinfer__spec_t *spec) {
+    if ((unsigned)spec->op >= CINFER__OP_COUNT)
+        return;
+    const family_t *fam = &families[spec->op];
+    cinfer__spec_t clean;
+    cinfer__spec_init(&clean, spec->op);
+    for (size_t i = 0; i < NUM_FIELDS; i++)
+        if (fam->fields & fields[i].bit)
+            set_field(&clean, &fields[i], get_field(spec, &fields[i]));
+    clean.flags &= fam->flags;
+    *spec = clean;
+}
+
+/* ---- text form ---- */
+
+static int find_name(const char *const *names, const char *text, size_t len) {
+    for (int i = 0; names[i]; i++)
+        if (strlen(names[i]) == len && strncmp(names[i], text, len) == 0)
+            return i;
+    return -1;
+}
+
+static int find_dtype(const char *text, size_t len) {
+    for (int i = 1; i < CINFER__DT_COUNT; i++)
+        if (strlen(dtype_info[i].name) == len && strncmp(dtype_info[i].name, text, len) == 0)
+            return i;
+    return -1;
+}
+
+static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, int64_t *out) {
+    if (f->kind == K_DTYPE) {
+        int dt = find_dtype(v, len);
+        if (dt < 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec field %s: unknown dtype \"%.*s\" (expected f16, bf16, f32, "
+                                 "e4m3, e5m2, i32 or u8)",
+                                 f->name, (int)len, v);
+        *out = dt;
+        return CINFER_STATUS_SUCCESS;
+    }
+    if (f->kind == K_ENUM) {
+        int i = find_name(f->values, v, len);
+        if (i < 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec field %s: unknown value \"%.*s\"", f->name, (int)len, v);
+        *out = i;
+        return CINFER_STATUS_SUCCESS;
+    }
+    if (f->kind == K_FLAGS) {
+        /* Flags are joined with '+', e.g. flags=softcap+lse; "none" is the empty set. */
+        int64_t bits = 0;
+        const char *p = v, *end = v + len;
+        while (p < end) {
+            const char *q = memchr(p, '+', (size_t)(end - p));
+            size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
+            if (!(n == 4 && strncmp(p, "none", 4) == 0)) {
+                int i = find_name(flag_names, p, n);
+                if (i < 0)
+                    return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                         "spec field flags: unknown flag \"%.*s\"", (int)n, p);
+                bits |= 1ll << i;
+            }
+            p += n + (q ? 1 : 0);
+        }
+        *out = bits;
+        return CINFER_STATUS_SUCCESS;
+    }
+    char buf[32];
+    if (len == 0 || len >= sizeof buf)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec field %s: bad number \"%.*s\"",
+                             f->name, (int)len, v);
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    char *endp;
+    long long n = strtoll(buf, &endp, 10);
+    if (*endp || n < 0 || n > (1ll << 31) - 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "spec field %s: \"%s\" is not a number in [0, 2^31)", f->name, buf);
+    *out = n;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
+    if (!text)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec text is NULL");
+    const char *colon = strchr(text, ':');
+    size_t op_len = colon ? (size_t)(colon - text) : strlen(text);
+    int op = -1;
+    for (int i = 0; i < CINFER__OP_COUNT; i++)
+        if (strlen(families[i].name) == op_len && strncmp(families[i].name, text, op_len) == 0)
+            op = i;
+    if (op < 0) {
+        char known[512] = "";
+        for (int i = 0; i < CINFER__OP_COUNT; i++) {
+            size_t n = strlen(known);
+            cinfer__fmt(known + n, sizeof known - n, "%s%s", i ? ", " : "", families[i].name);
+        }
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "spec \"%s\": unknown operation \"%.*s\" (known: %s)", text,
+                             (int)op_len, text, known);
+    }
+    cinfer__spec_init(spec, (cinfer__op_t)op);
+    const char *p = colon ? colon + 1 : text + op_len;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (!eq)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec \"%s\": \"%.*s\" is not FIELD=VALUE", text, (int)n, p);
+        size_t key_len = (size_t)(eq - p);
+        const char *value = eq + 1;
+        size_t value_len = n - key_len - 1;
+        int64_t v;
+        if (key_len == 5 && strncmp(p, "dtype", 5) == 0) {
+            CINFER__CHECK(parse_value(&fields[1], value, value_len, &v));
+            spec->dtype_q = spec->dtype_kv = spec->dtype_o = (cinfer__dtype_t)v;
+        } else if (key_len == 8 && strncmp(p, "head_dim", 8) == 0) {
+            CINFER__CHECK(parse_value(&fields[4], value, value_len, &v));
+            spec->head_dim_qk = spec->head_dim_vo = (int32_t)v;
+        } else {
+            const field_t *f = NULL;
+            for (size_t i = 0; i < NUM_FIELDS; i++)
+                if (strlen(fields[i].name) == key_len && strncmp(fields[i].name, p, key_len) == 0)
+                    f = &fields[i];
+            if (!f)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "spec \"%s\": unknown field \"%.*s\"", text, (int)key_len, p);
+            CINFER__CHECK(parse_value(f, value, value_len, &v));
+            set_field(spec, f, v);
+        }
+        p += n + (comma ? 1 : 0);
+    }
+    cinfer__spec_normalize(spec);
+    return CINFER_STATUS_SUCCESS;
+}
+
+static void format_value(const field_t *f, int64_t v, char *dst, size_t cap) {
+    if (f->kind == K_DTYPE) {
+        cinfer__fmt(dst, cap, "%s", cinfer__dtype_name((cinfer__dtype_t)v));
+    } else if (f->kind == K_ENUM) {
+        cinfer__fmt(dst, cap, "%s", f->values[v]);
+    } else if (f->kind == K_FLAGS) {
+        dst[0] = '\0';
+        for (int i = 0; flag_names[i]; i++) {
+            if (!(v & (1ll << i)))
+                continue;
+            size_t n = strlen(dst);
+            cinfer__fmt(dst + n, cap - n, "%s%s", n ? "+" : "", flag_names[i]);
+        }
+        if (!dst[0])
+            cinfer__fmt(dst, cap, "none");
+    } else {
+        cinfer__fmt(dst, cap, "%lld", (long long)v);
+    }
+}
+
+void cinfer__spec_format(const cinfer__spec_t *spec, char *dst, size_t cap) {
+    if ((unsigned)spec->op >= CINFER__OP_COUNT) {
+        cinfer__fmt(dst, cap, "invalid");
+        return;
+    }
+    const family_t *fam = &families[spec->op];
+    size_t n = 0;
+    cinfer__fmt(dst, cap, "%s", fam->name);
+    n = strlen(dst);
+    char sep = ':';
+    for (size_t i = 0; i < NUM_FIELDS; i++) {
+        if (!(fam->fields & fields[i].bit))
+            continue;
+        char value[96];
+        format_value(&fields[i], get_field(spec, &fields[i]), value, sizeof value);
+        cinfer__fmt(dst + n, cap - n, "%c%s=%s", sep, fields[i].name, value);
+        n = strlen(dst);
+        sep = ',';
+    }
+}
+
+/* ---- validation ---- */
+
+static bool is_value_dtype(cinfer__dtype_t dt) {
+    return dt == CINFER__DT_F16 || dt == CINFER__DT_BF16;
+}
+
+cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
+    if ((unsigned)spec->op >= CINFER__OP_COUNT)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
+                             (int)spec->op);
+    const family_t *fam = &families[spec->op];
+    if ((fam->fields & F_DTYPE_O) && !is_value_dtype(spec->dtype_o))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: dtype_o %s is not supported (f16 or bf16)",
+                             fam->name, cinfer__dtype_name(spec->dtype_o));
+    if ((fam->fields & F_HD_VO) && (spec->head_dim_vo < 1 || spec->head_dim_vo > 1024))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: head_dim_vo %d is out of range [1, 1024]",
+                             fam->name, (int)spec->head_dim_vo);
+    if ((fam->fields & F_VEC) && spec->vec != 1 && spec->vec != 8)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: vec %d is not supported (1 or 8)",
+                             fam->name, (int)spec->vec);
+    if ((fam->fields & F_VEC) && spec->vec == 8 && (fam->fields & F_HD_VO) &&
+        spec->head_dim_vo % 8 != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: vec 8 needs head_dim_vo %% 8 == 0, got %d", fam->name,
+                             (int)spec->head_dim_vo);
+    if (spec->flags & ~fam->flags)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: flags 0x%x are not used by this family",
+                             fam->name, (unsigned)(spec->flags & ~fam->flags));
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* ---- rendering ---- */
+
+/* The short token of each used field in kernel names, e.g. "bf16", "hd128", "causal". */
+static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, size_t cap) {
+    int64_t v = get_field(spec, f);
+    switch (f->bit) {
+    case F_DTYPE_Q:
+        cinfer__fmt(dst, cap, "q%s", cinfer__dtype_name((cinfer__dtype_t)v));
+        break;
+    case F_DTYPE_KV:
+        cinfer__fmt(dst, cap, "kv%s", cinfer__dtype_name((cinfer__dtype_t)v));
+        break;
+    case F_DTYPE_O:
+        cinfer__fmt(dst, cap, "%s", cinfer__dtype_name((cinfer__dtype_t)v));
+        break;
+    case F_HD_QK:
+        cinfer__fmt(dst, cap, "hdqk%lld", (long long)v);
+        break;
+    case F_HD_VO:
+        cinfer__fmt(dst, cap, "hd%lld", (long long)v);
+        break;
+    case F_PAGED:
+        cinfer__fmt(dst, cap, "%s", v ? "paged" : "ragged");
+        break;
+    case F_FLAGS: {
+        char flags[96];
+        format_value(f, v, flags, sizeof flags);
+        for (char *c = flags; *c; c++)
+            if (*c == '+')
+                *c = '_';
+        cinfer__fmt(dst, cap, "%s", v ? flags : "");
+        break;
+    }
+    case F_TILE:
+        cinfer__fmt(dst, cap, "%c%lld", f->name[0] == 't' ? f->name[5] : f->name[0], (long long)v);
+        break;
+    case F_VEC:
+        cinfer__fmt(dst, cap, "vec%lld", (long long)v);
+        break;
+    case F_VARIANT:
+        cinfer__fmt(dst, cap, "v%llu", (unsigned long long)v);
+        break;
+    default:
+        format_value(f, v, dst, cap);
+        break;
+    }
+}
+
+/* The macro each used field defines in the prelude. */
+static void define_field(cinfer__str_t *s, const cinfer__spec_t *spec, const field_t *f) {
+    char upper[32];
+    size_t i = 0;
+    for (; f->name[i] && i + 1 < sizeof upper; i++)
+        upper[i] = (char)(f->name[i] >= 'a' && f->name[i] <= 'z' ? f->name[i] - 32 : f->name[i]);
+    upper[i] = '\0';
+    if (f->kind == K_FLAGS) {
+        for (int b = 0; flag_names[b]; b++) {
+            char flag[32];
+            size_t j = 0;
+            for (; flag_names[b][j] && j + 1 < sizeof flag; j++)
+                flag[j] = (char)(flag_names[b][j] - 32);
+            flag[j] = '\0';
+            cinfer__str_printf(s, "#define CINFER_%s %d\n", flag, (spec->flags >> b) & 1 ? 1 : 0);
+        }
+        return;
+    }
+    cinfer__str_printf(s, "#define CINFER_%s %lld\n", upper, (long long)get_field(spec, f));
+}
+
+/* Options every kernel is compiled with; they are part of the key. */
+static const char *const base_options[] = {"--std=c++17", "-default-device", "--fmad=true",
+                                           "-DCINFER_NVRTC=1"};
+#define NUM_BASE_OPTIONS (sizeof base_options / sizeof base_options[0])
+
+cinfer_status_t cinfer__spec_render(const cinfer__spec_t *in, const char *arch, int nvrtc_version,
+                                    cinfer__rendered_t *out) {
+    memset(out, 0, sizeof *out);
+    cinfer__spec_t spec = *in;
+    cinfer__spec_normalize(&spec);
+    CINFER__CHECK(cinfer__spec_validate(&spec));
+    if (!arch || strncmp(arch, "sm_", 3) != 0 || strlen(arch) > 16)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "arch \"%s\" is not of the form sm_XY (e.g. sm_80, sm_90a)",
+                             arch ? arch : "(null)");
+    const family_t *fam = &families[spec.op];
+
+    /* The name: op, then one token per used field, then the arch-independent backend. */
+    size_t n = 0;
+    cinfer__fmt(out->name, sizeof out->name, "%s", fam->name);
+    n = strlen(out->name);
+    for (size_t i = 0; i < NUM_FIELDS; i++) {
+        if (!(fam->fields & fields[i].bit))
+            continue;
+        char token[96];
+        name_token(&spec, &fields[i], token, sizeof token);
+        if (token[0]) {
+            cinfer__fmt(out->name + n, sizeof out->name - n, "_%s", token);
+            n = strlen(out->name);
+        }
+    }
+
+    /* The source: the prelude of defines, then the family template. */
+    cinfer__str_t *src = &out->source;
+    char spec_text[512];
+    cinfer__spec_format(&spec, spec_text, sizeof spec_text);
+    cinfer__str_printf(src, "/* cinfer kernel %s\n * spec %s */\n", out->name, spec_text);
+    cinfer__str_printf(src, "#define CINFER_KERNEL_NAME %s\n#define %s 1\n", out->name, fam->define);
+    for (size_t i = 0; i < NUM_FIELDS; i++)
+        if (fam->fields & fields[i].bit)
+            define_field(src, &spec, &fields[i]);
+    cinfer__str_printf(src, "#include \"%s\"\n", fam->source);
+
+    /* NVRTC options. */
+    cinfer__fmt(out->arch_option, sizeof out->arch_option, "--gpu-architecture=%s", arch);
+    for (size_t i = 0; i < NUM_BASE_OPTIONS; i++)
+        out->options[out->num_options++] = base_options[i];
+    out->options[out->num_options++] = out->arch_option;
+
+    /* The key covers everything that can change the cubin. */
+    cinfer__str_t *key = &out->key;
+    cinfer__str_printf(key, "cinfer-kernel-key 1\nlibrary %s\nsources %016llx\nnvrtc %d\narch %s\n",
+                       cinfer_version_string(), cinfer__kernel_sources_hash(), nvrtc_version, arch);
+    cinfer__str_puts(key, "options");
+    for (int i = 0; i < out->num_options; i++)
+        cinfer__str_printf(key, " %s", out->options[i]);
+    cinfer__str_printf(key, "\nname %s\nsource\n", out->name);
+    if (!src->failed)
+        cinfer__str_append(key, src->data, src->len);
+    if (src->failed || key->failed) {
+        cinfer__rendered_free(out);
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "rendering %s: out of memory", out->name);
+    }
+    XXH128_hash_t h = XXH3_128bits(key->data, key->len);
+    cinfer__fmt(out->key_hash, sizeof out->key_hash, "%016llx%016llx", (unsigned long long)h.high64,
+                (unsigned long long)h.low64);
+    cinfer__fmt(out->file_stem, sizeof out->file_stem, "%s-%s", out->name, out->key_hash);
+    return CINFER_STATUS_SUCCESS;
+}
+
+void cinfer__rendered_free(cinfer__rendered_t *r) {
+    cinfer__str_free(&r->source);
+    cinfer__str_free(&r->key);
+}

@@ -1,0 +1,108 @@
+#include <string.h>
+
+#include "ops/tensor.h"
+
+/* DLPack 1.x codes for fp8 and bool, which the installed dlpack.h (0.6) may not name. */
+#define CINFER__DL_BOOL 6
+#define CINFER__DL_FLOAT8_E4M3FN 10
+#define CINFER__DL_FLOAT8_E5M2 12
+
+cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t) {
+    const DLDataType d = t->dtype;
+    if (d.lanes != 1)
+        return CINFER__DT_NONE;
+    if (d.code == kDLFloat && d.bits == 16)
+        return CINFER__DT_F16;
+    if (d.code == kDLBfloat && d.bits == 16)
+        return CINFER__DT_BF16;
+    if (d.code == kDLFloat && d.bits == 32)
+        return CINFER__DT_F32;
+    if (d.code == kDLInt && d.bits == 32)
+        return CINFER__DT_I32;
+    if ((d.code == kDLUInt || d.code == CINFER__DL_BOOL) && d.bits == 8)
+        return CINFER__DT_U8;
+    if (d.code == CINFER__DL_FLOAT8_E4M3FN && d.bits == 8)
+        return CINFER__DT_E4M3;
+    if (d.code == CINFER__DL_FLOAT8_E5M2 && d.bits == 8)
+        return CINFER__DT_E5M2;
+    return CINFER__DT_NONE;
+}
+
+void cinfer__shape_string(char *dst, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = 0;
+    cinfer__fmt(dst, cap, "[");
+    for (int i = 0; i < ndim; i++) {
+        n = strlen(dst);
+        if (shape[i] < 0)
+            cinfer__fmt(dst + n, cap - n, "%s*", i ? ", " : "");
+        else
+            cinfer__fmt(dst + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    }
+    n = strlen(dst);
+    cinfer__fmt(dst + n, cap - n, "]");
+}
+
+static void dtype_list(char *dst, size_t cap, uint32_t dtypes) {
+    dst[0] = '\0';
+    for (int dt = 1; dt < CINFER__DT_COUNT; dt++) {
+        if (!(dtypes & CINFER__DTS(dt)))
+            continue;
+        size_t n = strlen(dst);
+        cinfer__fmt(dst + n, cap - n, "%s%s", n ? " or " : "", cinfer__dtype_name((cinfer__dtype_t)dt));
+    }
+}
+
+int64_t cinfer__tensor_stride(const DLTensor *t, int dim) {
+    if (t->strides)
+        return t->strides[dim];
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i > dim; i--)
+        s *= t->shape[i];
+    return s;
+}
+
+cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
+                                     const DLTensor *t, int ndim, const int64_t *shape,
+                                     uint32_t dtypes) {
+    if (!t)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
+    if (t->ndim != ndim)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d", arg,
+                             t->ndim, ndim);
+    for (int i = 0; i < ndim; i++) {
+        if (t->shape[i] < 0 || (shape && shape[i] >= 0 && t->shape[i] != shape[i])) {
+            char got[128], want[128];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
+            cinfer__shape_string(want, sizeof want, ndim, shape);
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: shape %s, expected %s", arg,
+                                 got, want);
+        }
+    }
+    cinfer__dtype_t dt = cinfer__tensor_dtype(t);
+    if (!(dtypes & CINFER__DTS(dt))) {
+        char want[96];
+        dtype_list(want, sizeof want, dtypes);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: dtype (code %u, %u bits, %u lanes) is %s, expected %s", arg,
+                             t->dtype.code, t->dtype.bits, t->dtype.lanes,
+                             dt ? cinfer__dtype_name(dt) : "unsupported", want);
+    }
+    if (ndim > 0 && t->shape[ndim - 1] > 1 && cinfer__tensor_stride(t, ndim - 1) != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: the last dimension must be contiguous (stride %lld, expected 1)",
+                             arg, (long long)cinfer__tensor_stride(t, ndim - 1));
+    if (!t->data && ndim > 0) {
+        int64_t count = 1;
+        for (int i = 0; i < ndim; i++)
+            count *= t->shape[i];
+        if (count > 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: data is NULL", arg);
+    }
+    if (ctx) {
+        if (t->device.device_type != kDLCUDA || t->device.device_id != ctx->device)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: on device type %d id %d, expected CUDA device %d (kDLCUDA)",
+                                 arg, (int)t->device.device_type, t->device.device_id, ctx->device);
+    }
+    return CINFER_STATUS_SUCCESS;
+}

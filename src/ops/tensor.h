@@ -1,0 +1,35 @@
+/* Checking DLTensor arguments: one place that turns a bad tensor into a precise message. */
+#ifndef CINFER_OPS_TENSOR_H
+#define CINFER_OPS_TENSOR_H
+
+#include "cuda/context.h"
+#include "jit/spec.h"
+
+/* Bit set of accepted dtypes: 1u << cinfer__dtype_t. */
+#define CINFER__DTS(dt) (1u << (dt))
+#define CINFER__DTS_HALF (CINFER__DTS(CINFER__DT_F16) | CINFER__DTS(CINFER__DT_BF16))
+
+/* The cinfer dtype of a tensor, or CINFER__DT_NONE if it has none (e.g. int64). */
+cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t);
+
+/*
+ * Checks one tensor argument named `arg`: not NULL, on the context's device (ctx may be NULL to
+ * skip), ndim, shape (-1 = any), dtype in `dtypes`, last dim contiguous. Returns INVALID_ARGUMENT
+ * with a message like "v_a: shape [4, 8, 100], expected [4, 8, 128]".
+ */
+cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
+                                     const DLTensor *t, int ndim, const int64_t *shape,
+                                     uint32_t dtypes);
+
+/* Stride of dim in elements (compact strides when t->strides is NULL). */
+int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
+
+/* data + byte_offset. */
+static inline void *cinfer__tensor_data(const DLTensor *t) {
+    return (char *)t->data + t->byte_offset;
+}
+
+/* Writes "[a, b, c]" of a shape. */
+void cinfer__shape_string(char *dst, size_t cap, int ndim, const int64_t *shape);
+
+#endif
