@@ -218,6 +218,126 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
                                                const DLTensor *lse, DLTensor *v_out,
                                                DLTensor *lse_out, CUstream stream);
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention options, shared by decode and prefill
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum cinfer_kv_layout {
+    CINFER_KV_LAYOUT_NHD = 0, /* K/V [.., tokens, Hk, D]: paged [max_pages, page_size, Hk, D] */
+    CINFER_KV_LAYOUT_HND = 1, /* K/V [.., Hk, tokens, D]: paged [max_pages, Hk, page_size, D] */
+} cinfer_kv_layout_t;
+
+/*
+ * What a batch of attention computes (SEMANTICS.md): heads, head dims, dtypes, KV layout, scaling
+ * and masks. Initialize with CINFER_ATTENTION_OPTIONS_INIT and set the fields you need.
+ *
+ * The logit of query row i and KV position j is s = (q_i . k_j) * sm_scale * k_scale, then
+ * s = c * tanh(s / c) when logits_soft_cap = c > 0; positions j < p_i - window_left are masked
+ * when window_left >= 0 (p_i is the query's absolute position, kv_len - 1 in decode). The output
+ * is softmax(s) V * v_scale, accumulated in float32. LSE is log2(sum_j exp(s_j)).
+ */
+typedef struct cinfer_attention_options {
+    size_t size;      /* sizeof(cinfer_attention_options_t) */
+    uint32_t version; /* CINFER_ATTENTION_OPTIONS_VERSION */
+    int num_qo_heads; /* Hq, a multiple of num_kv_heads */
+    int num_kv_heads; /* Hk */
+    int head_dim;     /* D of q, k and v (a multiple of 8; 64, 128, 256 are the fast paths) */
+    int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode) */
+    cinfer_kv_layout_t kv_layout;
+    DLDataType q_dtype;  /* fp16 or bf16; out has the same dtype */
+    DLDataType kv_dtype; /* fp16, bf16, or fp8 (DLPack float8_e4m3fn = code 10, e5m2 = code 12,
+                            bits 8) with k_scale/v_scale */
+    float sm_scale;        /* 0 = 1 / sqrt(head_dim) */
+    float logits_soft_cap; /* 0 = off */
+    int window_left;       /* -1 = off */
+    float k_scale, v_scale; /* dequantization scales of fp8 KV; 1 otherwise */
+    int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
+    int max_batch_size;     /* batch decode: the most requests one plan may hold */
+} cinfer_attention_options_t;
+
+#define CINFER_ATTENTION_OPTIONS_VERSION 1
+#define CINFER_ATTENTION_OPTIONS_INIT                                                              \
+    {sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,             \
+     CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f, 1.0f, 0, 1}
+
+/* ---------------------------------------------------------------------------------------------
+ * Decode: one query token per request over its KV cache
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_batch_decode cinfer_batch_decode_t;
+
+/*
+ * The device workspace (bytes) a batch decode object needs for these options on this context's
+ * device: the schedule and the split-KV partial states for up to options->max_batch_size
+ * requests. The size is exact: create accepts exactly this many bytes or more.
+ * Returns SUCCESS, INVALID_ARGUMENT or UNSUPPORTED (naming the option), NO_DEVICE.
+ */
+CINFER_API cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *ctx,
+                                                              const cinfer_attention_options_t *options,
+                                                              size_t *device_bytes);
+
+/*
+ * Creates a batch decode object over a caller-owned device workspace of workspace_bytes bytes
+ * (at least cinfer_batch_decode_workspace_size; 256-byte aligned). Validates the options and
+ * loads (JIT-compiling on first use) the kernels they need. The workspace must outlive the object.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not thread-safe per object.
+ */
+CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
+                                                      const cinfer_attention_options_t *options,
+                                                      void *workspace, size_t workspace_bytes,
+                                                      cinfer_batch_decode_t **out);
+
+/*
+ * Plans one decode step (once per step, shared by all layers): from the host copies of the page
+ * table's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] (int32), chooses the
+ * split-KV chunking and writes the schedule into the workspace with an asynchronous copy on
+ * stream. kv_len of request b = (pages - 1) * page_size + last_page_len (0 without pages).
+ * Returns SUCCESS, INVALID_ARGUMENT (non-monotone indptr, last_page_len outside [1, page_size],
+ * batch_size outside [0, max_batch_size] in graph mode), CUDA_ERROR.
+ */
+CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
+                                                    const int32_t *kv_indptr,
+                                                    const int32_t *kv_last_page_len, int batch_size,
+                                                    CUstream stream);
+
+/*
+ * Runs the planned step on stream (once per layer): never allocates, synchronizes or compiles,
+ * so it can be captured in a CUDA graph (graph mode: replays after any later plan are correct).
+ * q: [batch, Hq, D] q_dtype. k_cache, v_cache: paged caches in kv_layout, kv_dtype; or
+ * k_cache = the combined cache [max_pages, 2, ...] (index 0 = K, 1 = V) and v_cache = NULL.
+ * kv_indptr [batch + 1], kv_indices [kv_indptr[batch]], kv_last_page_len [batch]: int32 on the
+ * device, the same values that were planned. out: [batch, Hq, D] q_dtype. lse: NULL or
+ * [batch, Hq] float32 (base 2). Returns SUCCESS, INVALID_ARGUMENT, PLAN_MISMATCH (shapes or
+ * dtypes that differ from the options or the plan), CUDA_ERROR.
+ */
+CINFER_API cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTensor *q,
+                                                   const DLTensor *k_cache, const DLTensor *v_cache,
+                                                   const DLTensor *kv_indptr,
+                                                   const DLTensor *kv_indices,
+                                                   const DLTensor *kv_last_page_len, DLTensor *out,
+                                                   DLTensor *lse, CUstream stream);
+
+/* Destroys the object (not the workspace). NULL is a no-op. */
+CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
+
+/*
+ * Single-request decode: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND);
+ * out [Hq, D]; lse NULL or [Hq] float32. Long KV is split across CTAs and merged. The device
+ * workspace must hold cinfer_single_decode_workspace_size bytes for this kv_len.
+ * page_size, use_cuda_graph and max_batch_size of options are ignored.
+ */
+CINFER_API cinfer_status_t cinfer_single_decode_workspace_size(cinfer_context_t *ctx,
+                                                               const cinfer_attention_options_t *options,
+                                                               int64_t kv_len, size_t *device_bytes);
+CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
+                                                const cinfer_attention_options_t *options,
+                                                const DLTensor *q, const DLTensor *k,
+                                                const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                                void *workspace, size_t workspace_bytes,
+                                                CUstream stream);
+
 #ifdef __cplusplus
 }
 #endif

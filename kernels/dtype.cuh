@@ -67,4 +67,31 @@ __device__ __forceinline__ uint4 cinfer_pack8(int dtype, const float *src) {
     return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+/*
+ * fp8 to fp16 by moving bits: e5m2 is the top byte of an fp16, exactly. For e4m3 (bias 7) the
+ * seven magnitude bits placed under an fp16 exponent (bias 15) give value / 2^8 exactly, normal
+ * and subnormal alike, so callers fold 256 into their scale (k_scale, v_scale).
+ */
+__device__ __forceinline__ cinfer_half_bits cinfer_e4m3_to_f16_div256(unsigned b) {
+    return (cinfer_half_bits)(((b & 0x7fu) << 7) | ((b & 0x80u) << 8));
+}
+
+__device__ __forceinline__ cinfer_half_bits cinfer_e5m2_to_f16(unsigned b) {
+    return (cinfer_half_bits)((b & 0xffu) << 8);
+}
+
+/* Unpacks 8 fp8 values held in an 8-byte vector (e4m3 values come out divided by 256). */
+__device__ __forceinline__ void cinfer_unpack8_fp8(float *dst, int dtype, uint2 v) {
+    const unsigned words[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned b = (words[i] >> (8 * j)) & 0xffu;
+            dst[4 * i + j] = cinfer_f16_to_f32(dtype == CINFER_DT_E4M3 ? cinfer_e4m3_to_f16_div256(b)
+                                                                        : cinfer_e5m2_to_f16(b));
+        }
+    }
+}
+
 #endif

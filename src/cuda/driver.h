@@ -33,6 +33,7 @@
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
     X(cuLaunchKernel)                                                                              \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                 \
     X(cuMemAlloc)                                                                                  \
     X(cuMemFree)                                                                                   \
     X(cuMemAllocHost)                                                                              \

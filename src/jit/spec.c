@@ -105,6 +105,12 @@ static const family_t families[CINFER__OP_COUNT] = {
                                          "CINFER_OP_MERGE_STATE_IN_PLACE", F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_MERGE_STATES] = {"merge_states", "merge.cu", "CINFER_OP_MERGE_STATES",
                                  F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_DECODE] = {"decode", "decode.cu", "CINFER_OP_DECODE",
+                           F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
+                               F_FLAGS | F_TILE,
+                           CINFER__FLAG_SOFT_CAP},
+    [CINFER__OP_DECODE_MERGE] = {"decode_merge", "decode.cu", "CINFER_OP_DECODE_MERGE",
+                                 F_DTYPE_O | F_HD_VO | F_TILE, 0},
 };
 
 const char *cinfer__op_name(cinfer__op_t op) {
@@ -323,6 +329,43 @@ static bool is_value_dtype(cinfer__dtype_t dt) {
     return dt == CINFER__DT_F16 || dt == CINFER__DT_BF16;
 }
 
+static bool in_range(int32_t v, int32_t lo, int32_t hi) {
+    return v >= lo && v <= hi;
+}
+
+/* Limits of the CUDA-core decode kernel (kernels/decode.cu): 16-byte rows of 8 elements per lane,
+ * at most one warp per row (D <= 256), register arrays of tile_q heads x tile_kv tokens. */
+static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_t *fam) {
+    if (spec->head_dim_vo % 8 != 0 || spec->head_dim_vo > 256)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head dim %d is not supported (a multiple of 8, at most 256)",
+                             fam->name, (int)spec->head_dim_vo);
+    if (!in_range(spec->warps, 1, 8))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: warps %d outside [1, 8]",
+                             fam->name, (int)spec->warps);
+    if (spec->op == CINFER__OP_DECODE_MERGE)
+        return CINFER_STATUS_SUCCESS;
+    if (!is_value_dtype(spec->dtype_q) || spec->dtype_o != spec->dtype_q)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_q %s / dtype_o %s: q must be f16 or bf16 and out the same",
+                             fam->name, cinfer__dtype_name(spec->dtype_q),
+                             cinfer__dtype_name(spec->dtype_o));
+    if (!is_value_dtype(spec->dtype_kv) && spec->dtype_kv != CINFER__DT_E4M3 &&
+        spec->dtype_kv != CINFER__DT_E5M2)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_kv %s is not supported (f16, bf16, e4m3, e5m2)", fam->name,
+                             cinfer__dtype_name(spec->dtype_kv));
+    if (spec->head_dim_qk != spec->head_dim_vo)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head_dim_qk %d != head_dim_vo %d is not supported by decode",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    if (!in_range(spec->tile_q, 1, 8) || !in_range(spec->tile_kv, 1, 8))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: tile_q %d / tile_kv %d outside [1, 8]", fam->name,
+                             (int)spec->tile_q, (int)spec->tile_kv);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
     if ((unsigned)spec->op >= CINFER__OP_COUNT)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
@@ -342,6 +385,8 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: vec 8 needs head_dim_vo %% 8 == 0, got %d", fam->name,
                              (int)spec->head_dim_vo);
+    if (spec->op == CINFER__OP_DECODE || spec->op == CINFER__OP_DECODE_MERGE)
+        CINFER__CHECK(validate_decode(spec, fam));
     if (spec->flags & ~fam->flags)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: flags 0x%x are not used by this family",
                              fam->name, (unsigned)(spec->flags & ~fam->flags));

@@ -33,6 +33,8 @@ typedef enum cinfer__op {
     CINFER__OP_MERGE_STATE = 0,
     CINFER__OP_MERGE_STATE_IN_PLACE,
     CINFER__OP_MERGE_STATES,
+    CINFER__OP_DECODE,
+    CINFER__OP_DECODE_MERGE,
     CINFER__OP_COUNT
 } cinfer__op_t;
 

@@ -1,0 +1,338 @@
+/*
+ * Decode attention on CUDA cores: one query token per request over a paged (or contiguous) KV
+ * cache, one CTA per work item of the plan (kernels/decode_params.h), and the merge of split-KV
+ * partial states.
+ *
+ * Thread layout of the attention kernel: a KV token's head row of D elements is read by TX
+ * consecutive lanes, VEC = 8 elements (16 bytes of fp16/bf16, 8 bytes of fp8) each, so a row is
+ * one coalesced segment. A warp covers TY = 32 / TX tokens at once, the CTA WARPS * TY "token
+ * rows", and each thread walks U tokens per step, with the next step's K/V loads issued before
+ * the current step's arithmetic (register double buffering) so enough bytes are in flight to
+ * cover memory latency. The query heads of one GQA group slice (HPC heads) share every K/V load.
+ * Each token row keeps its own online-softmax state (running max m, denominator d, accumulator);
+ * the rows are merged through shared memory at the end.
+ *
+ * Logits are kept in base-2 units (q is pre-scaled by log2(e)), so exp2 is one instruction.
+ *
+ * Prelude: CINFER_DTYPE_Q/KV/O, CINFER_HEAD_DIM_QK (== CINFER_HEAD_DIM_VO), CINFER_PAGED,
+ * CINFER_SOFTCAP, CINFER_TILE_Q (HPC), CINFER_TILE_KV (U), CINFER_WARPS, and CINFER_OP_DECODE or
+ * CINFER_OP_DECODE_MERGE.
+ */
+#include "common.cuh"
+#include "decode_params.h"
+
+#define D CINFER_HEAD_DIM_VO
+#define VEC 8
+#define ROW_LANES (D / VEC)
+/* Lanes per token row: the next power of two >= D / 8, so a butterfly reduction stays in a row. */
+#define TX                                                                                         \
+    (ROW_LANES > 16 ? 32 : ROW_LANES > 8 ? 16 : ROW_LANES > 4 ? 8 : ROW_LANES > 2 ? 4 : ROW_LANES > 1 ? 2 : 1)
+#define TY (32 / TX)
+#define WARPS CINFER_WARPS
+#define THREADS (WARPS * 32)
+#define ROWS (WARPS * TY)
+
+#if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
+#define KV_FP8 1
+typedef uint2 kv_vec;
+#else
+#define KV_FP8 0
+typedef uint4 kv_vec;
+#endif
+
+#if defined(CINFER_OP_DECODE)
+
+#define HPC CINFER_TILE_Q
+#define U CINFER_TILE_KV
+
+__device__ __forceinline__ void kv_unpack(float *dst, kv_vec v) {
+#if KV_FP8
+    cinfer_unpack8_fp8(dst, CINFER_DTYPE_KV, v);
+#else
+    cinfer_unpack8(dst, CINFER_DTYPE_KV, v);
+#endif
+}
+
+/* Element offset of token t's head row (64-bit: page indices near 2^31 / page_size are valid). */
+__device__ __forceinline__ long long token_offset(const cinfer_decode_params &p, int page_begin,
+                                                  int t) {
+#if CINFER_PAGED
+    int page_slot, in_page;
+    if (p.page_shift >= 0) {
+        page_slot = t >> p.page_shift;
+        in_page = t & ((1 << p.page_shift) - 1);
+    } else {
+        page_slot = t / p.page_size;
+        in_page = t - page_slot * p.page_size;
+    }
+    const long long page = p.kv_indices[page_begin + page_slot];
+    return page * p.kv_stride_page + (long long)in_page * p.kv_stride_token;
+#else
+    return (long long)t * p.kv_stride_token;
+#endif
+}
+
+/* Loads the K and V vectors of this thread's U tokens of the step starting at t0. */
+__device__ __forceinline__ void load_step(const cinfer_decode_params &p, int page_begin,
+                                          long long head_offset, int t0, int row, int tx,
+                                          int kv_end, kv_vec *k, kv_vec *v) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int t = t0 + u * ROWS + row;
+        if (t < kv_end && tx < ROW_LANES) {
+            const long long off = token_offset(p, page_begin, t) + head_offset + tx * VEC;
+            k[u] = *(const kv_vec *)((const unsigned char *)p.k + off * (KV_FP8 ? 1 : 2));
+            v[u] = *(const kv_vec *)((const unsigned char *)p.v + off * (KV_FP8 ? 1 : 2));
+        } else {
+#if KV_FP8
+            k[u] = make_uint2(0, 0);
+            v[u] = make_uint2(0, 0);
+#else
+            k[u] = make_uint4(0, 0, 0, 0);
+            v[u] = make_uint4(0, 0, 0, 0);
+#endif
+        }
+    }
+}
+
+/* Sum over the TX lanes of a token row. */
+__device__ __forceinline__ float row_sum(float x) {
+#pragma unroll
+    for (int offset = TX / 2; offset > 0; offset /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    __shared__ float smem_md[ROWS][HPC][2];
+    __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tx = lane % TX, row = warp * TY + lane / TX;
+    const int group = p.num_qo_heads / p.num_kv_heads;
+    const int num_work = p.header->num_work;
+
+    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+        const cinfer_decode_work item = p.work[w];
+        const int b = item.request;
+        const int qo_head0 = item.kv_head * group + item.head_begin;
+
+        /* This thread's slice of each query head, pre-scaled into base-2 logit units. */
+        float q[HPC][VEC];
+#pragma unroll
+        for (int g = 0; g < HPC; g++) {
+            if (tx < ROW_LANES) {
+                const cinfer_half_bits *qp = (const cinfer_half_bits *)p.q + b * p.q_stride_n +
+                                             (long long)(qo_head0 + g) * p.q_stride_h + tx * VEC;
+                cinfer_unpack8(q[g], CINFER_DTYPE_Q, *(const uint4 *)qp);
+            } else {
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    q[g][i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                q[g][i] *= p.q_scale;
+        }
+
+        float m[HPC], d[HPC], acc[HPC][VEC];
+#pragma unroll
+        for (int g = 0; g < HPC; g++) {
+            m[g] = -CINFER_INF;
+            d[g] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                acc[g][i] = 0.0f;
+        }
+
+#if CINFER_PAGED
+        const int page_begin = p.kv_indptr[b];
+#else
+        const int page_begin = 0;
+#endif
+        const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
+        kv_vec k_next[U], v_next[U];
+        load_step(p, page_begin, head_offset, item.kv_begin, row, tx, item.kv_end, k_next, v_next);
+
+        for (int t0 = item.kv_begin; t0 < item.kv_end; t0 += ROWS * U) {
+            kv_vec k_cur[U], v_cur[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                k_cur[u] = k_next[u];
+                v_cur[u] = v_next[u];
+            }
+            if (t0 + ROWS * U < item.kv_end)
+                load_step(p, page_begin, head_offset, t0 + ROWS * U, row, tx, item.kv_end, k_next,
+                          v_next);
+
+            float s[U][HPC];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float k[VEC];
+                kv_unpack(k, k_cur[u]);
+                const bool valid = t0 + u * ROWS + row < item.kv_end;
+#pragma unroll
+                for (int g = 0; g < HPC; g++) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        dot = fmaf(q[g][i], k[i], dot);
+                    dot = row_sum(dot);
+#if CINFER_SOFTCAP
+                    dot = p.soft_cap_log2 * tanhf(dot);
+#endif
+                    s[u][g] = valid ? dot : -CINFER_INF;
+                }
+            }
+
+#pragma unroll
+            for (int g = 0; g < HPC; g++) {
+                float m_new = m[g];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    m_new = fmaxf(m_new, s[u][g]);
+                if (m_new == -CINFER_INF)
+                    continue; /* nothing kept yet in this row: the state stays empty */
+                const float alpha = exp2f(m[g] - m_new);
+                m[g] = m_new;
+                d[g] *= alpha;
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    acc[g][i] *= alpha;
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    s[u][g] = exp2f(s[u][g] - m_new);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float v[VEC];
+                kv_unpack(v, v_cur[u]);
+#pragma unroll
+                for (int g = 0; g < HPC; g++) {
+                    if (m[g] == -CINFER_INF)
+                        continue;
+                    d[g] += s[u][g];
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        acc[g][i] = fmaf(s[u][g], v[i], acc[g][i]);
+                }
+            }
+        }
+
+        /* Merge the token rows' states through shared memory. */
+#pragma unroll
+        for (int g = 0; g < HPC; g++) {
+            if (tx == 0) {
+                smem_md[row][g][0] = m[g];
+                smem_md[row][g][1] = d[g];
+            }
+            if (tx < ROW_LANES) {
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    smem_acc[row][g][tx * VEC + i] = acc[g][i];
+            }
+        }
+        __syncthreads();
+        for (int pair = threadIdx.x; pair < HPC * ROW_LANES; pair += THREADS) {
+            const int g = pair / ROW_LANES, x = pair % ROW_LANES;
+            float m_all = -CINFER_INF;
+            for (int r = 0; r < ROWS; r++)
+                m_all = fmaxf(m_all, smem_md[r][g][0]);
+            float d_all = 0.0f, o[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                o[i] = 0.0f;
+            if (m_all != -CINFER_INF) {
+                for (int r = 0; r < ROWS; r++) {
+                    const float scale = exp2f(smem_md[r][g][0] - m_all);
+                    d_all += scale * smem_md[r][g][1];
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        o[i] = fmaf(scale, smem_acc[r][g][x * VEC + i], o[i]);
+                }
+                const float inv = p.v_scale / d_all;
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    o[i] *= inv;
+            }
+            /* log2(sum exp(s)) = m + log2(d) in base-2 units; an empty state is (0, -inf). */
+            const float lse = m_all == -CINFER_INF ? -CINFER_INF : m_all + log2f(d_all);
+            const int head = qo_head0 + g;
+            if (item.partial < 0) {
+                cinfer_half_bits *out = (cinfer_half_bits *)p.out + b * p.out_stride_n +
+                                        (long long)head * p.out_stride_h + x * VEC;
+                *(uint4 *)out = cinfer_pack8(CINFER_DTYPE_O, o);
+                if (p.lse && x == 0)
+                    p.lse[b * p.lse_stride_n + (long long)head * p.lse_stride_h] = lse;
+            } else {
+                const long long slot_head = (long long)item.partial * HPC + g;
+                float *po = p.partial_o + slot_head * D + x * VEC;
+                *(float4 *)po = make_float4(o[0], o[1], o[2], o[3]);
+                *(float4 *)(po + 4) = make_float4(o[4], o[5], o[6], o[7]);
+                if (x == 0)
+                    p.partial_lse[slot_head] = lse;
+            }
+        }
+        /* The shared buffers are reused by the next work item. */
+        __syncthreads();
+    }
+}
+
+#elif defined(CINFER_OP_DECODE_MERGE)
+
+/*
+ * Folds each split request's partial states into out/lse: TX lanes per (request, query head),
+ * VEC floats each. Rows of requests that were not split, or beyond the planned batch, exit.
+ */
+extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    const int lane = threadIdx.x % 32, tx = lane % TX;
+    const long long pair = (long long)blockIdx.x * ROWS + threadIdx.x / TX;
+    const int batch = p.header->batch_size;
+    if (pair >= (long long)batch * p.num_qo_heads || tx >= ROW_LANES)
+        return;
+    const int b = (int)(pair / p.num_qo_heads), head = (int)(pair % p.num_qo_heads);
+    const cinfer_decode_request req = p.requests[b];
+    if (req.num_chunks <= 1)
+        return;
+    const int group = p.num_qo_heads / p.num_kv_heads, hpc = p.heads_per_cta;
+    const int kv_head = head / group, in_group = head % group;
+    const int slice = kv_head * (group / hpc) + in_group / hpc, g = in_group % hpc;
+    const int slot0 = req.partial_base + slice * req.num_chunks;
+
+    float m_all = -CINFER_INF;
+    for (int c = 0; c < req.num_chunks; c++)
+        m_all = fmaxf(m_all, p.partial_lse[(long long)(slot0 + c) * hpc + g]);
+    float o[VEC], w_all = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+        o[i] = 0.0f;
+    if (m_all != -CINFER_INF) {
+        for (int c = 0; c < req.num_chunks; c++) {
+            const long long slot_head = (long long)(slot0 + c) * hpc + g;
+            const float w = exp2f(p.partial_lse[slot_head] - m_all);
+            w_all += w;
+            const float *po = p.partial_o + slot_head * D + tx * VEC;
+            const float4 lo = *(const float4 *)po, hi = *(const float4 *)(po + 4);
+            o[0] = fmaf(w, lo.x, o[0]);
+            o[1] = fmaf(w, lo.y, o[1]);
+            o[2] = fmaf(w, lo.z, o[2]);
+            o[3] = fmaf(w, lo.w, o[3]);
+            o[4] = fmaf(w, hi.x, o[4]);
+            o[5] = fmaf(w, hi.y, o[5]);
+            o[6] = fmaf(w, hi.z, o[6]);
+            o[7] = fmaf(w, hi.w, o[7]);
+        }
+        const float inv = 1.0f / w_all;
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+            o[i] *= inv;
+    }
+    cinfer_half_bits *out = (cinfer_half_bits *)p.out + b * p.out_stride_n +
+                            (long long)head * p.out_stride_h + tx * VEC;
+    *(uint4 *)out = cinfer_pack8(CINFER_DTYPE_O, o);
+    if (p.lse && tx == 0)
+        p.lse[b * p.lse_stride_n + (long long)head * p.lse_stride_h] =
+            m_all == -CINFER_INF ? -CINFER_INF : m_all + log2f(w_all);
+}
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * Parameters of the decode kernels, shared by the host (src/ops/decode.c, src/sched/decode_plan.c)
+ * and the device (kernels/decode.cu): plain C types only, so both compilers lay them out alike.
+ *
+ * A decode step is a list of work items, one CTA each (a persistent grid strides over the list):
+ * item = (request, KV head, first query head of the group slice, KV token range). Items that cover
+ * a request's whole KV range write the output and LSE directly; items of a request split into
+ * several chunks (split-KV) write a float32 partial state (v normalized, lse base 2) into the
+ * workspace, and the merge kernel folds each request's partials into the output.
+ *
+ * All addresses are computed in 64-bit; strides are in elements.
+ */
+#ifndef CINFER_DECODE_PARAMS_H
+#define CINFER_DECODE_PARAMS_H
+
+typedef struct cinfer_decode_work {
+    int request;  /* batch index */
+    int kv_head;  /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */
+    int head_begin; /* first query head of this item inside the GQA group */
+    int kv_begin; /* first KV position of the chunk (inclusive) */
+    int kv_end;   /* last KV position of the chunk (exclusive); kv_begin == kv_end is empty */
+    int partial;  /* -1: write out/lse directly; else the chunk's partial slot */
+} cinfer_decode_work;
+
+/* Per request: where its partial states live, for the merge kernel. */
+typedef struct cinfer_decode_request {
+    int kv_len;       /* the request's KV length (query position = kv_len - 1) */
+    int num_chunks;   /* chunks the KV range was split into; <= 1 means no merge */
+    int partial_base; /* first slot of the request: a slot holds heads_per_cta heads of one chunk;
+                         slot(s, c) = partial_base + s * num_chunks + c, where the head slice
+                         s = kv_head * (group / heads_per_cta) + head_begin / heads_per_cta */
+} cinfer_decode_request;
+
+/* Written by plan into the device workspace; read by run's kernels (so a captured CUDA graph
+ * sees each new plan). */
+typedef struct cinfer_decode_header {
+    int num_work;
+    int batch_size;
+} cinfer_decode_header;
+
+typedef struct cinfer_decode_params {
+    /* q: [batch, Hq, D] */
+    const void *q;
+    long long q_stride_n, q_stride_h;
+    /* K and V: paged caches (token position t of request b lives in page
+     * kv_indices[kv_indptr[b] + t / page_size], slot t % page_size) or, for single decode,
+     * one contiguous sequence (page_size ignored, page stride unused). */
+    const void *k;
+    const void *v;
+    long long kv_stride_page, kv_stride_token, kv_stride_head;
+    const int *kv_indptr;        /* [batch + 1] */
+    const int *kv_indices;       /* [kv_indptr[batch]] */
+    const int *kv_last_page_len; /* [batch] */
+    int page_size;
+    int page_shift; /* log2(page_size) when it is a power of two, else -1 */
+    /* out: [batch, Hq, D]; lse: [batch, Hq] float32 base 2, may be NULL */
+    void *out;
+    long long out_stride_n, out_stride_h;
+    float *lse;
+    long long lse_stride_n, lse_stride_h;
+    /* the schedule */
+    const cinfer_decode_header *header;
+    const cinfer_decode_work *work;
+    const cinfer_decode_request *requests;
+    float *partial_o;   /* [slots * heads_per_cta, D] */
+    float *partial_lse; /* [slots * heads_per_cta] */
+    int num_qo_heads, num_kv_heads;
+    int heads_per_cta; /* query heads per work item (the decode kernel's compile-time value) */
+    /* logits: s = (q . k) * sm_scale * k_scale, then soft cap; exp2 units inside */
+    float q_scale;       /* sm_scale * k_scale * log2(e), or sm_scale * k_scale / cap with cap */
+    float soft_cap_log2; /* cap * log2(e) (soft cap only) */
+    float v_scale;
+} cinfer_decode_params;
+
+#endif

@@ -1,0 +1,274 @@
+/* Spec text form, rendering (name, source, key) and NVRTC compiles without a GPU. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "jit/jit.h"
+#include "jit/sources.h"
+
+static cinfer__spec_t parse(const char *text) {
+    cinfer__spec_t s;
+    cinfer_status_t st = cinfer__spec_parse(text, &s);
+    if (st != CINFER_STATUS_SUCCESS)
+        fail_msg("parse \"%s\": %s", text, cinfer_last_error());
+    return s;
+}
+
+static void render(const cinfer__spec_t *s, const char *arch, cinfer__rendered_t *r) {
+    cinfer_status_t st = cinfer__spec_render(s, arch, 13000, r);
+    if (st != CINFER_STATUS_SUCCESS)
+        fail_msg("render: %s", cinfer_last_error());
+}
+
+static void text_form_round_trips(void **state) {
+    (void)state;
+    const char *texts[] = {"merge_states:dtype_o=bf16,head_dim_vo=128,vec=8",
+                           "merge_state:dtype_o=f16,head_dim_vo=7,vec=1",
+                           "merge_state_in_place:dtype_o=bf16,head_dim_vo=512,vec=8"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        cinfer__spec_t s = parse(texts[i]);
+        char back[512];
+        cinfer__spec_format(&s, back, sizeof back);
+        assert_string_equal(back, texts[i]);
+        cinfer__spec_t again = parse(back);
+        assert_memory_equal(&s, &again, sizeof s);
+    }
+    /* Aliases set both fields; fields a family does not use are dropped by normalization. */
+    cinfer__spec_t a = parse("merge_states:dtype=bf16,head_dim=64,vec=8,layout=hnd,tile_q=64");
+    cinfer__spec_t b = parse("merge_states:dtype_o=bf16,head_dim_vo=64,vec=8");
+    assert_memory_equal(&a, &b, sizeof a);
+}
+
+static void bad_text_names_the_problem(void **state) {
+    (void)state;
+    cinfer__spec_t s;
+    assert_int_equal(cinfer__spec_parse("nonsense:dtype=bf16", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "unknown operation \"nonsense\""));
+    assert_non_null(strstr(cinfer_last_error(), "merge_states"));
+    assert_int_equal(cinfer__spec_parse("merge_states:colour=red", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "unknown field \"colour\""));
+    assert_int_equal(cinfer__spec_parse("merge_states:dtype=f64", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "f64"));
+    assert_int_equal(cinfer__spec_parse("merge_states:head_dim=-3", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__spec_parse("merge_states:head_dim", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "FIELD=VALUE"));
+    assert_int_equal(cinfer__spec_parse(NULL, &s), CINFER_STATUS_INVALID_ARGUMENT);
+}
+
+static void validation_rejects_unsupported_specs(void **state) {
+    (void)state;
+    cinfer__rendered_t r;
+    cinfer__spec_t s = parse("merge_states:dtype=f32,head_dim=128,vec=8");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "dtype_o f32"));
+    s = parse("merge_states:dtype=bf16,head_dim=100,vec=8");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_vo % 8"));
+    s = parse("merge_states:dtype=bf16,head_dim=0,vec=1");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    s = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
+    assert_int_equal(cinfer__spec_render(&s, "gfx90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "sm_XY"));
+}
+
+static void rendering_is_consistent(void **state) {
+    (void)state;
+    cinfer__spec_t s = parse("merge_states:dtype=bf16,head_dim=128,vec=8");
+    cinfer__rendered_t r;
+    render(&s, "sm_90a", &r);
+    assert_string_equal(r.name, "merge_states_bf16_hd128_vec8");
+    assert_non_null(strstr(r.source.data, "#define CINFER_KERNEL_NAME merge_states_bf16_hd128_vec8\n"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_OP_MERGE_STATES 1\n"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_DTYPE_O 2\n"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_HEAD_DIM_VO 128\n"));
+    assert_non_null(strstr(r.source.data, "#include \"merge.cu\""));
+    /* The key holds every input of the compile. */
+    assert_non_null(strstr(r.key.data, "arch sm_90a"));
+    assert_non_null(strstr(r.key.data, "nvrtc 13000"));
+    assert_non_null(strstr(r.key.data, cinfer_version_string()));
+    assert_non_null(strstr(r.key.data, "--gpu-architecture=sm_90a"));
+    assert_non_null(strstr(r.key.data, r.source.data));
+    char sources[32];
+    cinfer__fmt(sources, sizeof sources, "sources %016llx", cinfer__kernel_sources_hash());
+    assert_non_null(strstr(r.key.data, sources));
+    assert_int_equal(strlen(r.key_hash), 32);
+    assert_int_equal(strncmp(r.file_stem, r.name, strlen(r.name)), 0);
+    assert_non_null(strstr(r.file_stem, r.key_hash));
+    /* The same spec renders the same key, every time. */
+    cinfer__rendered_t again;
+    render(&s, "sm_90a", &again);
+    assert_string_equal(r.key.data, again.key.data);
+    assert_string_equal(r.key_hash, again.key_hash);
+    cinfer__rendered_free(&again);
+    cinfer__rendered_free(&r);
+}
+
+static void key_changes_with_every_field(void **state) {
+    (void)state;
+    const char *base = "merge_states:dtype=bf16,head_dim=128,vec=8";
+    const char *changed[] = {"merge_states:dtype=f16,head_dim=128,vec=8",
+                             "merge_states:dtype=bf16,head_dim=64,vec=8",
+                             "merge_states:dtype=bf16,head_dim=128,vec=1",
+                             "merge_state:dtype=bf16,head_dim=128,vec=8",
+                             "merge_state_in_place:dtype=bf16,head_dim=128,vec=8"};
+    cinfer__spec_t s = parse(base);
+    cinfer__rendered_t r0, r;
+    render(&s, "sm_90a", &r0);
+    for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) {
+        cinfer__spec_t c = parse(changed[i]);
+        render(&c, "sm_90a", &r);
+        assert_string_not_equal(r.key_hash, r0.key_hash);
+        assert_string_not_equal(r.name, r0.name);
+        cinfer__rendered_free(&r);
+    }
+    /* Arch and NVRTC version change the key but not the name. */
+    render(&s, "sm_80", &r);
+    assert_string_not_equal(r.key_hash, r0.key_hash);
+    assert_string_equal(r.name, r0.name);
+    cinfer__rendered_free(&r);
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13010, &r), CINFER_STATUS_SUCCESS);
+    assert_string_not_equal(r.key_hash, r0.key_hash);
+    cinfer__rendered_free(&r);
+    cinfer__rendered_free(&r0);
+}
+
+static void kernel_sources_are_embedded(void **state) {
+    (void)state;
+    assert_true(cinfer__kernel_source_count >= 4);
+    const cinfer__source_t *merge = cinfer__kernel_source("merge.cu");
+    assert_non_null(merge);
+    assert_int_equal(strlen(merge->text), merge->length);
+    assert_non_null(strstr(merge->text, "CINFER_KERNEL_NAME"));
+    assert_null(cinfer__kernel_source("missing.cu"));
+    assert_int_equal(cinfer__kernel_sources_hash(), cinfer__kernel_sources_hash());
+}
+
+/* A rendered program from hand-written source, for the trivial and broken compiles. */
+static void rendered_from(cinfer__rendered_t *r, const char *name, const char *source,
+                          const char *arch) {
+    memset(r, 0, sizeof *r);
+    cinfer__fmt(r->name, sizeof r->name, "%s", name);
+    cinfer__str_puts(&r->source, source);
+    cinfer__fmt(r->arch_option, sizeof r->arch_option, "--gpu-architecture=%s", arch);
+    r->options[r->num_options++] = "-default-device";
+    r->options[r->num_options++] = r->arch_option;
+}
+
+static void nvrtc_compiles_without_a_gpu(void **state) {
+    (void)state;
+    const char *archs[] = {"sm_80", "sm_90a"};
+    for (int i = 0; i < 2; i++) {
+        cinfer__rendered_t r;
+        rendered_from(&r, "trivial",
+                      "extern \"C\" __global__ void trivial(float *x) { x[threadIdx.x] += 1.0f; }\n",
+                      archs[i]);
+        void *cubin = NULL;
+        size_t size = 0;
+        double seconds = -1;
+        cinfer_status_t st = cinfer__jit_compile(&r, &cubin, &size, &seconds);
+        if (st != CINFER_STATUS_SUCCESS)
+            fail_msg("trivial for %s: %s", archs[i], cinfer_last_error());
+        assert_true(size > 100);
+        assert_memory_equal(cubin, "\177ELF", 4); /* a cubin is an ELF file */
+        assert_true(seconds >= 0);
+        free(cubin);
+        cinfer__rendered_free(&r);
+    }
+}
+
+static void compile_errors_carry_the_log(void **state) {
+    (void)state;
+    cinfer__rendered_t r;
+    rendered_from(&r, "broken",
+                  "extern \"C\" __global__ void broken(float *x) {\n  x[0] = undeclared_name;\n}\n",
+                  "sm_90a");
+    void *cubin = NULL;
+    size_t size = 0;
+    double seconds;
+    assert_int_equal(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR);
+    assert_non_null(strstr(cinfer_last_error(), "undeclared_name"));
+    assert_non_null(strstr(cinfer_last_error(), "broken.cu(2)")); /* the line of the error */
+    assert_null(cubin);
+    cinfer__rendered_free(&r);
+}
+
+static void real_kernels_compile_and_cache(void **state) {
+    (void)state;
+    char dir[] = "/tmp/cinfer-test-spec-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("CINFER_CACHE_DIR", dir, 1);
+    unsetenv("CINFER_JIT");
+    cinfer__settings_reload();
+    const char *specs[] = {"merge_state:dtype=f16,head_dim=100,vec=1",
+                           "merge_state_in_place:dtype=bf16,head_dim=64,vec=8",
+                           "merge_states:dtype=bf16,head_dim=128,vec=8"};
+    const char *archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < 3; i++) {
+        for (int a = 0; a < 2; a++) {
+            cinfer__spec_t s = parse(specs[i]);
+            void *cubin = NULL;
+            size_t size = 0;
+            cinfer__jit_source_t from;
+            char name[192];
+            cinfer_status_t st = cinfer__jit_cubin(&s, archs[a], &cubin, &size, &from, name);
+            if (st != CINFER_STATUS_SUCCESS)
+                fail_msg("%s for %s: %s", specs[i], archs[a], cinfer_last_error());
+            assert_int_equal(from, CINFER__JIT_FROM_COMPILE);
+            free(cubin);
+            /* The second lookup is a disk hit with the same bytes. */
+            void *again = NULL;
+            size_t again_size = 0;
+            assert_int_equal(cinfer__jit_cubin(&s, archs[a], &again, &again_size, &from, name),
+                             CINFER_STATUS_SUCCESS);
+            assert_int_equal(from, CINFER__JIT_FROM_DISK);
+            assert_int_equal(again_size, size);
+            free(again);
+        }
+    }
+    cinfer_jit_stats_t stats = CINFER_JIT_STATS_INIT;
+    assert_int_equal(cinfer_jit_get_stats(&stats), CINFER_STATUS_SUCCESS);
+    assert_true(stats.misses >= 6);
+    assert_true(stats.disk_hits >= 6);
+    assert_true(stats.compile_seconds > 0);
+
+    /* With JIT off, cached kernels still load and a new one is NOT_FOUND naming the kernel. */
+    setenv("CINFER_JIT", "off", 1);
+    cinfer__settings_reload();
+    cinfer__spec_t s = parse(specs[0]);
+    void *cubin = NULL;
+    size_t size;
+    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL), CINFER_STATUS_SUCCESS);
+    free(cubin);
+    cubin = NULL;
+    s = parse("merge_states:dtype=f16,head_dim=32,vec=8");
+    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL), CINFER_STATUS_NOT_FOUND);
+    assert_non_null(strstr(cinfer_last_error(), "merge_states_f16_hd32_vec8"));
+    assert_non_null(strstr(cinfer_last_error(), "CINFER_JIT=off"));
+    assert_null(cubin);
+    unsetenv("CINFER_JIT");
+    cinfer__settings_reload();
+    unsigned removed = 0;
+    cinfer__cache_clear(dir, &removed);
+    rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(text_form_round_trips),
+        cmocka_unit_test(bad_text_names_the_problem),
+        cmocka_unit_test(validation_rejects_unsupported_specs),
+        cmocka_unit_test(rendering_is_consistent),
+        cmocka_unit_test(key_changes_with_every_field),
+        cmocka_unit_test(kernel_sources_are_embedded),
+        cmocka_unit_test(nvrtc_compiles_without_a_gpu),
+        cmocka_unit_test(compile_errors_carry_the_log),
+        cmocka_unit_test(real_kernels_compile_and_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
