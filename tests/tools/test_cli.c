@@ -1,0 +1,536 @@
+/*
+ * The `cinfer` command-line tool, run as a separate process: exit statuses, what each command
+ * prints, and the kernel cache it leaves behind. Every test gets its own temporary cache folder,
+ * removed afterwards, and the child's environment is pinned (CINFER_CACHE_DIR set, CINFER_JIT and
+ * CINFER_LOG unset) so the outcome does not depend on the caller's shell.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SPEC   "merge_states:dtype=bf16,head_dim=128,vec=8"
+#define KERNEL "merge_states_bf16_hd128_vec8"
+/* A library path that cannot exist, to take the no-driver path on any machine. */
+#define NO_DRIVER "CINFER_CUDA_PATH=/nonexistent/cinfer-test/libcuda.so.1"
+
+typedef struct fixture {
+    char root[256];  /* mkdtemp folder holding everything below */
+    char cache[300]; /* CINFER_CACHE_DIR of every run */
+    char out[300], err[300];
+} fixture_t;
+
+typedef struct result {
+    int status; /* exit status; -1 when the child died of a signal */
+    char *out, *err;
+} result_t;
+
+static char binary[4096];
+
+static int setup(void **state) {
+    const char *dir = getenv("CINFER_TEST_BINARY_DIR");
+    if (!dir || !dir[0]) {
+        fprintf(stderr, "CINFER_TEST_BINARY_DIR is not set (run the test through ctest)\n");
+        return -1;
+    }
+    snprintf(binary, sizeof binary, "%s/cinfer", dir);
+    fixture_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(f->root, sizeof f->root, "%s/cinfer-cli-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(f->root)) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->cache, sizeof f->cache, "%s/cache", f->root);
+    snprintf(f->out, sizeof f->out, "%s/stdout", f->root);
+    snprintf(f->err, sizeof f->err, "%s/stderr", f->root);
+    if (mkdir(f->cache, 0755) != 0) {
+        rmdir(f->root);
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+static int teardown(void **state) {
+    fixture_t *f = *state;
+    int rc = nftw(f->root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return rc;
+}
+
+static char *read_all(const char *path) {
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return strdup("");
+    size_t cap = 4096, len = 0;
+    char *text = malloc(cap);
+    size_t got;
+    while (text && (got = fread(text + len, 1, cap - len - 1, file)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            char *grown = realloc(text, cap * 2);
+            if (!grown) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = grown;
+            cap *= 2;
+        }
+    }
+    fclose(file);
+    if (text)
+        text[len] = '\0';
+    return text;
+}
+
+/*
+ * Runs the tool with args (NULL-terminated). env holds extra "NAME=VALUE" settings for the
+ * child (NULL-terminated, may be NULL). stdout and stderr go to files that are read back.
+ */
+static result_t run_env(const fixture_t *f, const char *const *env, const char *const *args) {
+    result_t r = {-1, NULL, NULL};
+    const char *argv[32];
+    int argc = 0;
+    argv[argc++] = binary;
+    for (; args && args[argc - 1] && argc < 31; argc++)
+        argv[argc] = args[argc - 1];
+    argv[argc] = NULL;
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int out = open(f->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(f->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+            _exit(126);
+        setenv("CINFER_CACHE_DIR", f->cache, 1);
+        unsetenv("CINFER_JIT");
+        unsetenv("CINFER_LOG");
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execv(binary, (char *const *)argv);
+        _exit(127);
+    }
+    int wstatus = 0;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    r.out = read_all(f->out);
+    r.err = read_all(f->err);
+    assert_non_null(r.out);
+    assert_non_null(r.err);
+    /* 126/127: the child could not redirect or exec; that is a broken test setup. */
+    if (r.status == 126 || r.status == 127)
+        fail_msg("could not run %s (status %d)", binary, r.status);
+    return r;
+}
+
+#define ARGS(...)            ((const char *const[]){__VA_ARGS__, NULL})
+#define ENV(...)             ((const char *const[]){__VA_ARGS__, NULL})
+#define RUN(f, ...)          run_env((f), NULL, ARGS(__VA_ARGS__))
+#define RUN_ENV(f, env, ...) run_env((f), (env), ARGS(__VA_ARGS__))
+
+static void result_free(result_t *r) {
+    free(r->out);
+    free(r->err);
+}
+
+/* The number of lines of text that contain every one of the NULL-terminated needles. */
+static int count_lines(const char *text, const char *const *needles) {
+    int count = 0;
+    while (*text) {
+        const char *end = strchr(text, '\n');
+        size_t len = end ? (size_t)(end - text) : strlen(text);
+        char *line = strndup(text, len);
+        assert_non_null(line);
+        bool all = true;
+        for (int i = 0; needles[i]; i++)
+            all = all && strstr(line, needles[i]) != NULL;
+        count += all;
+        free(line);
+        text += len + (end ? 1 : 0);
+    }
+    return count;
+}
+#define COUNT(text, ...) count_lines((text), ARGS(__VA_ARGS__))
+
+/* A copy of the first line that starts with prefix, or NULL. */
+static char *line_starting(const char *text, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= n && strncmp(p, prefix, n) == 0)
+            return strndup(p, len);
+        p += len + (end ? 1 : 0);
+    }
+    return NULL;
+}
+
+/* Prints what the child said when an assertion is about to fail, so the log explains it. */
+static void show(const char *what, const result_t *r) {
+    fprintf(stderr, "--- %s: status %d\n--- stdout:\n%s--- stderr:\n%s---\n", what, r->status,
+            r->out, r->err);
+}
+
+static void assert_failed_with(const result_t *r, int status, const char *message) {
+    if (r->status != status || strncmp(r->err, "cinfer: error: ", 15) != 0 ||
+        !strstr(r->err, message))
+        show(message, r);
+    assert_int_equal(r->status, status);
+    assert_memory_equal(r->err, "cinfer: error: ", 15);
+    assert_non_null(strstr(r->err, message));
+}
+
+/* ---- help and usage ---- */
+
+static void help_lists_every_command(void **state) {
+    fixture_t *f = *state;
+    const char *const forms[][2] = {{"--help", NULL}, {"help", NULL}, {"-h", NULL}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        result_t r = run_env(f, NULL, forms[i]);
+        assert_int_equal(r.status, 0);
+        assert_non_null(strstr(r.out, "usage: cinfer"));
+        assert_int_equal(COUNT(r.out, "  info "), 1);
+        assert_int_equal(COUNT(r.out, "  cache "), 1);
+        assert_int_equal(COUNT(r.out, "  compile "), 1);
+        assert_string_equal(r.err, "");
+        result_free(&r);
+    }
+    result_t r = RUN(f, "help", "compile");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--arch"));
+    assert_non_null(strstr(r.out, "--list-ops"));
+    result_free(&r);
+    r = RUN(f, "compile", "--help");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--load"));
+    result_free(&r);
+    r = RUN(f, "--version");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "cinfer 0."));
+    result_free(&r);
+}
+
+static void usage_errors_exit_2(void **state) {
+    fixture_t *f = *state;
+    static const char *const cases[][4] = {
+        {NULL},
+        {"frobnicate", NULL},
+        {"help", "frobnicate", NULL},
+        {"compile", NULL},
+        {"compile", "--arch", NULL},
+        {"compile", "--frobnicate", SPEC, NULL},
+        {"compile", "--list-ops", SPEC, NULL},
+        {"cache", NULL},
+        {"cache", "frobnicate", NULL},
+        {"cache", "ls", "extra", NULL},
+        {"info", "extra", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        result_t r = run_env(f, NULL, cases[i]);
+        if (r.status != 2)
+            show(cases[i][0] ? cases[i][0] : "(no arguments)", &r);
+        assert_int_equal(r.status, 2);
+        assert_memory_equal(r.err, "cinfer: error: ", 15);
+        assert_non_null(strstr(r.err, "usage: cinfer"));
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+    result_t r = RUN(f, "frobnicate");
+    assert_non_null(strstr(r.err, "unknown command \"frobnicate\""));
+    result_free(&r);
+}
+
+/* ---- info ---- */
+
+static void info_reports_library_driver_nvrtc_devices_and_cache(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "info");
+    if (r.status != 0)
+        show("info", &r);
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    assert_non_null(strstr(r.out, "0.1."));
+    char *nvrtc = line_starting(r.out, "NVRTC:");
+    assert_non_null(nvrtc);
+    free(nvrtc);
+    char *cache = line_starting(r.out, "kernel cache:");
+    assert_non_null(cache);
+    assert_non_null(strstr(cache, f->cache));
+    assert_non_null(strstr(cache, "(0 entries"));
+    free(cache);
+    char *jit = line_starting(r.out, "JIT stats:");
+    assert_non_null(jit);
+    assert_non_null(strstr(jit, "misses"));
+    free(jit);
+    char *settings = line_starting(r.out, "settings:");
+    assert_non_null(settings);
+    assert_non_null(strstr(settings, "CINFER_LOG=0 (quiet), CINFER_JIT=on"));
+    free(settings);
+
+    /* Either machine is fine, but the lines must agree with each other. */
+    char *driver = line_starting(r.out, "CUDA driver:");
+    char *devices = line_starting(r.out, "devices:");
+    assert_non_null(driver);
+    assert_non_null(devices);
+    if (strstr(driver, "not found")) {
+        assert_non_null(strstr(devices, "none"));
+        assert_null(strstr(r.out, "device 0:"));
+    } else {
+        assert_non_null(strstr(driver, "found, version "));
+        assert_null(strstr(devices, "none"));
+        char *first = line_starting(r.out, "  device 0: ");
+        assert_non_null(first);
+        assert_non_null(strstr(first, "compute capability "));
+        assert_non_null(strstr(first, " SMs, "));
+        assert_non_null(strstr(first, "arch sm_"));
+        free(first);
+    }
+    free(driver);
+    free(devices);
+    result_free(&r);
+}
+
+static void info_without_driver_still_succeeds(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER, "CINFER_JIT=off", "CINFER_LOG=1"), "info");
+    assert_int_equal(r.status, 0);
+    char *driver = line_starting(r.out, "CUDA driver:");
+    assert_non_null(driver);
+    assert_non_null(strstr(driver, "not found: no CUDA driver"));
+    assert_non_null(strstr(driver, "/nonexistent/cinfer-test/libcuda.so.1"));
+    free(driver);
+    char *devices = line_starting(r.out, "devices:");
+    assert_non_null(devices);
+    assert_non_null(strstr(devices, "none (no CUDA device or driver)"));
+    free(devices);
+    assert_non_null(strstr(r.out, "CINFER_LOG=1 (info), CINFER_JIT=off"));
+    result_free(&r);
+}
+
+/* ---- cache ---- */
+
+static void cache_ls_on_empty_and_missing_folders(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "total: 0 entries, 0 B in ", f->cache), 1);
+    assert_null(strstr(r.out, "KERNEL"));
+    result_free(&r);
+
+    assert_int_equal(rmdir(f->cache), 0);
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+    r = RUN(f, "cache", "clear");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "removed 0 entries"), 1);
+    result_free(&r);
+}
+
+static void cache_ls_flags_a_corrupt_entry(void **state) {
+    fixture_t *f = *state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-00112233445566778899aabbccddeeff.cubin", f->cache, KERNEL);
+    FILE *junk = fopen(path, "wb");
+    assert_non_null(junk);
+    fputs("this is not a cache entry, just some bytes that are long enough", junk);
+    fclose(junk);
+
+    result_t r = RUN(f, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL, "corrupt"), 1);
+    assert_int_equal(COUNT(r.out, "total: 1 entry,"), 1);
+    result_free(&r);
+    r = RUN(f, "cache", "clear");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "removed 1 entry"), 1);
+    result_free(&r);
+    assert_int_equal(access(path, F_OK), -1);
+}
+
+/* ---- compile ---- */
+
+static void compile_then_hit_then_list_then_clear(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "compile", "--arch", "sm_80,sm_90a", SPEC);
+    if (r.status != 0)
+        show("first compile", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "compiled in "), 2);
+    assert_int_equal(COUNT(r.out, KERNEL, "sm_80 ", "compiled in ", " s ", " bytes"), 1);
+    assert_int_equal(COUNT(r.out, KERNEL, "sm_90a", "compiled in ", " s ", " bytes"), 1);
+    assert_int_equal(COUNT(r.out, "cache hit"), 0);
+    result_free(&r);
+
+    r = RUN(f, "compile", "--arch=sm_80,sm_90a", SPEC);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL, "cache hit (", " ms)", " bytes"), 2);
+    assert_int_equal(COUNT(r.out, "compiled"), 0);
+    result_free(&r);
+
+    /* The hits come from disk: with compiling forbidden they still succeed. */
+    r = RUN_ENV(f, ENV("CINFER_JIT=off"), "compile", "--arch", "sm_90a,sm_80", SPEC);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "cache hit"), 2);
+    result_free(&r);
+
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL), 2);
+    assert_int_equal(COUNT(r.out, KERNEL, " sm_80 "), 1);
+    assert_int_equal(COUNT(r.out, KERNEL, " sm_90a "), 1);
+    assert_int_equal(COUNT(r.out, "corrupt"), 0);
+    assert_int_equal(COUNT(r.out, "total: 2 entries, ", f->cache), 1);
+    result_free(&r);
+
+    r = RUN(f, "info");
+    assert_int_equal(COUNT(r.out, "kernel cache:", "(2 entries, "), 1);
+    result_free(&r);
+
+    r = RUN(f, "cache", "clear");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "removed 2 entries", f->cache), 1);
+    result_free(&r);
+
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL), 0);
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+
+    /* And now nothing is cached: with compiling forbidden the spec cannot be had. */
+    r = RUN_ENV(f, ENV("CINFER_JIT=off"), "compile", "--arch", "sm_90a", SPEC);
+    assert_failed_with(&r, 1, "CINFER_JIT=off");
+    result_free(&r);
+}
+
+static void compile_unknown_field_names_it(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "compile", "--arch", "sm_90a", SPEC, "merge_states:dtype=bf16,bogus=1");
+    assert_failed_with(&r, 1, "unknown field \"bogus\"");
+    /* Every spec is checked before the first compile. */
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = RUN(f, "compile", "nope:dtype=bf16");
+    assert_failed_with(&r, 1, "unknown operation \"nope\"");
+    result_free(&r);
+    r = RUN(f, "compile", "merge_states:dtype=bf16,head_dim=0");
+    assert_failed_with(&r, 1, "head_dim_vo 0");
+    result_free(&r);
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+}
+
+static void compile_bad_arch_fails_before_compiling(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "compile", "--arch", "sm_xx", SPEC);
+    assert_failed_with(&r, 1, "\"sm_xx\" is not an arch");
+    result_free(&r);
+    r = RUN(f, "compile", "--arch", "sm_80,compute_90", SPEC);
+    assert_failed_with(&r, 1, "\"compute_90\" is not an arch");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = RUN(f, "compile", "--arch", "sm_80,", SPEC);
+    assert_failed_with(&r, 1, "is not an arch");
+    result_free(&r);
+    r = RUN(f, "compile", "--arch", "sm_99", SPEC);
+    assert_failed_with(&r, 1, "sm_99");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+}
+
+static void compile_list_ops(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "compile", "--list-ops");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "merge_state\n"));
+    assert_non_null(strstr(r.out, "merge_state_in_place\n"));
+    assert_non_null(strstr(r.out, "merge_states\n"));
+    assert_int_equal(COUNT(r.out, "merge_state"), 3);
+    result_free(&r);
+}
+
+static void compile_defaults_to_sm90a_without_device(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "compile", SPEC);
+    if (r.status != 0)
+        show("compile without --arch", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL, " sm_90a ", "compiled in "), 1);
+    result_free(&r);
+}
+
+static void compile_load_needs_a_device(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "compile", "--load", SPEC);
+    assert_failed_with(&r, 1, "no CUDA driver");
+    /* The device is checked before anything is compiled. */
+    assert_string_equal(r.out, "");
+    result_free(&r);
+
+    /* On this machine: either a device loads the kernel from the disk cache, or NO_DEVICE. */
+    r = RUN(f, "info");
+    bool has_device = strstr(r.out, "  device 0: ") != NULL;
+    result_free(&r);
+    r = RUN(f, "compile", "--load", SPEC);
+    if (!has_device) {
+        assert_failed_with(&r, 1, "no CUDA");
+    } else {
+        if (r.status != 0)
+            show("compile --load", &r);
+        assert_int_equal(r.status, 0);
+        assert_int_equal(COUNT(r.out, KERNEL, "compiled in "), 1);
+        assert_int_equal(COUNT(r.out, KERNEL, "loaded in ", " ms (disk cache)", "registers"), 1);
+    }
+    result_free(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(help_lists_every_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(usage_errors_exit_2, setup, teardown),
+        cmocka_unit_test_setup_teardown(info_reports_library_driver_nvrtc_devices_and_cache, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(info_without_driver_still_succeeds, setup, teardown),
+        cmocka_unit_test_setup_teardown(cache_ls_on_empty_and_missing_folders, setup, teardown),
+        cmocka_unit_test_setup_teardown(cache_ls_flags_a_corrupt_entry, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_then_hit_then_list_then_clear, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_unknown_field_names_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_bad_arch_fails_before_compiling, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_list_ops, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_defaults_to_sm90a_without_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_load_needs_a_device, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,133 @@
+/*
+ * `cinfer`: the command-line tool. Each command lives in its own file (cmd_*.c); this file holds
+ * the command table, the help text, dispatch and the helpers the commands share.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* The one table of commands: dispatch, `cinfer help` and each command's --help come from it. */
+static const cli_command_t commands[] = {
+    {"info", cli_info,
+     "show the library version, CUDA driver, NVRTC, devices, kernel cache and JIT settings",
+     "usage: cinfer info\n"
+     "\n"
+     "Works without a GPU: what is missing is reported, not an error.\n"},
+    {"cache", cli_cache, "list or clear the on-disk kernel cache",
+     "usage: cinfer cache ls      one line per entry (kernel, arch, size, modified), then a total\n"
+     "       cinfer cache clear   remove every entry, lock and temporary file of the cache\n"
+     "\n"
+     "The folder is CINFER_CACHE_DIR, else $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer.\n"},
+    {"compile", cli_compile, "compile kernel specs into the kernel cache, optionally load them",
+     "usage: cinfer compile [--arch ARCH[,ARCH...]] [--load] SPEC...\n"
+     "       cinfer compile --list-ops\n"
+     "\n"
+     "  SPEC          OP[:FIELD=VALUE,...], e.g. merge_states:dtype=bf16,head_dim=128,vec=8\n"
+     "  --arch ARCH   NVRTC targets, comma-separated (sm_80,sm_90a); default: the arch of\n"
+     "                device 0, or sm_90a without a device\n"
+     "  --load        then load each spec into a fresh context on device 0 and time the load\n"
+     "  --list-ops    print the known operations\n"},
+};
+#define NUM_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const cli_command_t *find_command(const char *name) {
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: cinfer <command> [arguments]\n"
+                 "       cinfer help [command]\n"
+                 "\n"
+                 "commands:\n");
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n"
+                 "environment: CINFER_CACHE_DIR, CINFER_LOG (0, 1, 2), CINFER_JIT (off), "
+                 "CINFER_NVRTC_PATH, CINFER_CUDA_PATH\n");
+}
+
+int cli_fail(void) {
+    const char *message = cinfer_last_error();
+    fprintf(stderr, "cinfer: error: %s\n", message[0] ? message : "unknown failure");
+    return CLI_EXIT_FAILED;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...) {
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cinfer: error: %s\n", message);
+    const cli_command_t *cmd = command ? find_command(command) : NULL;
+    if (cmd)
+        fputs(cmd->synopsis, stderr);
+    else
+        print_usage(stderr);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_print_help(const char *command) {
+    const cli_command_t *cmd = find_command(command);
+    if (!cmd)
+        return cli_usage_error(NULL, "unknown command \"%s\"", command);
+    printf("cinfer %s: %s\n\n%s", cmd->name, cmd->summary, cmd->synopsis);
+    return CLI_EXIT_OK;
+}
+
+bool cli_is_help(const char *arg) {
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+void cli_format_bytes(uint64_t bytes, char *dst, size_t cap) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) {
+        cinfer__fmt(dst, cap, "%llu B", (unsigned long long)bytes);
+        return;
+    }
+    double value = (double)bytes / 1024.0;
+    size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0;
+        unit++;
+    }
+    cinfer__fmt(dst, cap, "%.1f %s", value, units[unit]);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return cli_usage_error(NULL, "no command given");
+    const char *name = argv[1];
+    if (cli_is_help(name)) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("cinfer %s\n", cinfer_version_string());
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc == 2) {
+            print_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (argc > 3)
+            return cli_usage_error(NULL, "help takes at most one command");
+        return cli_print_help(argv[2]);
+    }
+    const cli_command_t *cmd = find_command(name);
+    if (!cmd)
+        return cli_usage_error(NULL, "unknown command \"%s\"", name);
+    int status = cmd->run(argc - 1, argv + 1);
+    /* A failed write (full disk, closed pipe) must not pass for success. */
+    if ((fflush(stdout) != 0 || ferror(stdout)) && status == CLI_EXIT_OK) {
+        fprintf(stderr, "cinfer: error: cannot write the output\n");
+        return CLI_EXIT_FAILED;
+    }
+    return status;
+}

@@ -1,0 +1,291 @@
+/*
+ * `cinfer compile`: spec text -> cubin in the kernel cache, for one or more archs, and with
+ * --load the load of each kernel into a fresh context, timed. Every spec and arch is checked
+ * before the first compile, so a typo in the last argument does not cost the compiles before it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cuda/context.h"
+#include "jit/jit.h"
+
+/* More archs than any toolkit targets. */
+#define MAX_ARCHS 32
+/* The arch compiled for without --arch and without a device: the one most serving runs on. */
+#define FALLBACK_ARCH "sm_90a"
+/* A disk-cache hit into a fresh context (read, cuModuleLoadData, cuModuleGetFunction) is
+ * expected within this budget; a slower load is flagged so a regression is visible. */
+#define LOAD_BUDGET_MS 5.0
+
+typedef struct compile_args {
+    const char *arch_list; /* NULL: the default arch */
+    bool load, list_ops, help;
+    char **texts; /* the SPEC arguments */
+    int num_specs;
+} compile_args_t;
+
+/* One parsed spec and its kernel name (the same for every arch). */
+typedef struct parsed_spec {
+    cinfer__spec_t spec;
+    char name[192];
+} parsed_spec_t;
+
+static int parse_args(int argc, char **argv, compile_args_t *a) {
+    memset(a, 0, sizeof *a);
+    a->texts = argv + 1;
+    bool options_done = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (options_done || arg[0] != '-' || arg[1] == '\0') {
+            a->texts[a->num_specs++] = argv[i];
+        } else if (strcmp(arg, "--") == 0) {
+            options_done = true;
+        } else if (cli_is_help(arg)) {
+            a->help = true;
+            return CLI_EXIT_OK;
+        } else if (strcmp(arg, "--arch") == 0) {
+            if (i + 1 >= argc)
+                return cli_usage_error("compile", "--arch needs a value, e.g. --arch sm_90a");
+            a->arch_list = argv[++i];
+        } else if (strncmp(arg, "--arch=", 7) == 0) {
+            a->arch_list = arg + 7;
+        } else if (strcmp(arg, "--load") == 0) {
+            a->load = true;
+        } else if (strcmp(arg, "--list-ops") == 0) {
+            a->list_ops = true;
+        } else {
+            return cli_usage_error("compile", "unknown option \"%s\"", arg);
+        }
+    }
+    if (a->list_ops) {
+        if (a->num_specs || a->arch_list || a->load)
+            return cli_usage_error("compile", "--list-ops takes no other arguments");
+        return CLI_EXIT_OK;
+    }
+    if (a->num_specs == 0)
+        return cli_usage_error("compile", "no SPEC given");
+    return CLI_EXIT_OK;
+}
+
+/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
+static bool arch_number(const char *arch, int *number) {
+    if (strncmp(arch, "sm_", 3) != 0)
+        return false;
+    const char *p = arch + 3;
+    int n = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++)
+        n = n * 10 + (*p - '0');
+    if (digits < 2 || digits > 3)
+        return false;
+    if (*p == 'a' || *p == 'f')
+        p++;
+    *number = n;
+    return *p == '\0';
+}
+
+/* Checks one arch's form and, when NVRTC loads, that NVRTC can target it. */
+static cinfer_status_t check_arch(const char *arch) {
+    int number = 0;
+    if (!arch_number(arch, &number))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "--arch: \"%s\" is not an arch of the form sm_XY, sm_XYa or sm_XYf "
+                             "(e.g. sm_80, sm_90a)",
+                             arch);
+    const cinfer__nvrtc_t *nv;
+    int count = 0, archs[64];
+    /* Without NVRTC only cached kernels can be had; the lookup reports that itself. */
+    if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS ||
+        nv->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 ||
+        count > (int)(sizeof archs / sizeof archs[0]) ||
+        nv->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        return CINFER_STATUS_SUCCESS;
+    char known[512] = "";
+    for (int i = 0; i < count; i++) {
+        if (archs[i] == number)
+            return CINFER_STATUS_SUCCESS;
+        size_t n = strlen(known);
+        cinfer__fmt(known + n, sizeof known - n, "%ssm_%d", i ? ", " : "", archs[i]);
+    }
+    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                         "--arch: NVRTC %d.%d cannot target %s (it targets %s)", nv->major,
+                         nv->minor, arch, known);
+}
+
+/* Splits the comma list into archs (duplicates dropped) and checks each. */
+static cinfer_status_t parse_archs(const char *list, char archs[][24], int *count) {
+    *count = 0;
+    const char *p = list;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= 24)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "--arch \"%s\": \"%.*s\" is not an arch (expected a comma list "
+                                 "such as sm_80,sm_90a)",
+                                 list, (int)n, p);
+        char arch[24];
+        memcpy(arch, p, n);
+        arch[n] = '\0';
+        CINFER__CHECK(check_arch(arch));
+        bool seen = false;
+        for (int i = 0; i < *count; i++)
+            seen = seen || strcmp(archs[i], arch) == 0;
+        if (!seen) {
+            if (*count == MAX_ARCHS)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
+                                     MAX_ARCHS);
+            memcpy(archs[(*count)++], arch, n + 1);
+        }
+        if (p[n] == '\0')
+            return CINFER_STATUS_SUCCESS;
+        p += n + 1;
+    }
+}
+
+/* The arch of the device kernels would run on (the context's, else device 0's), else
+ * FALLBACK_ARCH. */
+static void default_arch(const cinfer_context_t *ctx, char *dst, size_t cap) {
+    if (ctx) {
+        cinfer__fmt(dst, cap, "%s", ctx->arch);
+        return;
+    }
+    const cinfer__cuda_t *cu;
+    cli_device_t d;
+    if (cinfer__cuda_get(&cu) == CINFER_STATUS_SUCCESS &&
+        cli_device_query(cu, 0, &d) == CINFER_STATUS_SUCCESS && d.cc_major >= 8)
+        cinfer__fmt(dst, cap, "%s", d.arch);
+    else
+        cinfer__fmt(dst, cap, "%s", FALLBACK_ARCH);
+}
+
+/* Parses every spec and renders it once, which validates it and yields its kernel name. */
+static cinfer_status_t parse_specs(const compile_args_t *a, const char *arch, parsed_spec_t *out) {
+    for (int i = 0; i < a->num_specs; i++) {
+        CINFER__CHECK(cinfer__spec_parse(a->texts[i], &out[i].spec));
+        cinfer__rendered_t r;
+        CINFER__CHECK(cinfer__spec_render(&out[i].spec, arch, 0, &r));
+        cinfer__fmt(out[i].name, sizeof out[i].name, "%s", r.name);
+        cinfer__rendered_free(&r);
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+static cinfer_jit_stats_t stats_now(void) {
+    cinfer_jit_stats_t s = CINFER_JIT_STATS_INIT;
+    cinfer_jit_get_stats(&s);
+    return s;
+}
+
+/* Gets one cubin and prints its line. */
+static cinfer_status_t compile_one(const parsed_spec_t *p, const char *arch, int name_width,
+                                   int arch_width) {
+    cinfer_jit_stats_t before = stats_now();
+    double start = cinfer__now();
+    void *cubin = NULL;
+    size_t size = 0;
+    cinfer__jit_source_t from = CINFER__JIT_FROM_DISK;
+    CINFER__CHECK(cinfer__jit_cubin(&p->spec, arch, &cubin, &size, &from, NULL));
+    double seconds = cinfer__now() - start;
+    free(cubin);
+    cinfer_jit_stats_t after = stats_now();
+    char how[64];
+    if (from == CINFER__JIT_FROM_COMPILE)
+        cinfer__fmt(how, sizeof how, "compiled in %.2f s",
+                    after.compile_seconds - before.compile_seconds);
+    else
+        cinfer__fmt(how, sizeof how, "cache hit (%.1f ms)", seconds * 1e3);
+    printf("%-*s  %-*s  %-22s  %zu bytes\n", name_width, p->name, arch_width, arch, how, size);
+    fflush(stdout);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Loads one kernel into ctx and prints its line with the load time. */
+static cinfer_status_t load_one(cinfer_context_t *ctx, const parsed_spec_t *p, int name_width,
+                                int arch_width) {
+    cinfer_jit_stats_t before = stats_now();
+    double start = cinfer__now();
+    cinfer__kernel_t kernel;
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &p->spec, &kernel));
+    double ms = (cinfer__now() - start) * 1e3;
+    cinfer_jit_stats_t after = stats_now();
+    const char *from = after.misses > before.misses             ? "compiled"
+                       : after.disk_hits > before.disk_hits     ? "disk cache"
+                       : after.aot_hits > before.aot_hits       ? "AOT bundle"
+                       : after.memory_hits > before.memory_hits ? "already loaded"
+                                                                : "?";
+    bool slow = after.disk_hits > before.disk_hits && ms > LOAD_BUDGET_MS;
+    printf("%-*s  %-*s  loaded in %.2f ms (%s), %d registers, up to %d threads", name_width,
+           p->name, arch_width, ctx->arch, ms, from, kernel.num_regs, kernel.max_threads);
+    if (slow)
+        printf("  [over the %.0f ms load budget]", LOAD_BUDGET_MS);
+    printf("\n");
+    fflush(stdout);
+    return CINFER_STATUS_SUCCESS;
+}
+
+static int list_ops(void) {
+    for (int op = 0; op < CINFER__OP_COUNT; op++)
+        printf("%s\n", cinfer__op_name((cinfer__op_t)op));
+    return CLI_EXIT_OK;
+}
+
+int cli_compile(int argc, char **argv) {
+    compile_args_t a;
+    int status = parse_args(argc, argv, &a);
+    if (status != CLI_EXIT_OK)
+        return status;
+    if (a.help)
+        return cli_print_help("compile");
+    if (a.list_ops)
+        return list_ops();
+
+    char archs[MAX_ARCHS][24];
+    int num_archs = 0;
+    if (a.arch_list && parse_archs(a.arch_list, archs, &num_archs) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+    parsed_spec_t *specs = calloc((size_t)a.num_specs, sizeof *specs);
+    if (!specs) {
+        cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "compile: out of memory");
+        return cli_fail();
+    }
+    cinfer_context_t *ctx = NULL;
+    if (parse_specs(&a, num_archs ? archs[0] : FALLBACK_ARCH, specs) != CINFER_STATUS_SUCCESS)
+        goto out_destroy_context;
+    /* The context comes first so a machine without a device fails before any compile. */
+    if (a.load && cinfer_context_create(NULL, &ctx) != CINFER_STATUS_SUCCESS)
+        goto out_destroy_context;
+    if (!num_archs) {
+        default_arch(ctx, archs[0], sizeof archs[0]);
+        num_archs = 1;
+    }
+
+    int name_width = 0, arch_width = ctx ? (int)strlen(ctx->arch) : 0;
+    for (int i = 0; i < a.num_specs; i++) {
+        int n = (int)strlen(specs[i].name);
+        name_width = n > name_width ? n : name_width;
+    }
+    for (int j = 0; j < num_archs; j++) {
+        int n = (int)strlen(archs[j]);
+        arch_width = n > arch_width ? n : arch_width;
+    }
+    /* NVRTC's version is part of every cache key; loading it here keeps its dlopen out of the
+     * first lookup's time. */
+    cinfer__jit_nvrtc_version();
+    for (int i = 0; i < a.num_specs; i++)
+        for (int j = 0; j < num_archs; j++)
+            if (compile_one(&specs[i], archs[j], name_width, arch_width) != CINFER_STATUS_SUCCESS)
+                goto out_destroy_context;
+    for (int i = 0; ctx && i < a.num_specs; i++)
+        if (load_one(ctx, &specs[i], name_width, arch_width) != CINFER_STATUS_SUCCESS)
+            goto out_destroy_context;
+    cinfer_context_destroy(ctx);
+    free(specs);
+    return CLI_EXIT_OK;
+
+out_destroy_context:
+    status = cli_fail();
+    cinfer_context_destroy(ctx);
+    free(specs);
+    return status;
+}
