@@ -14,12 +14,12 @@
 #define CINFER_DECODE_PARAMS_H
 
 typedef struct cinfer_decode_work {
-    int request;  /* batch index */
-    int kv_head;  /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */
+    int request;    /* batch index */
+    int kv_head;    /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */
     int head_begin; /* first query head of this item inside the GQA group */
-    int kv_begin; /* first KV position of the chunk (inclusive) */
-    int kv_end;   /* last KV position of the chunk (exclusive); kv_begin == kv_end is empty */
-    int partial;  /* -1: write out/lse directly; else the chunk's partial slot */
+    int kv_begin;   /* first KV position of the chunk (inclusive) */
+    int kv_end;     /* last KV position of the chunk (exclusive); kv_begin == kv_end is empty */
+    int partial;    /* -1: write out/lse directly; else the chunk's partial slot */
 } cinfer_decode_work;
 
 /* Per request: where its partial states live, for the merge kernel. */

@@ -7,9 +7,9 @@
 #define CINFER_DTYPE_CUH
 
 /* The values of CINFER_DTYPE_* in the prelude (src/jit/spec.h, cinfer__dtype_t). */
-#define CINFER_DT_F16 1
+#define CINFER_DT_F16  1
 #define CINFER_DT_BF16 2
-#define CINFER_DT_F32 3
+#define CINFER_DT_F32  3
 #define CINFER_DT_E4M3 4
 #define CINFER_DT_E5M2 5
 
@@ -88,8 +88,8 @@ __device__ __forceinline__ void cinfer_unpack8_fp8(float *dst, int dtype, uint2 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const unsigned b = (words[i] >> (8 * j)) & 0xffu;
-            dst[4 * i + j] = cinfer_f16_to_f32(dtype == CINFER_DT_E4M3 ? cinfer_e4m3_to_f16_div256(b)
-                                                                        : cinfer_e5m2_to_f16(b));
+            dst[4 * i + j] = cinfer_f16_to_f32(
+                dtype == CINFER_DT_E4M3 ? cinfer_e4m3_to_f16_div256(b) : cinfer_e5m2_to_f16(b));
         }
     }
 }

@@ -12,23 +12,21 @@
 #include "common.cuh"
 #include "merge_params.h"
 
-#define D CINFER_HEAD_DIM_VO
-#define VEC CINFER_VEC
-/* Threads per (row, head): enough to cover D in one step, at most a warp. */
-#define STEPS_NEEDED CINFER_CEIL_DIV(D, VEC)
-#define TPR (STEPS_NEEDED >= 32 ? 32 : STEPS_NEEDED >= 16 ? 16 : STEPS_NEEDED >= 8 ? 8 : STEPS_NEEDED >= 4 ? 4 : STEPS_NEEDED >= 2 ? 2 : 1)
-#define BLOCK 128
+#define D     CINFER_HEAD_DIM_VO
+#define VEC   CINFER_VEC
+#define TPR   CINFER_MERGE_TPR(D, VEC)
+#define BLOCK CINFER_MERGE_BLOCK
 
 #if defined(CINFER_OP_MERGE_STATES)
 #define STATE_TENSOR(k) 0
-#define STATE_INDEX(k) (k)
+#define STATE_INDEX(k)  (k)
 #else
 #define STATE_TENSOR(k) (k)
-#define STATE_INDEX(k) 0
+#define STATE_INDEX(k)  0
 #endif
 
-__device__ __forceinline__ const cinfer_half_bits *state_values(const cinfer_merge_params &p,
-                                                                int k, long long row, int head) {
+__device__ __forceinline__ const cinfer_half_bits *state_values(const cinfer_merge_params &p, int k,
+                                                                long long row, int head) {
     const int t = STATE_TENSOR(k);
     return (const cinfer_half_bits *)p.v_in[t] + row * p.v_in_stride[t][0] +
            (long long)STATE_INDEX(k) * p.v_in_stride[t][1] + (long long)head * p.v_in_stride[t][2];
@@ -37,11 +35,13 @@ __device__ __forceinline__ const cinfer_half_bits *state_values(const cinfer_mer
 __device__ __forceinline__ float state_lse(const cinfer_merge_params &p, int k, long long row,
                                            int head) {
     const int t = STATE_TENSOR(k);
-    return p.lse_in[t][row * p.lse_in_stride[t][0] + (long long)STATE_INDEX(k) * p.lse_in_stride[t][1] +
-                       (long long)head * p.lse_in_stride[t][2]];
+    return p
+        .lse_in[t][row * p.lse_in_stride[t][0] + (long long)STATE_INDEX(k) * p.lse_in_stride[t][1] +
+                   (long long)head * p.lse_in_stride[t][2]];
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) CINFER_KERNEL_NAME(const cinfer_merge_params p) {
+extern "C" __global__ void __launch_bounds__(BLOCK)
+    CINFER_KERNEL_NAME(const cinfer_merge_params p) {
     const int group = threadIdx.x / TPR, lane = threadIdx.x % TPR;
     const long long pair = (long long)blockIdx.x * (BLOCK / TPR) + group;
     if (pair >= p.num_rows * p.num_heads)
@@ -61,8 +61,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) CINFER_KERNEL_NAME(const cin
     float max_lse = -CINFER_INF;
     for (int k = 0; k < num_states; k++)
         max_lse = fmaxf(max_lse, state_lse(p, k, row, head));
-    cinfer_half_bits *out = (cinfer_half_bits *)p.v_out + row * p.v_out_stride[0] +
-                            (long long)head * p.v_out_stride[1];
+    cinfer_half_bits *out =
+        (cinfer_half_bits *)p.v_out + row * p.v_out_stride[0] + (long long)head * p.v_out_stride[1];
     float denom = 0.0f;
 
     for (int d0 = lane * VEC; d0 < D; d0 += TPR * VEC) {
@@ -73,7 +73,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK) CINFER_KERNEL_NAME(const cin
         denom = 0.0f;
         if (max_lse != -CINFER_INF) {
             for (int k = 0; k < num_states; k++) {
-                const float w = exp2f(state_lse(p, k, row, head) - max_lse);
+                /* An empty state contributes nothing, whatever its values hold. */
+                const float lse_k = state_lse(p, k, row, head);
+                if (lse_k == -CINFER_INF)
+                    continue;
+                const float w = exp2f(lse_k - max_lse);
                 denom += w;
                 const cinfer_half_bits *v = state_values(p, k, row, head) + d0;
                 float x[VEC];

@@ -21,9 +21,6 @@ static cinfer_status_t nvrtc_status;
 static char nvrtc_message[4096];
 static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
 
-typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
-                                CUdriverProcAddressQueryResult *);
-
 static void load_cuda(void) {
     const cinfer__settings_t *settings = cinfer__settings();
     const char *path = settings->cuda_path[0] ? settings->cuda_path : "libcuda.so.1";
@@ -36,36 +33,33 @@ static void load_cuda(void) {
                     path, dlerror());
         return;
     }
-    CUresult (*driver_version)(int *) = (CUresult(*)(int *))dlsym(lib, "cuDriverGetVersion");
-    get_proc_fn get_proc = (get_proc_fn)dlsym(lib, "cuGetProcAddress_v2");
-    int version = 0;
-    if (!driver_version || !get_proc || driver_version(&version) != CUDA_SUCCESS) {
-        cuda_status = CINFER_STATUS_NO_DEVICE;
-        cinfer__fmt(cuda_message, sizeof cuda_message,
-                    "the CUDA driver at \"%s\" is too old: cuGetProcAddress_v2 (CUDA 12.0) is "
-                    "required",
-                    path);
-        return;
-    }
-    /* Ask for the entry points of the older of the driver and the headers we were built with. */
-    int want = version < CUDA_VERSION ? version : CUDA_VERSION;
+    /* Each entry point is taken by the exact symbol <cuda.h> maps its name to (cuMemAlloc ->
+     * cuMemAlloc_v2, cuGraphInstantiate -> cuGraphInstantiateWithFlags, ...), so the pointer
+     * always has the prototype we call it with. cuGetProcAddress at one version for every name
+     * would not: under CUDA 13 it hands out cuCtxSynchronize(CUcontext) for the name whose
+     * header prototype is cuCtxSynchronize(void). */
     cinfer__cuda_t t;
     memset(&t, 0, sizeof t);
+#define CINFER__XSTR(x)   #x
+#define CINFER__SYMBOL(x) CINFER__XSTR(x)
 #define CINFER__CU_LOAD(name)                                                                      \
     do {                                                                                           \
-        CUdriverProcAddressQueryResult found;                                                      \
-        void *fn = NULL;                                                                           \
-        if (get_proc(#name, &fn, want, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||     \
-            !fn) {                                                                                 \
+        void *fn = dlsym(lib, CINFER__SYMBOL(name));                                               \
+        if (!fn) {                                                                                 \
             cuda_status = CINFER_STATUS_NO_DEVICE;                                                 \
             cinfer__fmt(cuda_message, sizeof cuda_message,                                         \
-                        "the CUDA driver (version %d) lacks %s", version, #name);                  \
+                        "the CUDA driver at \"%s\" lacks %s (a driver for CUDA %d.%d or later is " \
+                        "needed)",                                                                 \
+                        path, CINFER__SYMBOL(name), CUDA_VERSION / 1000,                           \
+                        CUDA_VERSION % 1000 / 10);                                                 \
             return;                                                                                \
         }                                                                                          \
         memcpy(&t.name, &fn, sizeof fn);                                                           \
     } while (0);
     CINFER__CU_FUNCS(CINFER__CU_LOAD)
 #undef CINFER__CU_LOAD
+    int version = 0;
+    t.cuDriverGetVersion(&version);
     t.driver_version = version;
     CUresult res = t.cuInit(0);
     if (res == CUDA_SUCCESS)

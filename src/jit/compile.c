@@ -64,9 +64,9 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
             nv->nvrtcGetProgramLog(prog, log);
             log[log_size] = '\0';
         }
-        st = cinfer__error(CINFER_STATUS_COMPILE_ERROR, "%s: NVRTC failed (%s) for %s:\n%s",
-                           r->name, nv->nvrtcGetErrorString(res), r->arch_option,
-                           log ? log : "(no log)");
+        st =
+            cinfer__error(CINFER_STATUS_COMPILE_ERROR, "%s: NVRTC failed (%s) for %s:\n%s", r->name,
+                          nv->nvrtcGetErrorString(res), r->arch_option, log ? log : "(no log)");
         free(log);
         goto out_destroy_program;
     }

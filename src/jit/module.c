@@ -32,10 +32,11 @@ cinfer_status_t cinfer_jit_get_stats(cinfer_jit_stats_t *stats) {
     if (!stats)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "stats is NULL");
     if (stats->size < sizeof *stats || stats->version != CINFER_JIT_STATS_VERSION)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "stats: size %zu / version %u; initialize it with CINFER_JIT_STATS_INIT "
-                             "(size %zu, version %u)",
-                             stats->size, stats->version, sizeof *stats, CINFER_JIT_STATS_VERSION);
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "stats: size %zu / version %u; initialize it with CINFER_JIT_STATS_INIT "
+            "(size %zu, version %u)",
+            stats->size, stats->version, sizeof *stats, CINFER_JIT_STATS_VERSION);
     stats->memory_hits = atomic_load(&stat_memory_hits);
     stats->disk_hits = atomic_load(&stat_disk_hits);
     stats->aot_hits = atomic_load(&stat_aot_hits);

@@ -17,8 +17,9 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[CINFER__DT_COUNT] = {
-    [CINFER__DT_NONE] = {"none", 0}, [CINFER__DT_F16] = {"f16", 2},   [CINFER__DT_BF16] = {"bf16", 2},
-    [CINFER__DT_F32] = {"f32", 4},   [CINFER__DT_E4M3] = {"e4m3", 1}, [CINFER__DT_E5M2] = {"e5m2", 1},
+    [CINFER__DT_NONE] = {"none", 0}, [CINFER__DT_F16] = {"f16", 2},
+    [CINFER__DT_BF16] = {"bf16", 2}, [CINFER__DT_F32] = {"f32", 4},
+    [CINFER__DT_E4M3] = {"e4m3", 1}, [CINFER__DT_E5M2] = {"e5m2", 1},
     [CINFER__DT_I32] = {"i32", 4},   [CINFER__DT_U8] = {"u8", 1},
 };
 
@@ -66,7 +67,8 @@ typedef struct field {
     const char *const *values;
 } field_t;
 
-#define FIELD(name, bit, kind, member, values) {name, bit, kind, offsetof(cinfer__spec_t, member), values}
+#define FIELD(name, bit, kind, member, values)                                                     \
+    { name, bit, kind, offsetof(cinfer__spec_t, member), values }
 static const field_t fields[] = {
     FIELD("backend", F_BACKEND, K_ENUM, backend, backend_names),
     FIELD("dtype_q", F_DTYPE_Q, K_DTYPE, dtype_q, NULL),
@@ -102,7 +104,8 @@ static const family_t families[CINFER__OP_COUNT] = {
     [CINFER__OP_MERGE_STATE] = {"merge_state", "merge.cu", "CINFER_OP_MERGE_STATE",
                                 F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_MERGE_STATE_IN_PLACE] = {"merge_state_in_place", "merge.cu",
-                                         "CINFER_OP_MERGE_STATE_IN_PLACE", F_DTYPE_O | F_HD_VO | F_VEC, 0},
+                                         "CINFER_OP_MERGE_STATE_IN_PLACE",
+                                         F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_MERGE_STATES] = {"merge_states", "merge.cu", "CINFER_OP_MERGE_STATES",
                                  F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_DECODE] = {"decode", "decode.cu", "CINFER_OP_DECODE",
@@ -372,11 +375,13 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
                              (int)spec->op);
     const family_t *fam = &families[spec->op];
     if ((fam->fields & F_DTYPE_O) && !is_value_dtype(spec->dtype_o))
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: dtype_o %s is not supported (f16 or bf16)",
-                             fam->name, cinfer__dtype_name(spec->dtype_o));
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_o %s is not supported (f16 or bf16)", fam->name,
+                             cinfer__dtype_name(spec->dtype_o));
     if ((fam->fields & F_HD_VO) && (spec->head_dim_vo < 1 || spec->head_dim_vo > 1024))
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: head_dim_vo %d is out of range [1, 1024]",
-                             fam->name, (int)spec->head_dim_vo);
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head_dim_vo %d is out of range [1, 1024]", fam->name,
+                             (int)spec->head_dim_vo);
     if ((fam->fields & F_VEC) && spec->vec != 1 && spec->vec != 8)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: vec %d is not supported (1 or 8)",
                              fam->name, (int)spec->vec);
@@ -388,8 +393,9 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
     if (spec->op == CINFER__OP_DECODE || spec->op == CINFER__OP_DECODE_MERGE)
         CINFER__CHECK(validate_decode(spec, fam));
     if (spec->flags & ~fam->flags)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: flags 0x%x are not used by this family",
-                             fam->name, (unsigned)(spec->flags & ~fam->flags));
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: flags 0x%x are not used by this family", fam->name,
+                             (unsigned)(spec->flags & ~fam->flags));
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -499,7 +505,8 @@ cinfer_status_t cinfer__spec_render(const cinfer__spec_t *in, const char *arch, 
     char spec_text[512];
     cinfer__spec_format(&spec, spec_text, sizeof spec_text);
     cinfer__str_printf(src, "/* cinfer kernel %s\n * spec %s */\n", out->name, spec_text);
-    cinfer__str_printf(src, "#define CINFER_KERNEL_NAME %s\n#define %s 1\n", out->name, fam->define);
+    cinfer__str_printf(src, "#define CINFER_KERNEL_NAME %s\n#define %s 1\n", out->name,
+                       fam->define);
     for (size_t i = 0; i < NUM_FIELDS; i++)
         if (fam->fields & fields[i].bit)
             define_field(src, &spec, &fields[i]);

@@ -7,11 +7,9 @@
 #include "merge_params.h"
 #include "ops/tensor.h"
 
-/* Rows per 128-thread block for a head dim and vector width (mirrors TPR in kernels/merge.cu). */
+/* (row, head) pairs per block: the kernel's thread mapping (kernels/merge_params.h). */
 static int rows_per_block(int head_dim, int vec) {
-    int steps = (head_dim + vec - 1) / vec;
-    int tpr = steps >= 32 ? 32 : steps >= 16 ? 16 : steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
-    return 128 / tpr;
+    return CINFER_MERGE_BLOCK / CINFER_MERGE_TPR(head_dim, vec);
 }
 
 /* True if a value tensor's rows start on 16-byte boundaries, so 8-wide vector accesses are safe. */
@@ -47,11 +45,14 @@ static cinfer_status_t launch(cinfer_context_t *ctx, merge_launch_t *m, CUstream
     int rpb = rows_per_block(m->head_dim, spec.vec);
     int64_t blocks = (pairs + rpb - 1) / rpb;
     if (blocks > 0x7fffffff)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%lld (row, head) pairs is too many for one "
-                             "launch (at most %lld)", (long long)pairs, (long long)0x7fffffff * rpb);
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%lld (row, head) pairs is too many for one "
+                             "launch (at most %lld)",
+                             (long long)pairs, (long long)0x7fffffff * rpb);
     void *args[] = {&m->params};
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(k.function, (unsigned)blocks, 1, 1, 128, 1, 1, 0, stream, args, NULL),
+               cuLaunchKernel(k.function, (unsigned)blocks, 1, 1, CINFER_MERGE_BLOCK, 1, 1, 0,
+                              stream, args, NULL),
                "launching the merge kernel");
     return CINFER_STATUS_SUCCESS;
 }
@@ -98,11 +99,19 @@ static cinfer_status_t check_pair(cinfer_context_t *ctx, const char *v_name, con
     return cinfer__tensor_check(ctx, lse_name, lse, 2, lse_shape, CINFER__DTS(CINFER__DT_F32));
 }
 
-static cinfer_status_t check_head_dim(const char *arg, int64_t head_dim) {
-    if (head_dim < 1 || head_dim > 1024)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: head dim %lld is out of range, expected 1 <= D <= 1024", arg,
+/* Head dim and head count limits shared by the three operations. */
+static cinfer_status_t check_dims(const char *arg, int64_t num_heads, int64_t head_dim) {
+    if (head_dim < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: head dim %lld, expected 1 <= D <= 1024", arg,
                              (long long)head_dim);
+    if (head_dim > 1024)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head dim %lld is not supported, expected 1 <= D <= 1024", arg,
+                             (long long)head_dim);
+    if (num_heads > 0x7fffffff)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: %lld heads, at most 2^31-1", arg,
+                             (long long)num_heads);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -114,7 +123,7 @@ cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
     CINFER__CHECK(check_pair(ctx, "v_a", v_a, "lse_a", lse_a, NULL));
     CINFER__CHECK(check_pair(ctx, "v_b", v_b, "lse_b", lse_b, v_a));
     CINFER__CHECK(check_pair(ctx, "v_out", v_out, "lse_out", lse_out, v_a));
-    CINFER__CHECK(check_head_dim("v_a", v_a->shape[2]));
+    CINFER__CHECK(check_dims("v_a", v_a->shape[1], v_a->shape[2]));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATE;
@@ -136,11 +145,11 @@ cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v, 
     CINFER__CHECK(check_ctx(ctx));
     CINFER__CHECK(check_pair(ctx, "v", v, "lse", lse, NULL));
     CINFER__CHECK(check_pair(ctx, "v_other", v_other, "lse_other", lse_other, v));
-    CINFER__CHECK(check_head_dim("v", v->shape[2]));
+    CINFER__CHECK(check_dims("v", v->shape[1], v->shape[2]));
     if (mask) {
         const int64_t mask_shape[1] = {v->shape[0]};
-        CINFER__CHECK(cinfer__tensor_check(ctx, "mask", mask, 1, mask_shape,
-                                           CINFER__DTS(CINFER__DT_U8)));
+        CINFER__CHECK(
+            cinfer__tensor_check(ctx, "mask", mask, 1, mask_shape, CINFER__DTS(CINFER__DT_U8)));
         if (mask->shape[0] > 1 && cinfer__tensor_stride(mask, 0) != 1)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "mask: must be contiguous");
     }
@@ -174,7 +183,7 @@ cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v, co
         CINFER__CHECK(cinfer__tensor_check(ctx, "lse_out", lse_out, 2, lse_out_shape,
                                            CINFER__DTS(CINFER__DT_F32)));
     }
-    CINFER__CHECK(check_head_dim("v", v->shape[3]));
+    CINFER__CHECK(check_dims("v", v->shape[2], v->shape[3]));
     if (v->shape[1] > 0x7fffffff)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED, "v: %lld states per row, at most 2^31-1",
                              (long long)v->shape[1]);

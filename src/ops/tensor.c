@@ -3,9 +3,9 @@
 #include "ops/tensor.h"
 
 /* DLPack 1.x codes for fp8 and bool, which the installed dlpack.h (0.6) may not name. */
-#define CINFER__DL_BOOL 6
+#define CINFER__DL_BOOL          6
 #define CINFER__DL_FLOAT8_E4M3FN 10
-#define CINFER__DL_FLOAT8_E5M2 12
+#define CINFER__DL_FLOAT8_E5M2   12
 
 cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t) {
     const DLDataType d = t->dtype;
@@ -48,7 +48,8 @@ static void dtype_list(char *dst, size_t cap, uint32_t dtypes) {
         if (!(dtypes & CINFER__DTS(dt)))
             continue;
         size_t n = strlen(dst);
-        cinfer__fmt(dst + n, cap - n, "%s%s", n ? " or " : "", cinfer__dtype_name((cinfer__dtype_t)dt));
+        cinfer__fmt(dst + n, cap - n, "%s%s", n ? " or " : "",
+                    cinfer__dtype_name((cinfer__dtype_t)dt));
     }
 }
 
@@ -87,6 +88,12 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
                              t->dtype.code, t->dtype.bits, t->dtype.lanes,
                              dt ? cinfer__dtype_name(dt) : "unsupported", want);
     }
+    const size_t esz = cinfer__dtype_size(dt);
+    if (esz > 1 && (uintptr_t)cinfer__tensor_data(t) % esz != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: data %p + byte_offset %llu is not aligned to its %zu-byte "
+                             "elements",
+                             arg, t->data, (unsigned long long)t->byte_offset, esz);
     if (ndim > 0 && t->shape[ndim - 1] > 1 && cinfer__tensor_stride(t, ndim - 1) != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: the last dimension must be contiguous (stride %lld, expected 1)",

@@ -42,7 +42,10 @@ static void cinfer__ref_merge_row(const double *v, int64_t v_stride, const doubl
         return;
     }
     for (int64_t k = 0; k < count; k++) {
-        /* exp2(-inf) = 0, so an empty state drops out without a special case. */
+        /* An empty state contributes nothing, whatever its v holds (it may be unwritten). */
+        if (s[k * s_stride] == -INFINITY) {
+            continue;
+        }
         const double w = exp2(s[k * s_stride] - m);
         const double *vk = v + k * v_stride;
         sum += w;
