@@ -269,9 +269,14 @@ typedef struct cinfer_batch_decode cinfer_batch_decode_t;
 
 /*
  * The device workspace (bytes) a batch decode object needs for these options on this context's
- * device: the schedule and the split-KV partial states for up to options->max_batch_size
- * requests. The size is exact: create accepts exactly this many bytes or more.
- * Returns SUCCESS, INVALID_ARGUMENT or UNSUPPORTED (naming the option), NO_DEVICE.
+ * device: the schedule (work items, per-request merge information) and the float32 split-KV
+ * partial states of any plan of up to options->max_batch_size requests. The size is exact: create
+ * accepts exactly this many bytes or more. It depends on how many decode CTAs fit on the device
+ * at once, so, like create, it loads the decode kernels (JIT-compiling them on first use).
+ * *device_bytes is 0 on failure. Decode supports head_dim a multiple of 8 up to 256 and
+ * page_size 1..256.
+ * Returns SUCCESS, INVALID_ARGUMENT or UNSUPPORTED (naming the option), NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *ctx,
                                                               const cinfer_attention_options_t *options,
@@ -279,8 +284,10 @@ CINFER_API cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *
 
 /*
  * Creates a batch decode object over a caller-owned device workspace of workspace_bytes bytes
- * (at least cinfer_batch_decode_workspace_size; 256-byte aligned). Validates the options and
- * loads (JIT-compiling on first use) the kernels they need. The workspace must outlive the object.
+ * (device memory of the context's device, at least cinfer_batch_decode_workspace_size, 256-byte
+ * aligned). Validates the options and loads (JIT-compiling on first use) the kernels they need,
+ * so plan and run never compile. The object also owns a small pinned host buffer for staging
+ * schedules. The workspace must outlive the object. *out is NULL on failure.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not thread-safe per object.
  */
@@ -293,9 +300,15 @@ CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
  * Plans one decode step (once per step, shared by all layers): from the host copies of the page
  * table's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] (int32), chooses the
  * split-KV chunking and writes the schedule into the workspace with an asynchronous copy on
- * stream. kv_len of request b = (pages - 1) * page_size + last_page_len (0 without pages).
- * Returns SUCCESS, INVALID_ARGUMENT (non-monotone indptr, last_page_len outside [1, page_size],
- * batch_size outside [0, max_batch_size] in graph mode), CUDA_ERROR.
+ * stream (runs on another stream must be ordered after it by the caller). kv_len of request b =
+ * (pages - 1) * page_size + last_page_len (0 without pages; last_page_len is then ignored); with
+ * window_left = w >= 0 only the last w + 1 positions of each request are scheduled. The schedule
+ * is staged in the object's pinned host buffers: plan blocks only until the copy made two plans
+ * earlier has completed. An argument error leaves the previous plan in place.
+ * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
+ * kv_indptr[0] < 0, non-monotone kv_indptr, last_page_len outside [1, page_size] for a request
+ * with pages, kv_len above 2^31 - 1; the message names the index and value), CUDA_ERROR.
+ * Not thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
                                                     const int32_t *kv_indptr,
@@ -303,14 +316,24 @@ CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
                                                     CUstream stream);
 
 /*
- * Runs the planned step on stream (once per layer): never allocates, synchronizes or compiles,
- * so it can be captured in a CUDA graph (graph mode: replays after any later plan are correct).
- * q: [batch, Hq, D] q_dtype. k_cache, v_cache: paged caches in kv_layout, kv_dtype; or
- * k_cache = the combined cache [max_pages, 2, ...] (index 0 = K, 1 = V) and v_cache = NULL.
- * kv_indptr [batch + 1], kv_indices [kv_indptr[batch]], kv_last_page_len [batch]: int32 on the
- * device, the same values that were planned. out: [batch, Hq, D] q_dtype. lse: NULL or
- * [batch, Hq] float32 (base 2). Returns SUCCESS, INVALID_ARGUMENT, PLAN_MISMATCH (shapes or
- * dtypes that differ from the options or the plan), CUDA_ERROR.
+ * Runs the planned step on stream (once per layer): never allocates, synchronizes, compiles or
+ * logs, so it can be captured in a CUDA graph. In graph mode (use_cuda_graph = 1) the grids are
+ * fixed for max_batch_size and the kernels read the batch size and schedule from the workspace,
+ * so a captured run replays correctly after any later plan, provided the captured tensors (same
+ * addresses and strides) hold the new step's data: capture with buffers that have room for the
+ * largest batch you will replay.
+ * q: [batch, Hq, D] q_dtype, batch = the planned batch_size. k_cache, v_cache: paged caches in
+ * kv_layout and kv_dtype ([max_pages, page_size, Hk, D] NHD or [max_pages, Hk, page_size, D] HND),
+ * with the same shape and strides; or k_cache = the combined cache [max_pages, 2, ...] (index
+ * 0 = K, 1 = V) and v_cache = NULL. kv_indptr [batch + 1], kv_indices [>= kv_indptr[batch]],
+ * kv_last_page_len [batch]: int32 on the device, the same values that were planned (page indices
+ * are not range-checked). out: [batch, Hq, D] q_dtype. lse: NULL or [batch, Hq] float32 (base 2).
+ * The kernels read rows with vector loads: q, out, k and v rows must start on 16-byte boundaries
+ * (8 bytes for fp8 KV), i.e. the data addresses and the strides of every dimension longer than 1.
+ * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim, non-contiguous last dim, not
+ * on the context's device, index arrays not int32, lse not float32); PLAN_MISMATCH (shapes or
+ * dtypes that differ from the options or the plan); UNSUPPORTED (misaligned rows, K and V with
+ * different strides); CUDA_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTensor *q,
                                                    const DLTensor *k_cache, const DLTensor *v_cache,
@@ -323,10 +346,17 @@ CINFER_API cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, co
 CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
 
 /*
- * Single-request decode: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND);
- * out [Hq, D]; lse NULL or [Hq] float32. Long KV is split across CTAs and merged. The device
- * workspace must hold cinfer_single_decode_workspace_size bytes for this kv_len.
- * page_size, use_cuda_graph and max_batch_size of options are ignored.
+ * Single-request decode: q [Hq, D] q_dtype; k, v [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND)
+ * kv_dtype, with the same shape and strides; out [Hq, D] q_dtype; lse NULL or [Hq] float32
+ * (base 2). Row alignment as for cinfer_batch_decode_run. Long KV is split across CTAs and
+ * merged. workspace: device memory, 256-byte aligned, of at least
+ * cinfer_single_decode_workspace_size(ctx, options, kv_len) bytes (exact for this kv_len and
+ * these options). page_size, use_cuda_graph and max_batch_size of options are ignored.
+ * Each call validates, loads the kernels (JIT-compiling on first use) and plans on the host, then
+ * copies the schedule into the workspace from pageable memory with an asynchronous copy on
+ * stream; so it cannot be captured in a CUDA graph (use batch decode for that).
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */
 CINFER_API cinfer_status_t cinfer_single_decode_workspace_size(cinfer_context_t *ctx,
                                                                const cinfer_attention_options_t *options,

@@ -21,16 +21,21 @@
 #include "common.cuh"
 #include "decode_params.h"
 
-#define D CINFER_HEAD_DIM_VO
-#define VEC 8
+#define D         CINFER_HEAD_DIM_VO
+#define VEC       8
 #define ROW_LANES (D / VEC)
 /* Lanes per token row: the next power of two >= D / 8, so a butterfly reduction stays in a row. */
 #define TX                                                                                         \
-    (ROW_LANES > 16 ? 32 : ROW_LANES > 8 ? 16 : ROW_LANES > 4 ? 8 : ROW_LANES > 2 ? 4 : ROW_LANES > 1 ? 2 : 1)
-#define TY (32 / TX)
-#define WARPS CINFER_WARPS
+    (ROW_LANES > 16  ? 32                                                                          \
+     : ROW_LANES > 8 ? 16                                                                          \
+     : ROW_LANES > 4 ? 8                                                                           \
+     : ROW_LANES > 2 ? 4                                                                           \
+     : ROW_LANES > 1 ? 2                                                                           \
+                     : 1)
+#define TY      (32 / TX)
+#define WARPS   CINFER_WARPS
 #define THREADS (WARPS * 32)
-#define ROWS (WARPS * TY)
+#define ROWS    (WARPS * TY)
 
 #if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
 #define KV_FP8 1
@@ -43,7 +48,7 @@ typedef uint4 kv_vec;
 #if defined(CINFER_OP_DECODE)
 
 #define HPC CINFER_TILE_Q
-#define U CINFER_TILE_KV
+#define U   CINFER_TILE_KV
 
 __device__ __forceinline__ void kv_unpack(float *dst, kv_vec v) {
 #if KV_FP8
@@ -103,7 +108,8 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS)
+    CINFER_KERNEL_NAME(const cinfer_decode_params p) {
     __shared__ float smem_md[ROWS][HPC][2];
     __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
 
@@ -284,7 +290,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
  * Folds each split request's partial states into out/lse: TX lanes per (request, query head),
  * VEC floats each. Rows of requests that were not split, or beyond the planned batch, exit.
  */
-extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS)
+    CINFER_KERNEL_NAME(const cinfer_decode_params p) {
     const int lane = threadIdx.x % 32, tx = lane % TX;
     const long long pair = (long long)blockIdx.x * ROWS + threadIdx.x / TX;
     const int batch = p.header->batch_size;

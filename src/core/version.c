@@ -1,7 +1,7 @@
 #include "core/core.h"
 
 #define CINFER__STR2(x) #x
-#define CINFER__STR(x) CINFER__STR2(x)
+#define CINFER__STR(x)  CINFER__STR2(x)
 
 int cinfer_version(void) {
     return CINFER_VERSION;

@@ -6,7 +6,7 @@
 #include "jit/spec.h"
 
 /* Bit set of accepted dtypes: 1u << cinfer__dtype_t. */
-#define CINFER__DTS(dt) (1u << (dt))
+#define CINFER__DTS(dt)  (1u << (dt))
 #define CINFER__DTS_HALF (CINFER__DTS(CINFER__DT_F16) | CINFER__DTS(CINFER__DT_BF16))
 
 /* The cinfer dtype of a tensor, or CINFER__DT_NONE if it has none (e.g. int64). */

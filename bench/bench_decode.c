@@ -1,0 +1,357 @@
+/*
+ * Batch decode benchmark: Llama-3-8B attention heads (32 query / 8 KV heads, D = 128), bf16 (and
+ * fp8 e4m3) paged KV cache with 16-token pages, against the device's copy bandwidth measured in
+ * the same run.
+ *
+ * Bytes counted = the K and V bytes every step must read once (PERF.md). Pages are scattered
+ * (a random permutation of a large pool), the data is random (never zeros), and each timed run
+ * uses the next of several page tables over disjoint parts of the pool, so that no run finds the
+ * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up.
+ *
+ * Usage: bench_decode [TRACE.csv] [--quick]. Prints a Markdown table.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinfer.h"
+#include "cuda/context.h"
+
+#define PAGE 16
+#define HQ   32
+#define HK   8
+#define HD   128
+/* Every timed configuration touches at least this many bytes across its rotations: 4x the L2. */
+#define ROTATE_BYTES  (256ull << 20)
+#define MAX_ROTATIONS 8
+
+static const cinfer__cuda_t *cu;
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = cu->call;                                                                    \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            cinfer__cu_error(r_, #call);                                                           \
+            fprintf(stderr, "bench_decode: %s\n", cinfer_last_error());                            \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define CI(call)                                                                                   \
+    do {                                                                                           \
+        cinfer_status_t s_ = (call);                                                               \
+        if (s_ != CINFER_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "bench_decode: %s: %s: %s\n", #call, cinfer_status_name(s_),           \
+                    cinfer_last_error());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills n bytes of device memory with random bytes that decode to finite values of small size:
+ * a 64 MB random block uploaded once and copied over the whole range. */
+static void fill_random(CUdeviceptr dst, size_t n, int fp8) {
+    static unsigned char *host;
+    static CUdeviceptr block;
+    const size_t block_bytes = 64u << 20;
+    if (!host) {
+        host = malloc(block_bytes);
+        for (size_t i = 0; i < block_bytes; i += 2) {
+            /* bf16 of magnitude 2^-15..1: sign, exponent 0x70..0x7e, 6 random mantissa bits. Read
+             * as fp8 bytes these are finite e4m3 values too: no byte has all 7 low bits set. */
+            uint64_t r = rng_next();
+            uint16_t v =
+                (uint16_t)(((r & 1) << 15) | ((0x70 + (r >> 8) % 15) << 7) | ((r >> 16) & 0x3f));
+            memcpy(host + i, &v, 2);
+        }
+        CU(cuMemAlloc(&block, block_bytes));
+        CU(cuMemcpyHtoD(block, host, block_bytes));
+    }
+    (void)fp8;
+    for (size_t off = 0; off < n; off += block_bytes) {
+        size_t len = n - off < block_bytes ? n - off : block_bytes;
+        CU(cuMemcpyDtoDAsync(dst + off, block, len, NULL));
+    }
+    CU(cuCtxSynchronize());
+}
+
+/* Device-to-device copy bandwidth over 2 GiB, counting bytes read plus written. */
+static double copy_ceiling(CUstream stream) {
+    size_t bytes = 2ull << 30;
+    CUdeviceptr a, b;
+    CU(cuMemAlloc(&a, bytes));
+    CU(cuMemAlloc(&b, bytes));
+    fill_random(a, bytes, 0);
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    float times[20];
+    for (int i = 0; i < 23; i++) {
+        CU(cuEventRecord(e0, stream));
+        CU(cuMemcpyDtoDAsync(b, a, bytes, stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 3)
+            CU(cuEventElapsedTime(&times[i - 3], e0, e1));
+    }
+    qsort(times, 20, sizeof times[0], cmp_float);
+    CU(cuMemFree(a));
+    CU(cuMemFree(b));
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    return 2.0 * (double)bytes / (times[10] * 1e-3) / 1e12;
+}
+
+typedef struct result {
+    double us, tbps;
+} result_t;
+
+static DLTensor tensor(CUdeviceptr p, DLDataType dt, int ndim, int64_t *shape, int device) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.device.device_id = device;
+    t.ndim = ndim;
+    t.dtype = dt;
+    t.shape = shape;
+    return t;
+}
+
+/* Times one batch of kv lengths; returns the median microseconds and TB/s of K+V bytes. */
+static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens, int batch,
+                         DLDataType kv_dtype, int iters) {
+    const int fp8 = kv_dtype.bits == 8;
+    const size_t elem = fp8 ? 1 : 2;
+    const size_t page_bytes = (size_t)PAGE * HK * HD * elem;
+    int64_t pages_needed = 0, tokens = 0;
+    for (int b = 0; b < batch; b++) {
+        pages_needed += (lens[b] + PAGE - 1) / PAGE;
+        tokens += lens[b];
+    }
+    const double kv_bytes = 2.0 * (double)tokens * HK * HD * (double)elem;
+    int rotations = (int)ceil((double)ROTATE_BYTES / (kv_bytes > 1 ? kv_bytes : 1));
+    if (rotations < 1)
+        rotations = 1;
+    if (rotations > MAX_ROTATIONS)
+        rotations = MAX_ROTATIONS;
+    const int64_t pool_pages = pages_needed * rotations;
+
+    CUdeviceptr k_cache, v_cache, q, out, indptr, indices, last;
+    CU(cuMemAlloc(&k_cache, (size_t)pool_pages * page_bytes + 1));
+    CU(cuMemAlloc(&v_cache, (size_t)pool_pages * page_bytes + 1));
+    fill_random(k_cache, (size_t)pool_pages * page_bytes, fp8);
+    fill_random(v_cache, (size_t)pool_pages * page_bytes, fp8);
+    CU(cuMemAlloc(&q, (size_t)batch * HQ * HD * 2));
+    CU(cuMemAlloc(&out, (size_t)batch * HQ * HD * 2));
+    fill_random(q, (size_t)batch * HQ * HD * 2, 0);
+
+    /* A random permutation of the pool; rotation r uses its r-th block of pages. */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)(pool_pages ? pool_pages : 1));
+    for (int64_t i = 0; i < pool_pages; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = pool_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *h_indptr = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int32_t *h_last = malloc(sizeof(int32_t) * (size_t)batch);
+    h_indptr[0] = 0;
+    for (int b = 0; b < batch; b++) {
+        int np = (lens[b] + PAGE - 1) / PAGE;
+        h_indptr[b + 1] = h_indptr[b] + np;
+        h_last[b] = np ? lens[b] - (np - 1) * PAGE : 0;
+    }
+    CU(cuMemAlloc(&indptr, sizeof(int32_t) * (size_t)(batch + 1)));
+    CU(cuMemAlloc(&last, sizeof(int32_t) * (size_t)batch));
+    CU(cuMemAlloc(&indices, sizeof(int32_t) * (size_t)(pool_pages ? pool_pages : 1)));
+    CU(cuMemcpyHtoD(indptr, h_indptr, sizeof(int32_t) * (size_t)(batch + 1)));
+    CU(cuMemcpyHtoD(last, h_last, sizeof(int32_t) * (size_t)batch));
+    CU(cuMemcpyHtoD(indices, perm, sizeof(int32_t) * (size_t)(pool_pages ? pool_pages : 1)));
+
+    cinfer_attention_options_t opt = CINFER_ATTENTION_OPTIONS_INIT;
+    opt.num_qo_heads = HQ;
+    opt.num_kv_heads = HK;
+    opt.head_dim = HD;
+    opt.page_size = PAGE;
+    opt.kv_dtype = kv_dtype;
+    opt.max_batch_size = batch;
+    size_t ws_bytes;
+    CI(cinfer_batch_decode_workspace_size(ctx, &opt, &ws_bytes));
+    CUdeviceptr ws;
+    CU(cuMemAlloc(&ws, ws_bytes));
+    cinfer_batch_decode_t *op;
+    CI(cinfer_batch_decode_create(ctx, &opt, (void *)(uintptr_t)ws, ws_bytes, &op));
+    CI(cinfer_batch_decode_plan(op, h_indptr, h_last, batch, stream));
+
+    const DLDataType bf16 = {kDLBfloat, 16, 1}, i32 = {kDLInt, 32, 1};
+    int64_t q_shape[3] = {batch, HQ, HD}, cache_shape[4] = {pool_pages, PAGE, HK, HD};
+    int64_t indptr_shape[1] = {batch + 1}, last_shape[1] = {batch}, idx_shape[1] = {pages_needed};
+    int dev = 0;
+    cinfer_context_get_device(ctx, &dev, NULL);
+    DLTensor tq = tensor(q, bf16, 3, q_shape, dev), tout = tensor(out, bf16, 3, q_shape, dev);
+    DLTensor tk = tensor(k_cache, kv_dtype, 4, cache_shape, dev);
+    DLTensor tv = tensor(v_cache, kv_dtype, 4, cache_shape, dev);
+    DLTensor tindptr = tensor(indptr, i32, 1, indptr_shape, dev);
+    DLTensor tlast = tensor(last, i32, 1, last_shape, dev);
+    DLTensor tidx[MAX_ROTATIONS];
+    for (int r = 0; r < rotations; r++)
+        tidx[r] = tensor(indices + (CUdeviceptr)r * (CUdeviceptr)pages_needed * sizeof(int32_t),
+                         i32, 1, idx_shape, dev);
+
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    for (int i = -5; i < iters; i++) {
+        const DLTensor *ti = &tidx[(i + 5) % rotations];
+        CU(cuEventRecord(e0, stream));
+        CI(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, ti, &tlast, &tout, NULL, stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    result_t res;
+    res.us = times[iters / 2] * 1e3;
+    res.tbps = kv_bytes / (res.us * 1e-6) / 1e12;
+
+    free(times);
+    cinfer_batch_decode_destroy(op);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    CU(cuMemFree(ws));
+    CU(cuMemFree(k_cache));
+    CU(cuMemFree(v_cache));
+    CU(cuMemFree(q));
+    CU(cuMemFree(out));
+    CU(cuMemFree(indptr));
+    CU(cuMemFree(indices));
+    CU(cuMemFree(last));
+    free(perm);
+    free(h_indptr);
+    free(h_last);
+    return res;
+}
+
+/* kv_len = context + a uniform share of the generated tokens, for requests sampled from the
+ * trace (CC BY 4.0, Azure LLM inference trace 2023). */
+static int load_trace(const char *path, int **ctx_out, int **gen_out) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[256];
+    int n = 0, cap = 1024;
+    int *c = malloc(sizeof(int) * (size_t)cap), *g = malloc(sizeof(int) * (size_t)cap);
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return 0;
+    }
+    while (fgets(line, sizeof line, f)) {
+        char *comma = strchr(line, ',');
+        if (!comma)
+            continue;
+        int a = 0, b = 0;
+        if (sscanf(comma + 1, "%d,%d", &a, &b) != 2)
+            continue;
+        if (n == cap) {
+            cap *= 2;
+            c = realloc(c, sizeof(int) * (size_t)cap);
+            g = realloc(g, sizeof(int) * (size_t)cap);
+        }
+        c[n] = a;
+        g[n] = b;
+        n++;
+    }
+    fclose(f);
+    *ctx_out = c;
+    *gen_out = g;
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *trace = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else
+            trace = argv[i];
+    }
+    CI(cinfer__cuda_get(&cu));
+    cinfer_context_t *ctx;
+    CI(cinfer_context_create(NULL, &ctx));
+    CI(cinfer__context_activate(ctx));
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    const double ceiling = copy_ceiling(stream);
+    const int iters = quick ? 10 : 30;
+    const DLDataType bf16 = {kDLBfloat, 16, 1}, e4m3 = {10, 8, 1};
+
+    printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
+    printf("| workload | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    static const int batches[] = {1, 16, 64, 256};
+    static const int lengths[] = {1024, 4096, 8192, 32768};
+    int *lens = malloc(sizeof(int) * 256);
+    for (size_t bi = 0; bi < 4; bi++) {
+        for (size_t li = 0; li < 4; li++) {
+            int batch = batches[bi], len = lengths[li];
+            if (quick && (int64_t)batch * len > (1 << 20))
+                continue;
+            for (int b = 0; b < batch; b++)
+                lens[b] = len;
+            result_t r = run_case(ctx, stream, lens, batch, bf16, iters);
+            printf("| uniform | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n", batch, len, r.us,
+                   r.tbps, 100 * r.tbps / ceiling);
+            fflush(stdout);
+        }
+    }
+    for (int b = 0; b < 64; b++)
+        lens[b] = 4096;
+    result_t base = run_case(ctx, stream, lens, 64, bf16, iters);
+    result_t f8 = run_case(ctx, stream, lens, 64, e4m3, iters);
+    printf("| uniform | e4m3 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", f8.us, f8.tbps,
+           100 * f8.tbps / ceiling);
+    printf("\nfp8 e4m3 vs bf16 at B=64 L=4096: %.2fx the steps per second\n", base.us / f8.us);
+
+    int *tc = NULL, *tg = NULL;
+    int n = trace ? load_trace(trace, &tc, &tg) : 0;
+    if (n > 0) {
+        static const int trace_batches[] = {64, 256};
+        for (int i = 0; i < 2; i++) {
+            int batch = trace_batches[i];
+            double mean = 0;
+            for (int b = 0; b < batch; b++) {
+                int k = (int)(rng_next() % (uint64_t)n);
+                lens[b] = tc[k] + (int)(rng_next() % (uint64_t)(tg[k] + 1));
+                mean += lens[b];
+            }
+            result_t r = run_case(ctx, stream, lens, batch, bf16, iters);
+            printf("| trace (mean %.0f) | bf16 | %d | mixed | %.1f | %.2f | %.0f%% |\n",
+                   mean / batch, batch, r.us, r.tbps, 100 * r.tbps / ceiling);
+        }
+    }
+    free(lens);
+    free(tc);
+    free(tg);
+    cu->cuStreamDestroy(stream);
+    cinfer_context_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,56 @@
+"""Decode peers on the same GPU, in the same benchmark call as bench_decode: PyTorch SDPA
+(cuDNN and FlashAttention-2 backends) on dense KV with the same heads and lengths.
+
+Bytes counted = K and V read once, as in bench_decode. Times are medians of CUDA-event timings
+after warm-up, rotating over several KV copies so the 60 MB L2 never holds the next run's KV.
+Prints Markdown rows; run: python3 bench/peers_decode.py
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HQ, HK, D = 32, 8, 128
+ROTATE_BYTES = 256 << 20
+
+
+def time_sdpa(backend, batch, length, iters=30):
+    kv_bytes = 2 * batch * HK * length * D * 2
+    copies = max(1, min(8, -(-ROTATE_BYTES // kv_bytes)))
+    q = torch.randn(batch, HQ, 1, D, device="cuda", dtype=torch.bfloat16)
+    ks = [torch.randn(batch, HK, length, D, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    vs = [torch.randn(batch, HK, length, D, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    times = []
+    with sdpa_kernel(backend):
+        for i in range(iters + 5):
+            k, v = ks[i % copies], vs[i % copies]
+            start.record()
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            end.record()
+            end.synchronize()
+            if i >= 5:
+                times.append(start.elapsed_time(end))
+    times.sort()
+    us = times[len(times) // 2] * 1e3
+    return us, kv_bytes / (us * 1e-6) / 1e12
+
+
+def main():
+    print("| peer | batch | kv_len | time (us) | TB/s |")
+    print("|---|---|---|---|---|")
+    for batch, length in [(1, 8192), (1, 32768), (16, 4096), (64, 4096), (128, 2048), (256, 1024)]:
+        for name, backend in [("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
+                              ("SDPA FlashAttention-2", SDPBackend.FLASH_ATTENTION)]:
+            try:
+                us, tbps = time_sdpa(backend, batch, length)
+                print(f"| {name} | {batch} | {length} | {us:.1f} | {tbps:.2f} |", flush=True)
+            except RuntimeError as e:  # a backend that refuses the shape
+                print(f"| {name} | {batch} | {length} | n/a | {str(e).splitlines()[0][:60]} |")
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

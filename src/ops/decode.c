@@ -1,0 +1,723 @@
+/*
+ * Batch and single decode: options -> kernels and workspace size (setup), page table -> schedule
+ * (plan, src/sched/decode_plan.c), tensors -> kernel parameters -> launches (run).
+ *
+ * One function (decode_setup) validates the options, chooses the tiles, loads both kernels and
+ * measures how many attention CTAs fit on the device; workspace_size, create and single decode all
+ * go through it, so the size they report and the layout they use cannot drift apart.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_params.h"
+#include "jit/jit.h"
+#include "ops/tensor.h"
+#include "sched/decode_plan.h"
+
+/* What the options decide, for one context. */
+typedef struct decode_setup {
+    cinfer__decode_config_t cfg;
+    int head_dim, page_size;
+    cinfer_kv_layout_t layout;
+    cinfer__dtype_t dtype_q, dtype_kv;
+    float q_scale, soft_cap_log2, v_scale;
+    cinfer__kernel_t attention, merge;
+} decode_setup_t;
+
+static cinfer__dtype_t dtype_of(DLDataType d) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = d;
+    return cinfer__tensor_dtype(&t);
+}
+
+static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    return CINFER_STATUS_SUCCESS;
+}
+
+/*
+ * Validates the options (batch: the batch decode fields too), fills the kernel configuration and
+ * scales, loads the attention and merge kernels (JIT-compiling on first use) and sets max_ctas to
+ * the attention kernel's resident CTAs on the device.
+ */
+static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                    bool batch, decode_setup_t *s) {
+    CINFER__CHECK(cinfer__decode_options_check(o, batch));
+    memset(s, 0, sizeof *s);
+    const int group = o->num_qo_heads / o->num_kv_heads;
+    s->cfg.num_qo_heads = o->num_qo_heads;
+    s->cfg.num_kv_heads = o->num_kv_heads;
+    s->cfg.heads_per_cta = cinfer__decode_heads_per_cta(group);
+    s->cfg.window_left = o->window_left;
+    s->cfg.graph = batch && o->use_cuda_graph;
+    s->cfg.max_batch_size = batch ? o->max_batch_size : 1;
+    s->head_dim = o->head_dim;
+    s->page_size = batch ? o->page_size : 1;
+    s->layout = o->kv_layout;
+    s->dtype_q = dtype_of(o->q_dtype);
+    s->dtype_kv = dtype_of(o->kv_dtype);
+
+    /* The kernel works in base-2 logits: q is pre-scaled so that exp2 of its dot products is
+     * exp of the natural logits; with a soft cap the scale also divides by the cap, and the kernel
+     * multiplies tanh by cap * log2(e). */
+    const double log2e = 1.4426950408889634;
+    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)o->head_dim);
+    double q_scale = sm_scale * o->k_scale, v_scale = o->v_scale;
+    if (o->logits_soft_cap > 0) {
+        q_scale /= o->logits_soft_cap;
+        s->soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
+    } else {
+        q_scale *= log2e;
+    }
+    /* The kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the 256 back
+     * into both scales. */
+    if (s->dtype_kv == CINFER__DT_E4M3) {
+        q_scale *= 256.0;
+        v_scale *= 256.0;
+    }
+    s->q_scale = (float)q_scale;
+    s->v_scale = (float)v_scale;
+
+    cinfer__spec_t spec;
+    cinfer__spec_init(&spec, CINFER__OP_DECODE);
+    spec.dtype_q = s->dtype_q;
+    spec.dtype_kv = s->dtype_kv;
+    spec.dtype_o = s->dtype_q;
+    spec.head_dim_qk = o->head_dim;
+    spec.head_dim_vo = o->head_dim;
+    spec.paged = batch ? 1 : 0;
+    spec.flags = o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0;
+    spec.tile_q = s->cfg.heads_per_cta;
+    spec.tile_kv = cinfer__decode_tile_kv(s->cfg.heads_per_cta);
+    spec.warps = CINFER__DECODE_WARPS;
+    CINFER__CHECK(cinfer__spec_validate(&spec));
+    cinfer__spec_t merge;
+    cinfer__spec_init(&merge, CINFER__OP_DECODE_MERGE);
+    merge.dtype_o = s->dtype_q;
+    merge.head_dim_vo = o->head_dim;
+    merge.warps = CINFER__DECODE_WARPS;
+    CINFER__CHECK(cinfer__spec_validate(&merge));
+
+    const int threads = CINFER__DECODE_WARPS * 32;
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->attention));
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
+    if (s->attention.max_threads < threads || s->merge.max_threads < threads)
+        return cinfer__error(CINFER_STATUS_INTERNAL,
+                             "decode kernels allow %d / %d threads per block, the launch needs %d",
+                             s->attention.max_threads, s->merge.max_threads, threads);
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    int per_sm = 0;
+    CINFER__CU(
+        ctx->cu,
+        cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->attention.function, threads, 0),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor (decode kernel)");
+    const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
+    s->cfg.max_ctas = ctas < 1 ? 1 : ctas > INT32_MAX ? INT32_MAX : (int)ctas;
+
+    /* The largest merge grid any plan can need must fit one launch. */
+    const int64_t merge_blocks = cinfer__decode_merge_grid(
+        &(cinfer__decode_config_t){.num_qo_heads = o->num_qo_heads,
+                                   .max_batch_size = s->cfg.max_batch_size,
+                                   .graph = true},
+        o->head_dim, 0, true);
+    if (merge_blocks > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->max_batch_size = %d x num_qo_heads = %d needs %lld merge "
+                             "blocks, more than one launch allows (2^31 - 1)",
+                             s->cfg.max_batch_size, o->num_qo_heads, (long long)merge_blocks);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* ---- tensor checks ---- */
+
+/*
+ * Checks one tensor argument: NULL and ndim (INVALID_ARGUMENT), dtype (dtype_status), shape with
+ * -1 = any (shape_status; `origin` says where the expected shape comes from), then contiguity of
+ * the last dim, data and device (cinfer__tensor_check).
+ */
+static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg, const DLTensor *t,
+                                    int ndim, const int64_t *shape, cinfer__dtype_t dtype,
+                                    cinfer_status_t dtype_status, cinfer_status_t shape_status,
+                                    const char *origin) {
+    if (!t)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
+    if (t->ndim != ndim)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
+                             t->ndim, ndim, origin);
+    const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
+    if (dt != dtype)
+        return cinfer__error(dtype_status, "%s: dtype %s (code %u, %u bits, %u lanes), expected %s",
+                             arg, dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
+                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
+            char got[128], want[128];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
+            cinfer__shape_string(want, sizeof want, ndim, shape);
+            return cinfer__error(shape_status, "%s: shape %s, expected %s (%s)", arg, got, want,
+                                 origin);
+        }
+    }
+    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
+}
+
+/*
+ * The kernels read rows with vector loads of `align` bytes: the data address and the byte stride
+ * of every dim that has more than one index must keep rows on that boundary.
+ */
+static cinfer_status_t check_aligned(const char *arg, const DLTensor *t, int64_t align) {
+    const int64_t elem = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
+    const uintptr_t addr = (uintptr_t)cinfer__tensor_data(t);
+    if (addr % (uintptr_t)align != 0)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: data address %p is not %lld-byte aligned; decode reads rows with "
+                             "%lld-byte vector loads",
+                             arg, (void *)addr, (long long)align, (long long)align);
+    for (int i = 0; i < t->ndim - 1; i++) {
+        const int64_t stride = cinfer__tensor_stride(t, i);
+        if (t->shape[i] > 1 && (stride * elem) % align != 0)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "%s: stride of dim %d is %lld elements (%lld bytes), not a "
+                                 "multiple of %lld bytes; decode reads rows with %lld-byte vector "
+                                 "loads",
+                                 arg, i, (long long)stride, (long long)(stride * elem),
+                                 (long long)align, (long long)align);
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Bytes per vector load of K/V: 8 elements, so 16 bytes of fp16/bf16 or 8 bytes of fp8. */
+static int64_t kv_align(const decode_setup_t *s) {
+    return 8 * (int64_t)cinfer__dtype_size(s->dtype_kv);
+}
+
+static cinfer_status_t check_lse(const cinfer_context_t *ctx, const DLTensor *lse, int ndim,
+                                 const int64_t *shape, const char *origin,
+                                 cinfer_status_t shape_status) {
+    CINFER__CHECK(check_tensor(ctx, "lse", lse, ndim, shape, CINFER__DT_F32,
+                               CINFER_STATUS_INVALID_ARGUMENT, shape_status, origin));
+    if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "lse: data address %p is not 4-byte aligned (float32)",
+                             cinfer__tensor_data(lse));
+    return CINFER_STATUS_SUCCESS;
+}
+
+/*
+ * K and V share one set of strides in the kernel parameters: v must have k's strides in every
+ * dim that has more than one index (the others are only ever indexed at 0).
+ */
+static cinfer_status_t check_same_strides(const DLTensor *k, const DLTensor *v) {
+    for (int i = 0; i < k->ndim - 1; i++) {
+        if (k->shape[i] > 1 && cinfer__tensor_stride(k, i) != cinfer__tensor_stride(v, i))
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "v: stride of dim %d is %lld elements, k's is %lld; decode needs "
+                                 "K and V with the same strides",
+                                 i, (long long)cinfer__tensor_stride(v, i),
+                                 (long long)cinfer__tensor_stride(k, i));
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* The schedule and scale fields of the params, for a workspace with this layout. */
+static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t *layout,
+                          void *workspace, cinfer_decode_params *p) {
+    char *ws = workspace;
+    p->header = (const cinfer_decode_header *)ws;
+    p->requests = (const cinfer_decode_request *)(ws + layout->requests_offset);
+    p->work = (const cinfer_decode_work *)(ws + layout->work_offset);
+    p->partial_o = (float *)(ws + layout->partial_o_offset);
+    p->partial_lse = (float *)(ws + layout->partial_lse_offset);
+    p->num_qo_heads = s->cfg.num_qo_heads;
+    p->num_kv_heads = s->cfg.num_kv_heads;
+    p->heads_per_cta = s->cfg.heads_per_cta;
+    p->q_scale = s->q_scale;
+    p->soft_cap_log2 = s->soft_cap_log2;
+    p->v_scale = s->v_scale;
+}
+
+static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
+                              cinfer_decode_params *p, int attention_grid, int64_t merge_grid,
+                              CUstream stream) {
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    void *args[] = {p};
+    const unsigned threads = CINFER__DECODE_WARPS * 32;
+    if (attention_grid > 0)
+        CINFER__CU(ctx->cu,
+                   cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,
+                                  1, 0, stream, args, NULL),
+                   "launching the decode kernel");
+    if (merge_grid > 0)
+        CINFER__CU(ctx->cu,
+                   cuLaunchKernel(s->merge.function, (unsigned)merge_grid, 1, 1, threads, 1, 1, 0,
+                                  stream, args, NULL),
+                   "launching the decode merge kernel");
+    return CINFER_STATUS_SUCCESS;
+}
+
+static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
+                                       const char *size_function) {
+    if (!workspace)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "workspace is NULL, expected %zu bytes of device memory (%s)", need,
+                             size_function);
+    if ((uintptr_t)workspace % CINFER__DECODE_ALIGN != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %d-byte aligned",
+                             workspace, CINFER__DECODE_ALIGN);
+    if (workspace_bytes < need)
+        return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
+                             "workspace_bytes = %zu, expected at least %zu (%s)", workspace_bytes,
+                             need, size_function);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batch decode
+ * ------------------------------------------------------------------------------------------- */
+
+struct cinfer_batch_decode {
+    cinfer_context_t *ctx;
+    decode_setup_t setup;
+    cinfer__decode_layout_t layout;
+    void *workspace; /* device */
+
+    /* Plan's host side: scratch arrays of max_batch_size entries, and two pinned mirrors of the
+     * workspace's schedule regions used in turn; a mirror is rewritten only after the event
+     * recorded behind its last copy has completed, so plan n waits on plan n - 2's copy at most. */
+    int32_t *kv_len;
+    int64_t *order;
+    char *host; /* 2 x host_stride bytes, pinned */
+    size_t host_stride;
+    CUevent copied[2];
+    bool pending[2];
+    int next;
+
+    /* The current plan (what run checks its arguments against). */
+    bool planned;
+    int batch_size, num_work;
+    bool split;
+    int32_t num_pages; /* kv_indptr[batch_size] */
+};
+
+cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *ctx,
+                                                   const cinfer_attention_options_t *options,
+                                                   size_t *device_bytes) {
+    if (!device_bytes)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
+    *device_bytes = 0;
+    CINFER__CHECK(check_ctx(ctx));
+    decode_setup_t s;
+    CINFER__CHECK(decode_setup(ctx, options, true, &s));
+    cinfer__decode_layout_t layout;
+    CINFER__CHECK(cinfer__decode_batch_layout(&s.cfg, s.head_dim, &layout));
+    *device_bytes = layout.total_bytes;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
+                                           const cinfer_attention_options_t *options,
+                                           void *workspace, size_t workspace_bytes,
+                                           cinfer_batch_decode_t **out) {
+    if (!out)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    CINFER__CHECK(check_ctx(ctx));
+    cinfer_batch_decode_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "batch decode: out of memory");
+    op->ctx = ctx;
+    op->workspace = workspace;
+    const cinfer__cuda_t *cu = ctx->cu;
+    cinfer_status_t st;
+    if ((st = decode_setup(ctx, options, true, &op->setup)) ||
+        (st = cinfer__decode_batch_layout(&op->setup.cfg, op->setup.head_dim, &op->layout)) ||
+        (st = check_workspace(workspace, workspace_bytes, op->layout.total_bytes,
+                              "cinfer_batch_decode_workspace_size")))
+        goto out_free_op;
+
+    const size_t max_batch = (size_t)op->setup.cfg.max_batch_size;
+    op->kv_len = malloc(max_batch * sizeof *op->kv_len);
+    op->order = malloc(max_batch * sizeof *op->order);
+    if (!op->kv_len || !op->order) {
+        st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                           "batch decode: out of memory for %zu requests", max_batch);
+        goto out_free_scratch;
+    }
+
+    if ((st = cinfer__context_activate(ctx)))
+        goto out_free_scratch;
+    op->host_stride = (op->layout.schedule_bytes + CINFER__DECODE_ALIGN - 1) /
+                      CINFER__DECODE_ALIGN * CINFER__DECODE_ALIGN;
+    void *host = NULL;
+    CUresult res = cu->cuMemAllocHost(&host, 2 * op->host_stride);
+    if (res != CUDA_SUCCESS) {
+        st = res == CUDA_ERROR_OUT_OF_MEMORY
+                 ? cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                                 "batch decode: cuMemAllocHost of %zu bytes failed",
+                                 2 * op->host_stride)
+                 : cinfer__cu_error(res, "cuMemAllocHost (batch decode schedule)");
+        goto out_free_scratch;
+    }
+    op->host = host;
+    /* Plan copies whole request regions; zeroing keeps the unused entries defined. */
+    memset(op->host, 0, 2 * op->host_stride);
+    if ((res = cu->cuEventCreate(&op->copied[0], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        st = cinfer__cu_error(res, "cuEventCreate (batch decode)");
+        goto out_free_host;
+    }
+    if ((res = cu->cuEventCreate(&op->copied[1], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        st = cinfer__cu_error(res, "cuEventCreate (batch decode)");
+        goto out_destroy_event;
+    }
+    *out = op;
+    return CINFER_STATUS_SUCCESS;
+
+out_destroy_event:
+    cu->cuEventDestroy(op->copied[0]);
+out_free_host:
+    cu->cuMemFreeHost(op->host);
+out_free_scratch:
+    free(op->kv_len);
+    free(op->order);
+out_free_op:
+    free(op);
+    return st;
+}
+
+cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_t *kv_indptr,
+                                         const int32_t *kv_last_page_len, int batch_size,
+                                         CUstream stream) {
+    if (!op)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    const decode_setup_t *s = &op->setup;
+    /* Everything that can reject the arguments runs before the previous plan is touched. */
+    CINFER__CHECK(cinfer__decode_kv_lens(kv_indptr, kv_last_page_len, batch_size,
+                                         s->cfg.max_batch_size, s->page_size, op->kv_len));
+    cinfer__decode_chunking_t chunking;
+    CINFER__CHECK(cinfer__decode_plan_chunks(&s->cfg, op->kv_len, batch_size, &chunking));
+
+    cinfer_context_t *ctx = op->ctx;
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    const int i = op->next;
+    if (op->pending[i]) {
+        CINFER__CU(ctx->cu, cuEventSynchronize(op->copied[i]),
+                   "waiting for an earlier plan's schedule copy");
+        op->pending[i] = false;
+    }
+    op->planned = false;
+    char *host = op->host + (size_t)i * op->host_stride;
+    const cinfer__decode_schedule_t dst = {
+        .header = (cinfer_decode_header *)host,
+        .requests = (cinfer_decode_request *)(host + op->layout.requests_offset),
+        .work = (cinfer_decode_work *)(host + op->layout.work_offset),
+        .request_capacity = op->layout.request_capacity,
+        .work_capacity = op->layout.work_capacity,
+        .slot_capacity = op->layout.slot_capacity,
+        .order = op->order,
+    };
+    CINFER__CHECK(cinfer__decode_plan_build(&s->cfg, op->kv_len, batch_size, &chunking, &dst));
+    const size_t bytes =
+        op->layout.work_offset + (size_t)chunking.num_work * sizeof(cinfer_decode_work);
+    CINFER__CU(ctx->cu,
+               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)op->workspace, host, bytes, stream),
+               "copying the decode schedule to the workspace");
+    CUresult res = ctx->cu->cuEventRecord(op->copied[i], stream);
+    if (res != CUDA_SUCCESS) {
+        /* Without the event the mirror's copy cannot be tracked: let it finish here. */
+        ctx->cu->cuStreamSynchronize(stream);
+        return cinfer__cu_error(res, "cuEventRecord after the decode schedule copy");
+    }
+    op->pending[i] = true;
+    op->next = 1 - i;
+
+    op->planned = true;
+    op->batch_size = batch_size;
+    op->num_work = chunking.num_work;
+    op->split = chunking.split;
+    op->num_pages = kv_indptr[batch_size];
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Fills the K/V fields of params from a paged cache (separate k/v, or combined k with v NULL). */
+static cinfer_status_t check_paged_cache(const cinfer_batch_decode_t *op, const DLTensor *k_cache,
+                                         const DLTensor *v_cache, cinfer_decode_params *p) {
+    const decode_setup_t *s = &op->setup;
+    const cinfer_context_t *ctx = op->ctx;
+    const bool nhd = s->layout == CINFER_KV_LAYOUT_NHD;
+    const int64_t P = s->page_size, Hk = s->cfg.num_kv_heads, D = s->head_dim;
+    const int64_t a = nhd ? P : Hk, b = nhd ? Hk : P;
+    const char *origin =
+        nhd ? "NHD [max_pages, page_size, num_kv_heads, head_dim] from the options"
+            : "HND [max_pages, num_kv_heads, page_size, head_dim] from the options";
+    const char *origin_combined =
+        nhd ? "combined NHD [max_pages, 2, page_size, num_kv_heads, head_dim] from the options "
+              "(v_cache is NULL)"
+            : "combined HND [max_pages, 2, num_kv_heads, page_size, head_dim] from the options "
+              "(v_cache is NULL)";
+    const int64_t align = kv_align(s);
+    int first; /* the dim of k_cache after the page (and K/V) dims */
+    if (v_cache) {
+        const int64_t shape[4] = {-1, a, b, D};
+        CINFER__CHECK(check_tensor(ctx, "k_cache", k_cache, 4, shape, s->dtype_kv,
+                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
+                                   origin));
+        const int64_t v_shape[4] = {k_cache->shape[0], a, b, D};
+        CINFER__CHECK(check_tensor(ctx, "v_cache", v_cache, 4, v_shape, s->dtype_kv,
+                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
+                                   "k_cache's shape"));
+        CINFER__CHECK(check_aligned("k_cache", k_cache, align));
+        CINFER__CHECK(check_aligned("v_cache", v_cache, align));
+        CINFER__CHECK(check_same_strides(k_cache, v_cache));
+        p->k = cinfer__tensor_data(k_cache);
+        p->v = cinfer__tensor_data(v_cache);
+        first = 1;
+    } else {
+        const int64_t shape[5] = {-1, 2, a, b, D};
+        CINFER__CHECK(check_tensor(ctx, "k_cache", k_cache, 5, shape, s->dtype_kv,
+                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
+                                   origin_combined));
+        CINFER__CHECK(check_aligned("k_cache", k_cache, align));
+        p->k = cinfer__tensor_data(k_cache);
+        p->v = (const char *)p->k +
+               cinfer__tensor_stride(k_cache, 1) * (int64_t)cinfer__dtype_size(s->dtype_kv);
+        first = 2;
+    }
+    p->kv_stride_page = cinfer__tensor_stride(k_cache, 0);
+    p->kv_stride_token = cinfer__tensor_stride(k_cache, nhd ? first : first + 1);
+    p->kv_stride_head = cinfer__tensor_stride(k_cache, nhd ? first + 1 : first);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTensor *q,
+                                        const DLTensor *k_cache, const DLTensor *v_cache,
+                                        const DLTensor *kv_indptr, const DLTensor *kv_indices,
+                                        const DLTensor *kv_last_page_len, DLTensor *out,
+                                        DLTensor *lse, CUstream stream) {
+    if (!op)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    if (!op->planned)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "op has no plan: call cinfer_batch_decode_plan before run");
+    const decode_setup_t *s = &op->setup;
+    const cinfer_context_t *ctx = op->ctx;
+    const int64_t B = op->batch_size, Hq = s->cfg.num_qo_heads, D = s->head_dim;
+    const char *q_origin = "[batch_size, num_qo_heads, head_dim]: batch_size from the plan, the "
+                           "others from the options";
+    const int64_t q_shape[3] = {B, Hq, D};
+    CINFER__CHECK(check_tensor(ctx, "q", q, 3, q_shape, s->dtype_q, CINFER_STATUS_PLAN_MISMATCH,
+                               CINFER_STATUS_PLAN_MISMATCH, q_origin));
+    CINFER__CHECK(check_aligned("q", q, 16));
+
+    cinfer_decode_params p;
+    memset(&p, 0, sizeof p);
+    CINFER__CHECK(check_paged_cache(op, k_cache, v_cache, &p));
+
+    const int64_t indptr_shape[1] = {B + 1}, last_shape[1] = {B}, any[1] = {-1};
+    CINFER__CHECK(check_tensor(ctx, "kv_indptr", kv_indptr, 1, indptr_shape, CINFER__DT_I32,
+                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_PLAN_MISMATCH,
+                               "[batch_size + 1] with batch_size from the plan"));
+    CINFER__CHECK(check_tensor(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
+                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_PLAN_MISMATCH,
+                               "[kv_indptr[batch_size]]"));
+    if (kv_indices->shape[0] < op->num_pages)
+        return cinfer__error(CINFER_STATUS_PLAN_MISMATCH,
+                             "kv_indices: %lld entries, but the planned kv_indptr[%d] = %d pages",
+                             (long long)kv_indices->shape[0], op->batch_size, op->num_pages);
+    CINFER__CHECK(check_tensor(ctx, "kv_last_page_len", kv_last_page_len, 1, last_shape,
+                               CINFER__DT_I32, CINFER_STATUS_INVALID_ARGUMENT,
+                               CINFER_STATUS_PLAN_MISMATCH,
+                               "[batch_size] with batch_size from the plan"));
+    CINFER__CHECK(check_tensor(ctx, "out", out, 3, q_shape, s->dtype_q, CINFER_STATUS_PLAN_MISMATCH,
+                               CINFER_STATUS_PLAN_MISMATCH, q_origin));
+    CINFER__CHECK(check_aligned("out", out, 16));
+    if (lse) {
+        const int64_t lse_shape[2] = {B, Hq};
+        CINFER__CHECK(check_lse(ctx, lse, 2, lse_shape,
+                                "[batch_size, num_qo_heads]: batch_size from the plan, "
+                                "num_qo_heads from the options",
+                                CINFER_STATUS_PLAN_MISMATCH));
+    }
+
+    p.q = cinfer__tensor_data(q);
+    p.q_stride_n = cinfer__tensor_stride(q, 0);
+    p.q_stride_h = cinfer__tensor_stride(q, 1);
+    p.kv_indptr = cinfer__tensor_data(kv_indptr);
+    p.kv_indices = cinfer__tensor_data(kv_indices);
+    p.kv_last_page_len = cinfer__tensor_data(kv_last_page_len);
+    p.page_size = s->page_size;
+    p.page_shift = -1;
+    for (int shift = 0; shift < 31; shift++)
+        if (s->page_size == 1 << shift)
+            p.page_shift = shift;
+    p.out = cinfer__tensor_data(out);
+    p.out_stride_n = cinfer__tensor_stride(out, 0);
+    p.out_stride_h = cinfer__tensor_stride(out, 1);
+    if (lse) {
+        p.lse = cinfer__tensor_data(lse);
+        p.lse_stride_n = cinfer__tensor_stride(lse, 0);
+        p.lse_stride_h = cinfer__tensor_stride(lse, 1);
+    }
+    fill_schedule(s, &op->layout, op->workspace, &p);
+    return launch(op->ctx, s, &p, cinfer__decode_attention_grid(&s->cfg, op->num_work),
+                  cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split),
+                  stream);
+}
+
+void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op) {
+    if (!op)
+        return;
+    const cinfer__cuda_t *cu = op->ctx->cu;
+    if (cinfer__context_activate(op->ctx) == CINFER_STATUS_SUCCESS) {
+        /* A pinned mirror may still be the source of an enqueued copy. */
+        for (int i = 0; i < 2; i++) {
+            if (op->pending[i])
+                cu->cuEventSynchronize(op->copied[i]);
+            cu->cuEventDestroy(op->copied[i]);
+        }
+        cu->cuMemFreeHost(op->host);
+    }
+    free(op->kv_len);
+    free(op->order);
+    free(op);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Single decode
+ * ------------------------------------------------------------------------------------------- */
+
+/* The chunking and exact workspace layout of one request of kv_len tokens. */
+static cinfer_status_t single_plan(const decode_setup_t *s, int32_t kv_len,
+                                   cinfer__decode_chunking_t *chunking,
+                                   cinfer__decode_layout_t *layout) {
+    CINFER__CHECK(cinfer__decode_plan_chunks(&s->cfg, &kv_len, 1, chunking));
+    cinfer__decode_layout(chunking->num_work, 1, chunking->num_slots, s->cfg.heads_per_cta,
+                          s->head_dim, layout);
+    return CINFER_STATUS_SUCCESS;
+}
+
+static cinfer_status_t check_kv_len(int64_t kv_len) {
+    if (kv_len < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "kv_len = %lld, expected >= 0",
+                             (long long)kv_len);
+    if (kv_len > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "kv_len = %lld exceeds 2^31 - 1",
+                             (long long)kv_len);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_single_decode_workspace_size(cinfer_context_t *ctx,
+                                                    const cinfer_attention_options_t *options,
+                                                    int64_t kv_len, size_t *device_bytes) {
+    if (!device_bytes)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
+    *device_bytes = 0;
+    CINFER__CHECK(check_ctx(ctx));
+    CINFER__CHECK(check_kv_len(kv_len));
+    decode_setup_t s;
+    CINFER__CHECK(decode_setup(ctx, options, false, &s));
+    cinfer__decode_chunking_t chunking;
+    cinfer__decode_layout_t layout;
+    CINFER__CHECK(single_plan(&s, (int32_t)kv_len, &chunking, &layout));
+    *device_bytes = layout.total_bytes;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
+                                     const cinfer_attention_options_t *options, const DLTensor *q,
+                                     const DLTensor *k, const DLTensor *v, DLTensor *out,
+                                     DLTensor *lse, void *workspace, size_t workspace_bytes,
+                                     CUstream stream) {
+    CINFER__CHECK(check_ctx(ctx));
+    decode_setup_t s;
+    CINFER__CHECK(decode_setup(ctx, options, false, &s));
+    const int64_t Hq = s.cfg.num_qo_heads, Hk = s.cfg.num_kv_heads, D = s.head_dim;
+    const bool nhd = s.layout == CINFER_KV_LAYOUT_NHD;
+    const char *q_origin = "[num_qo_heads, head_dim] from the options";
+    const int64_t q_shape[2] = {Hq, D};
+    CINFER__CHECK(check_tensor(ctx, "q", q, 2, q_shape, s.dtype_q, CINFER_STATUS_INVALID_ARGUMENT,
+                               CINFER_STATUS_INVALID_ARGUMENT, q_origin));
+    CINFER__CHECK(check_aligned("q", q, 16));
+    const int64_t k_shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
+    const char *k_origin = nhd ? "NHD [kv_len, num_kv_heads, head_dim] from the options"
+                               : "HND [num_kv_heads, kv_len, head_dim] from the options";
+    CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, s.dtype_kv, CINFER_STATUS_INVALID_ARGUMENT,
+                               CINFER_STATUS_INVALID_ARGUMENT, k_origin));
+    const int64_t kv_len = k->shape[nhd ? 0 : 1];
+    CINFER__CHECK(check_kv_len(kv_len));
+    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, s.dtype_kv, CINFER_STATUS_INVALID_ARGUMENT,
+                               CINFER_STATUS_INVALID_ARGUMENT, "k's shape"));
+    const int64_t align = kv_align(&s);
+    CINFER__CHECK(check_aligned("k", k, align));
+    CINFER__CHECK(check_aligned("v", v, align));
+    CINFER__CHECK(check_same_strides(k, v));
+    CINFER__CHECK(check_tensor(ctx, "out", out, 2, q_shape, s.dtype_q,
+                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_INVALID_ARGUMENT,
+                               q_origin));
+    CINFER__CHECK(check_aligned("out", out, 16));
+    if (lse) {
+        const int64_t lse_shape[1] = {Hq};
+        CINFER__CHECK(check_lse(ctx, lse, 1, lse_shape, "[num_qo_heads] from the options",
+                                CINFER_STATUS_INVALID_ARGUMENT));
+    }
+
+    cinfer__decode_chunking_t chunking;
+    cinfer__decode_layout_t layout;
+    const int32_t len = (int32_t)kv_len;
+    CINFER__CHECK(single_plan(&s, len, &chunking, &layout));
+    CINFER__CHECK(check_workspace(workspace, workspace_bytes, layout.total_bytes,
+                                  "cinfer_single_decode_workspace_size"));
+
+    /* The schedule is built in pageable memory: cuMemcpyHtoDAsync stages a pageable source before
+     * it returns, so the buffer can be freed right after the call. */
+    char *host = calloc(1, layout.schedule_bytes);
+    if (!host)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "single decode: out of memory for a %zu-byte schedule",
+                             layout.schedule_bytes);
+    int64_t order[1];
+    const cinfer__decode_schedule_t dst = {
+        .header = (cinfer_decode_header *)host,
+        .requests = (cinfer_decode_request *)(host + layout.requests_offset),
+        .work = (cinfer_decode_work *)(host + layout.work_offset),
+        .request_capacity = layout.request_capacity,
+        .work_capacity = layout.work_capacity,
+        .slot_capacity = layout.slot_capacity,
+        .order = order,
+    };
+    cinfer_status_t st = cinfer__decode_plan_build(&s.cfg, &len, 1, &chunking, &dst);
+    if (st == CINFER_STATUS_SUCCESS)
+        st = cinfer__context_activate(ctx);
+    if (st == CINFER_STATUS_SUCCESS) {
+        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
+                                                  layout.schedule_bytes, stream);
+        if (res != CUDA_SUCCESS)
+            st = cinfer__cu_error(res, "copying the single decode schedule to the workspace");
+    }
+    free(host);
+    CINFER__CHECK(st);
+
+    cinfer_decode_params p;
+    memset(&p, 0, sizeof p);
+    /* One request: batch index 0 only, so the batch strides are never multiplied by anything
+     * but 0. */
+    p.q = cinfer__tensor_data(q);
+    p.q_stride_h = cinfer__tensor_stride(q, 0);
+    p.k = cinfer__tensor_data(k);
+    p.v = cinfer__tensor_data(v);
+    p.kv_stride_token = cinfer__tensor_stride(k, nhd ? 0 : 1);
+    p.kv_stride_head = cinfer__tensor_stride(k, nhd ? 1 : 0);
+    p.page_size = 1;
+    p.page_shift = 0;
+    p.out = cinfer__tensor_data(out);
+    p.out_stride_h = cinfer__tensor_stride(out, 0);
+    if (lse) {
+        p.lse = cinfer__tensor_data(lse);
+        p.lse_stride_h = cinfer__tensor_stride(lse, 0);
+    }
+    fill_schedule(&s, &layout, workspace, &p);
+    return launch(ctx, &s, &p, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
+                  cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split), stream);
+}

@@ -1,0 +1,857 @@
+/*
+ * Batch and single decode against the float64 CPU reference: layouts, page sizes, GQA ratios,
+ * head dims, dtypes (fp8 KV too), soft cap, sliding window, empty and tiny requests, one very long
+ * request (split-KV), 64-bit page addressing, CUDA graph capture and replay after re-planning, and
+ * argument errors. Every output is poisoned before the run and surrounded by canaries; every KV
+ * slot that no request owns holds NaN, so a read of a wrong page or slot shows up as NaN.
+ */
+#include "support/gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cinfer_context_t *ctx;
+static CUstream stream;
+static const cinfer__cuda_t *cu;
+
+typedef struct decode_case {
+    const char *desc;
+    int batch;
+    const int *lens; /* NULL: random in [0, max_len] */
+    int max_len;
+    int hq, hk, d, page_size;
+    cinfer_kv_layout_t layout;
+    int combined; /* one [pages, 2, ...] cache */
+    cinfer__dtype_t q_dtype, kv_dtype;
+    float soft_cap, sm_scale, k_scale, v_scale;
+    int window_left;
+    int lse;
+    int extra_pages;         /* unowned (NaN) pages in the pool */
+    int64_t page_index_base; /* added to every page index on the device (64-bit addressing) */
+} decode_case;
+
+static decode_case base_case(const char *desc) {
+    decode_case c;
+    memset(&c, 0, sizeof c);
+    c.desc = desc;
+    c.batch = 5;
+    c.max_len = 2000;
+    c.hq = 32;
+    c.hk = 8;
+    c.d = 128;
+    c.page_size = 16;
+    c.layout = CINFER_KV_LAYOUT_NHD;
+    c.q_dtype = CINFER__DT_BF16;
+    c.kv_dtype = CINFER__DT_BF16;
+    c.k_scale = c.v_scale = 1.0f;
+    c.window_left = -1;
+    c.lse = 1;
+    c.extra_pages = 7;
+    return c;
+}
+
+static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
+    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
+    if (cinfer_test_ref_dtype(dt, &r) != 0)
+        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
+    return r;
+}
+
+static double value_tolerance(cinfer__dtype_t dt) {
+    /* bf16 keeps 8 significant bits (relative rounding 2^-9), fp16 11 (2^-12); the float32
+     * accumulation adds far less. */
+    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
+}
+
+/* Everything one case needs on the host and the device. */
+typedef struct decode_data {
+    int batch;
+    int *lens;
+    int32_t *indptr, *indices, *last;
+    int64_t max_pages, total_pages, page_elems;
+    unsigned char *cache; /* host copy of the whole pool (K then V, or combined) */
+    size_t cache_bytes, q_bytes, out_bytes, lse_bytes;
+    unsigned char *q;
+    cinfer_test_buf d_cache, d_q, d_out, d_lse, d_indptr, d_indices, d_last, d_ws;
+} decode_data;
+
+static void free_data(decode_data *x) {
+    free(x->lens);
+    free(x->indptr);
+    free(x->indices);
+    free(x->last);
+    free(x->cache);
+    free(x->q);
+    cinfer_test_buf_free(&x->d_cache);
+    cinfer_test_buf_free(&x->d_q);
+    cinfer_test_buf_free(&x->d_out);
+    cinfer_test_buf_free(&x->d_lse);
+    cinfer_test_buf_free(&x->d_indptr);
+    cinfer_test_buf_free(&x->d_indices);
+    cinfer_test_buf_free(&x->d_last);
+    cinfer_test_buf_free(&x->d_ws);
+    memset(x, 0, sizeof *x);
+}
+
+/* Element strides of the paged pool: (page, slot, head) for K; V is K's data plus v_offset. */
+static void pool_strides(const decode_case *c, int64_t *s_page, int64_t *s_slot, int64_t *s_head,
+                         int64_t *v_offset, int64_t max_pages) {
+    const int64_t page = (int64_t)c->page_size * c->hk * c->d;
+    if (c->layout == CINFER_KV_LAYOUT_NHD) {
+        *s_slot = (int64_t)c->hk * c->d;
+        *s_head = c->d;
+    } else {
+        *s_head = (int64_t)c->page_size * c->d;
+        *s_slot = c->d;
+    }
+    *s_page = c->combined ? 2 * page : page;
+    *v_offset = c->combined ? page : max_pages * page;
+}
+
+/* Makes lengths, a scattered page table and the KV pool (NaN outside owned slots). */
+static void make_data(const decode_case *c, cinfer_test_rng *rng, decode_data *x) {
+    memset(x, 0, sizeof *x);
+    x->batch = c->batch;
+    x->lens = calloc((size_t)c->batch + 1, sizeof(int));
+    x->indptr = calloc((size_t)c->batch + 1, sizeof(int32_t));
+    x->last = calloc((size_t)c->batch + 1, sizeof(int32_t));
+    for (int b = 0; b < c->batch; b++)
+        x->lens[b] =
+            c->lens ? c->lens[b] : (int)cinfer_test_rng_below(rng, (uint64_t)c->max_len + 1);
+    for (int b = 0; b < c->batch; b++) {
+        int pages = (x->lens[b] + c->page_size - 1) / c->page_size;
+        x->indptr[b + 1] = x->indptr[b] + pages;
+        x->last[b] = pages ? x->lens[b] - (pages - 1) * c->page_size : 0;
+    }
+    x->total_pages = x->indptr[c->batch];
+    x->max_pages = x->total_pages + c->extra_pages;
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)(x->max_pages + 1));
+    for (int64_t i = 0; i < x->max_pages; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = x->max_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)cinfer_test_rng_below(rng, (uint64_t)i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    x->indices = perm;
+
+    const size_t esz = cinfer__dtype_size(c->kv_dtype);
+    x->page_elems = (int64_t)c->page_size * c->hk * c->d;
+    x->cache_bytes = (size_t)(2 * x->max_pages * x->page_elems) * esz;
+    x->cache = malloc(x->cache_bytes + 1);
+    memset(x->cache, 0xff, x->cache_bytes); /* NaN in every dtype (e4m3: 0xff is NaN) */
+    int64_t s_page, s_slot, s_head, v_off;
+    pool_strides(c, &s_page, &s_slot, &s_head, &v_off, x->max_pages);
+    const double range =
+        c->kv_dtype == CINFER__DT_E4M3 || c->kv_dtype == CINFER__DT_E5M2 ? 3.0 : 1.0;
+    for (int b = 0; b < c->batch; b++) {
+        for (int t = 0; t < x->lens[b]; t++) {
+            int64_t page = x->indices[x->indptr[b] + t / c->page_size];
+            int64_t slot = t % c->page_size;
+            for (int h = 0; h < c->hk; h++) {
+                for (int kv = 0; kv < 2; kv++) {
+                    int64_t off = page * s_page + slot * s_slot + h * s_head + (kv ? v_off : 0);
+                    for (int i = 0; i < c->d; i++)
+                        cinfer_test_store(c->kv_dtype, x->cache, off + i,
+                                          cinfer_test_rng_uniform(rng, -range, range));
+                }
+            }
+        }
+    }
+    const int64_t q_elems = (int64_t)c->batch * c->hq * c->d;
+    x->q_bytes = (size_t)q_elems * 2;
+    x->q = malloc(x->q_bytes + 2);
+    cinfer_test_fill_uniform(rng, c->q_dtype, q_elems, -1.0, 1.0, x->q, NULL);
+    x->out_bytes = x->q_bytes;
+    x->lse_bytes = (size_t)c->batch * c->hq * sizeof(float);
+}
+
+static cinfer_attention_options_t options_for(const decode_case *c, int max_batch) {
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = c->hq;
+    o.num_kv_heads = c->hk;
+    o.head_dim = c->d;
+    o.page_size = c->page_size;
+    o.kv_layout = c->layout;
+    o.q_dtype = cinfer_test_dl_dtype(c->q_dtype);
+    o.kv_dtype = cinfer_test_dl_dtype(c->kv_dtype);
+    o.sm_scale = c->sm_scale;
+    o.logits_soft_cap = c->soft_cap;
+    o.window_left = c->window_left;
+    o.k_scale = c->k_scale;
+    o.v_scale = c->v_scale;
+    o.max_batch_size = max_batch;
+    return o;
+}
+
+/* The reference output [batch, Hq, D] and lse [batch, Hq] for the case's data. */
+static void reference(const decode_case *c, const decode_data *x, double *o, double *lse) {
+    cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
+    cinfer__ref_strided3_t q;
+    cinfer__ref_strided3_packed(&q, x->q, ref_dtype(c->q_dtype), CINFER__REF_LAYOUT_NHD, c->batch,
+                                c->hq, c->d);
+    int64_t s_page, s_slot, s_head, v_off;
+    pool_strides(c, &s_page, &s_slot, &s_head, &v_off, x->max_pages);
+    const size_t esz = cinfer__dtype_size(c->kv_dtype);
+    cinfer__ref_paged_t k = {x->cache, ref_dtype(c->kv_dtype), s_page, s_slot, s_head, 1};
+    cinfer__ref_paged_t v = {
+        x->cache + (size_t)v_off * esz, ref_dtype(c->kv_dtype), s_page, s_slot, s_head, 1};
+    cinfer__ref_page_table_t table = {c->batch,  c->page_size, x->max_pages,
+                                      x->indptr, x->indices,   x->last};
+    cinfer__ref_attn_opts_t opts;
+    cinfer__ref_attn_opts_init(&opts, c->d);
+    if (c->sm_scale > 0)
+        opts.sm_scale = c->sm_scale;
+    opts.k_scale = c->k_scale;
+    opts.v_scale = c->v_scale;
+    opts.logits_soft_cap = c->soft_cap;
+    opts.window_left = c->window_left;
+    int rc = cinfer__ref_batch_paged(&heads, &q, NULL, &k, &v, &table, NULL, NULL, &opts, o, lse);
+    if (rc != 0)
+        fail_msg("%s: the reference failed (%d)", c->desc, rc);
+}
+
+/* Uploads a case's data into (possibly pre-allocated, larger) device buffers. */
+static void upload(const decode_case *c, decode_data *x, int alloc) {
+    const size_t idx_bytes = sizeof(int32_t) * (size_t)(x->total_pages + 1);
+    if (alloc) {
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_cache, x->cache_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_q, x->q_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_out, x->out_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_lse, x->lse_bytes));
+        CINFER_TEST_OK(
+            cinfer_test_buf_alloc(&x->d_indptr, sizeof(int32_t) * (size_t)(c->batch + 1)));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_indices, idx_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_last, sizeof(int32_t) * (size_t)(c->batch + 1)));
+    }
+    CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_cache, 0, x->cache, x->cache_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_q, 0, x->q, x->q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_indptr, 0, x->indptr,
+                                          sizeof(int32_t) * (size_t)(c->batch + 1)));
+    /* Device page indices carry page_index_base; the tensors' data pointers are moved back by as
+     * many pages, so addresses land in the same memory while the index arithmetic needs 64 bits. */
+    int32_t *dev_idx = malloc(idx_bytes);
+    for (int64_t i = 0; i < x->total_pages; i++)
+        dev_idx[i] = (int32_t)(x->indices[i] + c->page_index_base);
+    if (x->total_pages)
+        CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_indices, 0, dev_idx,
+                                              sizeof(int32_t) * (size_t)x->total_pages));
+    free(dev_idx);
+    CINFER_TEST_OK(
+        cinfer_test_buf_upload(&x->d_last, 0, x->last, sizeof(int32_t) * (size_t)c->batch));
+    CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_out));
+    CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_lse));
+}
+
+typedef struct decode_tensors {
+    cinfer_test_tensor q, k, v, indptr, indices, last, out, lse;
+} decode_tensors;
+
+static void make_tensors(const decode_case *c, decode_data *x, decode_tensors *t) {
+    const int64_t q_shape[3] = {c->batch, c->hq, c->d};
+    cinfer_test_tensor_init(&t->q, &x->d_q, 0, 0, c->q_dtype, 3, q_shape, NULL);
+    cinfer_test_tensor_init(&t->out, &x->d_out, 0, 0, c->q_dtype, 3, q_shape, NULL);
+    const int64_t lse_shape[2] = {c->batch, c->hq};
+    cinfer_test_tensor_init(&t->lse, &x->d_lse, 0, 0, CINFER__DT_F32, 2, lse_shape, NULL);
+    const int64_t pages = x->max_pages + c->page_index_base;
+    const size_t esz = cinfer__dtype_size(c->kv_dtype);
+    int64_t s_page, s_slot, s_head, v_off;
+    pool_strides(c, &s_page, &s_slot, &s_head, &v_off, x->max_pages);
+    /* Shift the data pointer back by page_index_base pages (see upload). */
+    cinfer_test_buf shifted = x->d_cache;
+    shifted.ptr -= (CUdeviceptr)(c->page_index_base * s_page * (int64_t)esz);
+    if (c->combined) {
+        int64_t shape[5], strides[5];
+        shape[0] = pages;
+        shape[1] = 2;
+        strides[0] = s_page;
+        strides[1] = v_off;
+        if (c->layout == CINFER_KV_LAYOUT_NHD) {
+            shape[2] = c->page_size, shape[3] = c->hk;
+            strides[2] = s_slot, strides[3] = s_head;
+        } else {
+            shape[2] = c->hk, shape[3] = c->page_size;
+            strides[2] = s_head, strides[3] = s_slot;
+        }
+        shape[4] = c->d;
+        strides[4] = 1;
+        cinfer_test_tensor_init(&t->k, &shifted, 0, 0, c->kv_dtype, 5, shape, strides);
+    } else {
+        int64_t shape[4] = {pages, 0, 0, c->d};
+        if (c->layout == CINFER_KV_LAYOUT_NHD)
+            shape[1] = c->page_size, shape[2] = c->hk;
+        else
+            shape[1] = c->hk, shape[2] = c->page_size;
+        cinfer_test_tensor_init(&t->k, &shifted, 0, 0, c->kv_dtype, 4, shape, NULL);
+        cinfer_test_buf vbuf = shifted;
+        vbuf.ptr += (CUdeviceptr)(v_off * (int64_t)esz);
+        cinfer_test_tensor_init(&t->v, &vbuf, 0, 0, c->kv_dtype, 4, shape, NULL);
+    }
+    const int64_t indptr_shape[1] = {c->batch + 1}, last_shape[1] = {c->batch},
+                  idx_shape[1] = {x->total_pages};
+    cinfer_test_tensor_init(&t->indptr, &x->d_indptr, 0, 0, CINFER__DT_I32, 1, indptr_shape, NULL);
+    cinfer_test_tensor_init(&t->indices, &x->d_indices, 0, 0, CINFER__DT_I32, 1, idx_shape, NULL);
+    cinfer_test_tensor_init(&t->last, &x->d_last, 0, 0, CINFER__DT_I32, 1, last_shape, NULL);
+}
+
+/* Downloads out/lse and compares them with the reference; checks every canary. */
+static void check_outputs(const decode_case *c, decode_data *x, uint64_t seed) {
+    const int64_t n = (int64_t)c->batch * c->hq * c->d, rows = (int64_t)c->batch * c->hq;
+    double *ref_o = malloc(sizeof(double) * (size_t)(n + 1));
+    double *ref_lse = malloc(sizeof(double) * (size_t)(rows + 1));
+    reference(c, x, ref_o, ref_lse);
+    unsigned char *out = malloc(x->out_bytes + 1);
+    float *lse = malloc(x->lse_bytes + 4);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->out_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_lse, 0, lse, x->lse_bytes));
+    CINFER_TEST_ASSERT_CLOSE(
+        cinfer_test_compare(c->q_dtype, out, ref_o, n, value_tolerance(c->q_dtype), 0.05, 1e-3),
+        "out", c->desc, seed);
+    if (c->lse)
+        CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse, ref_lse, rows, 1e-4), "lse",
+                                     c->desc, seed);
+    cinfer_test_buf *bufs[] = {&x->d_cache,  &x->d_q,       &x->d_out,  &x->d_lse,
+                               &x->d_indptr, &x->d_indices, &x->d_last, &x->d_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->base)
+            CINFER_TEST_OK(cinfer_test_buf_check_canaries(bufs[i]));
+    free(ref_o);
+    free(ref_lse);
+    free(out);
+    free(lse);
+}
+
+/* Plans and runs one case end to end and checks it. */
+static void run_case(const decode_case *c, uint64_t seed) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    decode_data x;
+    make_data(c, &rng, &x);
+    upload(c, &x, 1);
+    cinfer_attention_options_t o = options_for(c, c->batch > 0 ? c->batch : 1);
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, c->batch, stream));
+    decode_tensors t;
+    make_tensors(c, &x, &t);
+    CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
+                                           &t.indptr.t, &t.indices.t, &t.last.t, &t.out.t,
+                                           c->lse ? &t.lse.t : NULL, stream));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(c, &x, seed);
+    if (!c->lse) {
+        /* lse was not asked for: its buffer must still hold the poison. */
+        float *lse = malloc(x.lse_bytes + 4);
+        CINFER_TEST_OK(cinfer_test_buf_download(&x.d_lse, 0, lse, x.lse_bytes));
+        for (int64_t i = 0; i < (int64_t)c->batch * c->hq; i++)
+            assert_true(isnan(lse[i]));
+        free(lse);
+    }
+    cinfer_batch_decode_destroy(op);
+    free_data(&x);
+}
+
+static void basic_llama_heads(void **state) {
+    (void)state;
+    decode_case c = base_case("llama3-8b heads, bf16, page 16, NHD");
+    c.batch = 7;
+    run_case(&c, cinfer_test_seed());
+}
+
+static void layouts_and_page_sizes(void **state) {
+    (void)state;
+    static const int pages[] = {1, 3, 16, 64, 256};
+    for (int layout = 0; layout < 2; layout++) {
+        for (int combined = 0; combined < 2; combined++) {
+            for (size_t p = 0; p < sizeof pages / sizeof pages[0]; p++) {
+                char desc[128];
+                snprintf(desc, sizeof desc, "%s%s page %d", layout ? "HND" : "NHD",
+                         combined ? " combined" : "", pages[p]);
+                decode_case c = base_case(desc);
+                c.layout = (cinfer_kv_layout_t)layout;
+                c.combined = combined;
+                c.page_size = pages[p];
+                c.hq = 8;
+                c.hk = 2;
+                c.batch = 4;
+                c.max_len = 700;
+                run_case(&c,
+                         cinfer_test_seed() + (uint64_t)(layout * 100 + combined * 10 + (int)p));
+            }
+        }
+    }
+}
+
+static void gqa_groups_and_head_dims(void **state) {
+    (void)state;
+    static const int heads[][2] = {{8, 8},  {10, 2}, {7, 1},  {16, 1},
+                                   {64, 1}, {24, 2}, {33, 3}, {1, 1}};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "Hq %d Hk %d", heads[i][0], heads[i][1]);
+        decode_case c = base_case(desc);
+        c.hq = heads[i][0];
+        c.hk = heads[i][1];
+        c.batch = 3;
+        c.max_len = 1500;
+        run_case(&c, cinfer_test_seed() + 1000 + i);
+    }
+    static const int dims[] = {32, 48, 64, 80, 96, 112, 160, 192, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "head dim %d", dims[i]);
+        decode_case c = base_case(desc);
+        c.d = dims[i];
+        c.hq = 8;
+        c.hk = 2;
+        c.batch = 3;
+        c.max_len = 900;
+        run_case(&c, cinfer_test_seed() + 2000 + i);
+    }
+}
+
+static void dtypes_and_scales(void **state) {
+    (void)state;
+    struct {
+        cinfer__dtype_t q, kv;
+        float k_scale, v_scale;
+    } combos[] = {{CINFER__DT_F16, CINFER__DT_F16, 1, 1},
+                  {CINFER__DT_BF16, CINFER__DT_F16, 1, 1},
+                  {CINFER__DT_BF16, CINFER__DT_E4M3, 0.7f, 1.3f},
+                  {CINFER__DT_F16, CINFER__DT_E4M3, 0.25f, 2.0f},
+                  {CINFER__DT_BF16, CINFER__DT_E5M2, 0.5f, 0.9f}};
+    for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "q %s kv %s scales %.2f/%.2f", cinfer__dtype_name(combos[i].q),
+                 cinfer__dtype_name(combos[i].kv), combos[i].k_scale, combos[i].v_scale);
+        decode_case c = base_case(desc);
+        c.q_dtype = combos[i].q;
+        c.kv_dtype = combos[i].kv;
+        c.k_scale = combos[i].k_scale;
+        c.v_scale = combos[i].v_scale;
+        c.batch = 6;
+        run_case(&c, cinfer_test_seed() + 3000 + i);
+    }
+}
+
+static void soft_cap_window_and_scale(void **state) {
+    (void)state;
+    decode_case c = base_case("soft cap 30");
+    c.soft_cap = 30.0f;
+    c.sm_scale = 0.5f; /* large logits, so the cap matters */
+    run_case(&c, cinfer_test_seed() + 4000);
+    static const int windows[] = {0, 1, 5, 100, 4000};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "window_left %d", windows[i]);
+        decode_case w = base_case(desc);
+        w.window_left = windows[i];
+        w.max_len = 3000;
+        run_case(&w, cinfer_test_seed() + 4100 + i);
+    }
+    decode_case s = base_case("sm_scale 0.05");
+    s.sm_scale = 0.05f;
+    run_case(&s, cinfer_test_seed() + 4200);
+}
+
+static void edge_lengths(void **state) {
+    (void)state;
+    static const int mixed[] = {0, 5, 0, 1, 16, 17, 0, 1000};
+    decode_case c = base_case("kv_len 0 mixed with others");
+    c.batch = 8;
+    c.lens = mixed;
+    run_case(&c, cinfer_test_seed() + 5000);
+    static const int zeros[] = {0, 0, 0};
+    decode_case z = base_case("all kv_len 0");
+    z.batch = 3;
+    z.lens = zeros;
+    run_case(&z, cinfer_test_seed() + 5001);
+    static int ones[64];
+    for (int i = 0; i < 64; i++)
+        ones[i] = 1;
+    decode_case o = base_case("64 requests of length 1");
+    o.batch = 64;
+    o.lens = ones;
+    o.lse = 0;
+    run_case(&o, cinfer_test_seed() + 5002);
+    static const int short_page[] = {3, 7, 2};
+    decode_case s = base_case("shorter than one page (64)");
+    s.batch = 3;
+    s.lens = short_page;
+    s.page_size = 64;
+    run_case(&s, cinfer_test_seed() + 5003);
+    decode_case empty = base_case("batch 0");
+    empty.batch = 0;
+    run_case(&empty, cinfer_test_seed() + 5004);
+}
+
+static void one_long_request(void **state) {
+    (void)state;
+    static const int len[] = {131072};
+    decode_case c = base_case("batch 1, 128k tokens (split-KV)");
+    c.batch = 1;
+    c.lens = len;
+    run_case(&c, cinfer_test_seed() + 6000);
+    static const int lens[] = {100000, 3, 50000, 0, 1};
+    decode_case m = base_case("long and short together");
+    m.batch = 5;
+    m.lens = lens;
+    m.hq = 8;
+    m.hk = 1;
+    run_case(&m, cinfer_test_seed() + 6001);
+}
+
+static void page_indices_need_64_bits(void **state) {
+    (void)state;
+    decode_case c = base_case("page indices near 2^31 / page_size");
+    c.hq = 4;
+    c.hk = 1;
+    c.d = 64;
+    c.batch = 3;
+    c.max_len = 300;
+    c.extra_pages = 0;
+    /* (2^31 - 64) * page elements overflows 32-bit element offsets many times over. */
+    c.page_index_base = 2147483647 - 64 - 100;
+    run_case(&c, cinfer_test_seed() + 7000);
+}
+
+static void randomized_grid(void **state) {
+    (void)state;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 8000);
+    static const int groups[] = {1, 2, 4, 5, 7, 8, 16};
+    static const int dims[] = {64, 128, 256, 96};
+    static const int pages[] = {1, 8, 16, 32, 256};
+    static const cinfer__dtype_t kvs[] = {CINFER__DT_BF16, CINFER__DT_F16, CINFER__DT_E4M3};
+    for (int i = 0; i < 24; i++) {
+        char desc[160];
+        decode_case c = base_case(desc);
+        c.hk = 1 + (int)cinfer_test_rng_below(&rng, 4);
+        c.hq = c.hk * groups[cinfer_test_rng_below(&rng, 7)];
+        c.d = dims[cinfer_test_rng_below(&rng, 4)];
+        c.page_size = pages[cinfer_test_rng_below(&rng, 5)];
+        c.layout = (cinfer_kv_layout_t)cinfer_test_rng_below(&rng, 2);
+        c.kv_dtype = kvs[cinfer_test_rng_below(&rng, 3)];
+        c.q_dtype = c.kv_dtype == CINFER__DT_F16 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.batch = 1 + (int)cinfer_test_rng_below(&rng, 48);
+        c.max_len = 1 + (int)cinfer_test_rng_below(&rng, 6000);
+        if (cinfer_test_rng_below(&rng, 4) == 0)
+            c.window_left = (int)cinfer_test_rng_below(&rng, 500);
+        snprintf(desc, sizeof desc,
+                 "random #%d: B %d Hq %d Hk %d D %d page %d %s kv %s max_len %d win %d", i, c.batch,
+                 c.hq, c.hk, c.d, c.page_size, c.layout ? "HND" : "NHD",
+                 cinfer__dtype_name(c.kv_dtype), c.max_len, c.window_left);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 8100 + (uint64_t)i);
+    }
+}
+
+/* Capture one run in a CUDA graph, then re-plan other batches and lengths into the same buffers
+ * and replay: every replay must match the reference for the new plan. */
+static void cuda_graph_replays_after_replanning(void **state) {
+    (void)state;
+    const int max_batch = 64;
+    decode_case big = base_case("graph capture");
+    big.batch = max_batch;
+    big.hq = 16;
+    big.hk = 4;
+    big.max_len = 100000;
+    /* Buffers sized for the largest case: a pool for 64 x 100k tokens is too much host work for
+     * the reference, so lengths stay moderate except one long request per replay. */
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 9000);
+    static int lens0[64];
+    for (int b = 0; b < max_batch; b++)
+        lens0[b] = 1 + (int)cinfer_test_rng_below(&rng, 2000);
+    lens0[5] = 100000;
+    big.lens = lens0;
+    big.extra_pages = 7000; /* room for the replays' pools */
+    decode_data x;
+    make_data(&big, &rng, &x);
+    upload(&big, &x, 1);
+    cinfer_attention_options_t o = options_for(&big, max_batch);
+    o.use_cuda_graph = 1;
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, big.batch, stream));
+    decode_tensors t;
+    make_tensors(&big, &x, &t);
+
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     CUDA_SUCCESS);
+    cinfer_status_t st =
+        cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t, &t.last.t,
+                                &t.out.t, &t.lse.t, stream);
+    assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+    CINFER_TEST_OK(st);
+    assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+    CINFER_TEST_SYNC(stream);
+    check_outputs(&big, &x, cinfer_test_seed() + 9000);
+
+    /* Replays: other batch sizes and lengths, written into the same device buffers. */
+    static const int batches[] = {1, 17, 64, 3};
+    for (int r = 0; r < 4; r++) {
+        decode_case c = big;
+        char desc[64];
+        snprintf(desc, sizeof desc, "graph replay %d (batch %d)", r, batches[r]);
+        c.desc = desc;
+        c.batch = batches[r];
+        static int lens[64];
+        for (int b = 0; b < c.batch; b++)
+            lens[b] = (int)cinfer_test_rng_below(&rng, r == 3 ? 3 : 3000);
+        lens[0] = r == 0 ? 100000 : r == 1 ? 1 : lens[0];
+        c.lens = lens;
+        decode_data y;
+        cinfer_test_rng yr;
+        cinfer_test_rng_init(&yr, cinfer_test_seed() + 9100 + (uint64_t)r);
+        make_data(&c, &yr, &y);
+        assert_true(y.cache_bytes <= x.cache_bytes);
+        y.d_cache = x.d_cache, y.d_q = x.d_q, y.d_out = x.d_out, y.d_lse = x.d_lse;
+        y.d_indptr = x.d_indptr, y.d_indices = x.d_indices, y.d_last = x.d_last;
+        /* The pools differ in size: the device layout must be the big case's, so store the new
+         * data with the big pool's strides by making it the same pool size. */
+        assert_true(y.max_pages <= x.max_pages);
+        y.max_pages = x.max_pages;
+        free(y.cache);
+        y.cache_bytes = x.cache_bytes;
+        y.cache = malloc(y.cache_bytes);
+        memset(y.cache, 0xff, y.cache_bytes);
+        {
+            int64_t s_page, s_slot, s_head, v_off;
+            pool_strides(&c, &s_page, &s_slot, &s_head, &v_off, y.max_pages);
+            for (int b = 0; b < c.batch; b++)
+                for (int tk = 0; tk < y.lens[b]; tk++) {
+                    int64_t page = y.indices[y.indptr[b] + tk / c.page_size],
+                            slot = tk % c.page_size;
+                    for (int h = 0; h < c.hk; h++)
+                        for (int kv = 0; kv < 2; kv++) {
+                            int64_t off =
+                                page * s_page + slot * s_slot + h * s_head + (kv ? v_off : 0);
+                            for (int i = 0; i < c.d; i++)
+                                cinfer_test_store(c.kv_dtype, y.cache, off + i,
+                                                  cinfer_test_rng_uniform(&yr, -1, 1));
+                        }
+                }
+        }
+        upload(&c, &y, 0);
+        CINFER_TEST_OK(cinfer_batch_decode_plan(op, y.indptr, y.last, c.batch, stream));
+        assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+        CINFER_TEST_SYNC(stream);
+        check_outputs(&c, &y, cinfer_test_seed() + 9100 + (uint64_t)r);
+        /* The device buffers belong to x. */
+        memset(&y.d_cache, 0, sizeof y.d_cache);
+        y.d_q = y.d_out = y.d_lse = y.d_indptr = y.d_indices = y.d_last = y.d_cache;
+        free_data(&y);
+    }
+    cu->cuGraphExecDestroy(exec);
+    cu->cuGraphDestroy(graph);
+    cinfer_batch_decode_destroy(op);
+    free_data(&x);
+}
+
+static void single_decode_matches(void **state) {
+    (void)state;
+    static const int64_t lens[] = {0, 1, 7, 5000, 70000};
+    for (int layout = 0; layout < 2; layout++) {
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int hq = 32, hk = 8, d = 128;
+            const int64_t len = lens[li];
+            char desc[64];
+            snprintf(desc, sizeof desc, "single %s kv_len %lld", layout ? "HND" : "NHD",
+                     (long long)len);
+            cinfer_test_rng rng;
+            cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)layout);
+            const int64_t kv_elems = len * hk * d, q_elems = (int64_t)hq * d;
+            unsigned char *k = malloc((size_t)kv_elems * 2 + 2),
+                          *v = malloc((size_t)kv_elems * 2 + 2);
+            unsigned char *q = malloc((size_t)q_elems * 2);
+            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, k, NULL);
+            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, v, NULL);
+            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, q_elems, -1, 1, q, NULL);
+            cinfer_test_buf dk, dv, dq, dout, dlse, dws;
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dk, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dv, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dq, (size_t)q_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dout, (size_t)q_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dlse, (size_t)hq * 4));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dk, 0, k, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dv, 0, v, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dq, 0, q, (size_t)q_elems * 2));
+            decode_case c = base_case(desc);
+            c.layout = (cinfer_kv_layout_t)layout;
+            cinfer_attention_options_t o = options_for(&c, 1);
+            size_t ws_bytes = 0;
+            CINFER_TEST_OK(cinfer_single_decode_workspace_size(ctx, &o, len, &ws_bytes));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dws, ws_bytes));
+            cinfer_test_tensor tq, tk, tv, tout, tlse;
+            const int64_t q_shape[2] = {hq, d}, lse_shape[1] = {hq};
+            int64_t kv_shape[3] = {len, hk, d};
+            if (layout)
+                kv_shape[0] = hk, kv_shape[1] = len;
+            cinfer_test_tensor_init(&tq, &dq, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
+            cinfer_test_tensor_init(&tout, &dout, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
+            cinfer_test_tensor_init(&tlse, &dlse, 0, 0, CINFER__DT_F32, 1, lse_shape, NULL);
+            cinfer_test_tensor_init(&tk, &dk, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
+            cinfer_test_tensor_init(&tv, &dv, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
+            CINFER_TEST_OK(cinfer_single_decode(ctx, &o, &tq.t, &tk.t, &tv.t, &tout.t, &tlse.t,
+                                                (void *)(uintptr_t)dws.ptr, ws_bytes, stream));
+            CINFER_TEST_SYNC(stream);
+
+            cinfer__ref_heads_t heads = {hq, hk, d, d};
+            cinfer__ref_strided3_t rq, rk, rv;
+            cinfer__ref_strided3_packed(&rq, q, CINFER__REF_DTYPE_BF16, CINFER__REF_LAYOUT_NHD, 1,
+                                        hq, d);
+            cinfer__ref_strided3_packed(&rk, k, CINFER__REF_DTYPE_BF16,
+                                        (cinfer__ref_layout_t)layout, len, hk, d);
+            cinfer__ref_strided3_packed(&rv, v, CINFER__REF_DTYPE_BF16,
+                                        (cinfer__ref_layout_t)layout, len, hk, d);
+            cinfer__ref_attn_opts_t opts;
+            cinfer__ref_attn_opts_init(&opts, d);
+            double *ro = malloc(sizeof(double) * (size_t)q_elems),
+                   *rl = malloc(sizeof(double) * (size_t)hq);
+            assert_int_equal(cinfer__ref_single(&heads, 1, len, &rq, &rk, &rv, &opts, ro, rl), 0);
+            unsigned char *out = malloc((size_t)q_elems * 2);
+            float lse[64];
+            CINFER_TEST_OK(cinfer_test_buf_download(&dout, 0, out, (size_t)q_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_download(&dlse, 0, lse, (size_t)hq * 4));
+            uint64_t seed = cinfer_test_seed() + 10000 + li;
+            CINFER_TEST_ASSERT_CLOSE(
+                cinfer_test_compare(CINFER__DT_BF16, out, ro, q_elems, 1e-2, 0.05, 1e-3), "out",
+                desc, seed);
+            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse, rl, hq, 1e-4), "lse", desc,
+                                         seed);
+            cinfer_test_buf *bufs[] = {&dk, &dv, &dq, &dout, &dlse, &dws};
+            for (size_t i = 0; i < 6; i++)
+                CINFER_TEST_OK(cinfer_test_buf_check_canaries(bufs[i]));
+            for (size_t i = 0; i < 6; i++)
+                cinfer_test_buf_free(bufs[i]);
+            free(k), free(v), free(q), free(ro), free(rl), free(out);
+        }
+    }
+}
+
+static void bad_arguments_are_errors(void **state) {
+    (void)state;
+    decode_case c = base_case("errors");
+    c.batch = 4;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 11000);
+    decode_data x;
+    make_data(&c, &rng, &x);
+    upload(&c, &x, 1);
+    cinfer_attention_options_t o = options_for(&c, 4);
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    /* One byte short of the exact size. */
+    assert_int_equal(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes - 1, &op),
+        CINFER_STATUS_WORKSPACE_TOO_SMALL);
+    assert_null(op);
+    cinfer_attention_options_t bad = o;
+    bad.num_qo_heads = 30; /* not a multiple of 8 */
+    assert_int_equal(
+        cinfer_batch_decode_create(ctx, &bad, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op),
+        CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "num_qo_heads"));
+    bad = o;
+    bad.head_dim = 100;
+    assert_int_not_equal(
+        cinfer_batch_decode_create(ctx, &bad, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op),
+        CINFER_STATUS_SUCCESS);
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
+    assert_int_equal(cinfer_batch_decode_plan(op, x.indptr, x.last, 5, stream),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    int32_t bad_last[4] = {x.last[0], 17, x.last[2], x.last[3]};
+    if (x.indptr[2] > x.indptr[1]) {
+        assert_int_equal(cinfer_batch_decode_plan(op, x.indptr, bad_last, 4, stream),
+                         CINFER_STATUS_INVALID_ARGUMENT);
+        assert_non_null(strstr(cinfer_last_error(), "last_page_len"));
+    }
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, 4, stream));
+    decode_tensors t;
+    make_tensors(&c, &x, &t);
+    /* q with a batch the plan does not have. */
+    t.q.shape[0] = 3;
+    assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 stream),
+                         CINFER_STATUS_SUCCESS);
+    assert_non_null(strstr(cinfer_last_error(), "q"));
+    t.q.shape[0] = 4;
+    /* fp16 output for a bf16 plan. */
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
+    assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 stream),
+                         CINFER_STATUS_SUCCESS);
+    assert_non_null(strstr(cinfer_last_error(), "out"));
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_BF16);
+    /* A cache with another head count. */
+    t.k.shape[2] = 4;
+    assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 stream),
+                         CINFER_STATUS_SUCCESS);
+    t.k.shape[2] = c.hk;
+    CINFER_TEST_SYNC(stream);
+    /* Nothing was written by the failed runs. */
+    unsigned char *out = malloc(x.out_bytes);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x.d_out, 0, out, x.out_bytes));
+    for (size_t i = 0; i < x.out_bytes; i++)
+        assert_int_equal(out[i], CINFER_TEST_POISON_BYTE);
+    free(out);
+    cinfer_batch_decode_destroy(op);
+    free_data(&x);
+}
+
+static int teardown_buffers(void **state) {
+    (void)state;
+    cinfer_test_buf_free_all();
+    return 0;
+}
+
+int main(void) {
+    int rc = cinfer_test_gpu_setup(&ctx);
+    if (rc)
+        return rc;
+    if (cinfer__cuda_get(&cu) != CINFER_STATUS_SUCCESS ||
+        cinfer_test_stream_create(&stream) != CINFER_STATUS_SUCCESS) {
+        fprintf(stderr, "error: %s\n", cinfer_last_error());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(basic_llama_heads, teardown_buffers),
+        cmocka_unit_test_teardown(layouts_and_page_sizes, teardown_buffers),
+        cmocka_unit_test_teardown(gqa_groups_and_head_dims, teardown_buffers),
+        cmocka_unit_test_teardown(dtypes_and_scales, teardown_buffers),
+        cmocka_unit_test_teardown(soft_cap_window_and_scale, teardown_buffers),
+        cmocka_unit_test_teardown(edge_lengths, teardown_buffers),
+        cmocka_unit_test_teardown(one_long_request, teardown_buffers),
+        cmocka_unit_test_teardown(page_indices_need_64_bits, teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
+        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
+        cmocka_unit_test_teardown(single_decode_matches, teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+    };
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cinfer_test_stream_destroy(stream);
+    cinfer_test_gpu_teardown(ctx);
+    return rc;
+}
