@@ -254,12 +254,16 @@ typedef struct cinfer_attention_options {
     float k_scale, v_scale; /* dequantization scales of fp8 KV; 1 otherwise */
     int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
     int max_batch_size;     /* batch decode: the most requests one plan may hold */
+    /* Decode: 1 = tensor-core kernel (GQA heads as mma rows; q and KV of one 16-bit dtype, head
+     * dim 64, 128 or 256, else UNSUPPORTED), 0 = CUDA-core kernel, -1 = the library chooses. */
+    int use_tensor_cores;
 } cinfer_attention_options_t;
 
 #define CINFER_ATTENTION_OPTIONS_VERSION 1
 #define CINFER_ATTENTION_OPTIONS_INIT                                                              \
     {sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,             \
-     CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f, 1.0f, 0, 1}
+     CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f, 1.0f, 0, 1, \
+     -1}
 
 /* ---------------------------------------------------------------------------------------------
  * Decode: one query token per request over its KV cache

@@ -13,6 +13,9 @@
 #ifndef CINFER_DECODE_PARAMS_H
 #define CINFER_DECODE_PARAMS_H
 
+/* KV tokens per warp tile of the tensor-core decode kernel (the k of one P V mma). */
+#define CINFER_DECODE_TC_TOKENS 16
+
 typedef struct cinfer_decode_work {
     int request;    /* batch index */
     int kv_head;    /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */

@@ -114,6 +114,14 @@ static const family_t families[CINFER__OP_COUNT] = {
                            CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_DECODE_MERGE] = {"decode_merge", "decode.cu", "CINFER_OP_DECODE_MERGE",
                                  F_DTYPE_O | F_HD_VO | F_TILE, 0},
+    [CINFER__OP_DECODE_TC] = {"decode_tc", "decode_tc.cu", "CINFER_OP_DECODE_TC",
+                              F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
+                                  F_FLAGS | F_TILE,
+                              CINFER__FLAG_SOFT_CAP},
+    [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
+                            F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
+                                F_MASK | F_FLAGS | F_TILE,
+                            CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
 };
 
 const char *cinfer__op_name(cinfer__op_t op) {
@@ -369,6 +377,83 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
     return CINFER_STATUS_SUCCESS;
 }
 
+/*
+ * Limits of the sm80 prefill kernel (kernels/prefill.cu): q, k, v and out of one 16-bit dtype;
+ * head dims in 16-element mma steps; warps of 16 * mma_q query rows (mma_q = tile_q / (16 *
+ * warps) in {1, 2}); KV tiles in 16-row mma steps; at least double buffering; and shared memory
+ * (Q tile + stages x K and V tiles, rows padded by 16 bytes unless D % 64 == 0) within the
+ * largest opt-in size of any supported GPU (227 KiB on sm_90); the launch checks the device's.
+ */
+static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family_t *fam) {
+    if (spec->backend != CINFER__BACKEND_SM80)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: backend %s is not implemented (only sm80)", fam->name,
+                             backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0]);
+    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+        spec->dtype_o != spec->dtype_q)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_q %s / dtype_kv %s / dtype_o %s: expected one dtype, f16 "
+                             "or bf16, for all three",
+                             fam->name, cinfer__dtype_name(spec->dtype_q),
+                             cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
+    if (spec->head_dim_qk != spec->head_dim_vo)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head_dim_qk %d != head_dim_vo %d is not supported", fam->name,
+                             (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    if (spec->head_dim_qk % 16 != 0 || !in_range(spec->head_dim_qk, 16, 256))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head dim %d is not supported (a multiple of 16, 16..256)",
+                             fam->name, (int)spec->head_dim_qk);
+    if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: mask %s is not supported (none, causal)",
+                             fam->name, mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+    const int32_t w = spec->warps;
+    if (w != 1 && w != 2 && w != 4 && w != 8)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: warps %d, expected 1, 2, 4 or 8",
+                             fam->name, (int)w);
+    if (spec->tile_q != 16 * w && spec->tile_q != 32 * w)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: tile_q %d, expected 16 or 32 query rows per warp (%d or %d)",
+                             fam->name, (int)spec->tile_q, (int)(16 * w), (int)(32 * w));
+    if (spec->tile_kv != 16 && spec->tile_kv != 32 && spec->tile_kv != 64 && spec->tile_kv != 128)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: tile_kv %d, expected 16, 32, 64 or 128", fam->name,
+                             (int)spec->tile_kv);
+    if (!in_range(spec->stages, 2, 4))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: stages %d outside [2, 4]",
+                             fam->name, (int)spec->stages);
+    const int64_t chunks = spec->head_dim_qk / 8 + (spec->head_dim_qk % 64 ? 1 : 0);
+    const int64_t smem = 16 * chunks * (spec->tile_q + 2 * (int64_t)spec->stages * spec->tile_kv);
+    if (smem > 227 * 1024)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: tiles need %lld bytes of shared memory, more than 227 KiB",
+                             fam->name, (long long)smem);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Limits of the tensor-core decode kernel (kernels/decode_tc.cu): q and K/V of one 16-bit type
+ * (they meet in one mma), rows of 8..32 swizzled 16-byte chunks, at most 16 heads as mma rows. */
+static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const family_t *fam) {
+    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+        spec->dtype_o != spec->dtype_q)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_q %s / dtype_kv %s / dtype_o %s: the tensor-core decode "
+                             "needs one of f16 or bf16 for all three",
+                             fam->name, cinfer__dtype_name(spec->dtype_q),
+                             cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
+    if (spec->head_dim_qk != spec->head_dim_vo ||
+        (spec->head_dim_vo != 64 && spec->head_dim_vo != 128 && spec->head_dim_vo != 256))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head dims %d/%d: the tensor-core decode supports 64, 128 and 256",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    if (!in_range(spec->tile_q, 1, 16) || !in_range(spec->warps, 1, 8) ||
+        !in_range(spec->stages, 2, 4))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: tile_q %d (1..16), warps %d (1..8), stages %d (2..4)", fam->name,
+                             (int)spec->tile_q, (int)spec->warps, (int)spec->stages);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
     if ((unsigned)spec->op >= CINFER__OP_COUNT)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
@@ -392,6 +477,10 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
                              (int)spec->head_dim_vo);
     if (spec->op == CINFER__OP_DECODE || spec->op == CINFER__OP_DECODE_MERGE)
         CINFER__CHECK(validate_decode(spec, fam));
+    if (spec->op == CINFER__OP_DECODE_TC)
+        CINFER__CHECK(validate_decode_tc(spec, fam));
+    if (spec->op == CINFER__OP_PREFILL)
+        CINFER__CHECK(validate_prefill(spec, fam));
     if (spec->flags & ~fam->flags)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: flags 0x%x are not used by this family", fam->name,

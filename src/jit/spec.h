@@ -35,6 +35,8 @@ typedef enum cinfer__op {
     CINFER__OP_MERGE_STATES,
     CINFER__OP_DECODE,
     CINFER__OP_DECODE_MERGE,
+    CINFER__OP_DECODE_TC,
+    CINFER__OP_PREFILL,
     CINFER__OP_COUNT
 } cinfer__op_t;
 

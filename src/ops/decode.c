@@ -23,7 +23,31 @@ typedef struct decode_setup {
     cinfer__dtype_t dtype_q, dtype_kv;
     float q_scale, soft_cap_log2, v_scale;
     cinfer__kernel_t attention, merge;
+    int tensor_cores;        /* the attention kernel is kernels/decode_tc.cu */
+    unsigned attention_smem; /* its dynamic shared memory (bytes) */
 } decode_setup_t;
+
+/*
+ * Chooses the kernel: options->use_tensor_cores = 1 asks for the tensor-core one (UNSUPPORTED if
+ * the dtypes or head dim rule it out), 0 for the CUDA-core one; -1 lets the library choose, which
+ * is the CUDA-core kernel until the tensor-core one is measured faster on the GPU suite.
+ */
+static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfer__dtype_t q,
+                                      cinfer__dtype_t kv, int *tensor_cores) {
+    const bool possible = q == kv && (q == CINFER__DT_F16 || q == CINFER__DT_BF16) &&
+                          (o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256);
+    if (o->use_tensor_cores < -1 || o->use_tensor_cores > 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->use_tensor_cores = %d, expected -1 (auto), 0 or 1",
+                             o->use_tensor_cores);
+    if (o->use_tensor_cores == 1 && !possible)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->use_tensor_cores = 1 needs q_dtype == kv_dtype (fp16 or "
+                             "bf16) and head_dim 64, 128 or 256; got q %s, kv %s, head_dim %d",
+                             cinfer__dtype_name(q), cinfer__dtype_name(kv), o->head_dim);
+    *tensor_cores = o->use_tensor_cores == 1;
+    return CINFER_STATUS_SUCCESS;
+}
 
 static cinfer__dtype_t dtype_of(DLDataType d) {
     DLTensor t;
@@ -50,15 +74,16 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     const int group = o->num_qo_heads / o->num_kv_heads;
     s->cfg.num_qo_heads = o->num_qo_heads;
     s->cfg.num_kv_heads = o->num_kv_heads;
-    s->cfg.heads_per_cta = cinfer__decode_heads_per_cta(group);
+    s->dtype_q = dtype_of(o->q_dtype);
+    s->dtype_kv = dtype_of(o->kv_dtype);
+    CINFER__CHECK(choose_backend(o, s->dtype_q, s->dtype_kv, &s->tensor_cores));
+    s->cfg.heads_per_cta = cinfer__decode_heads_per_cta(group, s->tensor_cores ? 16 : 8);
     s->cfg.window_left = o->window_left;
     s->cfg.graph = batch && o->use_cuda_graph;
     s->cfg.max_batch_size = batch ? o->max_batch_size : 1;
     s->head_dim = o->head_dim;
     s->page_size = batch ? o->page_size : 1;
     s->layout = o->kv_layout;
-    s->dtype_q = dtype_of(o->q_dtype);
-    s->dtype_kv = dtype_of(o->kv_dtype);
 
     /* The kernel works in base-2 logits: q is pre-scaled so that exp2 of its dot products is
      * exp of the natural logits; with a soft cap the scale also divides by the cap, and the kernel
@@ -82,7 +107,7 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->v_scale = (float)v_scale;
 
     cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_DECODE);
+    cinfer__spec_init(&spec, s->tensor_cores ? CINFER__OP_DECODE_TC : CINFER__OP_DECODE);
     spec.dtype_q = s->dtype_q;
     spec.dtype_kv = s->dtype_kv;
     spec.dtype_o = s->dtype_q;
@@ -93,6 +118,17 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     spec.tile_q = s->cfg.heads_per_cta;
     spec.tile_kv = cinfer__decode_tile_kv(s->cfg.heads_per_cta);
     spec.warps = CINFER__DECODE_WARPS;
+    if (s->tensor_cores) {
+        /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
+         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. */
+        spec.tile_kv = 0;
+        spec.stages = o->head_dim == 256 ? 2 : 3;
+        const unsigned stage_bytes = 2u * CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
+        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec.stages * stage_bytes;
+        /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
+        const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
+        s->attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
+    }
     CINFER__CHECK(cinfer__spec_validate(&spec));
     cinfer__spec_t merge;
     cinfer__spec_init(&merge, CINFER__OP_DECODE_MERGE);
@@ -109,11 +145,23 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
                              "decode kernels allow %d / %d threads per block, the launch needs %d",
                              s->attention.max_threads, s->merge.max_threads, threads);
     CINFER__CHECK(cinfer__context_activate(ctx));
+    if (s->attention_smem > 0) {
+        if (s->attention_smem > (unsigned)ctx->max_smem_per_block_optin)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "the tensor-core decode kernel needs %u bytes of shared memory, "
+                                 "the device allows %d per block",
+                                 s->attention_smem, ctx->max_smem_per_block_optin);
+        CINFER__CU(ctx->cu,
+                   cuFuncSetAttribute(s->attention.function,
+                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      (int)s->attention_smem),
+                   "raising the decode kernel's shared memory limit");
+    }
     int per_sm = 0;
-    CINFER__CU(
-        ctx->cu,
-        cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->attention.function, threads, 0),
-        "cuOccupancyMaxActiveBlocksPerMultiprocessor (decode kernel)");
+    CINFER__CU(ctx->cu,
+               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->attention.function, threads,
+                                                           s->attention_smem),
+               "cuOccupancyMaxActiveBlocksPerMultiprocessor (decode kernel)");
     const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
     s->cfg.max_ctas = ctas < 1 ? 1 : ctas > INT32_MAX ? INT32_MAX : (int)ctas;
 
@@ -248,7 +296,7 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
     if (attention_grid > 0)
         CINFER__CU(ctx->cu,
                    cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,
-                                  1, 0, stream, args, NULL),
+                                  1, s->attention_smem, stream, args, NULL),
                    "launching the decode kernel");
     if (merge_grid > 0)
         CINFER__CU(ctx->cu,

@@ -10,8 +10,8 @@
 
 /* ---- tile choices ---- */
 
-int cinfer__decode_heads_per_cta(int group) {
-    for (int h = 8; h > 1; h--)
+int cinfer__decode_heads_per_cta(int group, int limit) {
+    for (int h = limit; h > 1; h--)
         if (group % h == 0)
             return h;
     return 1;

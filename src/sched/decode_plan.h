@@ -59,7 +59,7 @@
 typedef struct cinfer__decode_config {
     int num_qo_heads;   /* Hq */
     int num_kv_heads;   /* Hk; Hq % Hk == 0 */
-    int heads_per_cta;  /* HPC, a divisor of group, at most 8 */
+    int heads_per_cta;  /* HPC, a divisor of group: at most 8 (CUDA cores) or 16 (tensor cores) */
     int max_ctas;       /* resident CTAs of the attention kernel, >= 1 */
     int max_batch_size; /* requests a plan may hold, >= 1 */
     int window_left;    /* -1 = off */
@@ -71,7 +71,7 @@ typedef struct cinfer__decode_config {
 /* HPC: the largest divisor of group that is at most 8 (group 12 -> 6, 16 -> 8, 11 -> 1). Eight
  * heads keep the kernel's q/accumulator registers (8 heads x 8 floats each) and its shared merge
  * buffer (ROWS x 8 x D floats, 33 KiB at D = 128) inside the static 48 KiB limit. */
-int cinfer__decode_heads_per_cta(int group);
+int cinfer__decode_heads_per_cta(int group, int limit);
 
 /* U, tokens per thread per step: 4 when HPC <= 4, else 2, so HPC x U logits stay at 16 registers
  * and two steps of K/V loads stay in flight. */

@@ -14,6 +14,9 @@
 
 static cinfer_context_t *ctx;
 static CUstream stream;
+/* CINFER_TEST_DECODE_TC=1 (a second ctest entry) runs every case the tensor-core kernel supports
+ * on it; the others, and every case by default, run on the CUDA-core kernel. */
+static int force_tensor_cores;
 static const cinfer__cuda_t *cu;
 
 typedef struct decode_case {
@@ -184,6 +187,8 @@ static cinfer_attention_options_t options_for(const decode_case *c, int max_batc
     o.k_scale = c->k_scale;
     o.v_scale = c->v_scale;
     o.max_batch_size = max_batch;
+    const int tc_possible = c->q_dtype == c->kv_dtype && (c->d == 64 || c->d == 128 || c->d == 256);
+    o.use_tensor_cores = force_tensor_cores && tc_possible ? 1 : 0;
     return o;
 }
 
@@ -774,6 +779,19 @@ static void bad_arguments_are_errors(void **state) {
     assert_int_not_equal(
         cinfer_batch_decode_create(ctx, &bad, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op),
         CINFER_STATUS_SUCCESS);
+    /* The tensor-core kernel cannot take fp8 KV; a value outside -1..1 is no choice at all. */
+    bad = o;
+    bad.use_tensor_cores = 1;
+    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    assert_int_equal(
+        cinfer_batch_decode_create(ctx, &bad, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op),
+        CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "use_tensor_cores"));
+    bad = o;
+    bad.use_tensor_cores = 2;
+    assert_int_equal(
+        cinfer_batch_decode_create(ctx, &bad, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op),
+        CINFER_STATUS_INVALID_ARGUMENT);
     CINFER_TEST_OK(
         cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
     assert_int_equal(cinfer_batch_decode_plan(op, x.indptr, x.last, 5, stream),
@@ -828,6 +846,8 @@ static int teardown_buffers(void **state) {
 }
 
 int main(void) {
+    const char *tc = getenv("CINFER_TEST_DECODE_TC");
+    force_tensor_cores = tc && tc[0] == '1';
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
         return rc;

@@ -25,7 +25,7 @@ static cinfer__decode_config_t config(int hq, int hk, int max_ctas, int max_batc
     memset(&c, 0, sizeof c);
     c.num_qo_heads = hq;
     c.num_kv_heads = hk;
-    c.heads_per_cta = cinfer__decode_heads_per_cta(hq / hk);
+    c.heads_per_cta = cinfer__decode_heads_per_cta(hq / hk, 8);
     c.max_ctas = max_ctas;
     c.max_batch_size = max_batch;
     c.window_left = window;
@@ -289,7 +289,11 @@ static void heads_per_cta_is_largest_divisor_up_to_8(void **state) {
                                    {7, 7},  {8, 8},  {9, 3},  {10, 5}, {11, 1},  {12, 6},
                                    {14, 7}, {16, 8}, {24, 8}, {32, 8}, {128, 8}, {13, 1}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        assert_int_equal(cinfer__decode_heads_per_cta(table[i][0]), table[i][1]);
+        assert_int_equal(cinfer__decode_heads_per_cta(table[i][0], 8), table[i][1]);
+    /* The tensor-core kernel takes up to 16 heads as mma rows. */
+    static const int tc[][2] = {{4, 4}, {12, 12}, {16, 16}, {24, 12}, {32, 16}, {64, 16}, {17, 1}};
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
+        assert_int_equal(cinfer__decode_heads_per_cta(tc[i][0], 16), tc[i][1]);
     assert_int_equal(cinfer__decode_tile_kv(1), 4);
     assert_int_equal(cinfer__decode_tile_kv(4), 4);
     assert_int_equal(cinfer__decode_tile_kv(5), 2);

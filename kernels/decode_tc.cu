@@ -1,0 +1,305 @@
+/*
+ * Decode attention on tensor cores: the query heads of one GQA group slice (HPC <= 16 heads) are
+ * the rows of an m16n8k16 tile, so one mma.sync computes 16 heads x 8 KV tokens of logits, and the
+ * dot products, the exp2 and the accumulation stop costing more issue slots than the bytes take
+ * to arrive. Same work items, partial states and merge kernel as kernels/decode.cu.
+ *
+ * Each of the WARPS warps walks its own 16-token tiles of the work item's KV range (tile i of warp
+ * w covers tokens kv_begin + (i * WARPS + w) * 16 ..), staged through STAGES shared-memory buffers
+ * per warp with cp.async, so the warps never wait for each other until the final merge of their
+ * online-softmax states. A tile row (one token of K or V) is D 16-bit elements; the 16-byte chunk c
+ * of token t is stored at chunk c ^ (t % 8), so the eight rows an ldmatrix phase reads fall in
+ * eight different bank groups.
+ *
+ * S = Q K^T: Q (HPC rows, padded to 16 with zero rows) stays in A-fragment registers; K comes from
+ * ldmatrix (non-transposed: K stored [token][d] is the "col" B operand). P V: P is rebuilt from
+ * the S accumulators as an A fragment (the FA2 register trick) and V comes from ldmatrix.trans.
+ *
+ * Prelude: CINFER_DTYPE_Q/KV/O (fp16 or bf16; K/V the same as q), CINFER_HEAD_DIM_QK (== VO, a
+ * multiple of 16 up to 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC), CINFER_WARPS,
+ * CINFER_STAGES.
+ */
+#include "common.cuh"
+#include "decode_params.h"
+#include "mma.cuh"
+
+#define D        CINFER_HEAD_DIM_VO
+#define HPC      CINFER_TILE_Q
+#define WARPS    CINFER_WARPS
+#define STAGES   CINFER_STAGES
+#define THREADS  (WARPS * 32)
+#define TOKENS   CINFER_DECODE_TC_TOKENS
+#define CHUNKS   (D / 8)  /* 16-byte chunks per token row */
+#define KSTEPS   (D / 16) /* k16 steps of Q K^T */
+#define NTILES_O (D / 8)  /* n8 tiles of the output */
+/* Bytes of one warp's stage: K and V tiles of TOKENS rows. */
+#define TILE_BYTES  (TOKENS * D * 2)
+#define STAGE_BYTES (2 * TILE_BYTES)
+
+/* Shared offset of chunk c of token row t in a tile (swizzled). */
+__device__ __forceinline__ unsigned tile_offset(int t, int c) {
+    return (unsigned)(t * D * 2 + ((c ^ (t % 8)) * 16));
+}
+
+/* Element offset of token t's head row in the cache (64-bit). */
+__device__ __forceinline__ long long token_offset(const cinfer_decode_params &p, int page_begin,
+                                                  int t) {
+#if CINFER_PAGED
+    int page_slot, in_page;
+    if (p.page_shift >= 0) {
+        page_slot = t >> p.page_shift;
+        in_page = t & ((1 << p.page_shift) - 1);
+    } else {
+        page_slot = t / p.page_size;
+        in_page = t - page_slot * p.page_size;
+    }
+    const long long page = p.kv_indices[page_begin + page_slot];
+    return page * p.kv_stride_page + (long long)in_page * p.kv_stride_token;
+#else
+    return (long long)t * p.kv_stride_token;
+#endif
+}
+
+/* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 15, those < kv_end) into the
+ * stage at shared address `stage`; rows past kv_end are zero-filled. */
+__device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
+                                          long long head_offset, int t0, int kv_end, unsigned stage,
+                                          int lane) {
+#pragma unroll
+    for (int i = 0; i < TOKENS * CHUNKS / 32; i++) {
+        const int idx = i * 32 + lane, t = idx / CHUNKS, c = idx % CHUNKS;
+        const bool valid = t0 + t < kv_end;
+        const unsigned dst = stage + tile_offset(t, c);
+        if (valid) {
+            const long long off = token_offset(p, page_begin, t0 + t) + head_offset + c * 8;
+            cinfer_cp_async_16(dst, (const unsigned short *)p.k + off, true);
+            cinfer_cp_async_16(dst + TILE_BYTES, (const unsigned short *)p.v + off, true);
+        } else {
+            /* Zero fill reads nothing, but the source must be a mapped address: q is. */
+            cinfer_cp_async_16(dst, p.q, false);
+            cinfer_cp_async_16(dst + TILE_BYTES, p.q, false);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const int group = p.num_qo_heads / p.num_kv_heads;
+    const int num_work = p.header->num_work;
+    const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * STAGES * STAGE_BYTES);
+
+    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+        const cinfer_decode_work item = p.work[w];
+        const int b = item.request;
+        const int qo_head0 = item.kv_head * group + item.head_begin;
+
+        /* Q as A fragments: rows g and g + 8 are query heads qo_head0 + row (zero past HPC). */
+        unsigned qa[KSTEPS][4];
+        {
+            const unsigned *q_lo = NULL, *q_hi = NULL;
+            if (g < HPC)
+                q_lo = (const unsigned *)((const unsigned short *)p.q + b * p.q_stride_n +
+                                          (long long)(qo_head0 + g) * p.q_stride_h);
+            if (g + 8 < HPC)
+                q_hi = (const unsigned *)((const unsigned short *)p.q + b * p.q_stride_n +
+                                          (long long)(qo_head0 + g + 8) * p.q_stride_h);
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                qa[ks][0] = q_lo ? q_lo[ks * 8 + tq] : 0u;
+                qa[ks][1] = q_hi ? q_hi[ks * 8 + tq] : 0u;
+                qa[ks][2] = q_lo ? q_lo[ks * 8 + 4 + tq] : 0u;
+                qa[ks][3] = q_hi ? q_hi[ks * 8 + 4 + tq] : 0u;
+            }
+        }
+
+        float o[NTILES_O][4];
+#pragma unroll
+        for (int n = 0; n < NTILES_O; n++)
+            o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
+
+#if CINFER_PAGED
+        const int page_begin = p.kv_indptr[b];
+#else
+        const int page_begin = 0;
+#endif
+        const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
+        const int span = item.kv_end - item.kv_begin;
+        const int num_tiles =
+            span > warp * TOKENS ? CINFER_CEIL_DIV(span - warp * TOKENS, WARPS * TOKENS) : 0;
+
+        /* Prologue: the first STAGES - 1 tiles in flight (one commit group each, empty or not). */
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < num_tiles)
+                load_tile(p, page_begin, head_offset, item.kv_begin + (s * WARPS + warp) * TOKENS,
+                          item.kv_end, warp_smem + s * STAGE_BYTES, lane);
+            cinfer_cp_async_commit();
+        }
+
+        for (int i = 0; i < num_tiles; i++) {
+            CINFER_CP_ASYNC_WAIT(STAGES - 2);
+            /* Other lanes' copies of this tile are visible after the warp barrier, and every lane
+             * has finished reading the stage the next load overwrites. */
+            __syncwarp();
+            const int next = i + STAGES - 1;
+            if (next < num_tiles)
+                load_tile(p, page_begin, head_offset,
+                          item.kv_begin + (next * WARPS + warp) * TOKENS, item.kv_end,
+                          warp_smem + (next % STAGES) * STAGE_BYTES, lane);
+            cinfer_cp_async_commit();
+
+            const unsigned k_tile = warp_smem + (i % STAGES) * STAGE_BYTES;
+            const unsigned v_tile = k_tile + TILE_BYTES;
+            const int t0 = item.kv_begin + (i * WARPS + warp) * TOKENS;
+
+            /* S (16 rows x 16 tokens) = Q K^T as two n8 tiles. ldmatrix.x4 matrices: (tokens 0-7,
+             * chunk 2ks), (tokens 0-7, chunk 2ks+1), (tokens 8-15, 2ks), (tokens 8-15, 2ks+1). */
+            float s[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                unsigned kb[4];
+                const int row = (lane / 16) * 8 + lane % 8, chunk = 2 * ks + (lane / 8) % 2;
+                cinfer_ldmatrix_x4(kb, k_tile + tile_offset(row, chunk));
+                cinfer_mma(CINFER_DTYPE_KV, s[0], qa[ks], &kb[0]);
+                cinfer_mma(CINFER_DTYPE_KV, s[1], qa[ks], &kb[2]);
+            }
+
+            /* Scale, soft cap and mask; element (n, r) of this lane is row g + 8 (r / 2), token
+             * t0 + 8 n + 2 tq + r % 2. */
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    float x = s[n][r] * p.q_scale;
+#if CINFER_SOFTCAP
+                    x = p.soft_cap_log2 * tanhf(x);
+#endif
+                    const int t = t0 + 8 * n + 2 * tq + (r % 2);
+                    s[n][r] = t < item.kv_end ? x : -CINFER_INF;
+                }
+            }
+
+            /* Online softmax per row half (h = 0: row g, h = 1: row g + 8). */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx =
+                    fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m[h], mx);
+                /* A row with nothing kept yet keeps an empty state; its p are all zero. */
+                const float alpha = m_new == -CINFER_INF ? 1.0f : exp2f(m[h] - m_new);
+                const float base = m_new == -CINFER_INF ? 0.0f : m_new;
+                m[h] = m_new;
+                l[h] *= alpha;
+#pragma unroll
+                for (int n = 0; n < NTILES_O; n++) {
+                    o[n][2 * h] *= alpha;
+                    o[n][2 * h + 1] *= alpha;
+                }
+#pragma unroll
+                for (int n = 0; n < 2; n++) {
+                    s[n][2 * h] = exp2f(s[n][2 * h] - base);
+                    s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - base);
+                    l[h] += s[n][2 * h] + s[n][2 * h + 1];
+                }
+            }
+
+            /* P as the A fragment of P V (k = the 16 tokens). */
+            unsigned pa[4];
+            pa[0] = cinfer_pack_half2(CINFER_DTYPE_KV, s[0][0], s[0][1]);
+            pa[1] = cinfer_pack_half2(CINFER_DTYPE_KV, s[0][2], s[0][3]);
+            pa[2] = cinfer_pack_half2(CINFER_DTYPE_KV, s[1][0], s[1][1]);
+            pa[3] = cinfer_pack_half2(CINFER_DTYPE_KV, s[1][2], s[1][3]);
+
+            /* O += P V. ldmatrix.x4.trans matrices: (tokens 0-7, chunk n), (tokens 8-15, chunk n),
+             * (tokens 0-7, chunk n+1), (tokens 8-15, chunk n+1) -> B of n-tiles n and n+1. */
+#pragma unroll
+            for (int n = 0; n < NTILES_O; n += 2) {
+                unsigned vb[4];
+                const int row = ((lane / 8) % 2) * 8 + lane % 8, chunk = n + lane / 16;
+                cinfer_ldmatrix_x4_trans(vb, v_tile + tile_offset(row, chunk));
+                cinfer_mma(CINFER_DTYPE_KV, o[n], pa, &vb[0]);
+                cinfer_mma(CINFER_DTYPE_KV, o[n + 1], pa, &vb[2]);
+            }
+        }
+        CINFER_CP_ASYNC_WAIT(0);
+
+        /* Row sums over the 4 lanes of a row. */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        }
+
+        /* Merge the warps' states through shared memory (the stage buffers are free now). */
+        __syncthreads();
+        float *sm_o = (float *)smem;          /* [WARPS][16][D] */
+        float *sm_ml = sm_o + WARPS * 16 * D; /* [WARPS][16][2] */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = g + 8 * h;
+#pragma unroll
+            for (int n = 0; n < NTILES_O; n++) {
+                sm_o[(warp * 16 + row) * D + n * 8 + 2 * tq] = o[n][2 * h];
+                sm_o[(warp * 16 + row) * D + n * 8 + 2 * tq + 1] = o[n][2 * h + 1];
+            }
+            if (tq == 0) {
+                sm_ml[(warp * 16 + row) * 2] = m[h];
+                sm_ml[(warp * 16 + row) * 2 + 1] = l[h];
+            }
+        }
+        __syncthreads();
+        for (int pair = threadIdx.x; pair < HPC * CHUNKS; pair += THREADS) {
+            const int row = pair / CHUNKS, x = pair % CHUNKS;
+            float m_all = -CINFER_INF;
+            for (int wi = 0; wi < WARPS; wi++)
+                m_all = fmaxf(m_all, sm_ml[(wi * 16 + row) * 2]);
+            float l_all = 0.0f, out8[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                out8[i] = 0.0f;
+            if (m_all != -CINFER_INF) {
+                for (int wi = 0; wi < WARPS; wi++) {
+                    const float mw = sm_ml[(wi * 16 + row) * 2];
+                    if (mw == -CINFER_INF)
+                        continue;
+                    const float scale = exp2f(mw - m_all);
+                    l_all += scale * sm_ml[(wi * 16 + row) * 2 + 1];
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        out8[i] = fmaf(scale, sm_o[(wi * 16 + row) * D + x * 8 + i], out8[i]);
+                }
+                const float inv = p.v_scale / l_all;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    out8[i] *= inv;
+            }
+            const float lse = m_all == -CINFER_INF ? -CINFER_INF : m_all + log2f(l_all);
+            const int head = qo_head0 + row;
+            if (item.partial < 0) {
+                cinfer_half_bits *out = (cinfer_half_bits *)p.out + b * p.out_stride_n +
+                                        (long long)head * p.out_stride_h + x * 8;
+                *(uint4 *)out = cinfer_pack8(CINFER_DTYPE_O, out8);
+                if (p.lse && x == 0)
+                    p.lse[b * p.lse_stride_n + (long long)head * p.lse_stride_h] = lse;
+            } else {
+                const long long slot_head = (long long)item.partial * HPC + row;
+                float *po = p.partial_o + slot_head * D + x * 8;
+                *(float4 *)po = make_float4(out8[0], out8[1], out8[2], out8[3]);
+                *(float4 *)(po + 4) = make_float4(out8[4], out8[5], out8[6], out8[7]);
+                if (x == 0)
+                    p.partial_lse[slot_head] = lse;
+            }
+        }
+        /* The shared buffers are reused by the next work item. */
+        __syncthreads();
+    }
+}
