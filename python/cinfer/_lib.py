@@ -1,0 +1,350 @@
+"""ctypes declarations of the C API (include/cinfer.h) and loading of libcinfer.so.
+
+The library is looked up, in order, at:
+
+1. ``$CINFER_LIBRARY`` (a full path);
+2. ``libcinfer.so`` next to this module (an installed wheel);
+3. ``../build/libcinfer.so`` relative to the ``python/`` folder (the CMake build tree).
+
+It is loaded at the first call that needs it, not at import, so ``import cinfer`` works on a
+machine where the library has not been built yet.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+from . import errors
+
+# ---------------------------------------------------------------------------------------------
+# DLPack (dlpack/dlpack.h, the 0.6 layout; DLTensor is unchanged in DLPack 1.x)
+# ---------------------------------------------------------------------------------------------
+
+# DLDeviceType
+KDL_CPU = 1
+KDL_CUDA = 2
+
+# DLDataTypeCode; the fp8 and bool codes are DLPack 1.x's, which cinfer accepts.
+KDL_INT = 0
+KDL_UINT = 1
+KDL_FLOAT = 2
+KDL_BFLOAT = 4
+KDL_BOOL = 6
+KDL_FLOAT8_E4M3FN = 10
+KDL_FLOAT8_E5M2 = 12
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# cinfer.h structs. Sizes and offsets are checked below against what the header gives on an LP64
+# target (x86-64, aarch64): a field added to the header without updating this file fails at import.
+# ---------------------------------------------------------------------------------------------
+
+CONTEXT_OPTIONS_VERSION = 1
+ATTENTION_OPTIONS_VERSION = 1
+JIT_STATS_VERSION = 1
+
+KV_LAYOUT_NHD = 0
+KV_LAYOUT_HND = 1
+
+
+class ContextOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32), ("device", ctypes.c_int)]
+
+
+class AttentionOptions(ctypes.Structure):
+    """cinfer_attention_options_t; :func:`attention_options` fills it like
+    CINFER_ATTENTION_OPTIONS_INIT."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint32),
+        ("num_qo_heads", ctypes.c_int),
+        ("num_kv_heads", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("page_size", ctypes.c_int),
+        ("kv_layout", ctypes.c_int),  # cinfer_kv_layout_t, an int-sized enum
+        ("q_dtype", DLDataType),
+        ("kv_dtype", DLDataType),
+        ("sm_scale", ctypes.c_float),
+        ("logits_soft_cap", ctypes.c_float),
+        ("window_left", ctypes.c_int),
+        ("k_scale", ctypes.c_float),
+        ("v_scale", ctypes.c_float),
+        ("use_cuda_graph", ctypes.c_int),
+        ("max_batch_size", ctypes.c_int),
+        ("use_tensor_cores", ctypes.c_int),  # -1 = the library chooses
+    ]
+
+
+class JitStats(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint32),
+        ("memory_hits", ctypes.c_uint64),
+        ("disk_hits", ctypes.c_uint64),
+        ("aot_hits", ctypes.c_uint64),
+        ("misses", ctypes.c_uint64),
+        ("compiles", ctypes.c_uint64),
+        ("compile_seconds", ctypes.c_double),
+        ("cache_write_fails", ctypes.c_uint64),
+    ]
+
+
+# What sizeof/offsetof give for the C structs on LP64 (measured with a probe compiled against
+# include/cinfer.h; tests/test_package.py recompiles that probe when a C compiler is present).
+LAYOUT = {
+    "DLDevice": 8,
+    "DLDataType": 4,
+    "DLTensor": 48,
+    "DLTensor.shape": 24,
+    "DLTensor.byte_offset": 40,
+    "cinfer_context_options_t": 16,
+    "cinfer_attention_options_t": 72,
+    "cinfer_attention_options_t.kv_layout": 28,
+    "cinfer_attention_options_t.q_dtype": 32,
+    "cinfer_attention_options_t.sm_scale": 40,
+    "cinfer_attention_options_t.k_scale": 52,
+    "cinfer_attention_options_t.max_batch_size": 64,
+    "cinfer_attention_options_t.use_tensor_cores": 68,
+    "cinfer_jit_stats_t": 72,
+}
+
+
+def _layout_of_ctypes() -> dict:
+    return {
+        "DLDevice": ctypes.sizeof(DLDevice),
+        "DLDataType": ctypes.sizeof(DLDataType),
+        "DLTensor": ctypes.sizeof(DLTensor),
+        "DLTensor.shape": DLTensor.shape.offset,
+        "DLTensor.byte_offset": DLTensor.byte_offset.offset,
+        "cinfer_context_options_t": ctypes.sizeof(ContextOptions),
+        "cinfer_attention_options_t": ctypes.sizeof(AttentionOptions),
+        "cinfer_attention_options_t.kv_layout": AttentionOptions.kv_layout.offset,
+        "cinfer_attention_options_t.q_dtype": AttentionOptions.q_dtype.offset,
+        "cinfer_attention_options_t.sm_scale": AttentionOptions.sm_scale.offset,
+        "cinfer_attention_options_t.k_scale": AttentionOptions.k_scale.offset,
+        "cinfer_attention_options_t.max_batch_size": AttentionOptions.max_batch_size.offset,
+        "cinfer_attention_options_t.use_tensor_cores": AttentionOptions.use_tensor_cores.offset,
+        "cinfer_jit_stats_t": ctypes.sizeof(JitStats),
+    }
+
+
+if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_long) == 8:
+    _mismatch = {k: v for k, v in _layout_of_ctypes().items() if LAYOUT[k] != v}
+    if _mismatch:
+        raise ImportError(
+            f"cinfer: ctypes struct layout differs from include/cinfer.h: {_mismatch} "
+            f"(expected {LAYOUT})"
+        )
+
+
+def attention_options(**fields) -> AttentionOptions:
+    """A cinfer_attention_options_t with CINFER_ATTENTION_OPTIONS_INIT's defaults, then
+    ``fields`` set on it."""
+    o = AttentionOptions()
+    o.size = ctypes.sizeof(AttentionOptions)
+    o.version = ATTENTION_OPTIONS_VERSION
+    o.page_size = 16
+    o.kv_layout = KV_LAYOUT_NHD
+    o.q_dtype = DLDataType(KDL_BFLOAT, 16, 1)
+    o.kv_dtype = DLDataType(KDL_BFLOAT, 16, 1)
+    o.sm_scale = 0.0
+    o.logits_soft_cap = 0.0
+    o.window_left = -1
+    o.k_scale = 1.0
+    o.v_scale = 1.0
+    o.use_cuda_graph = 0
+    o.max_batch_size = 1
+    o.use_tensor_cores = -1
+    for name, value in fields.items():
+        setattr(o, name, value)
+    return o
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and prototypes
+# ---------------------------------------------------------------------------------------------
+
+_c_status = ctypes.c_int
+_p_tensor = ctypes.POINTER(DLTensor)
+_p_options = ctypes.POINTER(AttentionOptions)
+_vp = ctypes.c_void_p
+_p_vp = ctypes.POINTER(ctypes.c_void_p)
+_p_size = ctypes.POINTER(ctypes.c_size_t)
+_p_i32 = ctypes.POINTER(ctypes.c_int32)
+
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    "cinfer_version": (ctypes.c_int, []),
+    "cinfer_version_string": (ctypes.c_char_p, []),
+    "cinfer_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "cinfer_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "cinfer_last_error": (ctypes.c_char_p, []),
+    "cinfer_context_create": (_c_status, [ctypes.POINTER(ContextOptions), _p_vp]),
+    "cinfer_context_destroy": (None, [_vp]),
+    "cinfer_context_get_device": (
+        _c_status,
+        [_vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)],
+    ),
+    "cinfer_jit_get_stats": (_c_status, [ctypes.POINTER(JitStats)]),
+    "cinfer_cache_dir": (ctypes.c_char_p, []),
+    "cinfer_merge_state": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_merge_state_in_place": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_merge_states": (_c_status, [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp]),
+    "cinfer_batch_decode_workspace_size": (_c_status, [_vp, _p_options, _p_size]),
+    "cinfer_batch_decode_create": (
+        _c_status,
+        [_vp, _p_options, _vp, ctypes.c_size_t, _p_vp],
+    ),
+    "cinfer_batch_decode_plan": (_c_status, [_vp, _p_i32, _p_i32, ctypes.c_int, _vp]),
+    "cinfer_batch_decode_run": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
+         _p_tensor, _vp],
+    ),
+    "cinfer_batch_decode_destroy": (None, [_vp]),
+    "cinfer_single_decode_workspace_size": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int64, _p_size],
+    ),
+    "cinfer_single_decode": (
+        _c_status,
+        [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp,
+         ctypes.c_size_t, _vp],
+    ),
+}
+
+_lock = threading.RLock()
+_lib: Optional[ctypes.CDLL] = None
+
+
+def candidate_paths() -> List[Path]:
+    """The paths tried for libcinfer.so, in order."""
+    paths = []
+    env = os.environ.get("CINFER_LIBRARY")
+    if env:
+        paths.append(Path(env))
+    here = Path(__file__).resolve().parent
+    paths.append(here / "libcinfer.so")
+    paths.append(here.parent.parent / "build" / "libcinfer.so")
+    return paths
+
+
+def library_path() -> Path:
+    """The libcinfer.so that is (or would be) loaded; raises :class:`~cinfer.CinferError` if
+    none of :func:`candidate_paths` exists."""
+    env = os.environ.get("CINFER_LIBRARY")
+    paths = candidate_paths()
+    if env:
+        # An explicit path is used or reported, never silently skipped.
+        if not paths[0].is_file():
+            raise errors.CinferError(f"CINFER_LIBRARY={env}: no such file")
+        return paths[0]
+    for p in paths:
+        if p.is_file():
+            return p
+    tried = ", ".join(str(p) for p in paths)
+    raise errors.CinferError(
+        f"libcinfer.so not found (tried {tried}); build it with "
+        "`cmake -S . -B build && cmake --build build` or set CINFER_LIBRARY"
+    )
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library, with every prototype declared (loaded on first call)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            try:
+                handle = ctypes.CDLL(str(path))
+            except OSError as e:
+                raise errors.CinferError(f"cannot load {path}: {e}") from e
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                try:
+                    fn = getattr(handle, name)
+                except AttributeError as e:
+                    raise errors.CinferError(
+                        f"{path} has no symbol {name}: it is older than this Python package"
+                    ) from e
+                fn.restype = restype
+                fn.argtypes = argtypes
+            major = handle.cinfer_version() // 10000
+            if major != 0:
+                raise errors.CinferError(
+                    f"{path} is cinfer {handle.cinfer_version_string().decode()}, this package "
+                    "expects 0.x"
+                )
+            _lib = handle
+    return _lib
+
+
+def last_error() -> str:
+    """cinfer_last_error() of this thread, decoded."""
+    raw = lib().cinfer_last_error()
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def check(status: int, function: str = "") -> None:
+    """Raises the exception for a non-success status, with this thread's last error message.
+    Must be called right after the failing C call, on the same thread."""
+    if status != errors.SUCCESS:
+        raise errors.error_for_status(status, last_error(), function)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts: one per CUDA device, created at first use and kept for the life of the process
+# (destroying one at interpreter exit could race with work still queued by the framework).
+# ---------------------------------------------------------------------------------------------
+
+_contexts: dict = {}
+
+
+def context(device: int) -> ctypes.c_void_p:
+    """The cinfer_context_t of CUDA device ``device`` (an ordinal), created on first use."""
+    ctx = _contexts.get(device)
+    if ctx is not None:
+        return ctx
+    with _lock:
+        ctx = _contexts.get(device)
+        if ctx is None:
+            handle = lib()
+            opts = ContextOptions(ctypes.sizeof(ContextOptions), CONTEXT_OPTIONS_VERSION, device)
+            out = ctypes.c_void_p()
+            check(handle.cinfer_context_create(ctypes.byref(opts), ctypes.byref(out)),
+                  "cinfer_context_create")
+            ctx = out
+            _contexts[device] = ctx
+    return ctx

@@ -1,0 +1,147 @@
+"""PyTorch interop: tensors to DLTensor views, dtype codes, streams and argument checks.
+
+A DLTensor is built directly from a tensor's metadata (data pointer, shape, strides, dtype,
+device): no copy, no DLPack capsule, and no PyTorch at import time (torch is imported by the
+first function that needs it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from . import _lib
+from .errors import ArgumentError, UnsupportedError
+
+_dtype_codes: Optional[Dict[Any, Tuple[int, int]]] = None
+
+
+def torch_module():
+    """The ``torch`` module, imported on first use."""
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "cinfer's attention functions take PyTorch tensors: install torch "
+            "(the package itself imports without it)"
+        ) from e
+    return torch
+
+
+def _codes() -> Dict[Any, Tuple[int, int]]:
+    """torch dtype -> (DLPack type code, bits)."""
+    global _dtype_codes
+    if _dtype_codes is None:
+        torch = torch_module()
+        codes = {
+            torch.float16: (_lib.KDL_FLOAT, 16),
+            torch.bfloat16: (_lib.KDL_BFLOAT, 16),
+            torch.float32: (_lib.KDL_FLOAT, 32),
+            torch.int32: (_lib.KDL_INT, 32),
+            torch.uint8: (_lib.KDL_UINT, 8),
+            torch.bool: (_lib.KDL_BOOL, 8),
+        }
+        # Older PyTorch builds lack the fp8 dtypes.
+        for name, code in (("float8_e4m3fn", _lib.KDL_FLOAT8_E4M3FN),
+                           ("float8_e5m2", _lib.KDL_FLOAT8_E5M2)):
+            dt = getattr(torch, name, None)
+            if dt is not None:
+                codes[dt] = (code, 8)
+        _dtype_codes = codes
+    return _dtype_codes
+
+
+def dl_dtype(dtype) -> _lib.DLDataType:
+    """The DLDataType of a torch dtype; :class:`UnsupportedError` if cinfer has no equivalent."""
+    cb = _codes().get(dtype)
+    if cb is None:
+        raise UnsupportedError(f"dtype {dtype} has no cinfer equivalent")
+    return _lib.DLDataType(cb[0], cb[1], 1)
+
+
+def canonical_dtype(value, name: str):
+    """A torch dtype from a torch dtype or its name (``"float16"``, ``"bfloat16"``,
+    ``"float8_e4m3fn"``...), as FlashInfer's plan arguments accept."""
+    torch = torch_module()
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        dt = getattr(torch, value, None)
+        if isinstance(dt, torch.dtype):
+            return dt
+        raise ArgumentError(f"{name} = {value!r} is not a torch dtype name")
+    raise TypeError(f"{name}: expected a torch.dtype or its name, got {type(value).__name__}")
+
+
+def as_tensor(x, name: str):
+    """``x`` as a torch.Tensor: a tensor is returned as is; an object with ``__dlpack__`` is
+    wrapped zero-copy with ``torch.from_dlpack``; anything else is a TypeError naming ``name``."""
+    torch = torch_module()
+    if isinstance(x, torch.Tensor):
+        return x
+    if hasattr(x, "__dlpack__"):
+        return torch.from_dlpack(x)
+    raise TypeError(
+        f"{name}: expected a torch.Tensor (or an object with __dlpack__), got {type(x).__name__}"
+    )
+
+
+def check_cuda(t, name: str, device=None) -> None:
+    """ArgumentError unless ``t`` is a CUDA tensor (on ``device`` when given)."""
+    if t.device.type != "cuda":
+        raise ArgumentError(f"{name}: tensor on {t.device}, expected a CUDA tensor")
+    if device is not None and t.device != device:
+        raise ArgumentError(f"{name}: tensor on {t.device}, expected {device}")
+
+
+def check_dtype(t, name: str, allowed: Iterable, what: str, unsupported: bool = True) -> None:
+    """Raises (UnsupportedError, or ArgumentError when ``unsupported`` is False) naming ``name``
+    unless ``t.dtype`` is one of ``allowed``; ``what`` describes the accepted dtypes."""
+    if t.dtype not in allowed:
+        cls = UnsupportedError if unsupported else ArgumentError
+        raise cls(f"{name}: dtype {t.dtype}, expected {what}")
+
+
+def check_ndim(t, name: str, ndim: int, shape_text: str) -> None:
+    if t.dim() != ndim:
+        raise ArgumentError(
+            f"{name}: {t.dim()} dimensions (shape {list(t.shape)}), expected {ndim}: {shape_text}"
+        )
+
+
+def to_dl(t, name: str = "tensor") -> _lib.DLTensor:
+    """A DLTensor describing torch tensor ``t`` (no copy). The shape and strides arrays are owned
+    by the returned struct; ``t`` must stay alive while the DLTensor is in use. ``name`` is the
+    argument named in the error for a dtype cinfer has no code for."""
+    cb = _codes().get(t.dtype)
+    if cb is None:
+        raise UnsupportedError(f"{name}: dtype {t.dtype} has no cinfer equivalent")
+    dl = _lib.DLTensor()
+    dl.data = t.data_ptr() or None
+    dev = t.device
+    if dev.type == "cuda":
+        dl.device = _lib.DLDevice(_lib.KDL_CUDA, dev.index if dev.index is not None else 0)
+    else:
+        dl.device = _lib.DLDevice(_lib.KDL_CPU, 0)
+    nd = t.dim()
+    dl.ndim = nd
+    dl.dtype = _lib.DLDataType(cb[0], cb[1], 1)
+    dl.shape = (ctypes.c_int64 * nd)(*t.shape)
+    dl.strides = (ctypes.c_int64 * nd)(*t.stride())
+    dl.byte_offset = 0
+    return dl
+
+
+def ref(dl: Optional[_lib.DLTensor]):
+    """A pointer argument for a DLTensor, or NULL for None."""
+    return ctypes.byref(dl) if dl is not None else None
+
+
+def stream_of(device) -> int:
+    """The handle (CUstream) of PyTorch's current CUDA stream on ``device``."""
+    return torch_module().cuda.current_stream(device).cuda_stream
+
+
+def context_of(device) -> ctypes.c_void_p:
+    """The cinfer context of a torch CUDA device."""
+    return _lib.context(device.index if device.index is not None else 0)

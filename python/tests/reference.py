@@ -1,0 +1,62 @@
+"""float64 PyTorch references of the attention semantics (shared/design/SEMANTICS.md), written from
+the formulas, independent of cinfer. LSE is base 2; an empty row gives output 0 and LSE -inf."""
+
+import math
+
+import torch
+
+LN2 = math.log(2.0)
+
+
+def f64(t: torch.Tensor) -> torch.Tensor:
+    """Exact float64 copy of a tensor of any float dtype (fp8 goes through float32)."""
+    return t.to(torch.float32).to(torch.float64)
+
+
+def merge_many(v: torch.Tensor, s: torch.Tensor):
+    """Merge states along dim 1: v [n, k, H, D], s [n, k, H] (base 2) -> ([n, H, D], [n, H])."""
+    v, s = f64(v), f64(s)
+    m = s.max(dim=1).values if s.shape[1] > 0 else torch.full(
+        (s.shape[0], s.shape[2]), -math.inf, dtype=torch.float64, device=s.device)
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    w = torch.exp2(s - m_safe[:, None, :])  # 0 for -inf states
+    total = w.sum(dim=1)
+    out = (w[..., None] * v).sum(dim=1)
+    empty = total == 0
+    out = torch.where(empty[..., None], torch.zeros_like(out),
+                      out / torch.where(empty, torch.ones_like(total), total)[..., None])
+    lse = torch.where(empty, torch.full_like(total, -math.inf),
+                      torch.log2(torch.where(empty, torch.ones_like(total), total)) + m_safe)
+    return out, lse
+
+
+def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_scale=1.0,
+           v_scale=1.0):
+    """One request: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [Hq, D], lse [Hq] (base 2)."""
+    q, k, v = f64(q), f64(k), f64(v)
+    hq, d = q.shape
+    kv_len, hk, _ = k.shape
+    group = hq // hk
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    kk = k.repeat_interleave(group, dim=1)  # [kv_len, Hq, D]
+    vv = v.repeat_interleave(group, dim=1)
+    s = torch.einsum("hd,lhd->hl", q, kk) * (sm_scale * k_scale)
+    if logits_soft_cap:
+        s = logits_soft_cap * torch.tanh(s / logits_soft_cap)
+    if window_left >= 0:
+        j = torch.arange(kv_len, device=q.device)
+        s = s.masked_fill((j < kv_len - 1 - window_left)[None, :], -math.inf)
+    lse = torch.logsumexp(s, dim=1) / LN2 if kv_len > 0 else torch.full(
+        (hq,), -math.inf, dtype=torch.float64, device=q.device)
+    if kv_len == 0:
+        return torch.zeros((hq, d), dtype=torch.float64, device=q.device), lse
+    p = torch.softmax(s, dim=1)
+    return torch.einsum("hl,lhd->hd", p, vv) * v_scale, lse
+
+
+def tolerance(dtype):
+    """(atol, rtol) for an output stored in dtype after float32 accumulation."""
+    if dtype == torch.bfloat16:
+        return 1.5e-2, 1.5e-2
+    return 2e-3, 2e-3

@@ -1,0 +1,213 @@
+"""Package-level checks that need neither a GPU nor PyTorch: import without torch, the ctypes
+struct layout against the C header, library loading and the status -> exception mapping."""
+
+import ast
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = PYTHON_DIR / "cinfer"
+REPO_DIR = PYTHON_DIR.parent
+
+
+def _module_level_imports(tree: ast.Module):
+    """Import statements executed at import time: module level and inside module-level if/try
+    blocks, except ``if TYPE_CHECKING:``."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            test = node.test
+            if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+                todo.extend(node.orelse)
+                continue
+            todo.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            todo.extend(node.body + node.orelse + node.finalbody)
+            for h in node.handlers:
+                todo.extend(h.body)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_no_top_level_torch_import(path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in _module_level_imports(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""])
+        for name in names:
+            assert name.split(".")[0] != "torch", (
+                f"{path.name}:{node.lineno} imports torch at import time"
+            )
+
+
+def test_import_without_torch_and_without_library(tmp_path):
+    # sys.modules["torch"] = None makes any `import torch` fail; a bogus CINFER_LIBRARY proves the
+    # library is not loaded at import either.
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import cinfer\n"
+        "assert callable(cinfer.single_decode_with_kv_cache)\n"
+        "assert cinfer.BatchDecodeWithPagedKVCacheWrapper.run_return_lse\n"
+        "try:\n"
+        "    cinfer.merge_state(None, None, None, None)\n"
+        "except ImportError as e:\n"
+        "    assert 'torch' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('expected ImportError')\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR),
+               CINFER_LIBRARY=str(tmp_path / "missing.so"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def _probe_compile(tmp_path):
+    """Compiles a C program printing the layout the header gives; None if it cannot be built."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not cc:
+        return None
+    includes = [REPO_DIR / "include", REPO_DIR / ".deps" / "include"]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            includes.append(Path(os.environ[var]) / "include")
+    includes += [Path("/usr/local/cuda/include"), Path("/usr/include")]
+    src = tmp_path / "probe.c"
+    src.write_text(r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <cinfer.h>
+#define S(name, T) printf("%s %zu\n", name, sizeof(T))
+#define O(name, T, f) printf("%s %zu\n", name, offsetof(T, f))
+int main(void) {
+    S("DLDevice", DLDevice);
+    S("DLDataType", DLDataType);
+    S("DLTensor", DLTensor);
+    O("DLTensor.shape", DLTensor, shape);
+    O("DLTensor.byte_offset", DLTensor, byte_offset);
+    S("cinfer_context_options_t", cinfer_context_options_t);
+    S("cinfer_attention_options_t", cinfer_attention_options_t);
+    O("cinfer_attention_options_t.kv_layout", cinfer_attention_options_t, kv_layout);
+    O("cinfer_attention_options_t.q_dtype", cinfer_attention_options_t, q_dtype);
+    O("cinfer_attention_options_t.sm_scale", cinfer_attention_options_t, sm_scale);
+    O("cinfer_attention_options_t.k_scale", cinfer_attention_options_t, k_scale);
+    O("cinfer_attention_options_t.max_batch_size", cinfer_attention_options_t, max_batch_size);
+    O("cinfer_attention_options_t.use_tensor_cores", cinfer_attention_options_t, use_tensor_cores);
+    S("cinfer_jit_stats_t", cinfer_jit_stats_t);
+    printf("ATTENTION_OPTIONS_VERSION %d\n", CINFER_ATTENTION_OPTIONS_VERSION);
+    printf("CONTEXT_OPTIONS_VERSION %d\n", CINFER_CONTEXT_OPTIONS_VERSION);
+    printf("JIT_STATS_VERSION %d\n", CINFER_JIT_STATS_VERSION);
+    return 0;
+}
+""")
+    exe = tmp_path / "probe"
+    cmd = [cc, "-std=c11", str(src), "-o", str(exe)]
+    cmd += [f"-I{p}" for p in includes if p.is_dir()]
+    if subprocess.run(cmd, capture_output=True).returncode != 0:
+        return None
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return dict((k, int(v)) for k, v in (line.split() for line in out.splitlines()))
+
+
+def test_struct_layout_matches_header(tmp_path):
+    from cinfer import _lib
+
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("the recorded layout is LP64's")
+    assert _lib._layout_of_ctypes() == _lib.LAYOUT
+    probe = _probe_compile(tmp_path)
+    if probe is None:
+        pytest.skip("cannot compile a probe against include/cinfer.h (no compiler or headers)")
+    assert {k: probe[k] for k in _lib.LAYOUT} == _lib.LAYOUT
+    assert probe["ATTENTION_OPTIONS_VERSION"] == _lib.ATTENTION_OPTIONS_VERSION
+    assert probe["CONTEXT_OPTIONS_VERSION"] == _lib.CONTEXT_OPTIONS_VERSION
+    assert probe["JIT_STATS_VERSION"] == _lib.JIT_STATS_VERSION
+
+
+def test_attention_options_defaults_match_init_macro():
+    from cinfer import _lib
+
+    o = _lib.attention_options()
+    assert o.size == 72 and o.version == 1
+    assert (o.page_size, o.kv_layout, o.window_left, o.max_batch_size) == (16, 0, -1, 1)
+    assert (o.q_dtype.code, o.q_dtype.bits, o.q_dtype.lanes) == (_lib.KDL_BFLOAT, 16, 1)
+    assert (o.k_scale, o.v_scale, o.sm_scale, o.logits_soft_cap) == (1.0, 1.0, 0.0, 0.0)
+
+
+def test_status_mapping():
+    import cinfer
+    from cinfer import errors
+
+    cases = {
+        errors.INVALID_ARGUMENT: cinfer.ArgumentError,
+        errors.PLAN_MISMATCH: cinfer.ArgumentError,
+        errors.WORKSPACE_TOO_SMALL: cinfer.ArgumentError,
+        errors.UNSUPPORTED: cinfer.UnsupportedError,
+        errors.COMPILE_ERROR: cinfer.CompileError,
+        errors.NO_DEVICE: cinfer.NoDeviceError,
+        errors.CUDA_ERROR: cinfer.CinferError,
+        errors.OUT_OF_MEMORY: cinfer.CinferError,
+        errors.NOT_FOUND: cinfer.CinferError,
+        errors.IO_ERROR: cinfer.CinferError,
+        errors.INTERNAL: cinfer.CinferError,
+    }
+    for status, cls in cases.items():
+        e = errors.error_for_status(status, "the message", "fn")
+        assert type(e) is cls
+        assert e.status == status and e.message == "the message"
+        assert "fn: the message" in str(e) and errors.STATUS_NAMES[status] in str(e)
+    assert issubclass(cinfer.UnsupportedError, ValueError)
+    assert issubclass(cinfer.ArgumentError, ValueError)
+    for cls in (cinfer.CompileError, cinfer.NoDeviceError, cinfer.CinferError):
+        assert issubclass(cls, RuntimeError)
+
+
+def _library_or_skip():
+    from cinfer import _lib, errors
+
+    try:
+        return _lib.lib()
+    except errors.CinferError as e:
+        pytest.skip(f"libcinfer.so not available: {e}")
+
+
+def test_library_loads_and_reports_errors():
+    import cinfer
+    from cinfer import _lib
+
+    lib = _library_or_skip()
+    assert cinfer.library_version().startswith("0.")
+    # The status strings agree with the Python table.
+    from cinfer import errors
+
+    for status, name in errors.STATUS_NAMES.items():
+        assert lib.cinfer_status_name(status).decode() == f"CINFER_STATUS_{name}"
+    # A NULL context is rejected with the library's message, as ValueError.
+    opts = _lib.attention_options(num_qo_heads=8, num_kv_heads=1, head_dim=128)
+    nbytes = ctypes.c_size_t()
+    with pytest.raises(ValueError, match="ctx is NULL"):
+        _lib.check(lib.cinfer_batch_decode_workspace_size(None, ctypes.byref(opts),
+                                                          ctypes.byref(nbytes)), "ws")
+    stats = cinfer.jit_stats()
+    assert set(stats) >= {"compiles", "memory_hits", "compile_seconds"}
+
+
+def test_explicit_library_path_must_exist(monkeypatch, tmp_path):
+    from cinfer import _lib, errors
+
+    monkeypatch.setenv("CINFER_LIBRARY", str(tmp_path / "nope.so"))
+    with pytest.raises(errors.CinferError, match="CINFER_LIBRARY"):
+        _lib.library_path()
+    monkeypatch.delenv("CINFER_LIBRARY")
+    paths = _lib.candidate_paths()
+    assert paths[0] == PACKAGE_DIR / "libcinfer.so"
+    assert paths[1] == REPO_DIR / "build" / "libcinfer.so"

@@ -1,0 +1,126 @@
+"""single_decode_with_kv_cache against a float64 reference."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import cinfer  # noqa: E402
+import reference  # noqa: E402
+
+DEV = "cuda"
+
+
+def _make(kv_len, hq, hk, d, dtype, kv_dtype, layout, seed, q_mul=1.0):
+    gen = torch.Generator(DEV).manual_seed(seed)
+    q = (torch.randn(hq, d, generator=gen, device=DEV) * q_mul).to(dtype)
+    # K and V as two halves of one packed tensor: strided, with equal strides, as in a KV cache.
+    kv = torch.randn(kv_len, 2, hk, d, generator=gen, device=DEV).to(kv_dtype)
+    k, v = kv[:, 0], kv[:, 1]
+    if layout == "HND":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)  # [Hk, kv_len, D] views
+    return q, k, v
+
+
+def _nhd(t, layout):
+    return t if layout == "NHD" else t.transpose(0, 1)
+
+
+def _check(out, lse, ref_out, ref_lse, dtype):
+    atol, rtol = reference.tolerance(dtype)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kv_len", [0, 1, 1000, 20000])
+@pytest.mark.parametrize("heads", [(32, 8), (8, 1)], ids=["gqa32_8", "gqa8_1"])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_single_decode(dtype, layout, heads, kv_len):
+    hq, hk = heads
+    d = 128
+    q, k, v = _make(kv_len, hq, hk, d, dtype, dtype, layout, seed=kv_len + hq)
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout, return_lse=True)
+    ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout))
+    _check(out, lse, ref_out, ref_lse, dtype)
+    if kv_len == 0:
+        assert (out == 0).all() and torch.isneginf(lse).all()
+    # Without return_lse: the output alone, identical.
+    out2 = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout)
+    assert torch.equal(out2, out)
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_single_decode_head_dims(d):
+    q, k, v = _make(3000, 16, 4, d, torch.bfloat16, torch.bfloat16, "NHD", seed=d)
+    out = cinfer.single_decode_with_kv_cache(q, k, v)
+    ref_out, _ = reference.decode(q, k, v)
+    atol, rtol = reference.tolerance(torch.bfloat16)
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("kv_len", [1, 1000, 20000])
+def test_single_decode_soft_cap_and_sm_scale(kv_len):
+    # Large logits so the cap changes the result.
+    q, k, v = _make(kv_len, 32, 8, 128, torch.float16, torch.float16, "NHD", seed=7, q_mul=8.0)
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, logits_soft_cap=30.0, sm_scale=0.2,
+                                                  return_lse=True)
+    ref_out, ref_lse = reference.decode(q, k, v, logits_soft_cap=30.0, sm_scale=0.2)
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
+@pytest.mark.parametrize("window_left", [0, 1, 100, 5000])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_single_decode_window(layout, window_left):
+    q, k, v = _make(1000, 8, 1, 128, torch.bfloat16, torch.bfloat16, layout, seed=11)
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout,
+                                                  window_left=window_left, return_lse=True)
+    ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout),
+                                        window_left=window_left)
+    _check(out, lse, ref_out, ref_lse, torch.bfloat16)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_single_decode_fp8(kv_dtype):
+    kv_dtype = getattr(torch, kv_dtype)
+    q, k, v = _make(2000, 32, 8, 128, torch.float16, kv_dtype, "NHD", seed=13)
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, k_scale=0.5, v_scale=2.0,
+                                                  return_lse=True)
+    ref_out, ref_lse = reference.decode(q, k, v, k_scale=0.5, v_scale=2.0)
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
+def test_single_decode_errors():
+    q, k, v = _make(10, 8, 2, 128, torch.float16, torch.float16, "NHD", seed=17)
+    with pytest.raises(TypeError, match="k"):
+        cinfer.single_decode_with_kv_cache(q, "k", v)
+    with pytest.raises(ValueError, match="q.*float32"):
+        cinfer.single_decode_with_kv_cache(q.float(), k, v)
+    with pytest.raises(ValueError, match="v"):
+        cinfer.single_decode_with_kv_cache(q, k, v.bfloat16())
+    with pytest.raises(ValueError, match="q.*cpu"):
+        cinfer.single_decode_with_kv_cache(q.cpu(), k, v)
+    with pytest.raises(ValueError, match="k.*cpu"):
+        cinfer.single_decode_with_kv_cache(q, k.cpu(), v)
+    with pytest.raises(ValueError, match="kv_layout"):
+        cinfer.single_decode_with_kv_cache(q, k, v, kv_layout="NDH")
+    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(cinfer.UnsupportedError, match="q_scale"):
+        cinfer.single_decode_with_kv_cache(q, k, v, q_scale=0.5)
+    with pytest.raises(ValueError, match="sm_scale"):
+        cinfer.single_decode_with_kv_cache(q, k, v, sm_scale=-1.0)
+    # Heads that do not divide: the library's check, as ValueError.
+    q3 = torch.randn(9, 128, device=DEV).half()
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        cinfer.single_decode_with_kv_cache(q3, k, v)
+    # A head dim the kernels do not implement: UnsupportedError naming head_dim.
+    q100, k100, v100 = _make(10, 8, 2, 100, torch.float16, torch.float16, "NHD", seed=19)
+    with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
+        cinfer.single_decode_with_kv_cache(q100, k100, v100)
+    assert math.isfinite(cinfer.single_decode_with_kv_cache(q, k, v).float().sum().item())
