@@ -19,6 +19,7 @@
  * CINFER_OP_DECODE_MERGE.
  */
 #include "common.cuh"
+#include "decode_kv.cuh"
 #include "decode_params.h"
 
 #define D         CINFER_HEAD_DIM_VO
@@ -58,25 +59,6 @@ __device__ __forceinline__ void kv_unpack(float *dst, kv_vec v) {
 #endif
 }
 
-/* Element offset of token t's head row (64-bit: page indices near 2^31 / page_size are valid). */
-__device__ __forceinline__ long long token_offset(const cinfer_decode_params &p, int page_begin,
-                                                  int t) {
-#if CINFER_PAGED
-    int page_slot, in_page;
-    if (p.page_shift >= 0) {
-        page_slot = t >> p.page_shift;
-        in_page = t & ((1 << p.page_shift) - 1);
-    } else {
-        page_slot = t / p.page_size;
-        in_page = t - page_slot * p.page_size;
-    }
-    const long long page = p.kv_indices[page_begin + page_slot];
-    return page * p.kv_stride_page + (long long)in_page * p.kv_stride_token;
-#else
-    return (long long)t * p.kv_stride_token;
-#endif
-}
-
 /* Loads the K and V vectors of this thread's U tokens of the step starting at t0. */
 __device__ __forceinline__ void load_step(const cinfer_decode_params &p, int page_begin,
                                           long long head_offset, int t0, int row, int tx,
@@ -85,7 +67,8 @@ __device__ __forceinline__ void load_step(const cinfer_decode_params &p, int pag
     for (int u = 0; u < U; u++) {
         const int t = t0 + u * ROWS + row;
         if (t < kv_end && tx < ROW_LANES) {
-            const long long off = token_offset(p, page_begin, t) + head_offset + tx * VEC;
+            const long long off =
+                cinfer_decode_token_offset(p, page_begin, t) + head_offset + tx * VEC;
             k[u] = *(const kv_vec *)((const unsigned char *)p.k + off * (KV_FP8 ? 1 : 2));
             v[u] = *(const kv_vec *)((const unsigned char *)p.v + off * (KV_FP8 ? 1 : 2));
         } else {

@@ -20,6 +20,7 @@
  * CINFER_STAGES.
  */
 #include "common.cuh"
+#include "decode_kv.cuh"
 #include "decode_params.h"
 #include "mma.cuh"
 
@@ -41,25 +42,6 @@ __device__ __forceinline__ unsigned tile_offset(int t, int c) {
     return (unsigned)(t * D * 2 + ((c ^ (t % 8)) * 16));
 }
 
-/* Element offset of token t's head row in the cache (64-bit). */
-__device__ __forceinline__ long long token_offset(const cinfer_decode_params &p, int page_begin,
-                                                  int t) {
-#if CINFER_PAGED
-    int page_slot, in_page;
-    if (p.page_shift >= 0) {
-        page_slot = t >> p.page_shift;
-        in_page = t & ((1 << p.page_shift) - 1);
-    } else {
-        page_slot = t / p.page_size;
-        in_page = t - page_slot * p.page_size;
-    }
-    const long long page = p.kv_indices[page_begin + page_slot];
-    return page * p.kv_stride_page + (long long)in_page * p.kv_stride_token;
-#else
-    return (long long)t * p.kv_stride_token;
-#endif
-}
-
 /* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 15, those < kv_end) into the
  * stage at shared address `stage`; rows past kv_end are zero-filled. */
 __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
@@ -71,7 +53,8 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
         const bool valid = t0 + t < kv_end;
         const unsigned dst = stage + tile_offset(t, c);
         if (valid) {
-            const long long off = token_offset(p, page_begin, t0 + t) + head_offset + c * 8;
+            const long long off =
+                cinfer_decode_token_offset(p, page_begin, t0 + t) + head_offset + c * 8;
             cinfer_cp_async_16(dst, (const unsigned short *)p.k + off, true);
             cinfer_cp_async_16(dst + TILE_BYTES, (const unsigned short *)p.v + off, true);
         } else {
