@@ -255,7 +255,8 @@ typedef struct cinfer_attention_options {
     int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
     int max_batch_size;     /* batch decode: the most requests one plan may hold */
     /* Decode: 1 = tensor-core kernel (GQA heads as mma rows; q and KV of one 16-bit dtype, head
-     * dim 64, 128 or 256, else UNSUPPORTED), 0 = CUDA-core kernel, -1 = the library chooses. */
+     * dim 64, 128 or 256, else UNSUPPORTED), 0 = CUDA-core kernel, -1 (default) = the tensor-core
+     * kernel where it can run, else the CUDA-core one. */
     int use_tensor_cores;
 } cinfer_attention_options_t;
 

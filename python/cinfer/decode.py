@@ -106,8 +106,8 @@ def _options(*, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_dtype, kv_dty
              logits_soft_cap, window_left, k_scale, v_scale, page_size=16,
              use_cuda_graph=False, max_batch_size=1,
              use_tensor_cores=False) -> _lib.AttentionOptions:
-    # True asks for the tensor-core kernel; False lets the library choose (FlashInfer's default
-    # path, CUDA cores, is what it picks today).
+    # True asks for the tensor-core kernel; False lets the library choose (it takes the
+    # tensor-core kernel wherever the dtypes and head dim allow: faster on every measured shape).
     return _lib.attention_options(
         use_tensor_cores=1 if use_tensor_cores else -1,
         num_qo_heads=int(num_qo_heads),
