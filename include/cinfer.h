@@ -123,7 +123,7 @@ typedef struct cinfer_context_options {
 
 #define CINFER_CONTEXT_OPTIONS_VERSION 1
 #define CINFER_CONTEXT_OPTIONS_INIT                                                                \
-    {sizeof(cinfer_context_options_t), CINFER_CONTEXT_OPTIONS_VERSION, 0}
+    { sizeof(cinfer_context_options_t), CINFER_CONTEXT_OPTIONS_VERSION, 0 }
 
 /*
  * Creates a context bound to one CUDA device. The context retains the device's primary CUDA
@@ -165,7 +165,8 @@ typedef struct cinfer_jit_stats {
 } cinfer_jit_stats_t;
 
 #define CINFER_JIT_STATS_VERSION 1
-#define CINFER_JIT_STATS_INIT {sizeof(cinfer_jit_stats_t), CINFER_JIT_STATS_VERSION, 0, 0, 0, 0, 0, 0.0, 0}
+#define CINFER_JIT_STATS_INIT                                                                      \
+    { sizeof(cinfer_jit_stats_t), CINFER_JIT_STATS_VERSION, 0, 0, 0, 0, 0, 0.0, 0 }
 
 /* Copies the process-wide JIT statistics into *stats (initialized with CINFER_JIT_STATS_INIT). */
 CINFER_API cinfer_status_t cinfer_jit_get_stats(cinfer_jit_stats_t *stats);
@@ -218,7 +219,6 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
                                                const DLTensor *lse, DLTensor *v_out,
                                                DLTensor *lse_out, CUstream stream);
 
-
 /* ---------------------------------------------------------------------------------------------
  * Attention options, shared by decode and prefill
  * ------------------------------------------------------------------------------------------- */
@@ -245,12 +245,12 @@ typedef struct cinfer_attention_options {
     int head_dim;     /* D of q, k and v (a multiple of 8; 64, 128, 256 are the fast paths) */
     int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode) */
     cinfer_kv_layout_t kv_layout;
-    DLDataType q_dtype;  /* fp16 or bf16; out has the same dtype */
-    DLDataType kv_dtype; /* fp16, bf16, or fp8 (DLPack float8_e4m3fn = code 10, e5m2 = code 12,
-                            bits 8) with k_scale/v_scale */
-    float sm_scale;        /* 0 = 1 / sqrt(head_dim) */
-    float logits_soft_cap; /* 0 = off */
-    int window_left;       /* -1 = off */
+    DLDataType q_dtype;     /* fp16 or bf16; out has the same dtype */
+    DLDataType kv_dtype;    /* fp16, bf16, or fp8 (DLPack float8_e4m3fn = code 10, e5m2 = code 12,
+                               bits 8) with k_scale/v_scale */
+    float sm_scale;         /* 0 = 1 / sqrt(head_dim) */
+    float logits_soft_cap;  /* 0 = off */
+    int window_left;        /* -1 = off */
     float k_scale, v_scale; /* dequantization scales of fp8 KV; 1 otherwise */
     int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
     int max_batch_size;     /* batch decode: the most requests one plan may hold */
@@ -262,9 +262,11 @@ typedef struct cinfer_attention_options {
 
 #define CINFER_ATTENTION_OPTIONS_VERSION 1
 #define CINFER_ATTENTION_OPTIONS_INIT                                                              \
-    {sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,             \
-     CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f, 1.0f, 0, 1, \
-     -1}
+    {                                                                                              \
+        sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,         \
+            CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f,    \
+            1.0f, 0, 1, -1                                                                         \
+    }
 
 /* ---------------------------------------------------------------------------------------------
  * Decode: one query token per request over its KV cache
@@ -283,9 +285,8 @@ typedef struct cinfer_batch_decode cinfer_batch_decode_t;
  * Returns SUCCESS, INVALID_ARGUMENT or UNSUPPORTED (naming the option), NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND.
  */
-CINFER_API cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *ctx,
-                                                              const cinfer_attention_options_t *options,
-                                                              size_t *device_bytes);
+CINFER_API cinfer_status_t cinfer_batch_decode_workspace_size(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, size_t *device_bytes);
 
 /*
  * Creates a batch decode object over a caller-owned device workspace of workspace_bytes bytes
@@ -363,15 +364,39 @@ CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */
-CINFER_API cinfer_status_t cinfer_single_decode_workspace_size(cinfer_context_t *ctx,
-                                                               const cinfer_attention_options_t *options,
-                                                               int64_t kv_len, size_t *device_bytes);
+CINFER_API cinfer_status_t cinfer_single_decode_workspace_size(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, int64_t kv_len,
+    size_t *device_bytes);
 CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                                 const cinfer_attention_options_t *options,
                                                 const DLTensor *q, const DLTensor *k,
                                                 const DLTensor *v, DLTensor *out, DLTensor *lse,
                                                 void *workspace, size_t workspace_bytes,
                                                 CUstream stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Prefill: many query tokens per request (tensor cores)
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Single-request prefill on tensor cores (mma.sync; sm_80 and later).
+ * q: [qo_len, Hq, D] q_dtype (fp16 or bf16); k, v: [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND)
+ * of the same dtype as q (fp8 KV is not supported by prefill yet); out: [qo_len, Hq, D] q_dtype;
+ * lse: NULL or [qo_len, Hq] float32 (base 2). Any strides with a contiguous last dim (slices of a
+ * packed QKV work). D: a multiple of 16 up to 256 (UNSUPPORTED otherwise).
+ * causal: 1 keeps KV position j for query row i only if j <= i + kv_len - qo_len (bottom-right
+ * alignment); window_left, logits_soft_cap, sm_scale and the GQA ratio come from options (its
+ * page_size, use_cuda_graph, max_batch_size and use_tensor_cores are ignored). Rows with no kept
+ * position (qo_len > kv_len under causal, kv_len 0) give 0 and lse -inf. KV tiles wholly outside
+ * the causal or window mask are neither loaded nor computed. One launch, no workspace.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR,
+ * NOT_FOUND.
+ */
+CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
+                                                 const cinfer_attention_options_t *options,
+                                                 int causal, const DLTensor *q, const DLTensor *k,
+                                                 const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                                 CUstream stream);
 
 #ifdef __cplusplus
 }

@@ -405,8 +405,9 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
                              "%s: head dim %d is not supported (a multiple of 16, 16..256)",
                              fam->name, (int)spec->head_dim_qk);
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: mask %s is not supported (none, causal)",
-                             fam->name, mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: mask %s is not supported (none, causal)", fam->name,
+                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
     const int32_t w = spec->warps;
     if (w != 1 && w != 2 && w != 4 && w != 8)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: warps %d, expected 1, 2, 4 or 8",

@@ -1,0 +1,265 @@
+/*
+ * Single-request prefill benchmark: Llama-3-8B attention heads (32 query / 8 KV heads, D = 128),
+ * bf16, causal and non-causal, S = qo_len = kv_len in {1k, 4k, 16k}, plus causal with a soft cap
+ * of 30 and with a 4k sliding window at 16k.
+ *
+ * FLOPs counted = 4 * S^2 * Hq * D (two GEMMs of 2 * S^2 * D per head), halved for causal
+ * (PERF.md), so the figures compare directly with FlashInfer's and FlashAttention's. The window
+ * row counts the FLOPs of the kept band only. The data is random (never zeros); each
+ * configuration is timed with CUDA events after warm-up (S <= 4k in groups of back-to-back
+ * launches) and the median is reported.
+ *
+ * Usage: bench_prefill [--quick] [--sweep]. --sweep also times the tile configurations of the
+ * sm80 kernel at S = 16k (the default's choice should be the fastest). Prints Markdown tables.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinfer.h"
+#include "cuda/context.h"
+#include "ops/prefill.h"
+
+#define HQ 32
+#define HK 8
+#define HD 128
+
+static const cinfer__cuda_t *cu;
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = cu->call;                                                                    \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            cinfer__cu_error(r_, #call);                                                           \
+            fprintf(stderr, "bench_prefill: %s\n", cinfer_last_error());                           \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define CI(call)                                                                                   \
+    do {                                                                                           \
+        cinfer_status_t s_ = (call);                                                               \
+        if (s_ != CINFER_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "bench_prefill: %s: %s: %s\n", #call, cinfer_status_name(s_),          \
+                    cinfer_last_error());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills n bytes of device memory with random bf16 values of magnitude 2^-15..1: a 64 MB random
+ * block uploaded once and copied over the whole range. */
+static void fill_random(CUdeviceptr dst, size_t n) {
+    static unsigned char *host;
+    static CUdeviceptr block;
+    const size_t block_bytes = 64u << 20;
+    if (!host) {
+        host = malloc(block_bytes);
+        for (size_t i = 0; i < block_bytes; i += 2) {
+            uint64_t r = rng_next();
+            uint16_t v =
+                (uint16_t)(((r & 1) << 15) | ((0x70 + (r >> 8) % 15) << 7) | ((r >> 16) & 0x3f));
+            memcpy(host + i, &v, 2);
+        }
+        CU(cuMemAlloc(&block, block_bytes));
+        CU(cuMemcpyHtoD(block, host, block_bytes));
+    }
+    for (size_t off = 0; off < n; off += block_bytes) {
+        size_t len = n - off < block_bytes ? n - off : block_bytes;
+        CU(cuMemcpyDtoDAsync(dst + off, block, len, NULL));
+    }
+    CU(cuCtxSynchronize());
+}
+
+static DLTensor tensor(CUdeviceptr p, DLDataType dt, int ndim, int64_t *shape, int device) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.device.device_id = device;
+    t.ndim = ndim;
+    t.dtype = dt;
+    t.shape = shape;
+    return t;
+}
+
+/* Device buffers for the largest S, shared by every configuration. */
+typedef struct buffers {
+    int64_t max_s;
+    CUdeviceptr q, k, v, out;
+} buffers_t;
+
+typedef struct workload {
+    int64_t s;
+    int causal;
+    float soft_cap;
+    int window_left;
+} workload_t;
+
+/* FLOPs of the attention a workload keeps: 4 D per kept (row, key) pair and query head. */
+static double flops(const workload_t *w) {
+    const double s = (double)w->s;
+    double pairs = w->causal ? s * (s + 1) / 2 : s * s;
+    if (w->window_left >= 0 && w->causal && w->window_left < w->s) {
+        const double band = (double)w->window_left + 1;
+        pairs = band * s - band * (band - 1) / 2;
+    }
+    return 4.0 * pairs * HQ * HD;
+}
+
+/* Median milliseconds of one prefill; tiles NULL = the default. Returns a negative value when
+ * the tiles are refused (UNSUPPORTED), so a sweep can skip them. */
+static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
+                           const workload_t *w, const cinfer__prefill_config_t *tiles, int iters) {
+    const DLDataType bf16 = {kDLBfloat, 16, 1};
+    int dev = 0;
+    cinfer_context_get_device(ctx, &dev, NULL);
+    int64_t q_shape[3] = {w->s, HQ, HD}, kv_shape[3] = {w->s, HK, HD};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = HQ;
+    o.num_kv_heads = HK;
+    o.head_dim = HD;
+    o.logits_soft_cap = w->soft_cap;
+    o.window_left = w->window_left;
+
+    cinfer_status_t st = cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout,
+                                                       NULL, tiles, stream);
+    if (st == CINFER_STATUS_UNSUPPORTED && tiles)
+        return -1.0;
+    CI(st);
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    /* Short runs are timed in back-to-back groups, so the host's argument checks and launch
+     * (a few microseconds) overlap the previous kernel instead of adding to a 30 us one. */
+    const int reps = w->s <= 1024 ? 20 : w->s <= 4096 ? 4 : 1;
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        for (int r = 0; r < reps; r++)
+            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL, tiles,
+                                             stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double ms = times[iters / 2] / reps;
+    free(times);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    return ms;
+}
+
+static void print_row(const char *name, const workload_t *w, double ms) {
+    printf("| %s | %lld | %s | %.3f | %.1f |\n", name, (long long)w->s, w->causal ? "yes" : "no",
+           ms, flops(w) / (ms * 1e-3) / 1e12);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, sweep = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--sweep") == 0)
+            sweep = 1;
+        else {
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep]\n");
+            return 2;
+        }
+    }
+    CI(cinfer__cuda_get(&cu));
+    cinfer_context_t *ctx;
+    CI(cinfer_context_create(NULL, &ctx));
+    CI(cinfer__context_activate(ctx));
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    buffers_t b;
+    b.max_s = 16384;
+    const size_t q_bytes = (size_t)b.max_s * HQ * HD * 2, kv_bytes = (size_t)b.max_s * HK * HD * 2;
+    CU(cuMemAlloc(&b.q, q_bytes));
+    CU(cuMemAlloc(&b.out, q_bytes));
+    CU(cuMemAlloc(&b.k, kv_bytes));
+    CU(cuMemAlloc(&b.v, kv_bytes));
+    fill_random(b.q, q_bytes);
+    fill_random(b.k, kv_bytes);
+    fill_random(b.v, kv_bytes);
+
+    cinfer__prefill_config_t def;
+    cinfer__prefill_context_config(ctx, HD, &def);
+    printf("single prefill, %d/%d heads, D = %d, bf16, %s; default tiles: tile_q %d, tile_kv %d, "
+           "warps %d, stages %d\n\n",
+           HQ, HK, HD, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages);
+    printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
+    static const int64_t lens[] = {1024, 4096, 16384};
+    for (int li = 0; li < 3; li++) {
+        for (int causal = 1; causal >= 0; causal--) {
+            workload_t w = {lens[li], causal, 0.0f, -1};
+            const int iters = quick ? 5 : lens[li] >= 16384 ? 15 : 30;
+            print_row("plain", &w, time_prefill(ctx, stream, &b, &w, NULL, iters));
+        }
+    }
+    {
+        workload_t w = {16384, 1, 30.0f, -1};
+        print_row("soft cap 30", &w, time_prefill(ctx, stream, &b, &w, NULL, quick ? 5 : 15));
+        workload_t wn = {16384, 1, 0.0f, 4095};
+        print_row("window 4k (band FLOPs)", &wn,
+                  time_prefill(ctx, stream, &b, &wn, NULL, quick ? 5 : 15));
+    }
+
+    if (sweep) {
+        /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages. */
+        static const cinfer__prefill_config_t tiles[] = {
+            {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4}, {128, 32, 4, 2},
+            {128, 32, 4, 3}, {128, 32, 4, 4}, {64, 64, 4, 2},  {64, 64, 4, 3},  {64, 32, 2, 3},
+            {256, 32, 8, 2}, {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
+        };
+        printf("\ntile sweep at S = 16384 (TFLOP/s; - = does not fit the device)\n\n");
+        printf("| tile_q | tile_kv | warps | stages | causal | non-causal |\n");
+        printf("|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+            double tf[2];
+            for (int causal = 1; causal >= 0; causal--) {
+                workload_t w = {16384, causal, 0.0f, -1};
+                const double ms = time_prefill(ctx, stream, &b, &w, &tiles[i], quick ? 3 : 7);
+                tf[causal] = ms > 0 ? flops(&w) / (ms * 1e-3) / 1e12 : -1.0;
+            }
+            printf("| %d | %d | %d | %d |", tiles[i].tile_q, tiles[i].tile_kv, tiles[i].warps,
+                   tiles[i].stages);
+            for (int causal = 1; causal >= 0; causal--) {
+                if (tf[causal] < 0)
+                    printf(" - |");
+                else
+                    printf(" %.1f |", tf[causal]);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+
+    CU(cuMemFree(b.q));
+    CU(cuMemFree(b.out));
+    CU(cuMemFree(b.k));
+    CU(cuMemFree(b.v));
+    cu->cuStreamDestroy(stream);
+    cinfer_context_destroy(ctx);
+    return 0;
+}

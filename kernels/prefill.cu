@@ -1,0 +1,449 @@
+/*
+ * Prefill attention on tensor cores, FA2-style (the portable sm80 backend: mma.sync, ldmatrix,
+ * cp.async; runs on sm_80 and every later arch).
+ *
+ * One CTA computes TILE_Q query rows of one query head against that head's KV range
+ * (kernels/prefill_params.h gives the grid). Each of the WARPS warps owns WARP_ROWS = 16 * MMA_Q
+ * of the rows for the whole kernel, so the softmax state of a row never leaves its warp:
+ *
+ *   S = Q K^T   mma.m16n8k16, A = Q (registers when small enough, else ldmatrix from shared
+ *               memory each step), B = K through ldmatrix (K rows are B's columns);
+ *   softmax     online, in registers, base-2 logits (scaled by sm_scale * log2(e), so exp2 is one
+ *               MUFU instruction); row maxima are reduced across the 4 lanes of a quad, row sums
+ *               stay per lane until the end;
+ *   O += P V    the S accumulators become P's A fragments in place (the C layout of two n8 tiles
+ *               is the A layout of one k16 step), converted to fp16/bf16; B = V through
+ *               ldmatrix.trans.
+ *
+ * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
+ * is D / 8 chunks of 16 bytes. When a row is a whole number of 128-byte lines (D % 64 == 0) chunk
+ * c of row r is stored at chunk c ^ (r % 8): the 8 rows an ldmatrix phase reads (same logical
+ * chunk, rows r..r+7) and the 8 chunks a cp.async phase writes land in 8 different bank groups.
+ * For other head dims (any multiple of 16) rows are padded by one chunk instead, which spreads 8
+ * consecutive rows over 8 bank groups because D / 8 + 1 is odd.
+ *
+ * Pipeline (STAGES >= 2): the prologue issues Q and the first STAGES - 1 KV tiles (one cp.async
+ * group each). Iteration t waits for tile t, passes a barrier (which also tells every warp that
+ * tile t - 1's stage is free), issues tile t + STAGES - 1 into that stage, then computes tile t,
+ * so STAGES - 1 tiles are in flight behind the math.
+ *
+ * Work skipping: a CTA visits only the KV tiles that some row of its tile keeps (causal: up to
+ * the last row's position; sliding window: from the first row's window start). Only tiles that
+ * cross the diagonal, the window edge or kv_len evaluate the element mask. Masked logits are
+ * -inf; a row with nothing kept ends with output 0 and LSE -inf.
+ *
+ * Prelude: CINFER_DTYPE_Q (== KV == O), CINFER_HEAD_DIM_QK (== VO), CINFER_MASK (0 none,
+ * 1 causal), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS,
+ * CINFER_STAGES, CINFER_OP_PREFILL.
+ */
+#include "common.cuh"
+#include "mma.cuh"
+#include "prefill_params.h"
+
+#if defined(CINFER_OP_PREFILL)
+
+#define D          CINFER_HEAD_DIM_QK
+#define DT         CINFER_DTYPE_Q
+#define WARPS      CINFER_WARPS
+#define THREADS    (WARPS * 32)
+#define TILE_Q     CINFER_TILE_Q
+#define TILE_KV    CINFER_TILE_KV
+#define STAGES     CINFER_STAGES
+#define MMA_Q      (TILE_Q / (16 * WARPS)) /* m16 tiles of query rows per warp */
+#define WARP_ROWS  (16 * MMA_Q)
+#define K_STEPS    (D / 16)       /* k16 steps of Q K^T */
+#define S_TILES    (TILE_KV / 8)  /* n8 tiles of S */
+#define PV_STEPS   (TILE_KV / 16) /* k16 steps of P V */
+#define O_TILES    (D / 8)        /* n8 tiles of O */
+#define CHUNKS     (D / 8)        /* 16-byte chunks per row */
+#define SWIZZLE    (CHUNKS % 8 == 0)
+#define ROW_CHUNKS (SWIZZLE ? CHUNKS : CHUNKS + 1)
+#define KV_BYTES   (TILE_KV * ROW_CHUNKS * 16) /* one stage of K (or V) */
+/* Q fragments stay in registers when they take at most 32 per lane (16 x D x MMA_Q halves over a
+ * warp); larger ones would push the O accumulators into local memory, so they are re-read from
+ * shared memory at each k step instead. */
+#define Q_IN_REGS (MMA_Q * D <= 128)
+#define CAUSAL    (CINFER_MASK == 1)
+
+#if D % 16 != 0 || TILE_KV % 16 != 0 || TILE_Q % (16 * WARPS) != 0 || STAGES < 2
+#error "prefill: unsupported tile configuration (the spec validator should have refused it)"
+#endif
+
+/* 2^x with the MUFU unit; 2^-inf = +0. */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* tanh x = 1 - 2 / (2^(2 x log2 e) + 1): two MUFU operations, absolute error about 1e-7, and
+ * exactly +-1 where 2^(..) overflows or underflows. (tanh.approx.f32 has a relative error of
+ * 2^-11, which a soft cap of 30 would turn into 0.02 of a base-2 logit.) */
+__device__ __forceinline__ float fast_tanh(float x) {
+    const float e = fast_exp2(x * 2.8853900817779268f);
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+    return fmaf(-2.0f, r, 1.0f);
+}
+
+/* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+#if SWIZZLE
+    return (unsigned)(row * CHUNKS + (chunk ^ (row & 7))) * 16u;
+#else
+    return (unsigned)(row * ROW_CHUNKS + chunk) * 16u;
+#endif
+}
+
+/*
+ * ldmatrix addresses split into a lane part and a compile-time part, so that every address in
+ * the unrolled loops is one register plus an immediate (hoisting one register per distinct
+ * address would take most of the register file). A lane reads logical row R + row_l, chunk
+ * C + c_l with R a multiple of 8 and C even (both compile-time) and c_l in {0, 1}; then
+ *   tile_offset(R + row_l, C + c_l) = lane_off[LANE_SLOT(C)] + IMM_OFFSET(R, C)
+ * with lane_off[j] = tile_offset(row_l, 2 j + c_l): the swizzle XORs only the low 3 bits of the
+ * chunk with row_l % 8, and (C % 8) + c_l < 8, so the high part of C passes through unchanged.
+ */
+#if SWIZZLE
+#define LANE_SLOTS       4
+#define LANE_SLOT(C)     (((C) / 2) % 4)
+#define IMM_OFFSET(R, C) (((R)*CHUNKS + ((C) & ~7)) * 16)
+#else
+#define LANE_SLOTS       1
+#define LANE_SLOT(C)     0
+#define IMM_OFFSET(R, C) (((R)*ROW_CHUNKS + (C)) * 16)
+#endif
+
+__device__ __forceinline__ void lane_offsets(unsigned *dst, int row_l, int c_l) {
+#pragma unroll
+    for (int j = 0; j < LANE_SLOTS; j++)
+        dst[j] = tile_offset(row_l, 2 * j + c_l);
+}
+
+/*
+ * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
+ * tile at smem (rows is a compile-time constant after inlining). Rows >= len are zero-filled, so
+ * P = 0 never meets a stale or uninitialized V value (0 * NaN would poison the output).
+ *
+ * When the chunks of a row divide the threads (D = 64, 128, 256, ...), each thread keeps one
+ * chunk column and walks rows THREADS / CHUNKS apart, so a pass costs one pointer increment;
+ * other head dims map every chunk separately.
+ */
+__device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits *base,
+                                          long long stride, int row0, int len, int rows) {
+#if THREADS % CHUNKS == 0
+    const int rpp = THREADS / CHUNKS; /* rows per pass */
+    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
+    const cinfer_half_bits *src = base + (long long)(row0 + r0) * stride + ch * 8;
+    const long long step = (long long)rpp * stride;
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(rows, rpp); it++) {
+        const int r = r0 + it * rpp;
+        if (rows % rpp == 0 || r < rows) {
+            const bool valid = row0 + r < len;
+            cinfer_cp_async_16(smem + tile_offset(r, ch), valid ? src + it * step : base, valid);
+        }
+    }
+#else
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(rows * CHUNKS, THREADS); it++) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        if (c < rows * CHUNKS) {
+            const int r = c / CHUNKS, ch = c % CHUNKS;
+            const bool valid = row0 + r < len;
+            const cinfer_half_bits *src =
+                base + (valid ? (long long)(row0 + r) * stride : 0) + ch * 8;
+            cinfer_cp_async_16(smem + tile_offset(r, ch), src, valid);
+        }
+    }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    CINFER_KERNEL_NAME(const cinfer_prefill_params p) {
+    extern __shared__ uint4 smem[];
+    const unsigned s_q = cinfer_smem_addr(smem);
+    const unsigned s_k = s_q + TILE_Q * ROW_CHUNKS * 16;
+    const unsigned s_v = s_k + STAGES * KV_BYTES;
+
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int head = (int)(blockIdx.x % (unsigned)p.num_qo_heads);
+    const int q_tile = p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads);
+    const int kv_head = head / (p.num_qo_heads / p.num_kv_heads);
+    const int q0 = q_tile * TILE_Q;
+    const int q_rows = CINFER_MIN(TILE_Q, p.qo_len - q0);
+    /* Row i's absolute position is i + delta (bottom-right aligned). All lengths are below 2^30
+     * (CINFER_PREFILL_MAX_LEN), so positions and their differences fit an int. */
+    const int delta = p.kv_len - p.qo_len;
+
+    /* The KV positions some row of the tile keeps, widened to whole KV tiles. */
+    int kv_end = p.kv_len;
+#if CAUSAL
+    kv_end = CINFER_MIN(kv_end, q0 + q_rows + delta);
+#endif
+    int kv_begin = 0;
+#if CINFER_WINDOW
+    kv_begin = CINFER_MAX(0, q0 + delta - p.window_left);
+#endif
+    const int tile_begin = kv_begin / TILE_KV;
+    const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
+
+    const cinfer_half_bits *q_base = (const cinfer_half_bits *)p.q + (long long)head * p.q_stride_h;
+    const cinfer_half_bits *k_base =
+        (const cinfer_half_bits *)p.k + (long long)kv_head * p.k_stride_h;
+    const cinfer_half_bits *v_base =
+        (const cinfer_half_bits *)p.v + (long long)kv_head * p.v_stride_h;
+
+    /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
+    const int row_base = warp * WARP_ROWS + lane / 4;
+    /* ldmatrix lane offsets: Q and V matrices are rows lane % 16, chunk lane / 16 (Q from this
+     * warp's first row); K matrices are rows (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. */
+    unsigned qv_off[LANE_SLOTS], k_off[LANE_SLOTS];
+    lane_offsets(qv_off, lane % 16, lane / 16);
+    lane_offsets(k_off, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const unsigned s_qw = s_q + tile_offset(warp * WARP_ROWS, 0);
+    float o[MMA_Q][O_TILES][4];
+    float m[MMA_Q][2], d[MMA_Q][2];
+#pragma unroll
+    for (int mq = 0; mq < MMA_Q; mq++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m[mq][h] = -CINFER_INF;
+            d[mq][h] = 0.0f;
+        }
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[mq][n][e] = 0.0f;
+    }
+
+#if CINFER_SOFTCAP
+    const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
+#else
+    const float scale = p.q_scale;
+#endif
+
+    if (num_tiles > 0) {
+        load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
+        cinfer_cp_async_commit();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < num_tiles) {
+                const int row0 = (tile_begin + s) * TILE_KV;
+                load_tile(s_k + s * KV_BYTES, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);
+                load_tile(s_v + s * KV_BYTES, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);
+            }
+            cinfer_cp_async_commit();
+        }
+
+        unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
+        for (int t = 0; t < num_tiles; t++) {
+            /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
+             * 0..t must be complete, so STAGES - 2 may still be in flight. */
+            CINFER_CP_ASYNC_WAIT(STAGES - 2);
+            __syncthreads();
+            {
+                const int next = t + STAGES - 1;
+                if (next < num_tiles) {
+                    const int row0 = (tile_begin + next) * TILE_KV;
+                    const int stage = next % STAGES;
+                    load_tile(s_k + stage * KV_BYTES, k_base, p.k_stride_n, row0, p.kv_len,
+                              TILE_KV);
+                    load_tile(s_v + stage * KV_BYTES, v_base, p.v_stride_n, row0, p.kv_len,
+                              TILE_KV);
+                }
+                cinfer_cp_async_commit();
+            }
+#if Q_IN_REGS
+            if (t == 0) {
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int kk = 0; kk < K_STEPS; kk++)
+                        cinfer_ldmatrix_x4(qf[mq][kk], s_qw + qv_off[LANE_SLOT(2 * kk)] +
+                                                           IMM_OFFSET(mq * 16, 2 * kk));
+            }
+#endif
+            const int stage = t % STAGES;
+            const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
+            const int j0 = (tile_begin + t) * TILE_KV;
+
+            /* S = Q K^T */
+            float s[MMA_Q][S_TILES][4];
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[mq][n][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < K_STEPS; kk++) {
+                unsigned a[MMA_Q][4];
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++) {
+#if Q_IN_REGS
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        a[mq][e] = qf[mq][kk][e];
+#else
+                    cinfer_ldmatrix_x4(a[mq], s_qw + qv_off[LANE_SLOT(2 * kk)] +
+                                                  IMM_OFFSET(mq * 16, 2 * kk));
+#endif
+                }
+#pragma unroll
+                for (int np = 0; np < S_TILES / 2; np++) {
+                    /* Matrices: KV rows np*16 + 0..7 / + 8..15 (lanes / 16) by head-dim chunk
+                     * 2 kk / 2 kk + 1 ((lane / 8) % 2): b[0..1] for n tile 2 np, b[2..3] for
+                     * 2 np + 1. */
+                    unsigned b[4];
+                    cinfer_ldmatrix_x4(b, k_tile + k_off[LANE_SLOT(2 * kk)] +
+                                              IMM_OFFSET(np * 16, 2 * kk));
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++) {
+                        cinfer_mma(DT, s[mq][2 * np], a[mq], b);
+                        cinfer_mma(DT, s[mq][2 * np + 1], a[mq], b + 2);
+                    }
+                }
+            }
+
+#if CINFER_SOFTCAP
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[mq][n][e] = p.soft_cap_log2 * fast_tanh(s[mq][n][e] * p.q_scale);
+#endif
+
+            /* The element mask, only where some element of the tile may be dropped. */
+            bool need_mask = j0 + TILE_KV > p.kv_len;
+#if CAUSAL
+            need_mask = need_mask || j0 + TILE_KV - 1 > q0 + delta;
+#endif
+#if CINFER_WINDOW
+            need_mask = need_mask || j0 < q0 + q_rows - 1 + delta - p.window_left;
+#endif
+            if (need_mask) {
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
+                            const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                            bool keep = j < p.kv_len;
+#if CAUSAL
+                            keep = keep && j <= pos;
+#endif
+#if CINFER_WINDOW
+                            keep = keep && j >= pos - p.window_left;
+#endif
+                            if (!keep)
+                                s[mq][n][e] = -CINFER_INF;
+                        }
+            }
+
+            /* Online softmax; P overwrites S. */
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float mx = -CINFER_INF;
+#pragma unroll
+                    for (int n = 0; n < S_TILES; n++)
+                        mx = fmaxf(mx, fmaxf(s[mq][n][2 * h], s[mq][n][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m[mq][h], mx * scale);
+                    /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
+                    const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
+                    const float alpha = fast_exp2(m[mq][h] - m_use);
+                    m[mq][h] = m_new;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < S_TILES; n++) {
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; e++) {
+                            s[mq][n][e] = fast_exp2(fmaf(s[mq][n][e], scale, -m_use));
+                            sum += s[mq][n][e];
+                        }
+                    }
+                    d[mq][h] = fmaf(d[mq][h], alpha, sum);
+#pragma unroll
+                    for (int n = 0; n < O_TILES; n++) {
+                        o[mq][n][2 * h] *= alpha;
+                        o[mq][n][2 * h + 1] *= alpha;
+                    }
+                }
+            }
+
+            /* O += P V */
+#pragma unroll
+            for (int kk = 0; kk < PV_STEPS; kk++) {
+                unsigned pa[MMA_Q][4];
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++) {
+                    pa[mq][0] = cinfer_pack_half2(DT, s[mq][2 * kk][0], s[mq][2 * kk][1]);
+                    pa[mq][1] = cinfer_pack_half2(DT, s[mq][2 * kk][2], s[mq][2 * kk][3]);
+                    pa[mq][2] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][0], s[mq][2 * kk + 1][1]);
+                    pa[mq][3] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][2], s[mq][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < O_TILES / 2; dp++) {
+                    /* Matrices (transposed): KV rows kk*16 + 0..15 (lane % 16) by head-dim chunk
+                     * 2 dp / 2 dp + 1 (lane / 16): b[0..1] for d tile 2 dp, b[2..3] for
+                     * 2 dp + 1. */
+                    unsigned b[4];
+                    cinfer_ldmatrix_x4_trans(b, v_tile + qv_off[LANE_SLOT(2 * dp)] +
+                                                    IMM_OFFSET(kk * 16, 2 * dp));
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++) {
+                        cinfer_mma(DT, o[mq][2 * dp], pa[mq], b);
+                        cinfer_mma(DT, o[mq][2 * dp + 1], pa[mq], b + 2);
+                    }
+                }
+            }
+        }
+        /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
+        CINFER_CP_ASYNC_WAIT(0);
+    }
+
+    /* Normalize, write LSE, and stage O (as fp16/bf16) in this warp's own rows of the Q tile,
+     * which no other warp reads, so only the warp has to synchronize. */
+    __syncwarp();
+#pragma unroll
+    for (int mq = 0; mq < MMA_Q; mq++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = d[mq][h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
+            const int row = row_base + mq * 16 + h * 8;
+            if (p.lse && lane % 4 == 0 && row < q_rows)
+                p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
+                    sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++)
+                cinfer_st_shared_u32(
+                    s_q + tile_offset(row, n) + (lane % 4) * 4,
+                    cinfer_pack_half2(DT, o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv));
+        }
+    }
+    __syncwarp();
+    cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)head * p.out_stride_h;
+#pragma unroll
+    for (int it = 0; it < WARP_ROWS * CHUNKS / 32; it++) {
+        const int c = lane + it * 32;
+        const int row = warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
+        if (row < q_rows)
+            *(uint4 *)(out + (long long)(q0 + row) * p.out_stride_n + ch * 8) =
+                cinfer_ld_shared_v4(s_q + tile_offset(row, ch));
+    }
+}
+
+#endif

@@ -1,0 +1,373 @@
+/*
+ * Single-request prefill: options and tensor checks, tile choice, spec, launch of the sm80
+ * tensor-core kernel (kernels/prefill.cu). Workspace-free: one launch writes out and lse directly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "jit/jit.h"
+#include "ops/prefill.h"
+#include "ops/tensor.h"
+#include "prefill_params.h"
+
+/* ---- options ---- */
+
+static cinfer__dtype_t dtype_of(DLDataType d) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = d;
+    return cinfer__tensor_dtype(&t);
+}
+
+static bool finite_at_least(float x, float lo, bool strict) {
+    return isfinite(x) && (strict ? x > lo : x >= lo);
+}
+
+/* What prefill reads from the options; page_size, use_cuda_graph and max_batch_size are
+ * ignored. */
+static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
+    if (!o)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "options is NULL");
+    if (o->size < sizeof *o || o->version != CINFER_ATTENTION_OPTIONS_VERSION)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options: size %zu / version %u; initialize it with "
+                             "CINFER_ATTENTION_OPTIONS_INIT (size %zu, version %u)",
+                             o->size, o->version, sizeof *o, CINFER_ATTENTION_OPTIONS_VERSION);
+    if (o->num_qo_heads < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_qo_heads = %d, expected >= 1", o->num_qo_heads);
+    if (o->num_kv_heads < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_kv_heads = %d, expected >= 1", o->num_kv_heads);
+    if (o->num_qo_heads % o->num_kv_heads != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_qo_heads = %d is not a multiple of "
+                             "options->num_kv_heads = %d (GQA needs Hq %% Hk == 0)",
+                             o->num_qo_heads, o->num_kv_heads);
+    if (o->head_dim < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->head_dim = %d, expected >= 1", o->head_dim);
+    /* The kernel steps through the head dim in mma k16 steps and n8 tiles (kernels/prefill.cu);
+     * 256 bounds the O accumulators a warp keeps in registers. */
+    if (o->head_dim % 16 != 0 || o->head_dim > 256)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->head_dim = %d is not supported by prefill: expected a "
+                             "multiple of 16, at most 256",
+                             o->head_dim);
+    if (o->kv_layout != CINFER_KV_LAYOUT_NHD && o->kv_layout != CINFER_KV_LAYOUT_HND)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->kv_layout = %d, expected CINFER_KV_LAYOUT_NHD (0) or "
+                             "CINFER_KV_LAYOUT_HND (1)",
+                             (int)o->kv_layout);
+    const cinfer__dtype_t q = dtype_of(o->q_dtype), kv = dtype_of(o->kv_dtype);
+    if (q != CINFER__DT_F16 && q != CINFER__DT_BF16)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->q_dtype (code %u, %u bits, %u lanes) is not supported: "
+                             "expected fp16 (kDLFloat, 16) or bf16 (kDLBfloat, 16)",
+                             o->q_dtype.code, o->q_dtype.bits, o->q_dtype.lanes);
+    if (kv != q)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->kv_dtype (code %u, %u bits, %u lanes) is not supported by "
+                             "prefill: expected the q_dtype, %s (fp8 KV prefill is not "
+                             "implemented)",
+                             o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes,
+                             cinfer__dtype_name(q));
+    if (!finite_at_least(o->sm_scale, 0.0f, false))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->sm_scale = %g, expected a finite value >= 0 "
+                             "(0 = 1/sqrt(head_dim))",
+                             (double)o->sm_scale);
+    if (!finite_at_least(o->logits_soft_cap, 0.0f, false))
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "options->logits_soft_cap = %g, expected a finite value >= 0 (0 = off)",
+            (double)o->logits_soft_cap);
+    if (o->window_left < -1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->window_left = %d, expected -1 (off) or >= 0",
+                             o->window_left);
+    if (!finite_at_least(o->k_scale, 0.0f, true))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->k_scale = %g, expected a finite value > 0",
+                             (double)o->k_scale);
+    if (!finite_at_least(o->v_scale, 0.0f, true))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->v_scale = %g, expected a finite value > 0",
+                             (double)o->v_scale);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* ---- tiles ---- */
+
+size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
+    const size_t row_chunks = (size_t)head_dim / 8 + (head_dim % 64 ? 1 : 0);
+    return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
+}
+
+/*
+ * Register budget first: a warp keeps 16 x D fp32 O accumulators per 16 query rows (D / 2 per
+ * lane), plus S (TILE_KV / 2 per lane per 16 rows) and, when they fit, the Q fragments. NVRTC
+ * for sm_80/sm_90a gives, without local memory (measured with cuobjdump --dump-resource-usage):
+ *   D <= 64:  4 warps x 32 rows, KV 64;  D = 128: 8 warps x 16 rows, KV 64 (221 registers);
+ *   D = 256:  4 warps x 16 rows, KV 32 (244 registers).
+ * 32 rows per warp at D = 128 also compiles without spills with KV 32 (255 registers) and halves
+ * the shared-memory reads per mma; bench_prefill --sweep compares it on the GPU. Two stages
+ * overlap one tile's loads with the next tile's math; a third is added where it fits the
+ * 99 KiB of sm_86/sm_89 as well.
+ */
+void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
+    if (head_dim <= 64) {
+        *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 64, .warps = 4, .stages = 3};
+    } else if (head_dim <= 128) {
+        *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 64, .warps = 8, .stages = 2};
+    } else {
+        *cfg = (cinfer__prefill_config_t){.tile_q = 64, .tile_kv = 32, .warps = 4, .stages = 2};
+    }
+    /* Shrink until the tiles fit the device: stages, then KV rows, then query rows. */
+    while (cinfer__prefill_smem_bytes(head_dim, cfg) > (size_t)max_smem) {
+        if (cfg->stages > 2)
+            cfg->stages--;
+        else if (cfg->tile_kv > 16)
+            cfg->tile_kv /= 2;
+        else if (cfg->tile_q > 16 * cfg->warps)
+            cfg->tile_q /= 2;
+        else if (cfg->warps > 1)
+            cfg->warps /= 2, cfg->tile_q /= 2;
+        else
+            break; /* the launch reports it */
+    }
+}
+
+void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
+                                    cinfer__prefill_config_t *cfg) {
+    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
+    cinfer__prefill_default_config(head_dim, ctx->max_smem_per_block_optin - 1024, cfg);
+}
+
+/* ---- tensors ---- */
+
+/*
+ * Checks one tensor argument: NULL and ndim, dtype, shape with -1 = any (`origin` says where the
+ * expected shape comes from), then contiguity of the last dim, data and device.
+ */
+static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg, const DLTensor *t,
+                                    int ndim, const int64_t *shape, cinfer__dtype_t dtype,
+                                    const char *origin) {
+    if (!t)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
+    if (t->ndim != ndim)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
+                             t->ndim, ndim, origin);
+    const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
+    if (dt != dtype)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: dtype %s (code %u, %u bits, %u lanes), expected %s", arg,
+                             dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
+                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
+            char got[128], want[128];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
+            cinfer__shape_string(want, sizeof want, ndim, shape);
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: shape %s, expected %s (%s)",
+                                 arg, got, want, origin);
+        }
+    }
+    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
+}
+
+/*
+ * The kernel moves rows in 16-byte pieces (cp.async, vector stores): the data address and the
+ * byte stride of every dim that has more than one index must keep rows on 16-byte boundaries.
+ */
+static cinfer_status_t check_aligned(const char *arg, const DLTensor *t) {
+    const uintptr_t addr = (uintptr_t)cinfer__tensor_data(t);
+    if (addr % 16 != 0)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: data address %p is not 16-byte aligned; prefill moves rows in "
+                             "16-byte pieces",
+                             arg, (void *)addr);
+    for (int i = 0; i < t->ndim - 1; i++) {
+        const int64_t stride = cinfer__tensor_stride(t, i);
+        if (t->shape[i] > 1 && (stride * 2) % 16 != 0)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "%s: stride of dim %d is %lld elements (%lld bytes), not a "
+                                 "multiple of 16 bytes; prefill moves rows in 16-byte pieces",
+                                 arg, i, (long long)stride, (long long)(stride * 2));
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+static cinfer_status_t check_len(const char *what, int64_t len) {
+    if (len > CINFER_PREFILL_MAX_LEN)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s = %lld is not supported by prefill (at most 2^30 - 1)", what,
+                             (long long)len);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* The stride of dim i, or 0 when the dim has at most one index (the kernel then never moves
+ * along it, and a caller's arbitrary stride there must not matter). */
+static long long stride_of(const DLTensor *t, int i) {
+    return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
+}
+
+/* ---- the call ---- */
+
+cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
+                                              const cinfer_attention_options_t *o, int causal,
+                                              const DLTensor *q, const DLTensor *k,
+                                              const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                              const cinfer__prefill_config_t *tiles,
+                                              CUstream stream) {
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    CINFER__CHECK(options_check(o));
+    if (causal != 0 && causal != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
+                             causal);
+    const cinfer__dtype_t dtype = dtype_of(o->q_dtype);
+    const int64_t Hq = o->num_qo_heads, Hk = o->num_kv_heads, D = o->head_dim;
+    const bool nhd = o->kv_layout == CINFER_KV_LAYOUT_NHD;
+
+    const int64_t q_shape[3] = {-1, Hq, D};
+    const char *q_origin = "[qo_len, num_qo_heads, head_dim]: heads and head_dim from the options";
+    CINFER__CHECK(check_tensor(ctx, "q", q, 3, q_shape, dtype, q_origin));
+    const int64_t qo_len = q->shape[0];
+    CINFER__CHECK(check_len("qo_len", qo_len));
+    const int64_t k_shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
+    const char *k_origin = nhd ? "NHD [kv_len, num_kv_heads, head_dim] from the options"
+                               : "HND [num_kv_heads, kv_len, head_dim] from the options";
+    CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, dtype, k_origin));
+    const int64_t kv_len = k->shape[nhd ? 0 : 1];
+    CINFER__CHECK(check_len("kv_len", kv_len));
+    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, dtype, "k's shape"));
+    const int64_t out_shape[3] = {qo_len, Hq, D};
+    CINFER__CHECK(check_tensor(ctx, "out", out, 3, out_shape, dtype, "q's shape"));
+    if (lse) {
+        const int64_t lse_shape[2] = {qo_len, Hq};
+        CINFER__CHECK(check_tensor(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
+                                   "[qo_len, num_qo_heads] from q"));
+    }
+    CINFER__CHECK(check_aligned("q", q));
+    CINFER__CHECK(check_aligned("k", k));
+    CINFER__CHECK(check_aligned("v", v));
+    CINFER__CHECK(check_aligned("out", out));
+
+    cinfer__prefill_config_t cfg;
+    if (tiles)
+        cfg = *tiles;
+    else
+        cinfer__prefill_context_config(ctx, (int)D, &cfg);
+    const size_t smem = cinfer__prefill_smem_bytes((int)D, &cfg);
+    if (smem > (size_t)ctx->max_smem_per_block_optin)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
+                             "shared memory; the device allows %d per block",
+                             cfg.tile_q, cfg.tile_kv, cfg.stages, smem,
+                             ctx->max_smem_per_block_optin);
+
+    cinfer__spec_t spec;
+    cinfer__spec_init(&spec, CINFER__OP_PREFILL);
+    spec.backend = CINFER__BACKEND_SM80;
+    spec.dtype_q = spec.dtype_kv = spec.dtype_o = dtype;
+    spec.head_dim_qk = spec.head_dim_vo = (int32_t)D;
+    spec.mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
+    spec.flags = (o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0) |
+                 (o->window_left >= 0 ? CINFER__FLAG_WINDOW : 0);
+    spec.tile_q = cfg.tile_q;
+    spec.tile_kv = cfg.tile_kv;
+    spec.warps = cfg.warps;
+    spec.stages = cfg.stages;
+    CINFER__CHECK(cinfer__spec_validate(&spec));
+
+    const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
+    const int64_t blocks = num_q_tiles * Hq;
+    if (blocks > 0x7fffffff)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "qo_len = %lld x num_qo_heads = %lld needs %lld CTAs, more than one "
+                             "launch allows (2^31 - 1)",
+                             (long long)qo_len, (long long)Hq, (long long)blocks);
+    /* The kernel is loaded (compiled on first use) even when there is nothing to do, so a
+     * configuration error shows up on the first call, not on the first non-empty one. */
+    cinfer__kernel_t kernel;
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &kernel));
+    if (blocks == 0)
+        return CINFER_STATUS_SUCCESS;
+
+    cinfer_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.q = cinfer__tensor_data(q);
+    p.q_stride_n = stride_of(q, 0);
+    p.q_stride_h = stride_of(q, 1);
+    p.k = cinfer__tensor_data(k);
+    p.v = cinfer__tensor_data(v);
+    p.k_stride_n = stride_of(k, nhd ? 0 : 1);
+    p.k_stride_h = stride_of(k, nhd ? 1 : 0);
+    p.v_stride_n = stride_of(v, nhd ? 0 : 1);
+    p.v_stride_h = stride_of(v, nhd ? 1 : 0);
+    p.out = cinfer__tensor_data(out);
+    p.out_stride_n = stride_of(out, 0);
+    p.out_stride_h = stride_of(out, 1);
+    if (lse) {
+        p.lse = cinfer__tensor_data(lse);
+        p.lse_stride_n = stride_of(lse, 0);
+        p.lse_stride_h = stride_of(lse, 1);
+    }
+    p.qo_len = (int)qo_len;
+    p.kv_len = (int)kv_len;
+    p.num_qo_heads = (int)Hq;
+    p.num_kv_heads = (int)Hk;
+    p.num_q_tiles = (int)num_q_tiles;
+    /* A window of kv_len or more masks nothing (p_i - w < 0 for every row), so clamping keeps
+     * p_i - w inside an int. */
+    p.window_left =
+        o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
+
+    /* Base-2 logits: q . k * sm_scale * k_scale * log2(e); with a soft cap c the kernel computes
+     * c * log2(e) * tanh(q . k * sm_scale * k_scale / c). */
+    const double log2e = 1.4426950408889634;
+    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)D);
+    double q_scale = sm_scale * o->k_scale;
+    if (o->logits_soft_cap > 0) {
+        q_scale /= o->logits_soft_cap;
+        p.soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
+    } else {
+        q_scale *= log2e;
+    }
+    p.q_scale = (float)q_scale;
+    p.v_scale = o->v_scale;
+
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    /* Static shared memory the toolchain reserves (1 KiB on sm_90a) counts against the same
+     * per-block limit. */
+    int static_smem = 0;
+    CINFER__CU(
+        ctx->cu,
+        cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
+        "querying the prefill kernel's static shared memory");
+    if (smem + (size_t)static_smem > (size_t)ctx->max_smem_per_block_optin)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu + %d bytes "
+                             "of shared memory; the device allows %d per block",
+                             cfg.tile_q, cfg.tile_kv, cfg.stages, smem, static_smem,
+                             ctx->max_smem_per_block_optin);
+    /* Above 48 KiB a kernel must opt in to its dynamic shared memory. */
+    CINFER__CU(ctx->cu,
+               cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  (int)smem),
+               "setting the prefill kernel's shared memory size");
+    void *args[] = {&p};
+    CINFER__CU(ctx->cu,
+               cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
+                              1, 1, (unsigned)smem, stream, args, NULL),
+               "launching the prefill kernel");
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
+                                      const cinfer_attention_options_t *options, int causal,
+                                      const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                                      DLTensor *out, DLTensor *lse, CUstream stream) {
+    return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, NULL, stream);
+}

@@ -1,0 +1,710 @@
+/*
+ * Single-request prefill against the float64 CPU reference: head dims (the swizzled 64/128/256
+ * paths and the padded ones), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices of a packed QKV,
+ * strided out/lse, causal and non-causal masks, sliding windows, soft cap and scales,
+ * qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
+ * configuration the spec accepts, a randomized grid, and argument errors.
+ *
+ * Every output buffer is poisoned (NaN) before the run and surrounded by canaries; elements of an
+ * output buffer outside the output view must keep the poison; every K/V/Q element outside its
+ * view (padding tokens, other heads' columns of a packed QKV) holds NaN, so a read past kv_len or
+ * into a wrong head shows up as NaN in the output. The reference runs per query head on exactly
+ * the bytes the GPU read; large cases check a random subset of heads (all heads are still scanned
+ * for NaN, which catches rows that were never written).
+ */
+#include "support/gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/prefill.h"
+
+static cinfer_context_t *ctx;
+static CUstream stream;
+
+typedef struct prefill_case {
+    const char *desc;
+    int qo_len, kv_len;
+    int hq, hk, d;
+    cinfer__dtype_t dtype;
+    cinfer_kv_layout_t layout;
+    int causal;
+    float soft_cap, sm_scale, k_scale, v_scale;
+    int window_left;
+    int packed;      /* NHD: q, k, v are slices of one [tokens, Hq + 2 Hk, D] QKV buffer */
+    int strided_out; /* out is a slice [qo, Hq, D] of [qo, Hq + 2, D]; lse of [qo, Hq + 1] */
+    int no_lse;      /* pass lse = NULL */
+    int check_heads; /* 0: compare every query head; else this many random heads */
+    double q_range;  /* q uniform in [-q_range, q_range] (0: 1); k and v in [-1, 1] */
+    const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
+} prefill_case;
+
+static prefill_case base_case(const char *desc) {
+    prefill_case c;
+    memset(&c, 0, sizeof c);
+    c.desc = desc;
+    c.qo_len = 200;
+    c.kv_len = 300;
+    c.hq = 4;
+    c.hk = 2;
+    c.d = 128;
+    c.dtype = CINFER__DT_BF16;
+    c.layout = CINFER_KV_LAYOUT_NHD;
+    c.causal = 1;
+    c.k_scale = c.v_scale = 1.0f;
+    c.window_left = -1;
+    c.q_range = 2.0;
+    return c;
+}
+
+static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
+    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
+    if (cinfer_test_ref_dtype(dt, &r) != 0)
+        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
+    return r;
+}
+
+/* bf16 keeps 8 significant bits (2^-9 relative rounding), fp16 11; P is rounded to the same
+ * dtype before P V, the float32 accumulation adds far less. */
+static double value_tolerance(cinfer__dtype_t dt) {
+    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
+}
+
+/* Where a [tokens, heads, D] view lives in its buffer: element (t, h, i) is at
+ * off + t * s_tok + h * s_head + i. */
+typedef struct view {
+    int buf; /* index into prefill_data.bufs */
+    int64_t off, s_tok, s_head;
+    int64_t tokens, heads;
+} view_t;
+
+enum { B_Q, B_K, B_V, B_OUT, B_LSE, NUM_BUFS };
+
+typedef struct prefill_data {
+    view_t q, k, v, out, lse;
+    int64_t elems[NUM_BUFS]; /* buffer sizes in elements (0 = unused) */
+    unsigned char *host[NUM_BUFS];
+    cinfer_test_buf dev[NUM_BUFS];
+} prefill_data;
+
+static void free_data(prefill_data *x) {
+    for (int i = 0; i < NUM_BUFS; i++) {
+        free(x->host[i]);
+        cinfer_test_buf_free(&x->dev[i]);
+    }
+    memset(x, 0, sizeof *x);
+}
+
+static size_t buf_esz(const prefill_case *c, int b) {
+    return b == B_LSE ? 4 : cinfer__dtype_size(c->dtype);
+}
+
+/* Fills a view's elements with uniform values in [-range, range]. */
+static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x, const view_t *v,
+                      double range) {
+    for (int64_t t = 0; t < v->tokens; t++)
+        for (int64_t h = 0; h < v->heads; h++) {
+            const int64_t base = v->off + t * v->s_tok + h * v->s_head;
+            for (int i = 0; i < c->d; i++)
+                cinfer_test_store(c->dtype, x->host[v->buf], base + i,
+                                  cinfer_test_rng_uniform(rng, -range, range));
+        }
+}
+
+/* Lays out the views (see prefill_case), fills inputs (NaN outside the views), uploads them and
+ * allocates the poisoned outputs. */
+static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x) {
+    memset(x, 0, sizeof *x);
+    const int64_t qo = c->qo_len, kv = c->kv_len, hq = c->hq, hk = c->hk, d = c->d;
+    const int64_t pad = 19; /* NaN tokens past the end of K/V (and Q) */
+    if (c->packed) {
+        /* One QKV buffer of n tokens: q is the last qo tokens, k and v the first kv. */
+        const int64_t n = (qo > kv ? qo : kv) + pad, w = (hq + 2 * hk) * d;
+        x->elems[B_Q] = n * w;
+        x->q = (view_t){B_Q, (n - pad - qo) * w, w, d, qo, hq};
+        x->k = (view_t){B_Q, hq * d, w, d, kv, hk};
+        x->v = (view_t){B_Q, (hq + hk) * d, w, d, kv, hk};
+    } else {
+        x->elems[B_Q] = (qo + pad) * hq * d;
+        x->q = (view_t){B_Q, 0, hq * d, d, qo, hq};
+        x->elems[B_K] = x->elems[B_V] = (kv + pad) * hk * d;
+        if (c->layout == CINFER_KV_LAYOUT_NHD) {
+            x->k = (view_t){B_K, 0, hk * d, d, kv, hk};
+            x->v = (view_t){B_V, 0, hk * d, d, kv, hk};
+        } else {
+            x->k = (view_t){B_K, 0, d, (kv + pad) * d, kv, hk};
+            x->v = (view_t){B_V, 0, d, (kv + pad) * d, kv, hk};
+        }
+    }
+    if (c->strided_out) {
+        x->elems[B_OUT] = qo * (hq + 2) * d;
+        x->out = (view_t){B_OUT, d, (hq + 2) * d, d, qo, hq};
+        x->elems[B_LSE] = qo * (hq + 1);
+        x->lse = (view_t){B_LSE, 1, hq + 1, 1, qo, hq};
+    } else {
+        x->elems[B_OUT] = qo * hq * d;
+        x->out = (view_t){B_OUT, 0, hq * d, d, qo, hq};
+        x->elems[B_LSE] = qo * hq;
+        x->lse = (view_t){B_LSE, 0, hq, 1, qo, hq};
+    }
+    for (int b = 0; b < NUM_BUFS; b++) {
+        if (!x->elems[b] && b <= B_V)
+            continue;
+        const size_t bytes = (size_t)x->elems[b] * buf_esz(c, b);
+        x->host[b] = malloc(bytes + 16);
+        memset(x->host[b], 0xff, bytes); /* NaN in fp16, bf16 and fp32 */
+    }
+    fill_view(c, rng, x, &x->q, c->q_range > 0 ? c->q_range : 1.0);
+    fill_view(c, rng, x, &x->k, 1.0);
+    fill_view(c, rng, x, &x->v, 1.0);
+    for (int b = 0; b < NUM_BUFS; b++) {
+        if (!x->host[b])
+            continue;
+        const size_t bytes = (size_t)x->elems[b] * buf_esz(c, b);
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->dev[b], bytes));
+        if (b <= B_V && bytes)
+            CINFER_TEST_OK(cinfer_test_buf_upload(&x->dev[b], 0, x->host[b], bytes));
+    }
+}
+
+typedef struct prefill_tensors {
+    cinfer_test_tensor q, k, v, out, lse;
+} prefill_tensors;
+
+/* A DLTensor over a view; the view's offset goes into DLPack's byte_offset. */
+static void view_tensor(cinfer_test_tensor *t, const prefill_data *x, const view_t *v,
+                        cinfer__dtype_t dtype, int d, int hnd) {
+    const int64_t esz = (int64_t)cinfer__dtype_size(dtype);
+    if (d == 0) { /* lse: [tokens, heads] */
+        const int64_t shape[2] = {v->tokens, v->heads}, strides[2] = {v->s_tok, v->s_head};
+        cinfer_test_tensor_init(t, &x->dev[v->buf], 0, (uint64_t)(v->off * esz), dtype, 2, shape,
+                                strides);
+        return;
+    }
+    if (hnd) {
+        const int64_t shape[3] = {v->heads, v->tokens, d}, strides[3] = {v->s_head, v->s_tok, 1};
+        cinfer_test_tensor_init(t, &x->dev[v->buf], 0, (uint64_t)(v->off * esz), dtype, 3, shape,
+                                strides);
+    } else {
+        const int64_t shape[3] = {v->tokens, v->heads, d}, strides[3] = {v->s_tok, v->s_head, 1};
+        cinfer_test_tensor_init(t, &x->dev[v->buf], 0, (uint64_t)(v->off * esz), dtype, 3, shape,
+                                strides);
+    }
+}
+
+static void make_tensors(const prefill_case *c, const prefill_data *x, prefill_tensors *t) {
+    const int hnd = !c->packed && c->layout == CINFER_KV_LAYOUT_HND;
+    view_tensor(&t->q, x, &x->q, c->dtype, c->d, 0);
+    view_tensor(&t->k, x, &x->k, c->dtype, c->d, hnd);
+    view_tensor(&t->v, x, &x->v, c->dtype, c->d, hnd);
+    view_tensor(&t->out, x, &x->out, c->dtype, c->d, 0);
+    view_tensor(&t->lse, x, &x->lse, CINFER__DT_F32, 0, 0);
+}
+
+static cinfer_attention_options_t options_for(const prefill_case *c) {
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = c->hq;
+    o.num_kv_heads = c->hk;
+    o.head_dim = c->d;
+    o.kv_layout = c->packed ? CINFER_KV_LAYOUT_NHD : c->layout;
+    o.q_dtype = o.kv_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.sm_scale = c->sm_scale;
+    o.logits_soft_cap = c->soft_cap;
+    o.window_left = c->window_left;
+    o.k_scale = c->k_scale;
+    o.v_scale = c->v_scale;
+    return o;
+}
+
+/* A strided3 reference view of head h of a view (one head: the head stride is never used). */
+static cinfer__ref_strided3_t ref_view(const prefill_case *c, const prefill_data *x,
+                                       const view_t *v, int64_t h) {
+    cinfer__ref_strided3_t r;
+    r.data = x->host[v->buf] + (size_t)(v->off + h * v->s_head) * cinfer__dtype_size(c->dtype);
+    r.dtype = ref_dtype(c->dtype);
+    r.stride_token = v->s_tok;
+    r.stride_head = v->s_head;
+    r.stride_dim = 1;
+    return r;
+}
+
+/* Downloads the outputs and checks: canaries, the poison outside the output views, NaN in any
+ * output row, and the values of the checked heads against the reference. */
+static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rng *rng,
+                          uint64_t seed) {
+    const int64_t qo = c->qo_len, d = c->d, group = c->hq / c->hk;
+    for (int b = 0; b < NUM_BUFS; b++)
+        if (x->dev[b].base)
+            CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->dev[b]));
+    const size_t out_bytes = (size_t)x->elems[B_OUT] * cinfer__dtype_size(c->dtype);
+    const size_t lse_bytes = (size_t)x->elems[B_LSE] * 4;
+    if (out_bytes)
+        CINFER_TEST_OK(cinfer_test_buf_download(&x->dev[B_OUT], 0, x->host[B_OUT], out_bytes));
+    if (lse_bytes)
+        CINFER_TEST_OK(cinfer_test_buf_download(&x->dev[B_LSE], 0, x->host[B_LSE], lse_bytes));
+
+    /* Which elements the views cover: everything else must still be poison. */
+    unsigned char *covered = calloc((size_t)x->elems[B_OUT] + (size_t)x->elems[B_LSE] + 1, 1);
+    unsigned char *lse_covered = covered + x->elems[B_OUT];
+    for (int64_t t = 0; t < qo; t++)
+        for (int64_t h = 0; h < c->hq; h++) {
+            const int64_t o0 = x->out.off + t * x->out.s_tok + h * x->out.s_head;
+            memset(covered + o0, 1, (size_t)d);
+            lse_covered[x->lse.off + t * x->lse.s_tok + h * x->lse.s_head] = 1;
+        }
+    const uint16_t *out16 = (const uint16_t *)x->host[B_OUT];
+    for (int64_t i = 0; i < x->elems[B_OUT]; i++) {
+        if (!covered[i] && out16[i] != 0xffff)
+            fail_msg("%s: out element %lld outside the output view was written (0x%04x)", c->desc,
+                     (long long)i, out16[i]);
+        if (covered[i] && isnan(cinfer_test_load(c->dtype, out16, i)))
+            fail_msg("%s: out element %lld is NaN (never written, or computed NaN)", c->desc,
+                     (long long)i);
+    }
+    const uint32_t *lse32 = (const uint32_t *)x->host[B_LSE];
+    for (int64_t i = 0; i < x->elems[B_LSE]; i++) {
+        const int poisoned = lse32[i] == 0xffffffffu;
+        if ((!lse_covered[i] || c->no_lse) && !poisoned)
+            fail_msg("%s: lse element %lld was written (0x%08x) though %s", c->desc, (long long)i,
+                     lse32[i], c->no_lse ? "lse was NULL" : "it is outside the lse view");
+    }
+    free(covered);
+
+    /* The heads to compare. */
+    int64_t heads[64];
+    int64_t num_heads = 0;
+    if (c->check_heads <= 0 || c->check_heads >= c->hq) {
+        for (int64_t h = 0; h < c->hq && h < 64; h++)
+            heads[num_heads++] = h;
+    } else {
+        for (int i = 0; i < c->check_heads && i < 64; i++)
+            heads[num_heads++] = (int64_t)cinfer_test_rng_below(rng, (uint64_t)c->hq);
+    }
+    double *ref_o = malloc(sizeof(double) * (size_t)(qo * d + 1));
+    double *ref_lse = malloc(sizeof(double) * (size_t)(qo + 1));
+    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)(qo * d + 1));
+    float *got_lse = malloc(sizeof(float) * (size_t)(qo + 1));
+    for (int64_t hi = 0; hi < num_heads; hi++) {
+        const int64_t h = heads[hi];
+        cinfer__ref_heads_t rh = {1, 1, d, d};
+        cinfer__ref_strided3_t rq = ref_view(c, x, &x->q, h);
+        cinfer__ref_strided3_t rk = ref_view(c, x, &x->k, h / group);
+        cinfer__ref_strided3_t rv = ref_view(c, x, &x->v, h / group);
+        cinfer__ref_attn_opts_t opts;
+        cinfer__ref_attn_opts_init(&opts, d);
+        if (c->sm_scale > 0)
+            opts.sm_scale = c->sm_scale;
+        opts.k_scale = c->k_scale;
+        opts.v_scale = c->v_scale;
+        opts.causal = c->causal != 0;
+        opts.window_left = c->window_left;
+        opts.logits_soft_cap = c->soft_cap;
+        int rc = cinfer__ref_single(&rh, qo, c->kv_len, &rq, &rk, &rv, &opts, ref_o, ref_lse);
+        if (rc != 0)
+            fail_msg("%s: the reference failed (%d)", c->desc, rc);
+        for (int64_t t = 0; t < qo; t++) {
+            memcpy(got + t * d, out16 + x->out.off + t * x->out.s_tok + h * x->out.s_head,
+                   sizeof(uint16_t) * (size_t)d);
+            memcpy(&got_lse[t], lse32 + x->lse.off + t * x->lse.s_tok + h * x->lse.s_head, 4);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "out of head %lld", (long long)h);
+        CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, got, ref_o, qo * d,
+                                                     value_tolerance(c->dtype), 0.05, 1e-3),
+                                 what, c->desc, seed);
+        if (!c->no_lse) {
+            snprintf(what, sizeof what, "lse of head %lld", (long long)h);
+            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(got_lse, ref_lse, qo, 1e-4), what,
+                                         c->desc, seed);
+        }
+    }
+    free(ref_o);
+    free(ref_lse);
+    free(got);
+    free(got_lse);
+}
+
+/* Runs one case end to end and checks it. */
+static void run_case(const prefill_case *c, uint64_t seed) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    prefill_data x;
+    make_data(c, &rng, &x);
+    prefill_tensors t;
+    make_tensors(c, &x, &t);
+    cinfer_attention_options_t o = options_for(c);
+    CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
+                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t, c->tiles,
+                                                 stream));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(c, &x, &rng, seed);
+    free_data(&x);
+}
+
+/* ---- tests ---- */
+
+static void llama_heads(void **state) {
+    (void)state;
+    for (int causal = 0; causal < 2; causal++) {
+        prefill_case c = base_case(causal ? "llama 32/8 causal" : "llama 32/8 non-causal");
+        c.hq = 32;
+        c.hk = 8;
+        c.qo_len = c.kv_len = 1000;
+        c.causal = causal;
+        c.check_heads = 3;
+        /* Through the public entry point (default tiles). */
+        cinfer_test_rng rng;
+        const uint64_t seed = cinfer_test_seed() + 100 + (uint64_t)causal;
+        cinfer_test_rng_init(&rng, seed);
+        prefill_data x;
+        make_data(&c, &rng, &x);
+        prefill_tensors t;
+        make_tensors(&c, &x, &t);
+        cinfer_attention_options_t o = options_for(&c);
+        CINFER_TEST_OK(cinfer_single_prefill(ctx, &o, c.causal, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
+                                             &t.lse.t, stream));
+        CINFER_TEST_SYNC(stream);
+        check_outputs(&c, &x, &rng, seed);
+        free_data(&x);
+    }
+}
+
+static void head_dims_and_dtypes(void **state) {
+    (void)state;
+    static const int dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        for (int dt = 0; dt < 2; dt++) {
+            char desc[64];
+            snprintf(desc, sizeof desc, "D %d %s", dims[i], dt ? "f16" : "bf16");
+            prefill_case c = base_case(desc);
+            c.d = dims[i];
+            c.dtype = dt ? CINFER__DT_F16 : CINFER__DT_BF16;
+            c.qo_len = 150 + 37 * (int)i;
+            c.kv_len = 300 + 53 * (int)i;
+            c.causal = (int)(i + dt) % 2;
+            run_case(&c, cinfer_test_seed() + 200 + 2 * i + (uint64_t)dt);
+        }
+    }
+}
+
+static void gqa_groups(void **state) {
+    (void)state;
+    static const int groups[][2] = {{1, 1}, {3, 1}, {4, 2}, {5, 1},  {6, 2},
+                                    {7, 1}, {8, 1}, {8, 4}, {16, 1}, {2, 2}};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "GQA %d/%d", groups[i][0], groups[i][1]);
+        prefill_case c = base_case(desc);
+        c.hq = groups[i][0];
+        c.hk = groups[i][1];
+        c.d = i % 2 ? 64 : 128;
+        c.qo_len = 97 + 11 * (int)i;
+        c.kv_len = 211 + 31 * (int)i;
+        c.causal = (int)i % 3 != 0;
+        run_case(&c, cinfer_test_seed() + 300 + i);
+    }
+}
+
+static void layouts_and_strides(void **state) {
+    (void)state;
+    for (int mode = 0; mode < 8; mode++) {
+        char desc[96];
+        prefill_case c = base_case("");
+        c.layout = mode & 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.packed = (mode & 2) && c.layout == CINFER_KV_LAYOUT_NHD;
+        c.strided_out = (mode & 4) != 0;
+        c.hq = 8;
+        c.hk = 2;
+        c.d = mode % 3 == 0 ? 256 : mode % 3 == 1 ? 128 : 64;
+        c.qo_len = mode & 1 ? 333 : 420;
+        c.kv_len = mode & 2 ? 333 : 517;
+        c.causal = mode % 2;
+        snprintf(desc, sizeof desc, "%s%s%s D %d causal %d",
+                 c.layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD", c.packed ? " packed QKV" : "",
+                 c.strided_out ? " strided out/lse" : "", c.d, c.causal);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 400 + (uint64_t)mode);
+    }
+}
+
+static void masks_and_scales(void **state) {
+    (void)state;
+    static const int windows[] = {0, 1, 17, 63, 64, 100, 511, 5000};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[64];
+            snprintf(desc, sizeof desc, "window %d causal %d", windows[i], causal);
+            prefill_case c = base_case(desc);
+            c.window_left = windows[i];
+            c.causal = causal;
+            c.qo_len = 300 + 17 * (int)i;
+            c.kv_len = causal ? 700 : 200 + 61 * (int)i;
+            c.d = i % 2 ? 64 : 128;
+            run_case(&c, cinfer_test_seed() + 500 + 2 * i + (uint64_t)causal);
+        }
+    }
+    /* Soft cap with logits large enough to saturate tanh, and with a cap that barely bends. */
+    static const float caps[] = {30.0f, 5.0f, 1000.0f};
+    for (size_t i = 0; i < 3; i++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "soft cap %g", caps[i]);
+        prefill_case c = base_case(desc);
+        c.soft_cap = caps[i];
+        c.sm_scale = 1.0f;
+        c.q_range = 3.0;
+        c.causal = (int)i % 2;
+        c.window_left = i == 2 ? 40 : -1;
+        c.dtype = i == 1 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        run_case(&c, cinfer_test_seed() + 520 + i);
+    }
+    /* Peaked softmax (large logits: exp2 underflow, frequent max changes), and the scales. */
+    prefill_case c = base_case("sm_scale 0.5, q in [-4, 4]");
+    c.sm_scale = 0.5f;
+    c.q_range = 4.0;
+    run_case(&c, cinfer_test_seed() + 530);
+    c = base_case("k_scale 0.25, v_scale 3");
+    c.k_scale = 0.25f;
+    c.v_scale = 3.0f;
+    c.causal = 0;
+    run_case(&c, cinfer_test_seed() + 531);
+}
+
+static void edge_lengths(void **state) {
+    (void)state;
+    static const int lens[][2] = {{1, 0},     {5, 0},     {0, 10},    {1, 1},    {1, 1000},
+                                  {1000, 1},  {300, 100}, {100, 99},  {128, 64}, {129, 65},
+                                  {127, 63},  {64, 4000}, {2000, 17}, {16, 16},  {17, 15},
+                                  {255, 257}, {3, 4096}};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[64];
+            snprintf(desc, sizeof desc, "qo_len %d kv_len %d causal %d", lens[i][0], lens[i][1],
+                     causal);
+            prefill_case c = base_case(desc);
+            c.qo_len = lens[i][0];
+            c.kv_len = lens[i][1];
+            c.causal = causal;
+            c.hq = 2;
+            c.hk = 1;
+            c.d = i % 3 == 0 ? 64 : i % 3 == 1 ? 128 : 256;
+            c.no_lse = i == 4;
+            c.window_left = i == 6 ? 30 : -1;
+            run_case(&c, cinfer_test_seed() + 600 + 2 * i + (uint64_t)causal);
+        }
+    }
+}
+
+/*
+ * The tile configurations the validator accepts, at the head dims with their own code paths
+ * (64 and 128: swizzled rows, Q in registers or not; 80: padded rows and the generic copy loop;
+ * 256: swizzled, Q re-read from shared memory). Configurations whose O and S accumulators alone
+ * exceed 192 registers per lane are valid but spill; they are left out to save compile time, as
+ * are those the device's shared memory cannot hold.
+ */
+static void all_tile_configs(void **state) {
+    (void)state;
+    static const int dims[] = {64, 128, 80, 256};
+    static const int warps[] = {1, 2, 4, 8};
+    static const int kvs[] = {16, 32, 64, 128};
+    int n = 0;
+    for (size_t di = 0; di < 4; di++)
+        for (size_t wi = 0; wi < 4; wi++)
+            for (int rows = 16; rows <= 32; rows += 16)
+                for (size_t ki = 0; ki < 4; ki++) {
+                    cinfer__prefill_config_t cfg = {.tile_q = rows * warps[wi],
+                                                    .tile_kv = kvs[ki],
+                                                    .warps = warps[wi],
+                                                    .stages = 2 + (int)((wi + ki) % 3)};
+                    if ((rows / 16) * (dims[di] / 2 + kvs[ki] / 2) > 192 ||
+                        cinfer__prefill_smem_bytes(dims[di], &cfg) >
+                            (size_t)ctx->max_smem_per_block_optin)
+                        continue;
+                    char desc[96];
+                    snprintf(desc, sizeof desc, "D %d tiles q%d kv%d w%d s%d", dims[di], cfg.tile_q,
+                             cfg.tile_kv, cfg.warps, cfg.stages);
+                    prefill_case c = base_case(desc);
+                    c.d = dims[di];
+                    c.hq = 2;
+                    c.hk = 1;
+                    c.qo_len = 333;
+                    c.kv_len = 777;
+                    c.causal = n % 2;
+                    c.window_left = n % 3 == 0 ? 200 : -1;
+                    c.tiles = &cfg;
+                    run_case(&c, cinfer_test_seed() + 700 + (uint64_t)n);
+                    n++;
+                }
+}
+
+static void randomized_grid(void **state) {
+    (void)state;
+    static const int dims[] = {64, 128, 256};
+    static const int groups[] = {1, 4, 8};
+    for (int i = 0; i < 24; i++) {
+        const uint64_t seed = cinfer_test_seed() + 800 + (uint64_t)i;
+        cinfer_test_rng rng;
+        cinfer_test_rng_init(&rng, seed ^ 0x5bd1e995u);
+        char desc[160];
+        prefill_case c = base_case("");
+        c.qo_len = 1 + (int)cinfer_test_rng_below(&rng, 2000);
+        c.kv_len = (int)cinfer_test_rng_below(&rng, 4001);
+        c.d = dims[cinfer_test_rng_below(&rng, 3)];
+        c.hk = 1 + (int)cinfer_test_rng_below(&rng, 2);
+        c.hq = c.hk * groups[cinfer_test_rng_below(&rng, 3)];
+        c.dtype = cinfer_test_rng_below(&rng, 2) ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.layout = cinfer_test_rng_below(&rng, 2) ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.packed = c.layout == CINFER_KV_LAYOUT_NHD && cinfer_test_rng_below(&rng, 2);
+        c.strided_out = cinfer_test_rng_below(&rng, 2) != 0;
+        c.causal = cinfer_test_rng_below(&rng, 3) != 0;
+        c.window_left = cinfer_test_rng_below(&rng, 10) < 3
+                            ? (int)cinfer_test_rng_below(&rng, (uint64_t)c.kv_len + 2)
+                            : -1;
+        c.soft_cap = cinfer_test_rng_below(&rng, 5) == 0 ? 20.0f : 0.0f;
+        c.q_range = cinfer_test_rng_uniform(&rng, 0.5, 4.0);
+        c.check_heads = 2;
+        snprintf(desc, sizeof desc,
+                 "random %d: qo %d kv %d heads %d/%d D %d %s %s%s causal %d window %d cap %g", i,
+                 c.qo_len, c.kv_len, c.hq, c.hk, c.d, cinfer__dtype_name(c.dtype),
+                 c.layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD", c.packed ? " packed" : "",
+                 c.causal, c.window_left, (double)c.soft_cap);
+        c.desc = desc;
+        run_case(&c, seed);
+    }
+}
+
+static void bad_arguments_are_errors(void **state) {
+    (void)state;
+    prefill_case c = base_case("errors");
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 900);
+    prefill_data x;
+    make_data(&c, &rng, &x);
+    prefill_tensors t;
+    make_tensors(&c, &x, &t);
+    cinfer_attention_options_t o = options_for(&c);
+#define EXPECT(status, what, call)                                                                 \
+    do {                                                                                           \
+        assert_int_equal((call), (status));                                                        \
+        if ((what)[0] && !strstr(cinfer_last_error(), (what)))                                     \
+            fail_msg("message \"%s\" does not name \"%s\"", cinfer_last_error(), (what));          \
+    } while (0)
+#define RUN(opts, causal, q, k, v, out, lse)                                                       \
+    cinfer_single_prefill(ctx, (opts), (causal), (q), (k), (v), (out), (lse), stream)
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "ctx",
+           cinfer_single_prefill(NULL, &o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t, stream));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "options",
+           RUN(NULL, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "causal",
+           RUN(&o, 2, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "q",
+           RUN(&o, 1, NULL, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    cinfer_attention_options_t bad = o;
+    bad.num_qo_heads = 3;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "num_qo_heads",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.head_dim = 100;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad.head_dim = 272;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "kv_dtype",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.window_left = -2;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "window_left",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.logits_soft_cap = -1.0f;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "logits_soft_cap",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    /* Shapes: q with another head count, v shorter than k, out with other rows, lse wrong. */
+    t.q.shape[1] = 8;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "q",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.q.shape[1] = c.hq;
+    t.v.shape[0] = c.kv_len - 1;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "v",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.v.shape[0] = c.kv_len;
+    t.out.shape[0] = c.qo_len - 1;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "out",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.out.shape[0] = c.qo_len;
+    t.lse.shape[1] = c.hq + 1;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "lse",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.lse.shape[1] = c.hq;
+    /* dtypes: fp16 out for a bf16 call, fp16 lse. */
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "out",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_BF16);
+    t.lse.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "lse",
+           RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.lse.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F32);
+    /* Alignment: a row stride that is not a multiple of 16 bytes, a misaligned address. */
+    t.k.strides[0] += 4;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "k", RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.k.strides[0] -= 4;
+    t.q.t.byte_offset += 8;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "q", RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    t.q.t.byte_offset -= 8;
+    /* Tiles the device cannot hold. */
+    cinfer__prefill_config_t huge = {.tile_q = 256, .tile_kv = 128, .warps = 8, .stages = 4};
+    assert_int_not_equal(cinfer__single_prefill_config(ctx, &o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
+                                                       &t.lse.t, &huge, stream),
+                         CINFER_STATUS_SUCCESS);
+    CINFER_TEST_SYNC(stream);
+    /* Nothing was written by the failed calls. */
+    const size_t out_bytes = (size_t)x.elems[B_OUT] * 2;
+    unsigned char *out = malloc(out_bytes);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x.dev[B_OUT], 0, out, out_bytes));
+    for (size_t i = 0; i < out_bytes; i++)
+        assert_int_equal(out[i], CINFER_TEST_POISON_BYTE);
+    free(out);
+    /* And the arguments, restored, work. */
+    CINFER_TEST_OK(RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(&c, &x, &rng, cinfer_test_seed() + 900);
+    free_data(&x);
+#undef RUN
+#undef EXPECT
+}
+
+static int teardown_buffers(void **state) {
+    (void)state;
+    cinfer_test_buf_free_all();
+    return 0;
+}
+
+int main(void) {
+    int rc = cinfer_test_gpu_setup(&ctx);
+    if (rc)
+        return rc;
+    if (cinfer_test_stream_create(&stream) != CINFER_STATUS_SUCCESS) {
+        fprintf(stderr, "error: %s\n", cinfer_last_error());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(llama_heads, teardown_buffers),
+        cmocka_unit_test_teardown(head_dims_and_dtypes, teardown_buffers),
+        cmocka_unit_test_teardown(gqa_groups, teardown_buffers),
+        cmocka_unit_test_teardown(layouts_and_strides, teardown_buffers),
+        cmocka_unit_test_teardown(masks_and_scales, teardown_buffers),
+        cmocka_unit_test_teardown(edge_lengths, teardown_buffers),
+        cmocka_unit_test_teardown(all_tile_configs, teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+    };
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cinfer_test_stream_destroy(stream);
+    cinfer_test_gpu_teardown(ctx);
+    return rc;
+}
