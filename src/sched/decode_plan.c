@@ -202,14 +202,15 @@ void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_cap
 cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, int head_dim,
                                             cinfer__decode_layout_t *out) {
     const int64_t unsplit = (int64_t)cfg->max_batch_size * cinfer__decode_units(cfg);
-    const int64_t work = unsplit > cfg->max_ctas ? unsplit : cfg->max_ctas;
-    if (work > INT32_MAX)
+    const int64_t work = unsplit + cfg->max_ctas, slots = 2 * (int64_t)cfg->max_ctas;
+    if (work > INT32_MAX || slots > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->max_batch_size = %d x %d head slices per request = %lld "
-                             "work items exceeds 2^31 - 1",
-                             cfg->max_batch_size, cinfer__decode_units(cfg), (long long)unsplit);
-    cinfer__decode_layout((int)work, cfg->max_batch_size, cfg->max_ctas, cfg->heads_per_cta,
-                          head_dim, out);
+                             "options->max_batch_size = %d x %d head slices per request + %d "
+                             "CTAs = %lld work items exceeds 2^31 - 1",
+                             cfg->max_batch_size, cinfer__decode_units(cfg), cfg->max_ctas,
+                             (long long)work);
+    cinfer__decode_layout((int)work, cfg->max_batch_size, (int)slots, cfg->heads_per_cta, head_dim,
+                          out);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -263,6 +264,17 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                 lo = mid + 1;
         }
         k = hi;
+    } else {
+        /* Balanced regime: C = each CTA's share of the step (decode_plan.h). */
+        double total = 0;
+        for (int b = 0; b < batch_size; b++)
+            total += (double)attended(cfg, kv_len[b]);
+        const double share = total * (double)units / (double)cfg->max_ctas;
+        const double want =
+            share > CINFER__DECODE_BALANCED_MIN ? share : CINFER__DECODE_BALANCED_MIN;
+        const double kb = ceil(want / (double)align);
+        if (kb < (double)k_max)
+            k = (int64_t)kb;
     }
     const int64_t chunk = k * align;
     int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;
@@ -290,6 +302,22 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
 static int compare_desc(const void *a, const void *b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);
+}
+
+/* Longer items first; ties in (kv_begin, request, kv_head, head_begin) order, so plans are
+ * deterministic. */
+static int compare_items(const void *a, const void *b) {
+    const cinfer_decode_work *x = a, *y = b;
+    const int lx = x->kv_end - x->kv_begin, ly = y->kv_end - y->kv_begin;
+    if (lx != ly)
+        return lx > ly ? -1 : 1;
+    if (x->kv_begin != y->kv_begin)
+        return x->kv_begin < y->kv_begin ? -1 : 1;
+    if (x->request != y->request)
+        return x->request < y->request ? -1 : 1;
+    if (x->kv_head != y->kv_head)
+        return x->kv_head < y->kv_head ? -1 : 1;
+    return (x->head_begin > y->head_begin) - (x->head_begin < y->head_begin);
 }
 
 cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
@@ -351,8 +379,12 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
                              "decode plan: wrote %d items / %d slots, the chunking counted %d / %d",
                              w, slot, chunking->num_work, chunking->num_slots);
 
-    /* Snake order over bands of max_ctas items (see decode_plan.h). */
+    /* Snake order over bands of max_ctas items (see decode_plan.h). It balances the CTAs only if
+     * the items fall in length; chunk-major order guarantees that unless the balanced regime split
+     * some requests (their later chunks follow shorter whole requests), so sort those plans. */
     const int band = cfg->max_ctas;
+    if (chunking->split && w > band)
+        qsort(dst->work, (size_t)w, sizeof *dst->work, compare_items);
     for (int64_t lo = band; lo < w; lo += 2 * (int64_t)band) {
         int64_t i = lo, j = (lo + band < w ? lo + band : w) - 1;
         for (; i < j; i++, j--) {

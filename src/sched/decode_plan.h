@@ -22,17 +22,25 @@
  * ----------------------------------------------
  * All requests share one chunk size C (a multiple of CINFER__DECODE_CHUNK_ALIGN). A request with
  * a attended positions has max(1, ceil(a / C)) chunks, and the plan has
- * items(C) = sum_b units * max(1, ceil(a_b / C)) work items. The planner picks the smallest C with
- * items(C) <= max_ctas (binary search; items is non-increasing in C), so the whole step is one
- * wave of resident CTAs and the longest item is as short as one wave allows. When even one chunk
- * per request gives more items than max_ctas (large batches), nothing is split: the persistent
- * grid walks the items and splitting would only add merge work.
+ * items(C) = sum_b units * max(1, ceil(a_b / C)) work items. Two regimes:
+ * - batch_size * units <= max_ctas: the smallest C with items(C) <= max_ctas (binary search;
+ *   items is non-increasing in C), so the whole step is one wave of resident CTAs and the longest
+ *   item is as short as one wave allows.
+ * - batch_size * units > max_ctas (one chunk per request already fills a wave): the persistent
+ *   grid walks the items, so what matters is that no item is much longer than a CTA's fair share
+ *   of the step. C = the share, T * units / max_ctas tokens with T = sum_b a_b, rounded up to the
+ *   alignment and at least CINFER__DECODE_BALANCED_MIN: requests longer than that are split, the
+ *   rest are one chunk. Uniform batches split nothing (the share is at least the common length);
+ *   a batch of short requests with a few long ones (real traffic) splits only the long ones, which
+ *   otherwise run on their few CTAs long after the rest have finished.
  *
- * Consequences the workspace relies on: a plan that splits has at most max_ctas items, and its
- * partial slots (one per item of a split request) are at most max_ctas; a plan that does not split
- * has exactly batch_size * units items. Hence, for a batch of at most max_batch_size requests:
- *   work items    <= max(max_ctas, max_batch_size * units)
- *   partial slots <= max_ctas
+ * Consequences the workspace relies on, for a batch of at most max_batch_size requests: in the
+ * first regime items <= max_ctas and partial slots <= items. In the second, C >= T * units /
+ * max_ctas gives units * T / C <= max_ctas, so items <= units * (batch + T / C) <=
+ * max_batch_size * units + max_ctas, and, since each split request has a_b > C (so their number
+ * is below T / C), slots <= units * (T / C + split requests) < 2 * max_ctas. Hence:
+ *   work items    <= max_batch_size * units + max_ctas
+ *   partial slots <= 2 * max_ctas
  */
 #ifndef CINFER_SCHED_DECODE_PLAN_H
 #define CINFER_SCHED_DECODE_PLAN_H
@@ -48,6 +56,9 @@
  * 2 steps of the 128-thread kernel at D = 128 (8 token rows x 4 tokens per step), so a shorter
  * chunk would spend more on its partial-state write and merge than on attention. */
 #define CINFER__DECODE_CHUNK_ALIGN 64
+/* The shortest chunk of the balanced regime: 256 tokens keep the partial-state write and merge
+ * (4 heads x D floats per item) under 2% of the item's KV bytes at D = 128. */
+#define CINFER__DECODE_BALANCED_MIN 256
 
 /* Warps of both decode kernels (4 x 32 = 128 threads per block). */
 #define CINFER__DECODE_WARPS 4
@@ -133,8 +144,8 @@ void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_cap
 
 /*
  * The layout of a batch decode object: capacities that hold any plan of up to max_batch_size
- * requests (work = max(max_ctas, max_batch_size * units), requests = max_batch_size,
- * slots = max_ctas; see the top of this file). UNSUPPORTED when a capacity exceeds 2^31 - 1.
+ * requests (work = max_batch_size * units + max_ctas, requests = max_batch_size,
+ * slots = 2 * max_ctas; see the top of this file). UNSUPPORTED when a capacity exceeds 2^31 - 1.
  */
 cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, int head_dim,
                                             cinfer__decode_layout_t *out);

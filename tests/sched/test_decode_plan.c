@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,25 +131,46 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
     assert_true(chunk >= CINFER__DECODE_CHUNK_ALIGN);
     assert_int_equal(chunk % CINFER__DECODE_CHUNK_ALIGN == 0 || chunk == INT32_MAX, 1);
 
-    /* The chunking rule: a split plan fills at most one wave and its chunk is the smallest that
-     * does; an unsplit plan has nothing longer than one chunk, or no split fits one wave. */
+    /* The chunking rule (decode_plan.h). */
     int64_t max_att = 0;
-    for (int b = 0; b < batch; b++)
-        max_att = attended_len(cfg, kv_len[b]) > max_att ? attended_len(cfg, kv_len[b]) : max_att;
-    if (ch->split) {
-        assert_true(n <= cfg->max_ctas);
-        if (chunk > CINFER__DECODE_CHUNK_ALIGN)
-            assert_true(items_for(cfg, kv_len, batch, chunk - CINFER__DECODE_CHUNK_ALIGN) >
-                        cfg->max_ctas);
-    } else {
-        /* Any chunk shorter than the longest attended range (the largest candidate below it)
-         * would have overflowed one wave. */
-        assert_int_equal(n, (int64_t)batch * units);
-        if (max_att > CINFER__DECODE_CHUNK_ALIGN) {
-            const int64_t below =
-                (max_att - 1) / CINFER__DECODE_CHUNK_ALIGN * CINFER__DECODE_CHUNK_ALIGN;
-            assert_true(items_for(cfg, kv_len, batch, below) > cfg->max_ctas);
+    double total = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t a = attended_len(cfg, kv_len[b]);
+        max_att = a > max_att ? a : max_att;
+        total += (double)a;
+    }
+    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
+    if ((int64_t)batch * units <= cfg->max_ctas) {
+        /* One wave: a split plan fits max_ctas with the smallest chunk that does; an unsplit
+         * plan has nothing longer than one chunk, or no shorter chunk fits. */
+        if (ch->split) {
+            assert_true(n <= cfg->max_ctas);
+            if (chunk > align)
+                assert_true(items_for(cfg, kv_len, batch, chunk - align) > cfg->max_ctas);
+        } else {
+            assert_int_equal(n, (int64_t)batch * units);
+            if (max_att > align) {
+                const int64_t below = (max_att - 1) / align * align;
+                assert_true(items_for(cfg, kv_len, batch, below) > cfg->max_ctas);
+            }
         }
+    } else {
+        /* Balanced: the chunk is each CTA's share of the step, rounded up to the alignment and at
+         * least the minimum; when that reaches the longest request nothing is split. */
+        double want = total * units / cfg->max_ctas;
+        if (want < CINFER__DECODE_BALANCED_MIN)
+            want = CINFER__DECODE_BALANCED_MIN;
+        const int64_t share = (int64_t)ceil(want / (double)align) * align;
+        if (share < max_att) {
+            assert_int_equal(chunk, share);
+            assert_true(ch->split);
+        } else {
+            assert_false(ch->split);
+            assert_int_equal(n, (int64_t)batch * units);
+        }
+        /* The bounds the workspace is sized by. */
+        assert_true(n <= (int64_t)batch * units + cfg->max_ctas);
+        assert_true(ch->num_slots < 2 * (int64_t)cfg->max_ctas);
     }
 
     /* Request infos and partial slots. */
@@ -360,18 +382,17 @@ static void layout_is_exact_and_aligned(void **state) {
 static void batch_layout_capacities(void **state) {
     (void)state;
     cinfer__decode_layout_t l;
-    /* Small batch: the split bound max_ctas dominates the work items. */
+    /* Work items: unsplit items plus the balanced regime's extra chunks; slots: twice a wave. */
     cinfer__decode_config_t c = config(32, 8, 528, 4, -1, false); /* group 4: HPC 4, 8 units */
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 528);
+    assert_int_equal(l.work_capacity, 4 * 8 + 528);
     assert_int_equal(l.request_capacity, 4);
-    assert_int_equal(l.slot_capacity, 528);
-    /* Large batch: unsplit items dominate. */
+    assert_int_equal(l.slot_capacity, 2 * 528);
     c = config(32, 8, 528, 256, -1, true);
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 256 * 8);
+    assert_int_equal(l.work_capacity, 256 * 8 + 528);
     assert_int_equal(l.request_capacity, 256);
-    assert_int_equal(l.slot_capacity, 528);
+    assert_int_equal(l.slot_capacity, 2 * 528);
     /* Too many items for an int. */
     c = config(1024, 1024, 528, 1 << 30, -1, false);
     assert_error(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_UNSUPPORTED,
@@ -662,6 +683,35 @@ static void window_clips_the_attended_range(void **state) {
     free_plan(&p);
 }
 
+static void long_requests_split_beyond_one_wave(void **state) {
+    (void)state;
+    plan_t p;
+    /* 64 requests of 1000 tokens and one of 20000, 8 slices, 264 CTAs: 520 items exceed a wave.
+     * The share is 84000 * 8 / 264 = 2545.5 tokens, rounded up to 2560: the long request becomes
+     * 8 chunks (7 of 2560 and one of 2080), the others stay whole. */
+    int32_t lens[65];
+    for (int b = 0; b < 64; b++)
+        lens[b] = 1000;
+    lens[64] = 20000;
+    cinfer__decode_config_t c = config(32, 8, 264, 65, -1, false);
+    plan_and_verify(&c, lens, 65, &p);
+    assert_int_equal(p.chunking.chunk_size, 2560);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.requests[64].num_chunks, 8);
+    assert_int_equal(p.requests[0].num_chunks, 1);
+    assert_int_equal(p.header->num_work, (64 + 8) * 8);
+    assert_int_equal(p.chunking.num_slots, 8 * 8);
+    /* The longest items lead (the snake order relies on it). */
+    assert_int_equal(p.work[0].kv_end - p.work[0].kv_begin, 2560);
+    free_plan(&p);
+    /* The same batch with uniform lengths splits nothing. */
+    lens[64] = 1000;
+    plan_and_verify(&c, lens, 65, &p);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.header->num_work, 65 * 8);
+    free_plan(&p);
+}
+
 static void chunk_size_is_the_smallest_that_fits_one_wave(void **state) {
     (void)state;
     plan_t p;
@@ -807,7 +857,7 @@ static void random_batches(void **state) {
     static const int groups[] = {1, 2, 4, 5, 7, 8, 16};
     static const int kv_heads[] = {1, 2, 4, 8};
     static const int ctas[] = {1, 7, 66, 132, 264, 528, 1056};
-    int splits = 0, unsplit_big = 0, windows = 0, empties = 0;
+    int splits = 0, unsplit_big = 0, balanced = 0, windows = 0, empties = 0;
     for (int iter = 0; iter < 200; iter++) {
         const int group = groups[rng() % 7], hk = kv_heads[rng() % 4];
         const int batch = rng_int(1, 256);
@@ -835,13 +885,17 @@ static void random_batches(void **state) {
         plan_and_verify(&c, lens, batch, &p);
         splits += p.chunking.split;
         unsplit_big += !p.chunking.split && p.header->num_work > max_ctas;
+        balanced += p.chunking.split && (int64_t)batch * cinfer__decode_units(&c) > max_ctas;
         windows += window >= 0;
         free_plan(&p);
         free(lens);
     }
     /* The seed exercises both regimes, windows and empty requests. */
     assert_true(splits >= 20);
+    fprintf(stderr, "random plans: %d split (%d balanced), %d unsplit beyond a wave\n", splits,
+            balanced, unsplit_big);
     assert_true(unsplit_big >= 20);
+    assert_true(balanced >= 10);
     assert_true(windows >= 20);
     assert_true(empties >= 20);
 }
@@ -890,6 +944,7 @@ int main(void) {
         cmocka_unit_test(every_position_covered_exactly_once),
         cmocka_unit_test(window_clips_the_attended_range),
         cmocka_unit_test(chunk_size_is_the_smallest_that_fits_one_wave),
+        cmocka_unit_test(long_requests_split_beyond_one_wave),
         cmocka_unit_test(snake_order_balances_the_persistent_loop),
         cmocka_unit_test(chunks_of_a_request_are_interleaved),
         cmocka_unit_test(graph_mode_grids_are_constant),
