@@ -12,6 +12,7 @@
 
 #include "decode_params.h"
 #include "jit/jit.h"
+#include "ops/options.h"
 #include "ops/tensor.h"
 #include "sched/decode_plan.h"
 
@@ -52,13 +53,6 @@ static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfe
     return CINFER_STATUS_SUCCESS;
 }
 
-static cinfer__dtype_t dtype_of(DLDataType d) {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = d;
-    return cinfer__tensor_dtype(&t);
-}
-
 static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
@@ -77,8 +71,8 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     const int group = o->num_qo_heads / o->num_kv_heads;
     s->cfg.num_qo_heads = o->num_qo_heads;
     s->cfg.num_kv_heads = o->num_kv_heads;
-    s->dtype_q = dtype_of(o->q_dtype);
-    s->dtype_kv = dtype_of(o->kv_dtype);
+    s->dtype_q = cinfer__dl_dtype(o->q_dtype);
+    s->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
     CINFER__CHECK(choose_backend(o, s->dtype_q, s->dtype_kv, &s->tensor_cores));
     s->cfg.heads_per_cta = cinfer__decode_heads_per_cta(group, s->tensor_cores ? 16 : 8);
     s->cfg.window_left = o->window_left;

@@ -7,46 +7,21 @@
 
 #include "jit/jit.h"
 #include "ops/prefill.h"
+#include "ops/options.h"
 #include "ops/tensor.h"
 #include "prefill_params.h"
 
 /* ---- options ---- */
 
-static cinfer__dtype_t dtype_of(DLDataType d) {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = d;
-    return cinfer__tensor_dtype(&t);
-}
-
-static bool finite_at_least(float x, float lo, bool strict) {
-    return isfinite(x) && (strict ? x > lo : x >= lo);
-}
-
-/* What prefill reads from the options; page_size, use_cuda_graph and max_batch_size are
- * ignored. */
+/* What prefill reads from the options; page_size, use_cuda_graph, max_batch_size and
+ * use_tensor_cores are ignored. */
 static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
-    if (!o)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "options is NULL");
-    if (o->size < sizeof *o || o->version != CINFER_ATTENTION_OPTIONS_VERSION)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options: size %zu / version %u; initialize it with "
-                             "CINFER_ATTENTION_OPTIONS_INIT (size %zu, version %u)",
-                             o->size, o->version, sizeof *o, CINFER_ATTENTION_OPTIONS_VERSION);
-    if (o->num_qo_heads < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_qo_heads = %d, expected >= 1", o->num_qo_heads);
-    if (o->num_kv_heads < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_kv_heads = %d, expected >= 1", o->num_kv_heads);
-    if (o->num_qo_heads % o->num_kv_heads != 0)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_qo_heads = %d is not a multiple of "
-                             "options->num_kv_heads = %d (GQA needs Hq %% Hk == 0)",
-                             o->num_qo_heads, o->num_kv_heads);
-    if (o->head_dim < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->head_dim = %d, expected >= 1", o->head_dim);
+    const cinfer__dtype_t q = o ? cinfer__dl_dtype(o->q_dtype) : CINFER__DT_NONE;
+    char hint[96];
+    cinfer__fmt(hint, sizeof hint, "the q_dtype, %s (fp8 KV prefill is not implemented)",
+                q == CINFER__DT_BF16 ? "bf16" : "fp16");
+    CINFER__CHECK(cinfer__attention_options_check(
+        o, CINFER__DTS(q == CINFER__DT_NONE ? CINFER__DT_F16 : q), hint));
     /* The kernel steps through the head dim in mma k16 steps and n8 tiles (kernels/prefill.cu);
      * 256 bounds the O accumulators a warp keeps in registers. */
     if (o->head_dim % 16 != 0 || o->head_dim > 256)
@@ -54,46 +29,6 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
                              "options->head_dim = %d is not supported by prefill: expected a "
                              "multiple of 16, at most 256",
                              o->head_dim);
-    if (o->kv_layout != CINFER_KV_LAYOUT_NHD && o->kv_layout != CINFER_KV_LAYOUT_HND)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->kv_layout = %d, expected CINFER_KV_LAYOUT_NHD (0) or "
-                             "CINFER_KV_LAYOUT_HND (1)",
-                             (int)o->kv_layout);
-    const cinfer__dtype_t q = dtype_of(o->q_dtype), kv = dtype_of(o->kv_dtype);
-    if (q != CINFER__DT_F16 && q != CINFER__DT_BF16)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->q_dtype (code %u, %u bits, %u lanes) is not supported: "
-                             "expected fp16 (kDLFloat, 16) or bf16 (kDLBfloat, 16)",
-                             o->q_dtype.code, o->q_dtype.bits, o->q_dtype.lanes);
-    if (kv != q)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->kv_dtype (code %u, %u bits, %u lanes) is not supported by "
-                             "prefill: expected the q_dtype, %s (fp8 KV prefill is not "
-                             "implemented)",
-                             o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes,
-                             cinfer__dtype_name(q));
-    if (!finite_at_least(o->sm_scale, 0.0f, false))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->sm_scale = %g, expected a finite value >= 0 "
-                             "(0 = 1/sqrt(head_dim))",
-                             (double)o->sm_scale);
-    if (!finite_at_least(o->logits_soft_cap, 0.0f, false))
-        return cinfer__error(
-            CINFER_STATUS_INVALID_ARGUMENT,
-            "options->logits_soft_cap = %g, expected a finite value >= 0 (0 = off)",
-            (double)o->logits_soft_cap);
-    if (o->window_left < -1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->window_left = %d, expected -1 (off) or >= 0",
-                             o->window_left);
-    if (!finite_at_least(o->k_scale, 0.0f, true))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->k_scale = %g, expected a finite value > 0",
-                             (double)o->k_scale);
-    if (!finite_at_least(o->v_scale, 0.0f, true))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->v_scale = %g, expected a finite value > 0",
-                             (double)o->v_scale);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -226,7 +161,7 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
     if (causal != 0 && causal != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
                              causal);
-    const cinfer__dtype_t dtype = dtype_of(o->q_dtype);
+    const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     const int64_t Hq = o->num_qo_heads, Hk = o->num_kv_heads, D = o->head_dim;
     const bool nhd = o->kv_layout == CINFER_KV_LAYOUT_NHD;
 

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ops/tensor.h"
+#include "ops/options.h"
 #include "sched/decode_plan.h"
 
 /* ---- tile choices ---- */
@@ -36,38 +36,10 @@ int cinfer__decode_merge_rows(int head_dim) {
 
 /* ---- argument checks ---- */
 
-static cinfer__dtype_t dtype_of(DLDataType d) {
-    DLTensor t = {0};
-    t.dtype = d;
-    return cinfer__tensor_dtype(&t);
-}
-
-static bool finite_at_least(float x, float lo, bool strict) {
-    return isfinite(x) && (strict ? x > lo : x >= lo);
-}
-
 cinfer_status_t cinfer__decode_options_check(const cinfer_attention_options_t *o, bool batch) {
-    if (!o)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "options is NULL");
-    if (o->size < sizeof *o || o->version != CINFER_ATTENTION_OPTIONS_VERSION)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options: size %zu / version %u; initialize it with "
-                             "CINFER_ATTENTION_OPTIONS_INIT (size %zu, version %u)",
-                             o->size, o->version, sizeof *o, CINFER_ATTENTION_OPTIONS_VERSION);
-    if (o->num_qo_heads < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_qo_heads = %d, expected >= 1", o->num_qo_heads);
-    if (o->num_kv_heads < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_kv_heads = %d, expected >= 1", o->num_kv_heads);
-    if (o->num_qo_heads % o->num_kv_heads != 0)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->num_qo_heads = %d is not a multiple of "
-                             "options->num_kv_heads = %d (GQA needs Hq %% Hk == 0)",
-                             o->num_qo_heads, o->num_kv_heads);
-    if (o->head_dim < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->head_dim = %d, expected >= 1", o->head_dim);
+    CINFER__CHECK(cinfer__attention_options_check(
+        o, CINFER__DTS_HALF | CINFER__DTS(CINFER__DT_E4M3) | CINFER__DTS(CINFER__DT_E5M2),
+        "fp16, bf16, fp8 e4m3 (code 10, 8 bits) or fp8 e5m2 (code 12, 8 bits)"));
     /* The decode kernel gives each lane 8 elements of a row (16-byte loads) and a row at most one
      * warp (kernels/decode.cu). */
     if (o->head_dim % 8 != 0 || o->head_dim > 256)
@@ -75,57 +47,19 @@ cinfer_status_t cinfer__decode_options_check(const cinfer_attention_options_t *o
                              "options->head_dim = %d is not supported by decode: expected a "
                              "multiple of 8, at most 256",
                              o->head_dim);
-    if (batch && o->page_size < 1)
+    if (!batch)
+        return CINFER_STATUS_SUCCESS;
+    if (o->page_size < 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->page_size = %d, expected 1..256", o->page_size);
-    if (batch && o->page_size > 256)
+    if (o->page_size > 256)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->page_size = %d is not supported, expected 1..256",
                              o->page_size);
-    if (o->kv_layout != CINFER_KV_LAYOUT_NHD && o->kv_layout != CINFER_KV_LAYOUT_HND)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->kv_layout = %d, expected CINFER_KV_LAYOUT_NHD (0) or "
-                             "CINFER_KV_LAYOUT_HND (1)",
-                             (int)o->kv_layout);
-    const cinfer__dtype_t q = dtype_of(o->q_dtype), kv = dtype_of(o->kv_dtype);
-    if (q != CINFER__DT_F16 && q != CINFER__DT_BF16)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->q_dtype (code %u, %u bits, %u lanes) is not supported: "
-                             "expected fp16 (kDLFloat, 16) or bf16 (kDLBfloat, 16)",
-                             o->q_dtype.code, o->q_dtype.bits, o->q_dtype.lanes);
-    if (kv != CINFER__DT_F16 && kv != CINFER__DT_BF16 && kv != CINFER__DT_E4M3 &&
-        kv != CINFER__DT_E5M2)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->kv_dtype (code %u, %u bits, %u lanes) is not supported: "
-                             "expected fp16, bf16, fp8 e4m3 (code 10, 8 bits) or fp8 e5m2 "
-                             "(code 12, 8 bits)",
-                             o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes);
-    if (!finite_at_least(o->sm_scale, 0.0f, false))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->sm_scale = %g, expected a finite value >= 0 "
-                             "(0 = 1/sqrt(head_dim))",
-                             (double)o->sm_scale);
-    if (!finite_at_least(o->logits_soft_cap, 0.0f, false))
-        return cinfer__error(
-            CINFER_STATUS_INVALID_ARGUMENT,
-            "options->logits_soft_cap = %g, expected a finite value >= 0 (0 = off)",
-            (double)o->logits_soft_cap);
-    if (o->window_left < -1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->window_left = %d, expected -1 (off) or >= 0",
-                             o->window_left);
-    if (!finite_at_least(o->k_scale, 0.0f, true))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->k_scale = %g, expected a finite value > 0",
-                             (double)o->k_scale);
-    if (!finite_at_least(o->v_scale, 0.0f, true))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->v_scale = %g, expected a finite value > 0",
-                             (double)o->v_scale);
-    if (batch && o->use_cuda_graph != 0 && o->use_cuda_graph != 1)
+    if (o->use_cuda_graph != 0 && o->use_cuda_graph != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->use_cuda_graph = %d, expected 0 or 1", o->use_cuda_graph);
-    if (batch && o->max_batch_size < 1)
+    if (o->max_batch_size < 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->max_batch_size = %d, expected >= 1", o->max_batch_size);
     return CINFER_STATUS_SUCCESS;

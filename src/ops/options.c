@@ -1,0 +1,79 @@
+#include <math.h>
+#include <string.h>
+
+#include "ops/options.h"
+
+cinfer__dtype_t cinfer__dl_dtype(DLDataType d) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = d;
+    return cinfer__tensor_dtype(&t);
+}
+
+static bool finite_at_least(float x, float lo, bool strict) {
+    return isfinite(x) && (strict ? x > lo : x >= lo);
+}
+
+cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
+                                                uint32_t kv_dtypes, const char *kv_hint) {
+    if (!o)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "options is NULL");
+    if (o->size < sizeof *o || o->version != CINFER_ATTENTION_OPTIONS_VERSION)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options: size %zu / version %u; initialize it with "
+                             "CINFER_ATTENTION_OPTIONS_INIT (size %zu, version %u)",
+                             o->size, o->version, sizeof *o, CINFER_ATTENTION_OPTIONS_VERSION);
+    if (o->num_qo_heads < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_qo_heads = %d, expected >= 1", o->num_qo_heads);
+    if (o->num_kv_heads < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_kv_heads = %d, expected >= 1", o->num_kv_heads);
+    if (o->num_qo_heads % o->num_kv_heads != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_qo_heads = %d is not a multiple of "
+                             "options->num_kv_heads = %d (GQA needs Hq %% Hk == 0)",
+                             o->num_qo_heads, o->num_kv_heads);
+    if (o->head_dim < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->head_dim = %d, expected >= 1", o->head_dim);
+    if (o->kv_layout != CINFER_KV_LAYOUT_NHD && o->kv_layout != CINFER_KV_LAYOUT_HND)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->kv_layout = %d, expected CINFER_KV_LAYOUT_NHD (0) or "
+                             "CINFER_KV_LAYOUT_HND (1)",
+                             (int)o->kv_layout);
+    const cinfer__dtype_t q = cinfer__dl_dtype(o->q_dtype), kv = cinfer__dl_dtype(o->kv_dtype);
+    if (q != CINFER__DT_F16 && q != CINFER__DT_BF16)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->q_dtype (code %u, %u bits, %u lanes) is not supported: "
+                             "expected fp16 (kDLFloat, 16) or bf16 (kDLBfloat, 16)",
+                             o->q_dtype.code, o->q_dtype.bits, o->q_dtype.lanes);
+    if (!(kv_dtypes & CINFER__DTS(kv)))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->kv_dtype (code %u, %u bits, %u lanes) is not supported: "
+                             "expected %s",
+                             o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes, kv_hint);
+    if (!finite_at_least(o->sm_scale, 0.0f, false))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->sm_scale = %g, expected a finite value >= 0 "
+                             "(0 = 1/sqrt(head_dim))",
+                             (double)o->sm_scale);
+    if (!finite_at_least(o->logits_soft_cap, 0.0f, false))
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "options->logits_soft_cap = %g, expected a finite value >= 0 (0 = off)",
+            (double)o->logits_soft_cap);
+    if (o->window_left < -1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->window_left = %d, expected -1 (off) or >= 0",
+                             o->window_left);
+    if (!finite_at_least(o->k_scale, 0.0f, true))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->k_scale = %g, expected a finite value > 0",
+                             (double)o->k_scale);
+    if (!finite_at_least(o->v_scale, 0.0f, true))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->v_scale = %g, expected a finite value > 0",
+                             (double)o->v_scale);
+    return CINFER_STATUS_SUCCESS;
+}

@@ -1,0 +1,20 @@
+/* Checks of cinfer_attention_options_t shared by every attention operation. */
+#ifndef CINFER_OPS_OPTIONS_H
+#define CINFER_OPS_OPTIONS_H
+
+#include "ops/tensor.h"
+
+/* The cinfer dtype of a DLPack dtype (CINFER__DT_NONE for any other). */
+cinfer__dtype_t cinfer__dl_dtype(DLDataType d);
+
+/*
+ * The checks every attention operation shares, each failure naming the field: NULL, size and
+ * version, head counts and GQA divisibility, head_dim >= 1, kv_layout, q_dtype fp16/bf16, kv_dtype
+ * in kv_dtypes (a CINFER__DTS set; `kv_hint` says what the operation expects, e.g. "the q_dtype"),
+ * sm_scale, logits_soft_cap, window_left, k_scale and v_scale. Operation-specific limits (head dim
+ * multiples, page size, batch fields) are checked by the caller afterwards.
+ */
+cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
+                                                uint32_t kv_dtypes, const char *kv_hint);
+
+#endif
