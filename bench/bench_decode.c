@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cinfer.h"
-#include "cuda/context.h"
+#include "bench_common.h"
 
 #define PAGE 16
 #define HQ   32
@@ -26,75 +25,13 @@
 #define ROTATE_BYTES  (256ull << 20)
 #define MAX_ROTATIONS 8
 
-static const cinfer__cuda_t *cu;
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = cu->call;                                                                    \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            cinfer__cu_error(r_, #call);                                                           \
-            fprintf(stderr, "bench_decode: %s\n", cinfer_last_error());                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define CI(call)                                                                                   \
-    do {                                                                                           \
-        cinfer_status_t s_ = (call);                                                               \
-        if (s_ != CINFER_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "bench_decode: %s: %s: %s\n", #call, cinfer_status_name(s_),           \
-                    cinfer_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Fills n bytes of device memory with random bytes that decode to finite values of small size:
- * a 64 MB random block uploaded once and copied over the whole range. */
-static void fill_random(CUdeviceptr dst, size_t n, int fp8) {
-    static unsigned char *host;
-    static CUdeviceptr block;
-    const size_t block_bytes = 64u << 20;
-    if (!host) {
-        host = malloc(block_bytes);
-        for (size_t i = 0; i < block_bytes; i += 2) {
-            /* bf16 of magnitude 2^-15..1: sign, exponent 0x70..0x7e, 6 random mantissa bits. Read
-             * as fp8 bytes these are finite e4m3 values too: no byte has all 7 low bits set. */
-            uint64_t r = rng_next();
-            uint16_t v =
-                (uint16_t)(((r & 1) << 15) | ((0x70 + (r >> 8) % 15) << 7) | ((r >> 16) & 0x3f));
-            memcpy(host + i, &v, 2);
-        }
-        CU(cuMemAlloc(&block, block_bytes));
-        CU(cuMemcpyHtoD(block, host, block_bytes));
-    }
-    (void)fp8;
-    for (size_t off = 0; off < n; off += block_bytes) {
-        size_t len = n - off < block_bytes ? n - off : block_bytes;
-        CU(cuMemcpyDtoDAsync(dst + off, block, len, NULL));
-    }
-    CU(cuCtxSynchronize());
-}
-
 /* Device-to-device copy bandwidth over 2 GiB, counting bytes read plus written. */
 static double copy_ceiling(CUstream stream) {
     size_t bytes = 2ull << 30;
     CUdeviceptr a, b;
     CU(cuMemAlloc(&a, bytes));
     CU(cuMemAlloc(&b, bytes));
-    fill_random(a, bytes, 0);
+    fill_random(a, bytes);
     CUevent e0, e1;
     CU(cuEventCreate(&e0, 0));
     CU(cuEventCreate(&e1, 0));
@@ -121,18 +58,6 @@ typedef struct result {
     double us, tbps;
 } result_t;
 
-static DLTensor tensor(CUdeviceptr p, DLDataType dt, int ndim, int64_t *shape, int device) {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.device.device_id = device;
-    t.ndim = ndim;
-    t.dtype = dt;
-    t.shape = shape;
-    return t;
-}
-
 /* Times one batch of kv lengths; returns the median microseconds and TB/s of K+V bytes. */
 static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens, int batch,
                          DLDataType kv_dtype, int tensor_cores, int iters) {
@@ -155,11 +80,11 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
     CUdeviceptr k_cache, v_cache, q, out, indptr, indices, last;
     CU(cuMemAlloc(&k_cache, (size_t)pool_pages * page_bytes + 1));
     CU(cuMemAlloc(&v_cache, (size_t)pool_pages * page_bytes + 1));
-    fill_random(k_cache, (size_t)pool_pages * page_bytes, fp8);
-    fill_random(v_cache, (size_t)pool_pages * page_bytes, fp8);
+    fill_random(k_cache, (size_t)pool_pages * page_bytes);
+    fill_random(v_cache, (size_t)pool_pages * page_bytes);
     CU(cuMemAlloc(&q, (size_t)batch * HQ * HD * 2));
     CU(cuMemAlloc(&out, (size_t)batch * HQ * HD * 2));
-    fill_random(q, (size_t)batch * HQ * HD * 2, 0);
+    fill_random(q, (size_t)batch * HQ * HD * 2);
 
     /* A random permutation of the pool; rotation r uses its r-th block of pages. */
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)(pool_pages ? pool_pages : 1));
@@ -289,6 +214,7 @@ static int load_trace(const char *path, int **ctx_out, int **gen_out) {
 }
 
 int main(int argc, char **argv) {
+    bench_name = "bench_decode";
     const char *trace = NULL;
     int quick = 0;
     for (int i = 1; i < argc; i++) {

@@ -17,84 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cinfer.h"
-#include "cuda/context.h"
+#include "bench_common.h"
 #include "ops/prefill.h"
 
 #define HQ 32
 #define HK 8
 #define HD 128
-
-static const cinfer__cuda_t *cu;
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = cu->call;                                                                    \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            cinfer__cu_error(r_, #call);                                                           \
-            fprintf(stderr, "bench_prefill: %s\n", cinfer_last_error());                           \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define CI(call)                                                                                   \
-    do {                                                                                           \
-        cinfer_status_t s_ = (call);                                                               \
-        if (s_ != CINFER_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "bench_prefill: %s: %s: %s\n", #call, cinfer_status_name(s_),          \
-                    cinfer_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Fills n bytes of device memory with random bf16 values of magnitude 2^-15..1: a 64 MB random
- * block uploaded once and copied over the whole range. */
-static void fill_random(CUdeviceptr dst, size_t n) {
-    static unsigned char *host;
-    static CUdeviceptr block;
-    const size_t block_bytes = 64u << 20;
-    if (!host) {
-        host = malloc(block_bytes);
-        for (size_t i = 0; i < block_bytes; i += 2) {
-            uint64_t r = rng_next();
-            uint16_t v =
-                (uint16_t)(((r & 1) << 15) | ((0x70 + (r >> 8) % 15) << 7) | ((r >> 16) & 0x3f));
-            memcpy(host + i, &v, 2);
-        }
-        CU(cuMemAlloc(&block, block_bytes));
-        CU(cuMemcpyHtoD(block, host, block_bytes));
-    }
-    for (size_t off = 0; off < n; off += block_bytes) {
-        size_t len = n - off < block_bytes ? n - off : block_bytes;
-        CU(cuMemcpyDtoDAsync(dst + off, block, len, NULL));
-    }
-    CU(cuCtxSynchronize());
-}
-
-static DLTensor tensor(CUdeviceptr p, DLDataType dt, int ndim, int64_t *shape, int device) {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)p;
-    t.device.device_type = kDLCUDA;
-    t.device.device_id = device;
-    t.ndim = ndim;
-    t.dtype = dt;
-    t.shape = shape;
-    return t;
-}
 
 /* Device buffers for the largest S, shared by every configuration. */
 typedef struct buffers {
@@ -174,6 +102,7 @@ static void print_row(const char *name, const workload_t *w, double ms) {
 }
 
 int main(int argc, char **argv) {
+    bench_name = "bench_prefill";
     int quick = 0, sweep = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)

@@ -1,0 +1,98 @@
+/*
+ * What the benchmark programs share: checked driver and library calls (a benchmark exits on the
+ * first failure, with the library's message), a seeded generator, random device data and DLTensor
+ * views. Each benchmark program includes this once and sets bench_name first thing in main.
+ */
+#ifndef CINFER_BENCH_COMMON_H
+#define CINFER_BENCH_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinfer.h"
+#include "cuda/context.h"
+
+static const cinfer__cuda_t *cu;
+static const char *bench_name = "bench";
+
+/* A driver call through the loaded table; exits with the driver's message on failure. */
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = cu->call;                                                                    \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            cinfer__cu_error(r_, #call);                                                           \
+            fprintf(stderr, "%s: %s\n", bench_name, cinfer_last_error());                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* A cinfer call; exits with the status and message on failure. */
+#define CI(call)                                                                                   \
+    do {                                                                                           \
+        cinfer_status_t s_ = (call);                                                               \
+        if (s_ != CINFER_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "%s: %s: %s: %s\n", bench_name, #call, cinfer_status_name(s_),         \
+                    cinfer_last_error());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* splitmix64 with a fixed seed, so every run draws the same data and batches. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills n bytes of device memory with random data (never zeros): a 64 MB block uploaded once and
+ * copied over the range. Its bf16 values have magnitude 2^-15..1 (sign, exponent 0x70..0x7e, 6
+ * random mantissa bits); read as fp8 bytes they are finite e4m3 values too, since no byte has all
+ * 7 low bits set. */
+static void fill_random(CUdeviceptr dst, size_t n) {
+    static unsigned char *host;
+    static CUdeviceptr block;
+    const size_t block_bytes = 64u << 20;
+    if (!host) {
+        host = malloc(block_bytes);
+        if (!host) {
+            fprintf(stderr, "%s: out of host memory\n", bench_name);
+            exit(1);
+        }
+        for (size_t i = 0; i < block_bytes; i += 2) {
+            uint64_t r = rng_next();
+            uint16_t v =
+                (uint16_t)(((r & 1) << 15) | ((0x70 + (r >> 8) % 15) << 7) | ((r >> 16) & 0x3f));
+            memcpy(host + i, &v, 2);
+        }
+        CU(cuMemAlloc(&block, block_bytes));
+        CU(cuMemcpyHtoD(block, host, block_bytes));
+    }
+    for (size_t off = 0; off < n; off += block_bytes) {
+        size_t len = n - off < block_bytes ? n - off : block_bytes;
+        CU(cuMemcpyDtoDAsync(dst + off, block, len, NULL));
+    }
+    CU(cuCtxSynchronize());
+}
+
+/* A compact DLTensor view of device memory (shape owned by the caller). */
+static DLTensor tensor(CUdeviceptr p, DLDataType dt, int ndim, int64_t *shape, int device) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)p;
+    t.device.device_type = kDLCUDA;
+    t.device.device_id = device;
+    t.ndim = ndim;
+    t.dtype = dt;
+    t.shape = shape;
+    return t;
+}
+
+#endif
