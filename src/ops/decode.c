@@ -12,6 +12,7 @@
 
 #include "decode_params.h"
 #include "jit/jit.h"
+#include "ops/decode.h"
 #include "ops/options.h"
 #include "ops/tensor.h"
 #include "sched/decode_plan.h"
@@ -59,6 +60,52 @@ static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Query heads per work item: up to 8 on CUDA cores (register arrays), 16 on tensor cores (the
+ * rows of one mma tile). */
+static int heads_per_cta(const cinfer_attention_options_t *o, int tensor_cores) {
+    return cinfer__decode_heads_per_cta(o->num_qo_heads / o->num_kv_heads, tensor_cores ? 16 : 8);
+}
+
+cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o, bool batch,
+                                            cinfer__spec_t *attention, cinfer__spec_t *merge,
+                                            unsigned *attention_smem) {
+    CINFER__CHECK(cinfer__decode_options_check(o, batch));
+    const cinfer__dtype_t q = cinfer__dl_dtype(o->q_dtype), kv = cinfer__dl_dtype(o->kv_dtype);
+    int tensor_cores = 0;
+    CINFER__CHECK(choose_backend(o, q, kv, &tensor_cores));
+    const int hpc = heads_per_cta(o, tensor_cores);
+    cinfer__spec_t *spec = attention;
+    cinfer__spec_init(spec, tensor_cores ? CINFER__OP_DECODE_TC : CINFER__OP_DECODE);
+    spec->dtype_q = q;
+    spec->dtype_kv = kv;
+    spec->dtype_o = q;
+    spec->head_dim_qk = o->head_dim;
+    spec->head_dim_vo = o->head_dim;
+    spec->paged = batch ? 1 : 0;
+    spec->flags = o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0;
+    spec->tile_q = hpc;
+    spec->tile_kv = cinfer__decode_tile_kv(hpc);
+    spec->warps = CINFER__DECODE_WARPS;
+    *attention_smem = 0;
+    if (tensor_cores) {
+        /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
+         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. */
+        spec->tile_kv = 0;
+        spec->stages = o->head_dim == 256 ? 2 : 3;
+        const unsigned stage_bytes = 2u * CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
+        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * stage_bytes;
+        /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
+        const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
+        *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
+    }
+    CINFER__CHECK(cinfer__spec_validate(spec));
+    cinfer__spec_init(merge, CINFER__OP_DECODE_MERGE);
+    merge->dtype_o = q;
+    merge->head_dim_vo = o->head_dim;
+    merge->warps = CINFER__DECODE_WARPS;
+    return cinfer__spec_validate(merge);
+}
+
 /*
  * Validates the options (batch: the batch decode fields too), fills the kernel configuration and
  * scales, loads the attention and merge kernels (JIT-compiling on first use) and sets max_ctas to
@@ -66,15 +113,15 @@ static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
  */
 static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                     bool batch, decode_setup_t *s) {
-    CINFER__CHECK(cinfer__decode_options_check(o, batch));
     memset(s, 0, sizeof *s);
-    const int group = o->num_qo_heads / o->num_kv_heads;
+    cinfer__spec_t spec, merge;
+    CINFER__CHECK(cinfer__decode_kernel_specs(o, batch, &spec, &merge, &s->attention_smem));
     s->cfg.num_qo_heads = o->num_qo_heads;
     s->cfg.num_kv_heads = o->num_kv_heads;
-    s->dtype_q = cinfer__dl_dtype(o->q_dtype);
-    s->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
-    CINFER__CHECK(choose_backend(o, s->dtype_q, s->dtype_kv, &s->tensor_cores));
-    s->cfg.heads_per_cta = cinfer__decode_heads_per_cta(group, s->tensor_cores ? 16 : 8);
+    s->dtype_q = spec.dtype_q;
+    s->dtype_kv = spec.dtype_kv;
+    s->tensor_cores = spec.op == CINFER__OP_DECODE_TC;
+    s->cfg.heads_per_cta = spec.tile_q;
     s->cfg.window_left = o->window_left;
     s->cfg.graph = batch && o->use_cuda_graph;
     s->cfg.max_batch_size = batch ? o->max_batch_size : 1;
@@ -102,37 +149,6 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     }
     s->q_scale = (float)q_scale;
     s->v_scale = (float)v_scale;
-
-    cinfer__spec_t spec;
-    cinfer__spec_init(&spec, s->tensor_cores ? CINFER__OP_DECODE_TC : CINFER__OP_DECODE);
-    spec.dtype_q = s->dtype_q;
-    spec.dtype_kv = s->dtype_kv;
-    spec.dtype_o = s->dtype_q;
-    spec.head_dim_qk = o->head_dim;
-    spec.head_dim_vo = o->head_dim;
-    spec.paged = batch ? 1 : 0;
-    spec.flags = o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0;
-    spec.tile_q = s->cfg.heads_per_cta;
-    spec.tile_kv = cinfer__decode_tile_kv(s->cfg.heads_per_cta);
-    spec.warps = CINFER__DECODE_WARPS;
-    if (s->tensor_cores) {
-        /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
-         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. */
-        spec.tile_kv = 0;
-        spec.stages = o->head_dim == 256 ? 2 : 3;
-        const unsigned stage_bytes = 2u * CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec.stages * stage_bytes;
-        /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
-        const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
-        s->attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
-    }
-    CINFER__CHECK(cinfer__spec_validate(&spec));
-    cinfer__spec_t merge;
-    cinfer__spec_init(&merge, CINFER__OP_DECODE_MERGE);
-    merge.dtype_o = s->dtype_q;
-    merge.head_dim_vo = o->head_dim;
-    merge.warps = CINFER__DECODE_WARPS;
-    CINFER__CHECK(cinfer__spec_validate(&merge));
 
     const int threads = CINFER__DECODE_WARPS * 32;
     CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->attention));

@@ -218,6 +218,7 @@ static void help_lists_every_command(void **state) {
         assert_int_equal(COUNT(r.out, "  info "), 1);
         assert_int_equal(COUNT(r.out, "  cache "), 1);
         assert_int_equal(COUNT(r.out, "  compile "), 1);
+        assert_int_equal(COUNT(r.out, "  demo "), 1);
         assert_string_equal(r.err, "");
         result_free(&r);
     }
@@ -516,6 +517,28 @@ static void compile_load_needs_a_device(void **state) {
     result_free(&r);
 }
 
+/* ---- demo ---- */
+
+static void demo_without_a_device_compiles_and_succeeds(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "demo");
+    if (r.status != 0)
+        show("demo", &r);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "no CUDA device found"));
+    /* The step's attention and merge kernels, compiled into the (empty) cache for sm_90a. */
+    assert_int_equal(COUNT(r.out, "decode_", "compiled in "), 2);
+    result_free(&r);
+    /* A second run finds them in the cache. */
+    r = RUN_ENV(f, ENV(NO_DRIVER), "demo");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "decode_", "cache hit"), 2);
+    result_free(&r);
+    r = RUN(f, "demo", "extra");
+    assert_int_equal(r.status, 2);
+    result_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(help_lists_every_command, setup, teardown),
@@ -531,6 +554,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(compile_list_ops, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_defaults_to_sm90a_without_device, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_load_needs_a_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(demo_without_a_device_compiles_and_succeeds, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
