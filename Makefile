@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-gpu demo format clean
+.PHONY: all deps build test test-gpu demo install format clean
 
 all: build
 
@@ -27,6 +27,11 @@ test-gpu: build
 
 demo: build
 	$(BUILD)/cinfer demo
+
+# make install [PREFIX=/usr/local]: library, header, tool, pkg-config file, CMake package.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
