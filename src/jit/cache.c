@@ -136,6 +136,11 @@ static bool write_full(int fd, const void *buf, size_t n) {
  * read-only home does not print one warning per kernel.
  */
 static atomic_flag trouble_warned = ATOMIC_FLAG_INIT;
+static _Atomic uint64_t trouble_count;
+
+uint64_t cinfer__cache_write_failures(void) {
+    return atomic_load(&trouble_count);
+}
 
 static void cache_trouble(const char *fmt, ...) CINFER__PRINTF(1, 2);
 
@@ -145,6 +150,7 @@ static void cache_trouble(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    atomic_fetch_add(&trouble_count, 1);
     if (!atomic_flag_test_and_set(&trouble_warned))
         cinfer__warn("kernel cache not usable (%s); kernels are compiled in memory and not saved; "
                      "set CINFER_CACHE_DIR to a writable folder (shown once per process)",

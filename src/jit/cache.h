@@ -24,7 +24,7 @@
 
 #include "core/core.h"
 
-#define CINFER__CACHE_MAGIC "CINFERKC"
+#define CINFER__CACHE_MAGIC          "CINFERKC"
 #define CINFER__CACHE_FORMAT_VERSION 1u
 
 /* Produces the payload for a miss (NVRTC compile in the library, a fake in tests). On success
@@ -75,6 +75,9 @@ cinfer_status_t cinfer__cache_list(const char *dir,
  * writes: *.cubin, *.lock, .tmp-*); *removed receives the count. IO_ERROR if some could not be
  * removed. */
 cinfer_status_t cinfer__cache_clear(const char *dir, unsigned *removed);
+
+/* How many compiled payloads this process could not store because of cache trouble. */
+uint64_t cinfer__cache_write_failures(void);
 
 /* Counts for `cinfer info`: number of entries and their total bytes. */
 cinfer_status_t cinfer__cache_usage(const char *dir, uint64_t *entries, uint64_t *bytes);

@@ -99,8 +99,9 @@ typedef struct compile_arg {
 static cinfer_status_t compile_for_cache(void *arg, void **payload, size_t *size) {
     compile_arg_t *a = arg;
     double seconds = 0;
+    cinfer__jit_count(CINFER__STAT_MISS, 0);
     CINFER__CHECK(cinfer__jit_compile(a->rendered, payload, size, &seconds));
-    cinfer__jit_count(CINFER__STAT_MISS, seconds);
+    cinfer__jit_count(CINFER__STAT_COMPILE, seconds);
     return CINFER_STATUS_SUCCESS;
 }
 

@@ -44,6 +44,12 @@ int cinfer__jit_nvrtc_version(void);
 
 /* Counters behind cinfer_jit_get_stats. */
 void cinfer__jit_count(int which, double seconds);
-enum { CINFER__STAT_MEMORY_HIT, CINFER__STAT_DISK_HIT, CINFER__STAT_AOT_HIT, CINFER__STAT_MISS };
+enum {
+    CINFER__STAT_MEMORY_HIT,
+    CINFER__STAT_DISK_HIT,
+    CINFER__STAT_AOT_HIT,
+    CINFER__STAT_MISS,    /* a lookup found no cubin: a compile follows unless CINFER_JIT=off */
+    CINFER__STAT_COMPILE, /* an NVRTC compile finished; seconds is its wall time */
+};
 
 #endif

@@ -7,7 +7,7 @@
 
 #include "jit/jit.h"
 
-static _Atomic uint64_t stat_memory_hits, stat_disk_hits, stat_aot_hits, stat_misses;
+static _Atomic uint64_t stat_memory_hits, stat_disk_hits, stat_aot_hits, stat_misses, stat_compiles;
 static _Atomic uint64_t stat_compile_micros;
 
 void cinfer__jit_count(int which, double seconds) {
@@ -23,6 +23,9 @@ void cinfer__jit_count(int which, double seconds) {
         break;
     case CINFER__STAT_MISS:
         atomic_fetch_add(&stat_misses, 1);
+        break;
+    case CINFER__STAT_COMPILE:
+        atomic_fetch_add(&stat_compiles, 1);
         atomic_fetch_add(&stat_compile_micros, (uint64_t)(seconds * 1e6));
         break;
     }
@@ -41,9 +44,9 @@ cinfer_status_t cinfer_jit_get_stats(cinfer_jit_stats_t *stats) {
     stats->disk_hits = atomic_load(&stat_disk_hits);
     stats->aot_hits = atomic_load(&stat_aot_hits);
     stats->misses = atomic_load(&stat_misses);
-    stats->compiles = stats->misses;
+    stats->compiles = atomic_load(&stat_compiles);
     stats->compile_seconds = (double)atomic_load(&stat_compile_micros) * 1e-6;
-    stats->cache_write_fails = 0;
+    stats->cache_write_fails = cinfer__cache_write_failures();
     return CINFER_STATUS_SUCCESS;
 }
 

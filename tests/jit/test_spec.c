@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,12 +52,16 @@ static void bad_text_names_the_problem(void **state) {
     assert_int_equal(cinfer__spec_parse("nonsense:dtype=bf16", &s), CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "unknown operation \"nonsense\""));
     assert_non_null(strstr(cinfer_last_error(), "merge_states"));
-    assert_int_equal(cinfer__spec_parse("merge_states:colour=red", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__spec_parse("merge_states:colour=red", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "unknown field \"colour\""));
-    assert_int_equal(cinfer__spec_parse("merge_states:dtype=f64", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__spec_parse("merge_states:dtype=f64", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "f64"));
-    assert_int_equal(cinfer__spec_parse("merge_states:head_dim=-3", &s), CINFER_STATUS_INVALID_ARGUMENT);
-    assert_int_equal(cinfer__spec_parse("merge_states:head_dim", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__spec_parse("merge_states:head_dim=-3", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__spec_parse("merge_states:head_dim", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "FIELD=VALUE"));
     assert_int_equal(cinfer__spec_parse(NULL, &s), CINFER_STATUS_INVALID_ARGUMENT);
 }
@@ -83,7 +88,8 @@ static void rendering_is_consistent(void **state) {
     cinfer__rendered_t r;
     render(&s, "sm_90a", &r);
     assert_string_equal(r.name, "merge_states_bf16_hd128_vec8");
-    assert_non_null(strstr(r.source.data, "#define CINFER_KERNEL_NAME merge_states_bf16_hd128_vec8\n"));
+    assert_non_null(
+        strstr(r.source.data, "#define CINFER_KERNEL_NAME merge_states_bf16_hd128_vec8\n"));
     assert_non_null(strstr(r.source.data, "#define CINFER_OP_MERGE_STATES 1\n"));
     assert_non_null(strstr(r.source.data, "#define CINFER_DTYPE_O 2\n"));
     assert_non_null(strstr(r.source.data, "#define CINFER_HEAD_DIM_VO 128\n"));
@@ -112,11 +118,10 @@ static void rendering_is_consistent(void **state) {
 static void key_changes_with_every_field(void **state) {
     (void)state;
     const char *base = "merge_states:dtype=bf16,head_dim=128,vec=8";
-    const char *changed[] = {"merge_states:dtype=f16,head_dim=128,vec=8",
-                             "merge_states:dtype=bf16,head_dim=64,vec=8",
-                             "merge_states:dtype=bf16,head_dim=128,vec=1",
-                             "merge_state:dtype=bf16,head_dim=128,vec=8",
-                             "merge_state_in_place:dtype=bf16,head_dim=128,vec=8"};
+    const char *changed[] = {
+        "merge_states:dtype=f16,head_dim=128,vec=8", "merge_states:dtype=bf16,head_dim=64,vec=8",
+        "merge_states:dtype=bf16,head_dim=128,vec=1", "merge_state:dtype=bf16,head_dim=128,vec=8",
+        "merge_state_in_place:dtype=bf16,head_dim=128,vec=8"};
     cinfer__spec_t s = parse(base);
     cinfer__rendered_t r0, r;
     render(&s, "sm_90a", &r0);
@@ -165,9 +170,10 @@ static void nvrtc_compiles_without_a_gpu(void **state) {
     const char *archs[] = {"sm_80", "sm_90a"};
     for (int i = 0; i < 2; i++) {
         cinfer__rendered_t r;
-        rendered_from(&r, "trivial",
-                      "extern \"C\" __global__ void trivial(float *x) { x[threadIdx.x] += 1.0f; }\n",
-                      archs[i]);
+        rendered_from(
+            &r, "trivial",
+            "extern \"C\" __global__ void trivial(float *x) { x[threadIdx.x] += 1.0f; }\n",
+            archs[i]);
         void *cubin = NULL;
         size_t size = 0;
         double seconds = -1;
@@ -234,6 +240,7 @@ static void real_kernels_compile_and_cache(void **state) {
     cinfer_jit_stats_t stats = CINFER_JIT_STATS_INIT;
     assert_int_equal(cinfer_jit_get_stats(&stats), CINFER_STATUS_SUCCESS);
     assert_true(stats.misses >= 6);
+    assert_true(stats.compiles >= 6);
     assert_true(stats.disk_hits >= 6);
     assert_true(stats.compile_seconds > 0);
 
@@ -243,11 +250,19 @@ static void real_kernels_compile_and_cache(void **state) {
     cinfer__spec_t s = parse(specs[0]);
     void *cubin = NULL;
     size_t size;
-    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL), CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL),
+                     CINFER_STATUS_SUCCESS);
     free(cubin);
     cubin = NULL;
     s = parse("merge_states:dtype=f16,head_dim=32,vec=8");
-    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL), CINFER_STATUS_NOT_FOUND);
+    cinfer_jit_stats_t before = CINFER_JIT_STATS_INIT, after = CINFER_JIT_STATS_INIT;
+    assert_int_equal(cinfer_jit_get_stats(&before), CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL),
+                     CINFER_STATUS_NOT_FOUND);
+    /* A miss that JIT off refuses to compile counts as a miss, not a compile. */
+    assert_int_equal(cinfer_jit_get_stats(&after), CINFER_STATUS_SUCCESS);
+    assert_int_equal(after.misses, before.misses + 1);
+    assert_int_equal(after.compiles, before.compiles);
     assert_non_null(strstr(cinfer_last_error(), "merge_states_f16_hd32_vec8"));
     assert_non_null(strstr(cinfer_last_error(), "CINFER_JIT=off"));
     assert_null(cubin);
@@ -256,6 +271,27 @@ static void real_kernels_compile_and_cache(void **state) {
     unsigned removed = 0;
     cinfer__cache_clear(dir, &removed);
     rmdir(dir);
+
+    /* A cache folder that cannot exist (below a regular file): compiled in memory, counted. */
+    char file[] = "/tmp/cinfer-test-spec-file-XXXXXX";
+    int fd = mkstemp(file);
+    assert_true(fd >= 0);
+    close(fd);
+    char below[sizeof file + 8];
+    snprintf(below, sizeof below, "%s/cache", file);
+    setenv("CINFER_CACHE_DIR", below, 1);
+    cinfer__settings_reload();
+    assert_int_equal(cinfer_jit_get_stats(&before), CINFER_STATUS_SUCCESS);
+    s = parse("merge_state:dtype=bf16,head_dim=16,vec=8");
+    assert_int_equal(cinfer__jit_cubin(&s, "sm_80", &cubin, &size, NULL, NULL),
+                     CINFER_STATUS_SUCCESS);
+    free(cubin);
+    assert_int_equal(cinfer_jit_get_stats(&after), CINFER_STATUS_SUCCESS);
+    assert_true(after.cache_write_fails > before.cache_write_fails);
+    assert_int_equal(after.compiles, before.compiles + 1);
+    unlink(file);
+    unsetenv("CINFER_CACHE_DIR");
+    cinfer__settings_reload();
 }
 
 int main(void) {
