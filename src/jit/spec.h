@@ -47,7 +47,11 @@ typedef enum cinfer__backend {
 } cinfer__backend_t;
 
 typedef enum cinfer__layout { CINFER__LAYOUT_NHD = 0, CINFER__LAYOUT_HND = 1 } cinfer__layout_t;
-typedef enum cinfer__mask { CINFER__MASK_NONE = 0, CINFER__MASK_CAUSAL, CINFER__MASK_CUSTOM } cinfer__mask_t;
+typedef enum cinfer__mask {
+    CINFER__MASK_NONE = 0,
+    CINFER__MASK_CAUSAL,
+    CINFER__MASK_CUSTOM
+} cinfer__mask_t;
 typedef enum cinfer__pos {
     CINFER__POS_NONE = 0,
     CINFER__POS_ROPE_LLAMA,
@@ -78,8 +82,8 @@ typedef struct cinfer__spec {
     cinfer__pos_t pos;
     uint32_t flags;
     int32_t tile_q, tile_kv, warps, stages; /* tile configuration; meaning is per family */
-    int32_t vec; /* elements per vector access (1 when inputs are not 16-byte aligned) */
-    uint64_t variant_id;                    /* 0 = built-in default attention */
+    int32_t vec;         /* elements per vector access (1 when inputs are not 16-byte aligned) */
+    uint64_t variant_id; /* 0 = built-in default attention */
 } cinfer__spec_t;
 
 void cinfer__spec_init(cinfer__spec_t *spec, cinfer__op_t op);
@@ -103,11 +107,11 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec);
 
 /* The result of rendering a spec for one target. */
 typedef struct cinfer__rendered {
-    char name[192];      /* readable kernel name, a C identifier: the entry point in the cubin */
-    char file_stem[256]; /* name + "-" + key hash: the cache entry's file name */
-    char key_hash[33];   /* XXH3-128 of key, in hex */
-    cinfer__str_t source; /* what NVRTC compiles: prelude + #include of the family template */
-    cinfer__str_t key;    /* canonical key text */
+    char name[192];         /* readable kernel name, a C identifier: the entry point in the cubin */
+    char file_stem[256];    /* name + "-" + key hash: the cache entry's file name */
+    char key_hash[33];      /* XXH3-128 of key, in hex */
+    cinfer__str_t source;   /* what NVRTC compiles: prelude + #include of the family template */
+    cinfer__str_t key;      /* canonical key text */
     const char *options[8]; /* NVRTC options (static strings and `arch_option`) */
     int num_options;
     char arch_option[48];
