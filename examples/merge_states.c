@@ -84,7 +84,8 @@ int main(void) {
     int64_t v_shape[4] = {ROWS, STATES, HEADS, DIM}, lse_shape[3] = {ROWS, STATES, HEADS};
     int64_t out_shape[3] = {ROWS, HEADS, DIM}, lse_out_shape[2] = {ROWS, HEADS};
     DLTensor tv = tensor(d_v, f16, 4, v_shape), tlse = tensor(d_lse, f32, 3, lse_shape);
-    DLTensor tout = tensor(d_out, f16, 3, out_shape), tlo = tensor(d_lse_out, f32, 2, lse_out_shape);
+    DLTensor tout = tensor(d_out, f16, 3, out_shape),
+             tlo = tensor(d_lse_out, f32, 2, lse_out_shape);
     st = cinfer_merge_states(ctx, &tv, &tlse, &tout, &tlo, NULL);
     if (st != CINFER_STATUS_SUCCESS) {
         fprintf(stderr, "cinfer_merge_states: %s\n", cinfer_last_error());
