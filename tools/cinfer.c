@@ -29,6 +29,21 @@ static const cli_command_t commands[] = {
      "                device 0, or sm_90a without a device\n"
      "  --load        then load each spec into a fresh context on device 0 and time the load\n"
      "  --list-ops    print the known operations\n"},
+    {"aot", cli_aot, "build an AOT kernel bundle from a set of specs, or list one",
+     "usage: cinfer aot --arch ARCH[,ARCH...] [--set NAME] [-j N] -o FILE\n"
+     "       cinfer aot --list FILE\n"
+     "\n"
+     "  --arch ARCH   NVRTC targets, comma-separated (sm_80,sm_90a); a device of another arch\n"
+     "                finds nothing in the bundle and compiles its kernels as usual\n"
+     "  --set NAME    default: the serving shapes of Llama, Qwen, Mistral and Gemma (fp16 and\n"
+     "                bf16 decode and prefill); ci: a handful of specs (default: default)\n"
+     "  -j N          compile on N threads (default: one per CPU)\n"
+     "  -o FILE       the bundle to write; install it as libcinfer.aot next to libcinfer.so,\n"
+     "                or point CINFER_AOT_PATH at it\n"
+     "  --list FILE   print the kernels a bundle holds and whom it was built for\n"
+     "\n"
+     "Each kernel comes from the kernel cache or NVRTC under its usual cache key; one line per\n"
+     "kernel (name, arch, seconds), then the bundle's size and the total build time.\n"},
     {"demo", cli_demo, "run one serving decode step on the GPU, checked against the CPU reference",
      "usage: cinfer demo\n"
      "\n"
@@ -52,9 +67,11 @@ static void print_usage(FILE *out) {
                  "commands:\n");
     for (size_t i = 0; i < NUM_COMMANDS; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n"
-                 "environment: CINFER_CACHE_DIR, CINFER_LOG (0, 1, 2), CINFER_JIT (off), "
-                 "CINFER_NVRTC_PATH, CINFER_CUDA_PATH\n");
+    fprintf(
+        out,
+        "\n"
+        "environment: CINFER_CACHE_DIR, CINFER_AOT_PATH, CINFER_LOG (0, 1, 2), CINFER_JIT (off), "
+        "CINFER_NVRTC_PATH, CINFER_CUDA_PATH\n");
 }
 
 int cli_fail(void) {

@@ -33,6 +33,7 @@ typedef struct cli_command {
 int cli_info(int argc, char **argv);
 int cli_cache(int argc, char **argv);
 int cli_compile(int argc, char **argv);
+int cli_aot(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 
 /* Prints "cinfer: error: <cinfer_last_error()>" to stderr and returns CLI_EXIT_FAILED. */

@@ -194,7 +194,8 @@ static cinfer_status_t compile_one(const parsed_spec_t *p, const char *arch, int
         cinfer__fmt(how, sizeof how, "compiled in %.2f s",
                     after.compile_seconds - before.compile_seconds);
     else
-        cinfer__fmt(how, sizeof how, "cache hit (%.1f ms)", seconds * 1e3);
+        cinfer__fmt(how, sizeof how, "%s (%.1f ms)",
+                    from == CINFER__JIT_FROM_AOT ? "AOT bundle" : "cache hit", seconds * 1e3);
     printf("%-*s  %-*s  %-22s  %zu bytes\n", name_width, p->name, arch_width, arch, how, size);
     fflush(stdout);
     return CINFER_STATUS_SUCCESS;

@@ -53,8 +53,10 @@ static int compile_only(void) {
             CINFER_STATUS_SUCCESS)
             return cli_fail();
         printf("  %-60s %s in %.2f s, %zu bytes\n", name,
-               from == CINFER__JIT_FROM_DISK ? "cache hit" : "compiled", cinfer__now() - start,
-               size);
+               from == CINFER__JIT_FROM_COMPILE ? "compiled"
+               : from == CINFER__JIT_FROM_AOT   ? "from the AOT bundle"
+                                                : "cache hit",
+               cinfer__now() - start, size);
         free(cubin);
     }
     printf(

@@ -1,10 +1,12 @@
 /*
- * NVRTC compilation and the cubin lookup path (disk cache, then compile under the per-key lock).
+ * NVRTC compilation and the cubin lookup path (AOT bundle, disk cache, then compile under the
+ * per-key lock).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jit/aot.h"
 #include "jit/jit.h"
 #include "jit/sources.h"
 
@@ -27,9 +29,9 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
                                     double *seconds) {
     if (!cinfer__settings()->jit_enabled)
         return cinfer__error(CINFER_STATUS_NOT_FOUND,
-                             "kernel %s is not in the AOT bundle or the kernel cache and "
+                             "kernel %s for %s is not in the AOT bundle or the kernel cache and "
                              "CINFER_JIT=off forbids compiling it",
-                             r->name);
+                             r->name, r->arch_option + strlen("--gpu-architecture="));
     const cinfer__nvrtc_t *nv;
     CINFER__CHECK(cinfer__nvrtc_get(&nv));
 
@@ -105,23 +107,34 @@ static cinfer_status_t compile_for_cache(void *arg, void **payload, size_t *size
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__jit_cubin_rendered(const cinfer__rendered_t *r, void **cubin, size_t *size,
+                                           cinfer__jit_source_t *from) {
+    compile_arg_t arg = {r};
+    cinfer__cache_outcome_t outcome;
+    CINFER__CHECK(cinfer__cache_get_or_compile(cinfer__settings()->cache_dir, r->file_stem,
+                                               r->key.data, compile_for_cache, &arg, cubin, size,
+                                               &outcome));
+    if (outcome == CINFER__CACHE_HIT)
+        cinfer__jit_count(CINFER__STAT_DISK_HIT, 0);
+    if (from)
+        *from = outcome == CINFER__CACHE_HIT ? CINFER__JIT_FROM_DISK : CINFER__JIT_FROM_COMPILE;
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__jit_cubin(const cinfer__spec_t *spec, const char *arch, void **cubin,
                                   size_t *size, cinfer__jit_source_t *from, char *rendered_name) {
+    /* The bundle first: a hit needs neither NVRTC (not even loaded) nor the disk. */
+    if (cinfer__aot_lookup(spec, arch, cubin, size, rendered_name)) {
+        cinfer__jit_count(CINFER__STAT_AOT_HIT, 0);
+        if (from)
+            *from = CINFER__JIT_FROM_AOT;
+        return CINFER_STATUS_SUCCESS;
+    }
     cinfer__rendered_t r;
     CINFER__CHECK(cinfer__spec_render(spec, arch, cinfer__jit_nvrtc_version(), &r));
     if (rendered_name)
         cinfer__fmt(rendered_name, 192, "%s", r.name);
-    compile_arg_t arg = {&r};
-    cinfer__cache_outcome_t outcome;
-    cinfer_status_t st =
-        cinfer__cache_get_or_compile(cinfer__settings()->cache_dir, r.file_stem, r.key.data,
-                                     compile_for_cache, &arg, cubin, size, &outcome);
-    if (st == CINFER_STATUS_SUCCESS) {
-        if (outcome == CINFER__CACHE_HIT)
-            cinfer__jit_count(CINFER__STAT_DISK_HIT, 0);
-        if (from)
-            *from = outcome == CINFER__CACHE_HIT ? CINFER__JIT_FROM_DISK : CINFER__JIT_FROM_COMPILE;
-    }
+    cinfer_status_t st = cinfer__jit_cubin_rendered(&r, cubin, size, from);
     cinfer__rendered_free(&r);
     return st;
 }

@@ -18,15 +18,21 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
 typedef enum cinfer__jit_source {
     CINFER__JIT_FROM_DISK,
     CINFER__JIT_FROM_COMPILE,
+    CINFER__JIT_FROM_AOT,
 } cinfer__jit_source_t;
 
 /*
- * The cubin of spec for arch, from the disk cache or compiled (and cached). No device needed.
- * *cubin is malloc'ed (caller frees). rendered_name (may be NULL, cap >= 192) receives the kernel
- * name.
+ * The cubin of spec for arch, from the AOT bundle, the disk cache or compiled (and cached), in
+ * that order. No device needed. *cubin is malloc'ed (caller frees). rendered_name (may be NULL,
+ * cap >= 192) receives the kernel name.
  */
 cinfer_status_t cinfer__jit_cubin(const cinfer__spec_t *spec, const char *arch, void **cubin,
                                   size_t *size, cinfer__jit_source_t *from, char *rendered_name);
+
+/* The disk-cache-then-compile part of cinfer__jit_cubin for an already rendered spec, skipping
+ * the AOT bundle: what `cinfer aot` builds bundles from, so a bundle never copies another. */
+cinfer_status_t cinfer__jit_cubin_rendered(const cinfer__rendered_t *r, void **cubin, size_t *size,
+                                           cinfer__jit_source_t *from);
 
 /* A kernel loaded in a context. */
 typedef struct cinfer__kernel {

@@ -41,22 +41,25 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
 
 /*
  * Register budget first: a warp keeps 16 x D fp32 O accumulators per 16 query rows (D / 2 per
- * lane), plus S (TILE_KV / 2 per lane per 16 rows) and, when they fit, the Q fragments. NVRTC
- * for sm_80/sm_90a gives, without local memory (measured with cuobjdump --dump-resource-usage):
- *   D <= 64:  4 warps x 32 rows, KV 64;  D = 128: 8 warps x 16 rows, KV 64 (221 registers);
- *   D = 256:  4 warps x 16 rows, KV 32 (244 registers).
- * 32 rows per warp at D = 128 also compiles without spills with KV 32 (255 registers) and halves
- * the shared-memory reads per mma; bench_prefill --sweep compares it on the GPU. Two stages
- * overlap one tile's loads with the next tile's math; a third is added where it fits the
- * 99 KiB of sm_86/sm_89 as well.
+ * lane), plus S (TILE_KV / 2 per lane per 16 rows) and, when they fit, the Q fragments. These
+ * compile without local memory for every mask, flag and dtype with NVRTC 13.0 for sm_80 and
+ * sm_90a (cuobjdump --dump-resource-usage; registers of the causal bf16 kernel on sm_90a):
+ *   D <= 64:  4 warps x 32 rows, KV 32, 3 stages (221); KV 64 spills on sm_90a with a window;
+ *   D <= 128: 8 warps x 16 rows, KV 64, 2 stages (214); 32 rows per warp needs KV 32 and 255;
+ *   D <= 256: 4 warps x 16 rows, KV 32, 2 stages (246); 208..240, whose padded rows take the
+ *             generic copy loop, reach 255 and spill with KV 32, so they use KV 16, 3 stages.
+ * 32 rows per warp halves the shared-memory reads per mma; bench_prefill --sweep compares the
+ * D = 128 candidates on the GPU. All of these fit the 99 KiB of sm_86/sm_89 as well.
  */
 void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
     if (head_dim <= 64) {
-        *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 64, .warps = 4, .stages = 3};
+        *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 32, .warps = 4, .stages = 3};
     } else if (head_dim <= 128) {
         *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 64, .warps = 8, .stages = 2};
-    } else {
+    } else if (head_dim <= 192 || head_dim % 64 == 0) {
         *cfg = (cinfer__prefill_config_t){.tile_q = 64, .tile_kv = 32, .warps = 4, .stages = 2};
+    } else {
+        *cfg = (cinfer__prefill_config_t){.tile_q = 64, .tile_kv = 16, .warps = 4, .stages = 3};
     }
     /* Shrink until the tiles fit the device: stages, then KV rows, then query rows. */
     while (cinfer__prefill_smem_bytes(head_dim, cfg) > (size_t)max_smem) {
@@ -73,10 +76,51 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
     }
 }
 
+/* The default tiles on a device allowing max_smem_optin bytes of shared memory per block. */
+static void device_config(int head_dim, int max_smem_optin, cinfer__prefill_config_t *cfg) {
+    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
+    cinfer__prefill_default_config(head_dim, max_smem_optin - 1024, cfg);
+}
+
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
                                     cinfer__prefill_config_t *cfg) {
-    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_default_config(head_dim, ctx->max_smem_per_block_optin - 1024, cfg);
+    device_config(head_dim, ctx->max_smem_per_block_optin, cfg);
+}
+
+/* ---- spec ---- */
+
+/* The kernel's spec for checked options, a causal flag and tiles. */
+static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causal,
+                                  const cinfer__prefill_config_t *cfg, cinfer__spec_t *spec) {
+    const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
+    cinfer__spec_init(spec, CINFER__OP_PREFILL);
+    spec->backend = CINFER__BACKEND_SM80;
+    spec->dtype_q = spec->dtype_kv = spec->dtype_o = dtype;
+    spec->head_dim_qk = spec->head_dim_vo = (int32_t)o->head_dim;
+    spec->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
+    spec->flags = (o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0) |
+                  (o->window_left >= 0 ? CINFER__FLAG_WINDOW : 0);
+    spec->tile_q = cfg->tile_q;
+    spec->tile_kv = cfg->tile_kv;
+    spec->warps = cfg->warps;
+    spec->stages = cfg->stages;
+    return cinfer__spec_validate(spec);
+}
+
+/*
+ * The spec of the kernel cinfer_single_prefill loads for these options and causal flag, with the
+ * default tiles of a device allowing max_smem_optin bytes of shared memory per block: what
+ * ahead-of-time builds compile. Validates the options.
+ */
+cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o, int causal,
+                                            int max_smem_optin, cinfer__spec_t *spec) {
+    CINFER__CHECK(options_check(o));
+    if (causal != 0 && causal != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
+                             causal);
+    cinfer__prefill_config_t cfg;
+    device_config(o->head_dim, max_smem_optin, &cfg);
+    return build_spec(o, causal, &cfg, spec);
 }
 
 /* ---- tensors ---- */
@@ -203,18 +247,7 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
                              ctx->max_smem_per_block_optin);
 
     cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_PREFILL);
-    spec.backend = CINFER__BACKEND_SM80;
-    spec.dtype_q = spec.dtype_kv = spec.dtype_o = dtype;
-    spec.head_dim_qk = spec.head_dim_vo = (int32_t)D;
-    spec.mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
-    spec.flags = (o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0) |
-                 (o->window_left >= 0 ? CINFER__FLAG_WINDOW : 0);
-    spec.tile_q = cfg.tile_q;
-    spec.tile_kv = cfg.tile_kv;
-    spec.warps = cfg.warps;
-    spec.stages = cfg.stages;
-    CINFER__CHECK(cinfer__spec_validate(&spec));
+    CINFER__CHECK(build_spec(o, causal, &cfg, &spec));
 
     const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
     const int64_t blocks = num_q_tiles * Hq;

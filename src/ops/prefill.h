@@ -8,6 +8,7 @@
 
 #include "cinfer.h"
 #include "cuda/context.h"
+#include "jit/spec.h"
 
 /* Tiles of the sm80 prefill kernel (the spec's tile_q, tile_kv, warps and stages). */
 typedef struct cinfer__prefill_config {
@@ -40,5 +41,13 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
                                               const DLTensor *q, const DLTensor *k,
                                               const DLTensor *v, DLTensor *out, DLTensor *lse,
                                               const cinfer__prefill_config_t *cfg, CUstream stream);
+
+/*
+ * The spec of the kernel cinfer_single_prefill loads for these options and causal flag, with the
+ * default tiles of a device allowing max_smem_optin bytes of shared memory per block: what
+ * ahead-of-time builds compile. Validates the options.
+ */
+cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o, int causal,
+                                            int max_smem_optin, cinfer__spec_t *spec);
 
 #endif

@@ -539,6 +539,151 @@ static void demo_without_a_device_compiles_and_succeeds(void **state) {
     result_free(&r);
 }
 
+/* ---- aot ---- */
+
+/* The ci set (src/jit/aot_set.c): bf16 Llama-3-8B decode and prefill kernels. */
+#define CI_KERNELS_PER_ARCH 4
+#define CI_MERGE            "decode_merge:dtype=bf16,head_dim=128,warps=4"
+#define CI_MERGE_KERNEL     "decode_merge_bf16_hd128_q0_k0_w4_s0"
+
+static void aot_help_and_usage_errors(void **state) {
+    fixture_t *f = *state;
+    result_t r = RUN(f, "help");
+    assert_int_equal(COUNT(r.out, "  aot "), 1);
+    result_free(&r);
+    r = RUN(f, "aot", "--help");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--set NAME"));
+    assert_non_null(strstr(r.out, "--list FILE"));
+    assert_non_null(strstr(r.out, "libcinfer.aot"));
+    result_free(&r);
+    static const char *const cases[][6] = {
+        {"aot", NULL},
+        {"aot", "-o", "x.aot", NULL},
+        {"aot", "--arch", "sm_90a", NULL},
+        {"aot", "--arch", NULL},
+        {"aot", "--frobnicate", NULL},
+        {"aot", "--arch", "sm_90a", "-j", "0", NULL},
+        {"aot", "--list", NULL},
+        {"aot", "--list", "x.aot", "--arch", "sm_80", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = run_env(f, NULL, cases[i]);
+        if (r.status != 2)
+            show("aot usage", &r);
+        assert_int_equal(r.status, 2);
+        assert_memory_equal(r.err, "cinfer: error: ", 15);
+        assert_non_null(strstr(r.err, "usage: cinfer aot"));
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+}
+
+static void aot_checks_arch_and_set_before_compiling(void **state) {
+    fixture_t *f = *state;
+    char bundle[400];
+    snprintf(bundle, sizeof bundle, "%s/bad.aot", f->root);
+    result_t r = RUN(f, "aot", "--arch", "sm_80,sm_xx", "--set", "ci", "-o", bundle);
+    assert_failed_with(&r, 1, "\"sm_xx\" is not an arch");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = RUN(f, "aot", "--arch", "sm_90a", "--set", "nightly", "-o", bundle);
+    assert_failed_with(&r, 1, "unknown kernel set \"nightly\" (known: default, ci)");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    assert_int_equal(access(bundle, F_OK), -1);
+    r = RUN(f, "aot", "--list", bundle);
+    assert_failed_with(&r, 1, "No such file");
+    result_free(&r);
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+}
+
+static void aot_builds_a_bundle_that_serves_with_jit_off(void **state) {
+    fixture_t *f = *state;
+    char bundle[400], aot_path[450];
+    snprintf(bundle, sizeof bundle, "%s/ci.aot", f->root);
+    snprintf(aot_path, sizeof aot_path, "CINFER_AOT_PATH=%s", bundle);
+    result_t r = RUN(f, "aot", "--arch", "sm_80,sm_90a", "--set", "ci", "-o", bundle);
+    if (r.status != 0)
+        show("aot --set ci", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, " sm_80 ", " s ", "compiled", " bytes"), CI_KERNELS_PER_ARCH);
+    assert_int_equal(COUNT(r.out, " sm_90a ", " s ", "compiled", " bytes"), CI_KERNELS_PER_ARCH);
+    assert_int_equal(COUNT(r.out, CI_MERGE_KERNEL, "compiled"), 2);
+    char *summary = line_starting(r.out, "bundle ");
+    assert_non_null(summary);
+    assert_non_null(strstr(summary, bundle));
+    assert_non_null(strstr(summary, "8 kernels for sm_80,sm_90a"));
+    assert_non_null(strstr(summary, " bytes ("));
+    assert_non_null(strstr(summary, "built in "));
+    assert_non_null(strstr(summary, "(8 compiled, 0 from the kernel cache)"));
+    free(summary);
+    assert_string_equal(r.err, "");
+    result_free(&r);
+
+    /* The same build again takes every cubin from the kernel cache, under the same keys. */
+    r = RUN(f, "aot", "--arch=sm_80,sm_90a", "--set=ci", "-j", "1", "-o", bundle);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "cache hit"), 2 * CI_KERNELS_PER_ARCH);
+    assert_int_equal(COUNT(r.out, "(0 compiled, 8 from the kernel cache)"), 1);
+    result_free(&r);
+
+    r = RUN(f, "aot", "--list", bundle);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, CI_MERGE_KERNEL, " bytes"), 2);
+    char *identity = line_starting(r.out, "bundle ");
+    assert_non_null(identity);
+    assert_non_null(strstr(identity, "cinfer 0."));
+    assert_non_null(strstr(identity, "NVRTC "));
+    assert_non_null(strstr(identity, "8 kernels for sm_80,sm_90a"));
+    free(identity);
+    result_free(&r);
+
+    /* With an empty kernel cache and compiling forbidden, the bundle serves the set... */
+    r = RUN(f, "cache", "clear");
+    assert_int_equal(r.status, 0);
+    result_free(&r);
+    r = RUN_ENV(f, ENV(aot_path, "CINFER_JIT=off"), "compile", "--arch", "sm_80,sm_90a", CI_MERGE);
+    if (r.status != 0)
+        show("compile from the bundle", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, CI_MERGE_KERNEL), 2);
+    assert_string_equal(r.err, "");
+    result_free(&r);
+    /* ...and nothing else. */
+    r = RUN_ENV(f, ENV(aot_path, "CINFER_JIT=off"), "compile", "--arch", "sm_90a", SPEC);
+    assert_failed_with(&r, 1, KERNEL);
+    assert_non_null(strstr(r.err, "CINFER_JIT=off"));
+    result_free(&r);
+    r = RUN(f, "cache", "ls");
+    assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    result_free(&r);
+}
+
+static void aot_unusable_bundle_is_one_warning(void **state) {
+    fixture_t *f = *state;
+    char junk[400], aot_path[450];
+    snprintf(junk, sizeof junk, "%s/junk.aot", f->root);
+    snprintf(aot_path, sizeof aot_path, "CINFER_AOT_PATH=%s", junk);
+    FILE *file = fopen(junk, "wb");
+    assert_non_null(file);
+    fputs("not a bundle", file);
+    fclose(file);
+    result_t r = RUN_ENV(f, ENV(aot_path), "compile", "--arch", "sm_80,sm_90a", SPEC);
+    if (r.status != 0)
+        show("compile with a junk bundle", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, KERNEL, "compiled in "), 2);
+    assert_int_equal(COUNT(r.err, "cinfer: warning: "), 1);
+    assert_int_equal(COUNT(r.err, "cinfer: warning: ", junk, "ignored"), 1);
+    result_free(&r);
+    r = RUN(f, "aot", "--list", junk);
+    assert_failed_with(&r, 1, "not a cinfer AOT bundle");
+    result_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(help_lists_every_command, setup, teardown),
@@ -556,6 +701,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(compile_load_needs_a_device, setup, teardown),
         cmocka_unit_test_setup_teardown(demo_without_a_device_compiles_and_succeeds, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(aot_help_and_usage_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(aot_checks_arch_and_set_before_compiling, setup, teardown),
+        cmocka_unit_test_setup_teardown(aot_builds_a_bundle_that_serves_with_jit_off, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(aot_unusable_bundle_is_one_warning, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

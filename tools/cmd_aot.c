@@ -1,0 +1,357 @@
+/*
+ * `cinfer aot`: builds an AOT kernel bundle from a named set of specs (src/jit/aot_set.c) for one
+ * or more archs, through the JIT path itself: each spec is rendered by the one renderer, its cubin
+ * comes from the disk cache or NVRTC under the same key, and the bundle stores it under that key.
+ * `cinfer aot --list FILE` shows what a bundle holds.
+ *
+ * Compiles run on -j worker threads (NVRTC compiles are independent and single-threaded); every
+ * arch and spec is checked and rendered before the first compile.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "jit/aot.h"
+#include "jit/jit.h"
+
+/* More archs than the bundle header holds is refused by the writer; this bounds the parser. */
+#define MAX_ARCHS 16
+/* Worker threads beyond this gain nothing: NVRTC compiles of one set are few. */
+#define MAX_JOBS 64
+
+typedef struct aot_args {
+    const char *arch_list, *set, *output, *list;
+    int jobs; /* 0 = one per online CPU */
+    bool help, set_given;
+} aot_args_t;
+
+static int parse_args(int argc, char **argv, aot_args_t *a) {
+    memset(a, 0, sizeof *a);
+    a->set = "default";
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            a->help = true;
+            return CLI_EXIT_OK;
+        } else if (strcmp(arg, "--arch") == 0 || strcmp(arg, "--set") == 0 ||
+                   strcmp(arg, "-o") == 0 || strcmp(arg, "--list") == 0 || strcmp(arg, "-j") == 0) {
+            if (!value)
+                return cli_usage_error("aot", "%s needs a value", arg);
+            i++;
+            if (strcmp(arg, "--arch") == 0)
+                a->arch_list = value;
+            else if (strcmp(arg, "--set") == 0)
+                a->set = value, a->set_given = true;
+            else if (strcmp(arg, "-o") == 0)
+                a->output = value;
+            else if (strcmp(arg, "--list") == 0)
+                a->list = value;
+            else if ((a->jobs = atoi(value)) < 1 || a->jobs > MAX_JOBS)
+                return cli_usage_error("aot", "-j %s: expected 1..%d", value, MAX_JOBS);
+        } else if (strncmp(arg, "--arch=", 7) == 0) {
+            a->arch_list = arg + 7;
+        } else if (strncmp(arg, "--set=", 6) == 0) {
+            a->set = arg + 6;
+            a->set_given = true;
+        } else {
+            return cli_usage_error("aot", "unexpected argument \"%s\"", arg);
+        }
+    }
+    if (a->list) {
+        if (a->arch_list || a->output || a->set_given || a->jobs)
+            return cli_usage_error("aot", "--list takes no other arguments");
+        return CLI_EXIT_OK;
+    }
+    if (!a->arch_list)
+        return cli_usage_error("aot", "no --arch given (a bundle holds the archs it is built for)");
+    if (!a->output)
+        return cli_usage_error("aot", "no -o FILE given");
+    return CLI_EXIT_OK;
+}
+
+/* ---- archs ---- */
+
+/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
+static bool arch_number(const char *arch, int *number) {
+    if (strncmp(arch, "sm_", 3) != 0)
+        return false;
+    const char *p = arch + 3;
+    int n = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++)
+        n = n * 10 + (*p - '0');
+    if (digits < 2 || digits > 3)
+        return false;
+    if (*p == 'a' || *p == 'f')
+        p++;
+    *number = n;
+    return *p == '\0';
+}
+
+/* Splits and checks the comma list (duplicates dropped): each arch's form, and that NVRTC
+ * targets it. */
+static cinfer_status_t parse_archs(const cinfer__nvrtc_t *nv, const char *list, char archs[][24],
+                                   int *count) {
+    int supported[64], num_supported = 0;
+    if (nv->nvrtcGetNumSupportedArchs(&num_supported) != NVRTC_SUCCESS || num_supported < 0 ||
+        num_supported > (int)(sizeof supported / sizeof supported[0]) ||
+        nv->nvrtcGetSupportedArchs(supported) != NVRTC_SUCCESS)
+        num_supported = 0;
+    *count = 0;
+    for (const char *p = list;;) {
+        const size_t n = strcspn(p, ",");
+        char arch[24] = "";
+        int number = 0;
+        if (n < sizeof arch) {
+            memcpy(arch, p, n);
+            arch[n] = '\0';
+        }
+        if (n == 0 || n >= sizeof arch || !arch_number(arch, &number))
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "--arch \"%s\": \"%.*s\" is not an arch of the form sm_XY, "
+                                 "sm_XYa or sm_XYf (e.g. sm_80,sm_90a)",
+                                 list, (int)n, p);
+        bool targeted = num_supported == 0;
+        for (int i = 0; i < num_supported; i++)
+            targeted = targeted || supported[i] == number;
+        if (!targeted)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED, "--arch: NVRTC %d.%d cannot target %s",
+                                 nv->major, nv->minor, arch);
+        bool seen = false;
+        for (int i = 0; i < *count; i++)
+            seen = seen || strcmp(archs[i], arch) == 0;
+        if (!seen) {
+            if (*count == MAX_ARCHS)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
+                                     MAX_ARCHS);
+            memcpy(archs[(*count)++], arch, n + 1);
+        }
+        if (!p[n])
+            return CINFER_STATUS_SUCCESS;
+        p += n + 1;
+    }
+}
+
+/* ---- the build ---- */
+
+/* One (spec, arch) pair: rendered up front, compiled by a worker. */
+typedef struct job {
+    const char *arch;
+    cinfer__rendered_t rendered;
+    void *cubin;
+    size_t size;
+    double seconds;
+    cinfer__jit_source_t from;
+} job_t;
+
+typedef struct build {
+    job_t *jobs;
+    size_t num_jobs;
+    atomic_size_t next; /* the next job to take */
+    int name_width;
+    pthread_mutex_t lock;   /* guards the output and the fields below */
+    cinfer_status_t status; /* the first failure; later jobs are not started */
+    char error[4096];
+} build_t;
+
+static void *worker(void *arg) {
+    build_t *b = arg;
+    for (;;) {
+        const size_t i = atomic_fetch_add(&b->next, 1);
+        if (i >= b->num_jobs)
+            return NULL;
+        pthread_mutex_lock(&b->lock);
+        const bool failed = b->status != CINFER_STATUS_SUCCESS;
+        pthread_mutex_unlock(&b->lock);
+        if (failed)
+            return NULL;
+        job_t *j = &b->jobs[i];
+        const double start = cinfer__now();
+        cinfer_status_t st =
+            cinfer__jit_cubin_rendered(&j->rendered, &j->cubin, &j->size, &j->from);
+        j->seconds = cinfer__now() - start;
+        pthread_mutex_lock(&b->lock);
+        if (st != CINFER_STATUS_SUCCESS) {
+            if (b->status == CINFER_STATUS_SUCCESS) {
+                b->status = st;
+                /* The message is thread-local: carry it to the main thread. */
+                cinfer__fmt(b->error, sizeof b->error, "%s", cinfer_last_error());
+            }
+        } else {
+            printf("%-*s  %-7s  %6.2f s  %-10s  %zu bytes\n", b->name_width, j->rendered.name,
+                   j->arch, j->seconds,
+                   j->from == CINFER__JIT_FROM_COMPILE ? "compiled" : "cache hit", j->size);
+            fflush(stdout);
+        }
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+/* Runs every job on `threads` workers; the first failure's status and message. */
+static cinfer_status_t run_jobs(build_t *b, int threads) {
+    pthread_t tids[MAX_JOBS];
+    int started = 0;
+    for (; started < threads; started++)
+        if (pthread_create(&tids[started], NULL, worker, b) != 0)
+            break;
+    if (started == 0)
+        worker(b); /* no thread could be started: build on this one */
+    for (int i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    if (b->status != CINFER_STATUS_SUCCESS)
+        return cinfer__error(b->status, "%s", b->error);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Renders every spec of the set for every arch with NVRTC version `nvrtc`, into b->jobs. */
+static cinfer_status_t plan_jobs(const char *set, char archs[][24], int num_archs, int nvrtc,
+                                 build_t *b) {
+    cinfer__spec_t *specs[MAX_ARCHS] = {NULL};
+    size_t counts[MAX_ARCHS] = {0}, total = 0;
+    cinfer_status_t st = CINFER_STATUS_SUCCESS;
+    for (int a = 0; a < num_archs && st == CINFER_STATUS_SUCCESS; a++) {
+        st = cinfer__aot_set_specs(set, archs[a], &specs[a], &counts[a]);
+        total += counts[a];
+    }
+    /* Allocated once: a rendered spec's options point into itself, so it must not move. */
+    if (st == CINFER_STATUS_SUCCESS && !(b->jobs = calloc(total ? total : 1, sizeof *b->jobs)))
+        st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "aot: out of memory");
+    for (int a = 0; a < num_archs && st == CINFER_STATUS_SUCCESS; a++) {
+        for (size_t i = 0; i < counts[a] && st == CINFER_STATUS_SUCCESS; i++) {
+            job_t *j = &b->jobs[b->num_jobs];
+            j->arch = archs[a];
+            st = cinfer__spec_render(&specs[a][i], archs[a], nvrtc, &j->rendered);
+            if (st != CINFER_STATUS_SUCCESS)
+                break;
+            b->num_jobs++;
+            const int n = (int)strlen(j->rendered.name);
+            b->name_width = n > b->name_width ? n : b->name_width;
+        }
+    }
+    for (int a = 0; a < num_archs; a++)
+        free(specs[a]);
+    return st;
+}
+
+static void free_jobs(build_t *b) {
+    for (size_t i = 0; i < b->num_jobs; i++) {
+        cinfer__rendered_free(&b->jobs[i].rendered);
+        free(b->jobs[i].cubin);
+    }
+    free(b->jobs);
+}
+
+static int threads_for(int jobs) {
+    if (jobs > 0)
+        return jobs;
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 1 ? 1 : cpus > MAX_JOBS ? MAX_JOBS : (int)cpus;
+}
+
+static int build_bundle(const aot_args_t *a) {
+    const double start = cinfer__now();
+    const cinfer__nvrtc_t *nv;
+    if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+    char archs[MAX_ARCHS][24];
+    int num_archs = 0;
+    if (parse_archs(nv, a->arch_list, archs, &num_archs) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+
+    cinfer__aot_identity_t id;
+    cinfer__aot_identity_current(&id);
+    build_t b;
+    memset(&b, 0, sizeof b);
+    atomic_init(&b.next, 0);
+    pthread_mutex_init(&b.lock, NULL);
+    b.status = CINFER_STATUS_SUCCESS;
+    cinfer__aot_writer_t *w = NULL;
+    int status = CLI_EXIT_FAILED;
+    if (plan_jobs(a->set, archs, num_archs, id.nvrtc_version, &b) != CINFER_STATUS_SUCCESS ||
+        cinfer__aot_writer_create(&id, &w) != CINFER_STATUS_SUCCESS)
+        goto out_free_jobs;
+    if (run_jobs(&b, threads_for(a->jobs)) != CINFER_STATUS_SUCCESS)
+        goto out_free_jobs;
+
+    size_t compiled = 0;
+    for (size_t i = 0; i < b.num_jobs; i++) {
+        const job_t *j = &b.jobs[i];
+        compiled += j->from == CINFER__JIT_FROM_COMPILE;
+        if (cinfer__aot_writer_add(w, j->arch, j->rendered.name, j->rendered.key.data, j->cubin,
+                                   j->size) != CINFER_STATUS_SUCCESS)
+            goto out_free_jobs;
+    }
+    uint64_t bytes = 0;
+    if (cinfer__aot_writer_finish(w, a->output, &bytes) != CINFER_STATUS_SUCCESS)
+        goto out_free_jobs;
+    char size[32];
+    cli_format_bytes(bytes, size, sizeof size);
+    printf("bundle %s: set %s, %zu kernels for %s, %llu bytes (%s), built in %.1f s (%zu compiled, "
+           "%zu from the kernel cache)\n",
+           a->output, a->set, b.num_jobs, a->arch_list, (unsigned long long)bytes, size,
+           cinfer__now() - start, compiled, b.num_jobs - compiled);
+    status = CLI_EXIT_OK;
+
+out_free_jobs:
+    if (status != CLI_EXIT_OK)
+        status = cli_fail();
+    cinfer__aot_writer_destroy(w);
+    free_jobs(&b);
+    pthread_mutex_destroy(&b.lock);
+    return status;
+}
+
+/* Listing order: by arch, then by kernel name. */
+static int compare_listed(const void *pa, const void *pb) {
+    const cinfer__aot_entry_t *a = pa, *b = pb;
+    const int by_arch = strcmp(a->arch, b->arch);
+    return by_arch ? by_arch : strcmp(a->name, b->name);
+}
+
+static int list_bundle(const char *path) {
+    cinfer__aot_bundle_t *bundle;
+    if (cinfer__aot_open(path, &bundle) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+    cinfer__aot_info_t info;
+    cinfer__aot_info(bundle, &info);
+    cinfer__aot_entry_t *entries = calloc(info.count ? info.count : 1, sizeof *entries);
+    if (!entries) {
+        cinfer__aot_close(bundle);
+        cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "aot --list: out of memory");
+        return cli_fail();
+    }
+    int width = 0;
+    for (uint32_t i = 0; i < info.count; i++) {
+        cinfer__aot_entry(bundle, i, &entries[i]);
+        const int n = (int)strlen(entries[i].name);
+        width = n > width ? n : width;
+    }
+    qsort(entries, info.count, sizeof *entries, compare_listed);
+    for (uint32_t i = 0; i < info.count; i++)
+        printf("%-*s  %-7s  %llu bytes\n", width, entries[i].name, entries[i].arch,
+               (unsigned long long)entries[i].cubin_bytes);
+    char size[32];
+    cli_format_bytes(info.bytes, size, sizeof size);
+    printf("bundle %s: cinfer %s, kernel sources %016llx, NVRTC %d.%d, %u kernels for %s, %s\n",
+           info.path, info.library_version, info.sources_hash, info.nvrtc_version / 1000,
+           info.nvrtc_version % 1000 / 10, (unsigned)info.count, info.archs, size);
+    free(entries);
+    cinfer__aot_close(bundle);
+    return CLI_EXIT_OK;
+}
+
+int cli_aot(int argc, char **argv) {
+    aot_args_t a;
+    int status = parse_args(argc, argv, &a);
+    if (status != CLI_EXIT_OK)
+        return status;
+    if (a.help)
+        return cli_print_help("aot");
+    if (a.list)
+        return list_bundle(a.list);
+    return build_bundle(&a);
+}
