@@ -388,9 +388,13 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * alignment); window_left, logits_soft_cap, sm_scale and the GQA ratio come from options (its
  * page_size, use_cuda_graph, max_batch_size and use_tensor_cores are ignored). Rows with no kept
  * position (qo_len > kv_len under causal, kv_len 0) give 0 and lse -inf. KV tiles wholly outside
- * the causal or window mask are neither loaded nor computed. One launch, no workspace.
+ * the causal or window mask are neither loaded nor computed. k_scale multiplies the logits and
+ * v_scale the output, as in decode. Rows are read and written with 16-byte accesses: data
+ * addresses and strides must keep every row 16-byte aligned (else UNSUPPORTED); qo_len and
+ * kv_len must be below 2^30. One launch, no workspace; asynchronous on stream; never allocates
+ * or synchronizes (it compiles the kernel on first use). Thread-safe.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR,
- * NOT_FOUND.
+ * NOT_FOUND, OUT_OF_MEMORY.
  */
 CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                                  const cinfer_attention_options_t *options,
