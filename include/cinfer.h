@@ -402,6 +402,273 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
                                                  CUstream stream);
 
+/* ---------------------------------------------------------------------------------------------
+ * KV-cache and position utilities: appending to a paged KV cache, page-table helpers, rotary
+ * position embeddings (RoPE) and bit packing of boolean masks. Every function returns a status
+ * (SUCCESS; INVALID_ARGUMENT for a NULL, a wrong shape, dtype, device or stride, a bad option;
+ * UNSUPPORTED outside the kernels' limits; NO_DEVICE; CUDA_ERROR; COMPILE_ERROR; NOT_FOUND),
+ * enqueues its work on `stream` (last argument) asynchronously, never allocates, synchronizes or
+ * reads device memory on the host (so it can be captured in a CUDA graph once its kernel is
+ * loaded), and is thread-safe. Index tensors are int32.
+ * ------------------------------------------------------------------------------------------- */
+
+/* ---------------------------------------------------------------------------------------------
+ * Appending to a paged KV cache
+ *
+ * A serving step appends the K/V rows of its new tokens (nnz of them, all requests concatenated:
+ * a ragged [nnz, Hk, D] tensor) to each request's pages. Token i goes to request
+ * batch_indices[i], at position positions[i] of that request (0-based token index within the
+ * request). With the page table in CSR form (kv_indptr, kv_indices; SEMANTICS.md), position p of
+ * request b is slot p % page_size of page kv_indices[kv_indptr[b] + p / page_size].
+ *
+ * As in FlashInfer, the page table must already include the appended tokens: the caller
+ * allocates the pages first, then appends. A typical step:
+ *   cinfer_get_seq_lens(kv_indptr, kv_last_page_len, page_size) -> seq_lens (new lengths),
+ *   cinfer_get_batch_indices_positions(append_indptr, seq_lens) -> batch_indices, positions,
+ *   cinfer_append_paged_kv_cache(...) once per layer.
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Bits of the int32 error flag of cinfer_append_paged_kv_cache: a batch index outside
+ * [0, batch_size) other than -1 (BATCH_INDEX); a position outside [0, pages * page_size) of its
+ * request (POSITION); a page-table entry outside kv_indices, or a page index outside
+ * [0, max_pages) (PAGE).
+ */
+#define CINFER_APPEND_ERROR_BATCH_INDEX 1
+#define CINFER_APPEND_ERROR_POSITION    2
+#define CINFER_APPEND_ERROR_PAGE        4
+
+typedef struct cinfer_append_options {
+    size_t size;                  /* sizeof(cinfer_append_options_t) */
+    uint32_t version;             /* CINFER_APPEND_OPTIONS_VERSION */
+    cinfer_kv_layout_t kv_layout; /* layout of the paged cache (NHD default) */
+    int page_size;                /* tokens per page, 1..256; must equal the cache's page dim */
+    float k_scale, v_scale;       /* fp8 caches: the value stored is x / scale rounded to fp8
+                                     (the same scales attention multiplies back); fp16/bf16
+                                     caches: must be 1 */
+} cinfer_append_options_t;
+
+#define CINFER_APPEND_OPTIONS_VERSION 1
+#define CINFER_APPEND_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        sizeof(cinfer_append_options_t), CINFER_APPEND_OPTIONS_VERSION, CINFER_KV_LAYOUT_NHD, 16,  \
+            1.0f, 1.0f                                                                             \
+    }
+
+/*
+ * Writes append_k[i] and append_v[i] into the paged cache at (batch_indices[i], positions[i]) for
+ * every i in [0, nnz).
+ *
+ * options: NULL for CINFER_APPEND_OPTIONS_INIT (NHD, page size 16, scales 1).
+ * append_k, append_v: [nnz, Hk, D] fp16 or bf16 (one dtype for both), any token and head strides
+ *   (slices of a packed QKV tensor work), last dim contiguous. They may have different strides.
+ * batch_indices, positions: [nnz] int32 on the device. batch_indices[i] = -1 marks a padding
+ *   token (e.g. a CUDA graph captured for more tokens than this step has): it is skipped silently.
+ * k_cache, v_cache: the paged caches in options->kv_layout: [max_pages, page_size, Hk, D] (NHD) or
+ *   [max_pages, Hk, page_size, D] (HND), each with any strides and a contiguous last dim; or
+ *   k_cache = the combined cache [max_pages, 2, ...] (index 0 = K, 1 = V) and v_cache = NULL.
+ *   Cache dtype: fp16 or bf16 (converted from the append dtype if it differs; scales must be 1),
+ *   or fp8 e4m3 / e5m2 (DLPack codes 10 / 12): stored value = x / scale rounded to nearest even,
+ *   saturated to the largest finite value (+-448 for e4m3, +-57344 for e5m2); NaN stays NaN.
+ * kv_indptr [batch_size + 1], kv_indices [any length], kv_last_page_len
+ *   [batch_size]: the page table (int32, on the device), already including the appended tokens.
+ *   kv_last_page_len is checked for shape and dtype only: the bound on positions is the pages a
+ *   request owns (below).
+ * error_flag: NULL, or an int32 [1] tensor on the device. Tokens that cannot be written are
+ *   skipped, never written elsewhere, and the kernel ORs the matching CINFER_APPEND_ERROR_* bits
+ *   into *error_flag: a batch index outside [0, batch_size) other than -1, a position outside
+ *   [0, (kv_indptr[b+1] - kv_indptr[b]) * page_size) of its request, a page-table entry
+ *   kv_indptr[b] + position / page_size outside kv_indices, or a page index outside
+ *   [0, max_pages). The flag is never cleared by the library: zero it once, run any number of
+ *   appends (e.g. every layer of a step), then read it.
+ *
+ * Rows are copied with 16-byte accesses when D % 8 == 0 and every row starts on a 16-byte
+ * boundary (8 for fp8 caches), element by element otherwise. Positions written twice in one call
+ * (two tokens with the same request and position) hold one of the two rows.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (D outside 1..1024), NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND.
+ */
+CINFER_API cinfer_status_t cinfer_append_paged_kv_cache(
+    cinfer_context_t *ctx, const cinfer_append_options_t *options, const DLTensor *append_k,
+    const DLTensor *append_v, const DLTensor *batch_indices, const DLTensor *positions,
+    DLTensor *k_cache, DLTensor *v_cache, const DLTensor *kv_indices, const DLTensor *kv_indptr,
+    const DLTensor *kv_last_page_len, DLTensor *error_flag, CUstream stream);
+
+/*
+ * For a ragged batch of appended tokens, the request and position of each token (FlashInfer's
+ * get_batch_indices_positions): for i in [append_indptr[b], append_indptr[b+1]),
+ *   batch_indices[i] = b,
+ *   positions[i] = seq_lens[b] - (append_indptr[b+1] - append_indptr[b]) + (i - append_indptr[b]),
+ * i.e. the appended tokens are the last ones of each request (seq_lens are the lengths after the
+ * append). Entries i in [0, nnz) that no request covers (i < append_indptr[0] or
+ * i >= append_indptr[batch_size], e.g. padding) get batch index -1 and position -1, which
+ * cinfer_append_paged_kv_cache skips.
+ * append_indptr: [batch_size + 1] int32, non-decreasing; seq_lens: [batch_size] int32;
+ * batch_indices, positions: [nnz] int32 outputs (nnz is their length). All on the device.
+ */
+CINFER_API cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
+                                                              const DLTensor *append_indptr,
+                                                              const DLTensor *seq_lens,
+                                                              DLTensor *batch_indices,
+                                                              DLTensor *positions, CUstream stream);
+
+/*
+ * The KV length of each request from its page table (FlashInfer's get_seq_lens):
+ *   seq_lens[b] = (pages_b - 1) * page_size + kv_last_page_len[b], pages_b = kv_indptr[b+1] -
+ *   kv_indptr[b], and 0 for a request without pages (SEMANTICS.md; FlashInfer returns
+ *   kv_last_page_len[b] there, which agrees whenever that is 0). Computed in 64 bits and
+ *   saturated to the int32 range.
+ * kv_indptr: [batch_size + 1] int32; kv_last_page_len: [batch_size] int32; page_size >= 1;
+ * seq_lens: [batch_size] int32 output. All on the device.
+ */
+CINFER_API cinfer_status_t cinfer_get_seq_lens(cinfer_context_t *ctx, const DLTensor *kv_indptr,
+                                               const DLTensor *kv_last_page_len, int page_size,
+                                               DLTensor *seq_lens, CUstream stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Rotary position embeddings (RoPE) on q and k
+ *
+ * For a token at position p, the first rotary_dim elements of each q and k head row are rotated
+ * in pairs: pair j in [0, rotary_dim / 2) is (x[j], x[j + rotary_dim / 2]) in the rotate-half
+ * (Llama, GPT-NeoX) layout, or (x[2j], x[2j + 1]) when interleaved (GPT-J), and with angle
+ * a = p * f_j:
+ *   out_first  = x_first * cos(a) - x_second * sin(a),
+ *   out_second = x_second * cos(a) + x_first * sin(a).
+ * Elements from rotary_dim to head_dim are copied unchanged. The frequencies are
+ *   f_j = rope_theta^(-2j / rotary_dim) / rope_scale,
+ * and, for the Llama 3.1 functions, f_j = (1 - s) * base_j / rope_scale + s * base_j with
+ * base_j = rope_theta^(-2j / rotary_dim) and the smoothing
+ *   s = clamp((old_context_len * base_j / (2 pi) - low_freq_factor) /
+ *             (high_freq_factor - low_freq_factor), 0, 1)
+ * (high frequencies keep base_j, low ones are divided by rope_scale, the band between is blended).
+ * Frequencies are computed in float64 on the host, angles in float64 on the device (reduced to
+ * [-pi, pi] before a float32 sincos), the rotation in float32: the result is the exact rotation
+ * within float32 noise, rounded once to the output dtype, even at positions in the millions.
+ *
+ * q: [nnz, Hq, D], k: [nnz, Hk, D], fp16 or bf16 (one dtype), any token and head strides, last
+ * dim contiguous; Hq, Hk >= 0. q_out, k_out: the outputs, same shapes and dtype (any strides),
+ * or NULL to rotate in place. An output may be the input itself (same data and strides) but must
+ * not otherwise overlap it. D up to 1024, rotary_dim even and at most min(D, 512).
+ * Rows are processed with 16-byte accesses when D % 8 == 0, rotary_dim is a multiple of 16 (8
+ * when interleaved) and every row starts on a 16-byte boundary.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_rope_options {
+    size_t size;      /* sizeof(cinfer_rope_options_t) */
+    uint32_t version; /* CINFER_ROPE_OPTIONS_VERSION */
+    int rotary_dim;   /* elements rotated, even; 0 = head_dim */
+    int interleave;   /* 0 = rotate-half pairs (x[j], x[j + rotary_dim/2]), 1 = (x[2j], x[2j+1]) */
+    float rope_scale; /* > 0: frequencies are divided by it (positions interpolated) */
+    float rope_theta; /* > 0: the frequency base */
+    float low_freq_factor;  /* Llama 3.1 functions only: > 0 */
+    float high_freq_factor; /* Llama 3.1 functions only: > low_freq_factor */
+    float old_context_len;  /* Llama 3.1 functions only: > 0, the pre-training context */
+} cinfer_rope_options_t;
+
+#define CINFER_ROPE_OPTIONS_VERSION 1
+/* FlashInfer's apply_rope defaults: full head dim, rotate-half, scale 1, theta 1e4. */
+#define CINFER_ROPE_OPTIONS_INIT                                                                   \
+    {                                                                                              \
+        sizeof(cinfer_rope_options_t), CINFER_ROPE_OPTIONS_VERSION, 0, 0, 1.0f, 1e4f, 1.0f, 4.0f,  \
+            8192.0f                                                                                \
+    }
+/* FlashInfer's apply_llama31_rope defaults: scale 8, theta 5e5, factors 1 and 4, context 8192. */
+#define CINFER_LLAMA31_ROPE_OPTIONS_INIT                                                           \
+    {                                                                                              \
+        sizeof(cinfer_rope_options_t), CINFER_ROPE_OPTIONS_VERSION, 0, 0, 8.0f, 5e5f, 1.0f, 4.0f,  \
+            8192.0f                                                                                \
+    }
+
+/*
+ * RoPE by ragged batch (FlashInfer's apply_rope / apply_rope_inplace): token i of request b (i in
+ * [indptr[b], indptr[b+1])) is at position offsets[b] + i - indptr[b].
+ * indptr: [batch_size + 1] int32, non-decreasing, normally indptr[0] = 0 and indptr[batch_size] =
+ * nnz; offsets: [batch_size] int32. A token no request covers is copied unrotated.
+ * options: NULL for CINFER_ROPE_OPTIONS_INIT; its Llama 3.1 fields are ignored.
+ */
+CINFER_API cinfer_status_t cinfer_apply_rope(cinfer_context_t *ctx,
+                                             const cinfer_rope_options_t *options,
+                                             const DLTensor *q, const DLTensor *k, DLTensor *q_out,
+                                             DLTensor *k_out, const DLTensor *indptr,
+                                             const DLTensor *offsets, CUstream stream);
+
+/*
+ * RoPE by explicit positions (FlashInfer's apply_rope_pos_ids): token i is at position
+ * pos_ids[i]. pos_ids: [nnz] int32 (any value, negative included).
+ * options: NULL for CINFER_ROPE_OPTIONS_INIT; its Llama 3.1 fields are ignored.
+ */
+CINFER_API cinfer_status_t cinfer_apply_rope_pos_ids(cinfer_context_t *ctx,
+                                                     const cinfer_rope_options_t *options,
+                                                     const DLTensor *q, const DLTensor *k,
+                                                     DLTensor *q_out, DLTensor *k_out,
+                                                     const DLTensor *pos_ids, CUstream stream);
+
+/*
+ * cinfer_apply_rope and cinfer_apply_rope_pos_ids with Llama 3.1 frequencies (FlashInfer's
+ * apply_llama31_rope and apply_llama31_rope_pos_ids). options: NULL for
+ * CINFER_LLAMA31_ROPE_OPTIONS_INIT.
+ */
+CINFER_API cinfer_status_t cinfer_apply_llama31_rope(cinfer_context_t *ctx,
+                                                     const cinfer_rope_options_t *options,
+                                                     const DLTensor *q, const DLTensor *k,
+                                                     DLTensor *q_out, DLTensor *k_out,
+                                                     const DLTensor *indptr,
+                                                     const DLTensor *offsets, CUstream stream);
+CINFER_API cinfer_status_t cinfer_apply_llama31_rope_pos_ids(
+    cinfer_context_t *ctx, const cinfer_rope_options_t *options, const DLTensor *q,
+    const DLTensor *k, DLTensor *q_out, DLTensor *k_out, const DLTensor *pos_ids, CUstream stream);
+
+/*
+ * RoPE from a precomputed table (FlashInfer's apply_rope_with_cos_sin_cache, the SGLang/vLLM
+ * layout): row p of cos_sin_cache [max_positions, rotary_dim] float32 holds cos(a_0..a_{R/2-1})
+ * followed by sin(a_0..a_{R/2-1}) for position p (R = rotary_dim = the table's width, even, at
+ * most min(D, 512)); pair j of a token at position positions[i] uses column j and column
+ * R/2 + j of row positions[i]. The table may have any row stride (last dim contiguous).
+ * interleave: 0 = rotate-half (FlashInfer's is_neox=True, its default), 1 = interleaved pairs
+ * (is_neox=False). q, k: [nnz, H, D] (FlashInfer's [nnz, H * D] viewed per head).
+ * positions: [nnz] int32; a position outside [0, max_positions) is never read: the rotated
+ * elements of that token's rows are written as NaN (the others are copied), so the error shows.
+ */
+CINFER_API cinfer_status_t cinfer_apply_rope_with_cos_sin_cache(
+    cinfer_context_t *ctx, const DLTensor *q, const DLTensor *k, DLTensor *q_out, DLTensor *k_out,
+    const DLTensor *positions, const DLTensor *cos_sin_cache, int interleave, CUstream stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Bit packing (boolean masks -> the packed form attention masks use)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum cinfer_bitorder {
+    CINFER_BITORDER_LITTLE = 0, /* bit k of byte b is element 8b + k (the packed masks' order) */
+    CINFER_BITORDER_BIG = 1,    /* bit 7 - k of byte b is element 8b + k (numpy's default) */
+} cinfer_bitorder_t;
+
+/*
+ * y = packbits(x): element e of x (nonzero = 1) becomes one bit of byte e / 8 of y, in the given
+ * bit order; the unused high (little) or low (big) bits of the last byte are 0.
+ * x: [n] bool or uint8 (DLPack kDLBool or kDLUInt, 8 bits), contiguous; y: [(n + 7) / 8] uint8,
+ * contiguous. n may be 0. Uses 16-byte accesses when both start on 16-byte boundaries.
+ */
+CINFER_API cinfer_status_t cinfer_packbits(cinfer_context_t *ctx, const DLTensor *x,
+                                           cinfer_bitorder_t bitorder, DLTensor *y,
+                                           CUstream stream);
+
+/*
+ * Packs each segment x[indptr[s] .. indptr[s+1]) separately (FlashInfer's segment_packbits):
+ *   indptr_new[0] = 0, indptr_new[s+1] = indptr_new[s] + (len_s + 7) / 8,
+ *   y[indptr_new[s] + j] = packbits of x[indptr[s] + 8j .. min(indptr[s] + 8j + 8, indptr[s+1])),
+ * with len_s = indptr[s+1] - indptr[s] (a negative length counts as 0). Elements outside x
+ * (an indptr beyond n) read as 0.
+ * x: [n] bool or uint8, contiguous; indptr: [batch_size + 1] int32; indptr_new: [batch_size + 1]
+ * int32 output; y: [capacity] uint8, contiguous. The packed size indptr_new[batch_size] is known
+ * only on the device: bytes beyond y's capacity are not written, and a capacity of
+ * (n + 7 * batch_size) / 8 always suffices (when indptr[batch_size] - indptr[0] <= n). Bytes of y
+ * past indptr_new[batch_size] are left unchanged.
+ */
+CINFER_API cinfer_status_t cinfer_segment_packbits(cinfer_context_t *ctx, const DLTensor *x,
+                                                   const DLTensor *indptr,
+                                                   cinfer_bitorder_t bitorder, DLTensor *y,
+                                                   DLTensor *indptr_new, CUstream stream);
+
 #ifdef __cplusplus
 }
 #endif

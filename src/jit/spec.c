@@ -122,6 +122,23 @@ static const family_t families[CINFER__OP_COUNT] = {
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
                                 F_MASK | F_FLAGS | F_TILE,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
+    [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
+                                          "CINFER_OP_APPEND_PAGED_KV_CACHE",
+                                          F_DTYPE_KV | F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_BATCH_INDICES_POSITIONS] = {"batch_indices_positions", "append.cu",
+                                            "CINFER_OP_BATCH_INDICES_POSITIONS", 0, 0},
+    [CINFER__OP_SEQ_LENS] = {"seq_lens", "append.cu", "CINFER_OP_SEQ_LENS", 0, 0},
+    [CINFER__OP_ROPE] = {"rope", "rope.cu", "CINFER_OP_ROPE", F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_ROPE_POS_IDS] = {"rope_pos_ids", "rope.cu", "CINFER_OP_ROPE_POS_IDS",
+                                 F_DTYPE_O | F_HD_VO | F_VEC, 0},
+    [CINFER__OP_ROPE_COS_SIN_CACHE] = {"rope_cos_sin_cache", "rope.cu",
+                                       "CINFER_OP_ROPE_COS_SIN_CACHE", F_DTYPE_O | F_HD_VO | F_VEC,
+                                       0},
+    [CINFER__OP_PACKBITS] = {"packbits", "packbits.cu", "CINFER_OP_PACKBITS", F_VEC, 0},
+    [CINFER__OP_SEGMENT_PACKBITS_INDPTR] = {"segment_packbits_indptr", "packbits.cu",
+                                            "CINFER_OP_SEGMENT_PACKBITS_INDPTR", 0, 0},
+    [CINFER__OP_SEGMENT_PACKBITS] = {"segment_packbits", "packbits.cu",
+                                     "CINFER_OP_SEGMENT_PACKBITS", 0, 0},
 };
 
 const char *cinfer__op_name(cinfer__op_t op) {
@@ -455,6 +472,17 @@ static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const fami
     return CINFER_STATUS_SUCCESS;
 }
 
+/* The paged KV append (kernels/append.cu) reads f16/bf16 rows (dtype_o, checked above) and
+ * writes cache rows of dtype_kv, converting (fp8 with a scale) where the two differ. */
+static cinfer_status_t validate_append(const cinfer__spec_t *spec, const family_t *fam) {
+    if (!is_value_dtype(spec->dtype_kv) && spec->dtype_kv != CINFER__DT_E4M3 &&
+        spec->dtype_kv != CINFER__DT_E5M2)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_kv %s is not supported (f16, bf16, e4m3, e5m2)", fam->name,
+                             cinfer__dtype_name(spec->dtype_kv));
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
     if ((unsigned)spec->op >= CINFER__OP_COUNT)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
@@ -482,6 +510,8 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         CINFER__CHECK(validate_decode_tc(spec, fam));
     if (spec->op == CINFER__OP_PREFILL)
         CINFER__CHECK(validate_prefill(spec, fam));
+    if (spec->op == CINFER__OP_APPEND_PAGED_KV_CACHE)
+        CINFER__CHECK(validate_append(spec, fam));
     if (spec->flags & ~fam->flags)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: flags 0x%x are not used by this family", fam->name,
