@@ -62,6 +62,17 @@ typedef struct cli_device {
     char arch[16]; /* cinfer__arch_for of the compute capability */
 } cli_device_t;
 
+/* Longest arch name + 1 ("sm_100a"). */
+#define CLI_ARCH_CHARS 24
+
+/*
+ * Splits a comma list of archs ("sm_80,sm_90a") into archs[0..*count), duplicates dropped:
+ * INVALID_ARGUMENT for a name not of the form sm_XY, sm_XYa or sm_XYf or more than max_archs,
+ * UNSUPPORTED for an arch the loaded NVRTC cannot target (not checked when NVRTC is missing).
+ */
+cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], int max_archs,
+                                int *count);
+
 /* Queries device `ordinal` through the loaded driver table; CUDA_ERROR on a failed call. */
 cinfer_status_t cli_device_query(const cinfer__cuda_t *cu, int ordinal, cli_device_t *out);
 

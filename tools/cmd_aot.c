@@ -74,68 +74,6 @@ static int parse_args(int argc, char **argv, aot_args_t *a) {
     return CLI_EXIT_OK;
 }
 
-/* ---- archs ---- */
-
-/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
-static bool arch_number(const char *arch, int *number) {
-    if (strncmp(arch, "sm_", 3) != 0)
-        return false;
-    const char *p = arch + 3;
-    int n = 0, digits = 0;
-    for (; *p >= '0' && *p <= '9'; p++, digits++)
-        n = n * 10 + (*p - '0');
-    if (digits < 2 || digits > 3)
-        return false;
-    if (*p == 'a' || *p == 'f')
-        p++;
-    *number = n;
-    return *p == '\0';
-}
-
-/* Splits and checks the comma list (duplicates dropped): each arch's form, and that NVRTC
- * targets it. */
-static cinfer_status_t parse_archs(const cinfer__nvrtc_t *nv, const char *list, char archs[][24],
-                                   int *count) {
-    int supported[64], num_supported = 0;
-    if (nv->nvrtcGetNumSupportedArchs(&num_supported) != NVRTC_SUCCESS || num_supported < 0 ||
-        num_supported > (int)(sizeof supported / sizeof supported[0]) ||
-        nv->nvrtcGetSupportedArchs(supported) != NVRTC_SUCCESS)
-        num_supported = 0;
-    *count = 0;
-    for (const char *p = list;;) {
-        const size_t n = strcspn(p, ",");
-        char arch[24] = "";
-        int number = 0;
-        if (n < sizeof arch) {
-            memcpy(arch, p, n);
-            arch[n] = '\0';
-        }
-        if (n == 0 || n >= sizeof arch || !arch_number(arch, &number))
-            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "--arch \"%s\": \"%.*s\" is not an arch of the form sm_XY, "
-                                 "sm_XYa or sm_XYf (e.g. sm_80,sm_90a)",
-                                 list, (int)n, p);
-        bool targeted = num_supported == 0;
-        for (int i = 0; i < num_supported; i++)
-            targeted = targeted || supported[i] == number;
-        if (!targeted)
-            return cinfer__error(CINFER_STATUS_UNSUPPORTED, "--arch: NVRTC %d.%d cannot target %s",
-                                 nv->major, nv->minor, arch);
-        bool seen = false;
-        for (int i = 0; i < *count; i++)
-            seen = seen || strcmp(archs[i], arch) == 0;
-        if (!seen) {
-            if (*count == MAX_ARCHS)
-                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
-                                     MAX_ARCHS);
-            memcpy(archs[(*count)++], arch, n + 1);
-        }
-        if (!p[n])
-            return CINFER_STATUS_SUCCESS;
-        p += n + 1;
-    }
-}
-
 /* ---- the build ---- */
 
 /* One (spec, arch) pair: rendered up front, compiled by a worker. */
@@ -208,8 +146,8 @@ static cinfer_status_t run_jobs(build_t *b, int threads) {
 }
 
 /* Renders every spec of the set for every arch with NVRTC version `nvrtc`, into b->jobs. */
-static cinfer_status_t plan_jobs(const char *set, char archs[][24], int num_archs, int nvrtc,
-                                 build_t *b) {
+static cinfer_status_t plan_jobs(const char *set, char archs[][CLI_ARCH_CHARS], int num_archs,
+                                 int nvrtc, build_t *b) {
     cinfer__spec_t *specs[MAX_ARCHS] = {NULL};
     size_t counts[MAX_ARCHS] = {0}, total = 0;
     cinfer_status_t st = CINFER_STATUS_SUCCESS;
@@ -257,9 +195,9 @@ static int build_bundle(const aot_args_t *a) {
     const cinfer__nvrtc_t *nv;
     if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS)
         return cli_fail();
-    char archs[MAX_ARCHS][24];
+    char archs[MAX_ARCHS][CLI_ARCH_CHARS];
     int num_archs = 0;
-    if (parse_archs(nv, a->arch_list, archs, &num_archs) != CINFER_STATUS_SUCCESS)
+    if (cli_parse_archs(a->arch_list, archs, MAX_ARCHS, &num_archs) != CINFER_STATUS_SUCCESS)
         return cli_fail();
 
     cinfer__aot_identity_t id;

@@ -69,80 +69,6 @@ static int parse_args(int argc, char **argv, compile_args_t *a) {
     return CLI_EXIT_OK;
 }
 
-/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
-static bool arch_number(const char *arch, int *number) {
-    if (strncmp(arch, "sm_", 3) != 0)
-        return false;
-    const char *p = arch + 3;
-    int n = 0, digits = 0;
-    for (; *p >= '0' && *p <= '9'; p++, digits++)
-        n = n * 10 + (*p - '0');
-    if (digits < 2 || digits > 3)
-        return false;
-    if (*p == 'a' || *p == 'f')
-        p++;
-    *number = n;
-    return *p == '\0';
-}
-
-/* Checks one arch's form and, when NVRTC loads, that NVRTC can target it. */
-static cinfer_status_t check_arch(const char *arch) {
-    int number = 0;
-    if (!arch_number(arch, &number))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "--arch: \"%s\" is not an arch of the form sm_XY, sm_XYa or sm_XYf "
-                             "(e.g. sm_80, sm_90a)",
-                             arch);
-    const cinfer__nvrtc_t *nv;
-    int count = 0, archs[64];
-    /* Without NVRTC only cached kernels can be had; the lookup reports that itself. */
-    if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS ||
-        nv->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 ||
-        count > (int)(sizeof archs / sizeof archs[0]) ||
-        nv->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
-        return CINFER_STATUS_SUCCESS;
-    char known[512] = "";
-    for (int i = 0; i < count; i++) {
-        if (archs[i] == number)
-            return CINFER_STATUS_SUCCESS;
-        size_t n = strlen(known);
-        cinfer__fmt(known + n, sizeof known - n, "%ssm_%d", i ? ", " : "", archs[i]);
-    }
-    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                         "--arch: NVRTC %d.%d cannot target %s (it targets %s)", nv->major,
-                         nv->minor, arch, known);
-}
-
-/* Splits the comma list into archs (duplicates dropped) and checks each. */
-static cinfer_status_t parse_archs(const char *list, char archs[][24], int *count) {
-    *count = 0;
-    const char *p = list;
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        if (n == 0 || n >= 24)
-            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "--arch \"%s\": \"%.*s\" is not an arch (expected a comma list "
-                                 "such as sm_80,sm_90a)",
-                                 list, (int)n, p);
-        char arch[24];
-        memcpy(arch, p, n);
-        arch[n] = '\0';
-        CINFER__CHECK(check_arch(arch));
-        bool seen = false;
-        for (int i = 0; i < *count; i++)
-            seen = seen || strcmp(archs[i], arch) == 0;
-        if (!seen) {
-            if (*count == MAX_ARCHS)
-                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
-                                     MAX_ARCHS);
-            memcpy(archs[(*count)++], arch, n + 1);
-        }
-        if (p[n] == '\0')
-            return CINFER_STATUS_SUCCESS;
-        p += n + 1;
-    }
-}
-
 /* The arch of the device kernels would run on (the context's, else device 0's), else
  * FALLBACK_ARCH. */
 static void default_arch(const cinfer_context_t *ctx, char *dst, size_t cap) {
@@ -241,9 +167,10 @@ int cli_compile(int argc, char **argv) {
     if (a.list_ops)
         return list_ops();
 
-    char archs[MAX_ARCHS][24];
+    char archs[MAX_ARCHS][CLI_ARCH_CHARS];
     int num_archs = 0;
-    if (a.arch_list && parse_archs(a.arch_list, archs, &num_archs) != CINFER_STATUS_SUCCESS)
+    if (a.arch_list &&
+        cli_parse_archs(a.arch_list, archs, MAX_ARCHS, &num_archs) != CINFER_STATUS_SUCCESS)
         return cli_fail();
     parsed_spec_t *specs = calloc((size_t)a.num_specs, sizeof *specs);
     if (!specs) {

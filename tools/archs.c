@@ -1,0 +1,82 @@
+/*
+ * The --arch lists of `cinfer compile` and `cinfer aot`: NVRTC target names checked for their form
+ * and, when NVRTC loads, against the archs it can target.
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
+static bool arch_number(const char *arch, int *number) {
+    if (strncmp(arch, "sm_", 3) != 0)
+        return false;
+    const char *p = arch + 3;
+    int n = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++)
+        n = n * 10 + (*p - '0');
+    if (digits < 2 || digits > 3)
+        return false;
+    if (*p == 'a' || *p == 'f')
+        p++;
+    *number = n;
+    return *p == '\0';
+}
+
+/* Checks one arch's form and, when NVRTC loads, that NVRTC can target it. */
+static cinfer_status_t check_arch(const char *arch) {
+    int number = 0;
+    if (!arch_number(arch, &number))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "--arch: \"%s\" is not an arch of the form sm_XY, sm_XYa or sm_XYf "
+                             "(e.g. sm_80, sm_90a)",
+                             arch);
+    const cinfer__nvrtc_t *nv;
+    int count = 0, archs[64];
+    /* Without NVRTC only cached kernels can be had; the lookup reports that itself. */
+    if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS ||
+        nv->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 ||
+        count > (int)(sizeof archs / sizeof archs[0]) ||
+        nv->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        return CINFER_STATUS_SUCCESS;
+    char known[512] = "";
+    for (int i = 0; i < count; i++) {
+        if (archs[i] == number)
+            return CINFER_STATUS_SUCCESS;
+        size_t n = strlen(known);
+        cinfer__fmt(known + n, sizeof known - n, "%ssm_%d", i ? ", " : "", archs[i]);
+    }
+    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                         "--arch: NVRTC %d.%d cannot target %s (it targets %s)", nv->major,
+                         nv->minor, arch, known);
+}
+
+cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], int max_archs,
+                                int *count) {
+    *count = 0;
+    const char *p = list;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= CLI_ARCH_CHARS)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "--arch \"%s\": \"%.*s\" is not an arch (expected a comma list "
+                                 "such as sm_80,sm_90a)",
+                                 list, (int)n, p);
+        char arch[CLI_ARCH_CHARS];
+        memcpy(arch, p, n);
+        arch[n] = '\0';
+        CINFER__CHECK(check_arch(arch));
+        bool seen = false;
+        for (int i = 0; i < *count; i++)
+            seen = seen || strcmp(archs[i], arch) == 0;
+        if (!seen) {
+            if (*count == max_archs)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
+                                     max_archs);
+            memcpy(archs[(*count)++], arch, n + 1);
+        }
+        if (p[n] == '\0')
+            return CINFER_STATUS_SUCCESS;
+        p += n + 1;
+    }
+}
