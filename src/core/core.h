@@ -53,6 +53,12 @@ const cinfer__settings_t *cinfer__settings(void);
 /* Rereads the environment; for tests that change variables. Not thread-safe. */
 void cinfer__settings_reload(void);
 
+/* Reads exactly n bytes (at offset, for pread_full); false on an error or an early end of file. */
+bool cinfer__read_full(int fd, void *buf, size_t n);
+bool cinfer__pread_full(int fd, void *buf, size_t n, uint64_t offset);
+/* Writes exactly n bytes; false with errno set on failure (ENOSPC when no progress is made). */
+bool cinfer__write_full(int fd, const void *buf, size_t n);
+
 /* Monotonic seconds. */
 double cinfer__now(void);
 

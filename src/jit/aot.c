@@ -102,41 +102,6 @@ static uint64_t get_u64(const unsigned char *p) {
     return v;
 }
 
-/* Reads exactly n bytes at offset; false on an error or an early end of file. */
-static bool pread_full(int fd, void *buf, size_t n, uint64_t offset) {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return false;
-        p += got;
-        n -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return true;
-}
-
-/* Writes exactly n bytes; false with errno set on failure. */
-static bool write_full(int fd, const void *buf, size_t n) {
-    const unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put < 0)
-            return false;
-        if (put == 0) {
-            errno = ENOSPC;
-            return false;
-        }
-        p += put;
-        n -= (size_t)put;
-    }
-    return true;
-}
-
 /* A NUL-padded text field of cap bytes into dst (cap + 1 bytes); false if it has no NUL. */
 static bool get_text(const unsigned char *p, size_t cap, char *dst) {
     const unsigned char *nul = memchr(p, '\0', cap);
@@ -239,7 +204,7 @@ static cinfer_status_t load_bundle(cinfer__aot_bundle_t *b, uint64_t size) {
     unsigned char h[HEADER_BYTES];
     const size_t head = size < HEADER_BYTES ? (size_t)size : HEADER_BYTES;
     errno = 0;
-    if (!pread_full(b->fd, h, head, 0))
+    if (!cinfer__pread_full(b->fd, h, head, 0))
         return cinfer__error(CINFER_STATUS_IO_ERROR, "AOT bundle %s: cannot read the header: %s",
                              path, errno ? strerror(errno) : "end of file");
     /* The magic first, so that any other file is called what it is, whatever its size. */
@@ -297,7 +262,7 @@ static cinfer_status_t load_bundle(cinfer__aot_bundle_t *b, uint64_t size) {
     if (!b->meta)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "AOT bundle %s: out of memory", path);
     errno = 0;
-    if (!pread_full(b->fd, b->meta, (size_t)b->meta_bytes, HEADER_BYTES))
+    if (!cinfer__pread_full(b->fd, b->meta, (size_t)b->meta_bytes, HEADER_BYTES))
         return cinfer__error(CINFER_STATUS_IO_ERROR, "AOT bundle %s: cannot read the index: %s",
                              path, errno ? strerror(errno) : "end of file");
     if (XXH3_64bits(b->meta, (size_t)b->meta_bytes) != get_u64(h + H_META_SUM))
@@ -421,7 +386,7 @@ static cinfer_status_t read_cubin(const cinfer__aot_bundle_t *b, uint32_t i, voi
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "AOT bundle %s: out of memory for %s",
                              b->path, name);
     errno = 0;
-    if (!pread_full(b->fd, data, (size_t)bytes, offset)) {
+    if (!cinfer__pread_full(b->fd, data, (size_t)bytes, offset)) {
         free(data);
         return cinfer__error(CINFER_STATUS_IO_ERROR, "AOT bundle %s: cannot read %s: %s", b->path,
                              name, errno ? strerror(errno) : "the file is shorter than it was");
@@ -758,13 +723,13 @@ static unsigned char *build_meta(const cinfer__aot_writer_t *w, uint64_t *meta_b
 static int write_bundle(int fd, const cinfer__aot_writer_t *w, const unsigned char *meta,
                         uint64_t meta_bytes) {
     static const unsigned char zeros[CUBIN_ALIGN];
-    if (!write_full(fd, meta, (size_t)meta_bytes))
+    if (!cinfer__write_full(fd, meta, (size_t)meta_bytes))
         return errno;
     uint64_t at = meta_bytes;
     for (size_t i = 0; i < w->count; i++) {
         const uint64_t pad = align_up(at) - at;
-        if (!write_full(fd, zeros, (size_t)pad) ||
-            !write_full(fd, w->entries[i].cubin, w->entries[i].size))
+        if (!cinfer__write_full(fd, zeros, (size_t)pad) ||
+            !cinfer__write_full(fd, w->entries[i].cubin, w->entries[i].size))
             return errno;
         at += pad + w->entries[i].size;
     }

@@ -96,40 +96,6 @@ static bool join_path(char *dst, size_t cap, const char *dir, const char *stem,
     return n >= 0 && (size_t)n < cap;
 }
 
-/* Reads exactly n bytes; false on an error or an early end of file. */
-static bool read_full(int fd, void *buf, size_t n) {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t got = read(fd, p, n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return false;
-        p += got;
-        n -= (size_t)got;
-    }
-    return true;
-}
-
-/* Writes exactly n bytes; false with errno set on failure. */
-static bool write_full(int fd, const void *buf, size_t n) {
-    const unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put < 0)
-            return false;
-        if (put == 0) {
-            errno = ENOSPC;
-            return false;
-        }
-        p += put;
-        n -= (size_t)put;
-    }
-    return true;
-}
-
 /*
  * Cache trouble (folder missing and not creatable, read-only, disk full) is never an error: the
  * first occurrence in the process is a warning, later ones are debug lines, so a service with a
@@ -180,7 +146,7 @@ static const char *load_entry(int fd, uint64_t file_bytes, const char *key, void
     unsigned char header[HEADER_BYTES];
     if (file_bytes < HEADER_BYTES)
         return file_bytes == 0 ? "empty file" : "truncated header";
-    if (!read_full(fd, header, sizeof header))
+    if (!cinfer__read_full(fd, header, sizeof header))
         return "unreadable header";
     if (memcmp(header, CINFER__CACHE_MAGIC, MAGIC_BYTES) != 0)
         return "bad magic";
@@ -209,7 +175,8 @@ static const char *load_entry(int fd, uint64_t file_bytes, const char *key, void
     }
     *corrupt = true;
     const char *problem = NULL;
-    if (!read_full(fd, stored_key, key_len) || !read_full(fd, data, (size_t)payload_bytes))
+    if (!cinfer__read_full(fd, stored_key, key_len) ||
+        !cinfer__read_full(fd, data, (size_t)payload_bytes))
         problem = "unreadable body";
     else if (memcmp(stored_key, key, key_len) != 0)
         problem = "key mismatch (another key with the same file name)";
@@ -348,8 +315,8 @@ static int write_entry(const char *dir, const char *stem, const char *path, cons
     put_u64(header + 24, XXH3_64bits(payload, size));
 
     int err = 0;
-    if (!write_full(fd, header, sizeof header) || !write_full(fd, key, key_len) ||
-        !write_full(fd, payload, size))
+    if (!cinfer__write_full(fd, header, sizeof header) || !cinfer__write_full(fd, key, key_len) ||
+        !cinfer__write_full(fd, payload, size))
         err = errno;
     /* mkostemp creates the file 0600; entries are as readable as the folder allows. */
     if (!err && fchmod(fd, 0644) != 0)
@@ -468,7 +435,7 @@ static bool header_is_current(int dir_fd, const char *name) {
     if (fd < 0)
         return false;
     unsigned char header[MAGIC_BYTES + 4];
-    bool ok = read_full(fd, header, sizeof header) &&
+    bool ok = cinfer__read_full(fd, header, sizeof header) &&
               memcmp(header, CINFER__CACHE_MAGIC, MAGIC_BYTES) == 0 &&
               get_u32(header + MAGIC_BYTES) == CINFER__CACHE_FORMAT_VERSION;
     close(fd);
