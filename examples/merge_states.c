@@ -1,8 +1,10 @@
 /*
  * A complete program against the installed library: merges three partial attention states per
  * row with cinfer_merge_states and checks the result against the closed form. Without a GPU it
- * says so and exits 0. Build: see examples/CMakeLists.txt (find_package(cinfer)) or
- *   cc merge_states.c $(pkg-config --cflags --libs cinfer) -lcudart
+ * says so and exits 0. It allocates with the CUDA runtime, so it links libcudart (the library
+ * itself needs neither). Build: see examples/CMakeLists.txt (find_package(cinfer)) or
+ *   cc merge_states.c $(pkg-config --cflags --libs cinfer) -L/usr/local/cuda/lib64 -lcudart -lm
+ * and run with the install's lib folder (and CUDA's) on LD_LIBRARY_PATH.
  */
 #include <math.h>
 #include <stdio.h>

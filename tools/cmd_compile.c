@@ -152,8 +152,22 @@ static cinfer_status_t load_one(cinfer_context_t *ctx, const parsed_spec_t *p, i
 }
 
 static int list_ops(void) {
-    for (int op = 0; op < CINFER__OP_COUNT; op++)
-        printf("%s\n", cinfer__op_name((cinfer__op_t)op));
+    /* Each operation with the fields its specs take (the canonical text form, values dropped). */
+    for (int op = 0; op < CINFER__OP_COUNT; op++) {
+        cinfer__spec_t spec;
+        cinfer__spec_init(&spec, (cinfer__op_t)op);
+        char text[512], fields[512] = "";
+        cinfer__spec_format(&spec, text, sizeof text);
+        const char *p = strchr(text, ':');
+        while (p) {
+            const size_t n = strcspn(p + 1, "=");
+            const size_t len = strlen(fields);
+            cinfer__fmt(fields + len, sizeof fields - len, "%s%.*s", len ? ", " : "", (int)n,
+                        p + 1);
+            p = strchr(p + 1, ',');
+        }
+        printf("%-26s %s\n", cinfer__op_name((cinfer__op_t)op), fields[0] ? fields : "(no fields)");
+    }
     return CLI_EXIT_OK;
 }
 

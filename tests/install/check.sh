@@ -16,12 +16,12 @@ cmake -S "$src/examples" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefi
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/merge_states"
 
-# --define-prefix: the prefix comes from where the .pc file lies, as for a relocated install.
+# The .pc file finds its prefix from where it lies (relocatable): no --define-prefix needed.
 export PKG_CONFIG_PATH="$(dirname "$(ls "$work"/prefix/lib*/pkgconfig/cinfer.pc)")"
 cudart_dir=$(dirname "$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/x86_64-linux/lib/ \
   -name 'libcudart.so' 2>/dev/null | head -1)")
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/merge_states.c" -o "$work/pc-example" \
-  $(pkg-config --define-prefix --cflags --libs cinfer) -L"$cudart_dir" -lcudart -lm
+  $(pkg-config --cflags --libs cinfer) -L"$cudart_dir" -lcudart -lm
 "$work/pc-example"
 "$work/prefix/bin/cinfer" --version
 echo "install check: ok"
