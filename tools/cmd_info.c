@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "jit/aot.h"
 #include "cuda/context.h"
 #include "jit/cache.h"
 
@@ -129,6 +130,23 @@ static void print_cache(void) {
            size);
 }
 
+/* The AOT bundle this process would use (CINFER_AOT_PATH, else libcinfer.aot next to the library;
+ * a statically linked tool has no library to sit next to). */
+static void print_aot(void) {
+    const cinfer__aot_bundle_t *bundle = cinfer__aot_process_bundle();
+    if (!bundle) {
+        printf(LABEL "none (set CINFER_AOT_PATH, or install libcinfer.aot next to libcinfer.so)\n",
+               "AOT bundle:");
+        return;
+    }
+    cinfer__aot_info_t info;
+    cinfer__aot_info(bundle, &info);
+    char size[32];
+    cli_format_bytes(info.bytes, size, sizeof size);
+    printf(LABEL "%s (%u kernels for %s, %s)\n", "AOT bundle:", info.path, info.count, info.archs,
+           size);
+}
+
 static void print_jit(void) {
     cinfer_jit_stats_t stats = CINFER_JIT_STATS_INIT;
     if (cinfer_jit_get_stats(&stats) != CINFER_STATUS_SUCCESS) {
@@ -159,6 +177,7 @@ int cli_info(int argc, char **argv) {
     print_nvrtc();
     print_devices(cu);
     print_cache();
+    print_aot();
     print_jit();
     return CLI_EXIT_OK;
 }

@@ -267,6 +267,10 @@ def library_path() -> Path:
     paths = candidate_paths()
     if env:
         # An explicit path is used or reported, never silently skipped.
+        if paths[0].is_dir():
+            raise errors.CinferError(
+                f"CINFER_LIBRARY={env} is a folder: set it to the library file itself, "
+                f"e.g. {paths[0] / 'libcinfer.so'}")
         if not paths[0].is_file():
             raise errors.CinferError(f"CINFER_LIBRARY={env}: no such file")
         return paths[0]
