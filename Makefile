@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-gpu demo install format clean
+.PHONY: all deps build test test-gpu demo install wheel format clean
 
 all: build
 
@@ -32,6 +32,14 @@ demo: build
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# make wheel: dist/cinfer-*.whl, the Python package carrying libcinfer.so (and libcinfer.aot when
+# the build made one: CMAKE_FLAGS=-DCINFER_AOT=ON).
+wheel: build
+	cp -L $(BUILD)/libcinfer.so python/cinfer/libcinfer.so
+	if [ -f $(BUILD)/libcinfer.aot ]; then cp $(BUILD)/libcinfer.aot python/cinfer/; fi
+	python3 -m pip wheel -q --no-deps -w dist ./python
+	rm -f python/cinfer/libcinfer.so python/cinfer/libcinfer.aot
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
