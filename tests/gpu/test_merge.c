@@ -13,6 +13,7 @@
  * Seeds: case k of a test uses cinfer_test_seed() + the test's base + k and prints it on failure;
  * CINFER_TEST_SEED=<base seed> replays a run.
  */
+#include "support/field.h"
 #include "support/gpu.h"
 
 #include <ctype.h>
@@ -52,15 +53,6 @@ static double max_abs_tol(cinfer__dtype_t dt) {
  * Host helpers
  * ------------------------------------------------------------------------------------------- */
 
-#define MAX_DIMS 4
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        cinfer_test_fail_at(__FILE__, __LINE__, "out of host memory (%zu bytes)", bytes);
-    return p;
-}
-
 /* True when msg names arg as tensor_check and merge.c do: "arg: ..." or "arg is ...", with arg
  * not part of a longer identifier (so "v" does not match "v_a: ..."). */
 static int names_argument(const char *msg, const char *arg) {
@@ -78,13 +70,7 @@ static int names_argument(const char *msg, const char *arg) {
  * Fields: a view inside a padded, canary-guarded device allocation, mirrored on the host
  * ------------------------------------------------------------------------------------------- */
 
-/* Where a view sits inside its allocation. The zero layout is a compact tensor. */
-typedef struct layout {
-    int64_t pad[MAX_DIMS]; /* the allocation is shape + pad elements in each dim */
-    int64_t off[MAX_DIMS]; /* the view starts at off in each dim (off <= pad) */
-    size_t shift;          /* bytes the data pointer is moved by (2 breaks 16-byte alignment) */
-} layout_t;
-
+/* Layouts (support/field.h); the zero layout is a compact tensor. */
 static const layout_t COMPACT = {{0}, {0}, 0};
 
 /* [n, H, D] inside [n + 1, H + 3, D + 8], starting at (1, 2, 8): padding before and after the
@@ -102,115 +88,9 @@ static const layout_t ODD_STRIDE_4D = {{0, 0, 0, 4}, {0, 0, 0, 0}, 0};
 /* The data pointer moved by 2 bytes: element-aligned, not 16-byte aligned. */
 static const layout_t SHIFTED = {{0}, {0}, 2};
 
-typedef struct field {
-    cinfer__dtype_t dtype;
-    size_t esize;
-    int ndim;
-    int64_t shape[MAX_DIMS];  /* the view */
-    int64_t phys[MAX_DIMS];   /* the allocation */
-    int64_t stride[MAX_DIMS]; /* compact strides of the allocation, in elements */
-    int64_t origin;           /* element index of the view's first element */
-    int strided;              /* pass explicit strides (else NULL: compact) */
-    size_t shift;
-    int64_t count;      /* elements in the view */
-    int64_t phys_count; /* elements in the allocation */
-    size_t bytes;       /* shift + phys_count * esize: the payload */
-    cinfer_test_buf buf;
-    unsigned char *host;   /* the payload as last uploaded or downloaded */
-    unsigned char *before; /* the payload as it was before the call under test */
-    unsigned char *inview; /* [phys_count]: 1 for elements of the view */
-    cinfer_test_tensor tensor;
-} field_t;
-
-/* Element index in the allocation of element `flat` (row-major) of the view. */
-static int64_t field_phys(const field_t *f, int64_t flat) {
-    int64_t p = f->origin;
-    for (int k = f->ndim - 1; k >= 0; k--) {
-        p += (flat % f->shape[k]) * f->stride[k];
-        flat /= f->shape[k];
-    }
-    return p;
-}
-
-/* (Re)builds f->tensor from the field's geometry; error tests mutate it afterwards. */
-static DLTensor *field_tensor(field_t *f) {
-    return cinfer_test_tensor_init(&f->tensor, &f->buf, f->shift, (uint64_t)f->origin * f->esize,
-                                   f->dtype, f->ndim, f->shape, f->strided ? f->stride : NULL);
-}
-
-/* Allocates a view of `shape` laid out as `lay`; the payload starts poisoned (host and device). */
-static void field_make(field_t *f, cinfer__dtype_t dtype, int ndim, const int64_t *shape,
-                       const layout_t *lay) {
-    memset(f, 0, sizeof *f);
-    f->dtype = dtype;
-    f->esize = cinfer__dtype_size(dtype);
-    f->ndim = ndim;
-    f->shift = lay->shift;
-    f->count = 1;
-    f->phys_count = 1;
-    for (int k = 0; k < ndim; k++) {
-        if (lay->off[k] < 0 || lay->off[k] > lay->pad[k])
-            cinfer_test_fail_at(__FILE__, __LINE__, "layout: off %" PRId64 " > pad %" PRId64,
-                                lay->off[k], lay->pad[k]);
-        f->shape[k] = shape[k];
-        f->phys[k] = shape[k] + lay->pad[k];
-        f->count *= shape[k];
-        f->phys_count *= f->phys[k];
-        if (lay->pad[k] != 0)
-            f->strided = 1;
-    }
-    for (int k = ndim - 1; k >= 0; k--)
-        f->stride[k] = k == ndim - 1 ? 1 : f->stride[k + 1] * f->phys[k + 1];
-    for (int k = 0; k < ndim; k++)
-        f->origin += lay->off[k] * f->stride[k];
-    f->bytes = f->shift + (size_t)f->phys_count * f->esize;
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&f->buf, f->bytes));
-    f->host = xmalloc(f->bytes);
-    f->before = xmalloc(f->bytes);
-    f->inview = xmalloc((size_t)f->phys_count);
-    memset(f->host, CINFER_TEST_POISON_BYTE, f->bytes);
-    memset(f->before, CINFER_TEST_POISON_BYTE, f->bytes);
-    memset(f->inview, 0, (size_t)f->phys_count);
-    for (int64_t i = 0; i < f->count; i++)
-        f->inview[field_phys(f, i)] = 1;
-    field_tensor(f);
-}
-
-static void field_free(field_t *f) {
-    cinfer_test_buf_free(&f->buf);
-    free(f->host);
-    free(f->before);
-    free(f->inview);
-    memset(f, 0, sizeof *f);
-}
-
-static double field_get(const field_t *f, int64_t flat) {
-    return cinfer_test_load(f->dtype, f->host + f->shift, field_phys(f, flat));
-}
-
-static void field_set(field_t *f, int64_t flat, double x) {
-    cinfer_test_store(f->dtype, f->host + f->shift, field_phys(f, flat), x);
-}
-
-/* Random values in [lo, hi] in every element of the allocation, so padding holds finite data
- * that would show up in the output if a kernel read it. */
-static void field_fill(field_t *f, cinfer_test_rng *rng, double lo, double hi) {
-    cinfer_test_fill_uniform(rng, f->dtype, f->phys_count, lo, hi, f->host + f->shift, NULL);
-}
-
-/* Uploads the host mirror; it becomes the "before" state. */
-static void field_upload(field_t *f) {
-    CINFER_TEST_OK(cinfer_test_buf_upload(&f->buf, 0, f->host, f->bytes));
-    memcpy(f->before, f->host, f->bytes);
-}
-
-static void field_download(field_t *f) {
-    CINFER_TEST_OK(cinfer_test_buf_download(&f->buf, 0, f->host, f->bytes));
-}
-
 /* The view's values as contiguous doubles (malloc'ed), what the reference is given. */
 static double *field_exact(const field_t *f) {
-    double *x = xmalloc((size_t)f->count * sizeof *x);
+    double *x = cinfer_test_xmalloc((size_t)f->count * sizeof *x);
     for (int64_t i = 0; i < f->count; i++)
         x[i] = field_get(f, i);
     return x;
@@ -218,7 +98,7 @@ static double *field_exact(const field_t *f) {
 
 /* The view's raw elements, contiguous (malloc'ed), for the comparison helpers. */
 static void *field_gather(const field_t *f) {
-    unsigned char *raw = xmalloc((size_t)f->count * f->esize);
+    unsigned char *raw = cinfer_test_xmalloc((size_t)f->count * f->esize);
     for (int64_t i = 0; i < f->count; i++)
         memcpy(raw + i * f->esize, f->host + f->shift + field_phys(f, i) * f->esize, f->esize);
     return raw;
@@ -382,8 +262,8 @@ static void run_merge_state(const state_case *c, uint64_t seed) {
 
     double *xa = field_exact(&va), *xla = field_exact(&la);
     double *xb = field_exact(&vb), *xlb = field_exact(&lb);
-    double *rv = xmalloc((size_t)va.count * sizeof *rv),
-           *rl = xmalloc((size_t)la.count * sizeof *rl);
+    double *rv = cinfer_test_xmalloc((size_t)va.count * sizeof *rv),
+           *rl = cinfer_test_xmalloc((size_t)la.count * sizeof *rl);
     assert_int_equal(cinfer__ref_merge_state(c->n, c->h, c->d, xa, xla, xb, xlb, rv, rl),
                      CINFER__REF_OK);
 
@@ -550,7 +430,7 @@ static void run_merge_in_place(const in_place_case *c, uint64_t seed) {
     field_upload(&vo);
     field_upload(&lo);
     if (c->mask != MASK_NONE) {
-        mask = xmalloc((size_t)c->n);
+        mask = cinfer_test_xmalloc((size_t)c->n);
         for (int64_t i = 0; i < c->n; i++)
             mask[i] = c->mask == MASK_ALL_ZERO  ? 0
                       : c->mask == MASK_ALL_ONE ? 1
@@ -698,8 +578,8 @@ static void run_merge_states(const states_case *c, uint64_t seed) {
     field_make(&lo, CINFER__DT_F32, 2, loshape, c->lse_out);
 
     double *xv = field_exact(&v), *xl = field_exact(&l);
-    double *rv = xmalloc((size_t)vo.count * sizeof *rv),
-           *rl = xmalloc((size_t)lo.count * sizeof *rl);
+    double *rv = cinfer_test_xmalloc((size_t)vo.count * sizeof *rv),
+           *rl = cinfer_test_xmalloc((size_t)lo.count * sizeof *rl);
     assert_int_equal(cinfer__ref_merge_states(c->n, c->s, c->h, c->d, xv, xl, rv, rl),
                      CINFER__REF_OK);
 
@@ -795,8 +675,8 @@ static void test_merge_states_zero_states(void **state) {
                 field_make(&lo, CINFER__DT_F32, 2, loshape, &PADDED_2D);
                 if (null_data)
                     v.tensor.t.data = NULL, l.tensor.t.data = NULL;
-                double *rv = xmalloc((size_t)vo.count * sizeof *rv);
-                double *rl = xmalloc((size_t)lo.count * sizeof *rl);
+                double *rv = cinfer_test_xmalloc((size_t)vo.count * sizeof *rv);
+                double *rl = cinfer_test_xmalloc((size_t)lo.count * sizeof *rl);
                 for (int64_t i = 0; i < vo.count; i++)
                     rv[i] = 0.0;
                 for (int64_t i = 0; i < lo.count; i++)

@@ -14,6 +14,7 @@
  * Seeds: case k of a test uses cinfer_test_seed() + the test's base + k and prints it on failure;
  * CINFER_TEST_SEED=<base seed> replays a run.
  */
+#include "support/field.h"
 #include "support/gpu.h"
 
 #include <ctype.h>
@@ -31,15 +32,6 @@ static CUstream stream; /* non-blocking, made in main() */
 /* ---------------------------------------------------------------------------------------------
  * Host helpers
  * ------------------------------------------------------------------------------------------- */
-
-#define MAX_DIMS 5
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        cinfer_test_fail_at(__FILE__, __LINE__, "out of host memory (%zu bytes)", bytes);
-    return p;
-}
 
 /* True when msg names arg as the ops do: "arg: ..." or "arg is ...", or "options->arg", with arg
  * not part of a longer identifier. */
@@ -70,13 +62,7 @@ static void expect_error_at(const char *file, int line, cinfer_status_t st, cinf
  * Fields: a view inside a padded, canary-guarded device allocation, mirrored on the host
  * ------------------------------------------------------------------------------------------- */
 
-/* Where a view sits inside its allocation. The zero layout is a compact tensor. */
-typedef struct layout {
-    int64_t pad[MAX_DIMS]; /* the allocation is shape + pad elements in each dim */
-    int64_t off[MAX_DIMS]; /* the view starts at off in each dim (off <= pad) */
-    size_t shift;          /* bytes the data pointer is moved by (2 breaks 16-byte alignment) */
-} layout_t;
-
+/* Layouts (support/field.h); the zero layout is a compact tensor. */
 static const layout_t COMPACT = {{0}, {0}, 0};
 /* [n, H, D] inside [n + 2, H + 3, D + 8] at (1, 2, 8): padding around the view in every dim; the
  * 8-element head-dim offset keeps 16-byte alignment for 16-bit types. */
@@ -91,115 +77,9 @@ static const layout_t PADDED_CACHE_4D = {{1, 0, 1, 16}, {1, 0, 1, 0}, 0};
 /* A combined cache [pages, 2, a, b, D] with padding after each head row and each page. */
 static const layout_t PADDED_CACHE_5D = {{1, 0, 0, 1, 16}, {0, 0, 0, 0, 0}, 0};
 
-typedef struct field {
-    cinfer__dtype_t dtype;
-    size_t esize;
-    int ndim;
-    int64_t shape[MAX_DIMS];  /* the view */
-    int64_t phys[MAX_DIMS];   /* the allocation */
-    int64_t stride[MAX_DIMS]; /* compact strides of the allocation, in elements */
-    int64_t origin;           /* element index of the view's first element */
-    int strided;              /* pass explicit strides (else NULL: compact) */
-    size_t shift;
-    int64_t count;      /* elements in the view */
-    int64_t phys_count; /* elements in the allocation */
-    size_t bytes;       /* shift + phys_count * esize: the payload */
-    cinfer_test_buf buf;
-    unsigned char *host;   /* the payload as last uploaded or downloaded */
-    unsigned char *before; /* the payload as it was before the call under test */
-    unsigned char *inview; /* [phys_count]: 1 for elements of the view */
-    cinfer_test_tensor tensor;
-} field_t;
-
-/* Element index in the allocation of element `flat` (row-major) of the view. */
-static int64_t field_phys(const field_t *f, int64_t flat) {
-    int64_t p = f->origin;
-    for (int k = f->ndim - 1; k >= 0; k--) {
-        p += (flat % f->shape[k]) * f->stride[k];
-        flat /= f->shape[k];
-    }
-    return p;
-}
-
-/* (Re)builds f->tensor from the field's geometry; error tests mutate it afterwards. */
-static DLTensor *field_tensor(field_t *f) {
-    return cinfer_test_tensor_init(&f->tensor, &f->buf, f->shift, (uint64_t)f->origin * f->esize,
-                                   f->dtype, f->ndim, f->shape, f->strided ? f->stride : NULL);
-}
-
-/* Allocates a view of `shape` laid out as `lay`; the payload starts poisoned (host and device). */
-static void field_make(field_t *f, cinfer__dtype_t dtype, int ndim, const int64_t *shape,
-                       const layout_t *lay) {
-    memset(f, 0, sizeof *f);
-    f->dtype = dtype;
-    f->esize = cinfer__dtype_size(dtype);
-    f->ndim = ndim;
-    f->shift = lay->shift;
-    f->count = 1;
-    f->phys_count = 1;
-    for (int k = 0; k < ndim; k++) {
-        if (lay->off[k] < 0 || lay->off[k] > lay->pad[k])
-            cinfer_test_fail_at(__FILE__, __LINE__, "layout: off %" PRId64 " > pad %" PRId64,
-                                lay->off[k], lay->pad[k]);
-        f->shape[k] = shape[k];
-        f->phys[k] = shape[k] + lay->pad[k];
-        f->count *= shape[k];
-        f->phys_count *= f->phys[k];
-        if (lay->pad[k] != 0)
-            f->strided = 1;
-    }
-    for (int k = ndim - 1; k >= 0; k--)
-        f->stride[k] = k == ndim - 1 ? 1 : f->stride[k + 1] * f->phys[k + 1];
-    for (int k = 0; k < ndim; k++)
-        f->origin += lay->off[k] * f->stride[k];
-    f->bytes = f->shift + (size_t)f->phys_count * f->esize;
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&f->buf, f->bytes));
-    f->host = xmalloc(f->bytes);
-    f->before = xmalloc(f->bytes);
-    f->inview = xmalloc((size_t)f->phys_count);
-    memset(f->host, CINFER_TEST_POISON_BYTE, f->bytes);
-    memset(f->before, CINFER_TEST_POISON_BYTE, f->bytes);
-    memset(f->inview, 0, (size_t)f->phys_count);
-    for (int64_t i = 0; i < f->count; i++)
-        f->inview[field_phys(f, i)] = 1;
-    field_tensor(f);
-}
-
-static void field_free(field_t *f) {
-    cinfer_test_buf_free(&f->buf);
-    free(f->host);
-    free(f->before);
-    free(f->inview);
-    memset(f, 0, sizeof *f);
-}
-
 /* The allocation's elements as the device sees them: host + shift. */
 static unsigned char *field_base(const field_t *f, unsigned char *payload) {
     return payload + f->shift;
-}
-
-static double field_get(const field_t *f, int64_t flat) {
-    return cinfer_test_load(f->dtype, f->host + f->shift, field_phys(f, flat));
-}
-
-static void field_set(field_t *f, int64_t flat, double x) {
-    cinfer_test_store(f->dtype, f->host + f->shift, field_phys(f, flat), x);
-}
-
-/* Random values in [lo, hi] in every element of the allocation, so padding holds finite data
- * that would show up in the output if a kernel read it. */
-static void field_fill(field_t *f, cinfer_test_rng *rng, double lo, double hi) {
-    cinfer_test_fill_uniform(rng, f->dtype, f->phys_count, lo, hi, f->host + f->shift, NULL);
-}
-
-/* Uploads the host mirror; it becomes the "before" state. */
-static void field_upload(field_t *f) {
-    CINFER_TEST_OK(cinfer_test_buf_upload(&f->buf, 0, f->host, f->bytes));
-    memcpy(f->before, f->host, f->bytes);
-}
-
-static void field_download(field_t *f) {
-    CINFER_TEST_OK(cinfer_test_buf_download(&f->buf, 0, f->host, f->bytes));
 }
 
 /* A compact 1-d int32 field holding v[0, n). */
@@ -274,10 +154,10 @@ static void table_make(table_t *t, cinfer_test_rng *rng, int64_t batch, int64_t 
     memset(t, 0, sizeof *t);
     t->batch = batch;
     t->page_size = page_size;
-    t->seq_lens = xmalloc((size_t)batch * sizeof(int32_t));
-    t->append_indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
-    t->kv_indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
-    t->kv_last = xmalloc((size_t)batch * sizeof(int32_t));
+    t->seq_lens = cinfer_test_xmalloc((size_t)batch * sizeof(int32_t));
+    t->append_indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+    t->kv_indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+    t->kv_last = cinfer_test_xmalloc((size_t)batch * sizeof(int32_t));
     t->append_indptr[0] = 0;
     t->kv_indptr[0] = 0;
     for (int64_t b = 0; b < batch; b++) {
@@ -292,7 +172,7 @@ static void table_make(table_t *t, cinfer_test_rng *rng, int64_t batch, int64_t 
     }
     t->num_pages = t->kv_indptr[batch];
     t->max_pages = t->num_pages + 3;
-    int32_t *perm = xmalloc((size_t)t->max_pages * sizeof(int32_t));
+    int32_t *perm = cinfer_test_xmalloc((size_t)t->max_pages * sizeof(int32_t));
     for (int64_t i = 0; i < t->max_pages; i++)
         perm[i] = (int32_t)i;
     for (int64_t i = t->max_pages - 1; i > 0; i--) {
@@ -303,8 +183,8 @@ static void table_make(table_t *t, cinfer_test_rng *rng, int64_t batch, int64_t 
     }
     t->kv_indices = perm; /* the first num_pages entries are the table */
     t->nnz = t->append_indptr[batch] + padding;
-    t->batch_indices = xmalloc((size_t)t->nnz * sizeof(int32_t));
-    t->positions = xmalloc((size_t)t->nnz * sizeof(int32_t));
+    t->batch_indices = cinfer_test_xmalloc((size_t)t->nnz * sizeof(int32_t));
+    t->positions = cinfer_test_xmalloc((size_t)t->nnz * sizeof(int32_t));
     assert_int_equal(cinfer__ref_batch_indices_positions(batch, t->append_indptr, t->seq_lens,
                                                          t->nnz, t->batch_indices, t->positions),
                      CINFER__REF_OK);
@@ -473,10 +353,10 @@ static void expect_append(caches_t *c, const table_t *t, const field_t *k, const
     for (int i = 0; i < 2; i++) {
         if (!fields[i])
             continue;
-        expected[i] = xmalloc(fields[i]->bytes);
+        expected[i] = cinfer_test_xmalloc(fields[i]->bytes);
         memcpy(expected[i], fields[i]->before, fields[i]->bytes);
         if (need_shadow) {
-            shadow[i] = xmalloc((size_t)fields[i]->phys_count * sizeof(float));
+            shadow[i] = cinfer_test_xmalloc((size_t)fields[i]->phys_count * sizeof(float));
             for (int64_t e = 0; e < fields[i]->phys_count; e++)
                 shadow[i][e] = NAN;
         }
@@ -661,7 +541,7 @@ static void test_append_error_flags(void **state) {
                      CINFER_APPEND_ERROR_BATCH_INDEX | CINFER_APPEND_ERROR_POSITION);
     /* The reference skips the same tokens (its own flags are checked against the same bits). */
     cinfer__ref_dtype_t rd = CINFER__REF_DTYPE_BF16;
-    unsigned char *ek = xmalloc(c.k.bytes), *ev = xmalloc(c.v.bytes);
+    unsigned char *ek = cinfer_test_xmalloc(c.k.bytes), *ev = cinfer_test_xmalloc(c.v.bytes);
     memcpy(ek, c.k.before, c.k.bytes);
     memcpy(ev, c.v.before, c.v.bytes);
     cinfer__ref_paged_out_t rk = cache_ref(&c, 0, field_base(&c.k, ek), rd);
@@ -953,8 +833,8 @@ static void test_batch_indices_positions(void **state) {
         int64_t batch = c == 0 ? 4 : 1 + (int64_t)cinfer_test_rng_below(&rng, 40);
         if (c == 5)
             batch = 0;
-        int32_t *indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
-        int32_t *lens = xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
+        int32_t *indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+        int32_t *lens = cinfer_test_xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
         indptr[0] = c == 3 ? 3 : 0;
         for (int64_t b = 0; b < batch; b++) {
             const int32_t append =
@@ -963,8 +843,8 @@ static void test_batch_indices_positions(void **state) {
             indptr[b + 1] = indptr[b] + append;
         }
         const int64_t nnz = indptr[batch] + (c == 0 ? 0 : 5);
-        int32_t *want_b = xmalloc((size_t)nnz * sizeof(int32_t));
-        int32_t *want_p = xmalloc((size_t)nnz * sizeof(int32_t));
+        int32_t *want_b = cinfer_test_xmalloc((size_t)nnz * sizeof(int32_t));
+        int32_t *want_p = cinfer_test_xmalloc((size_t)nnz * sizeof(int32_t));
         assert_int_equal(
             cinfer__ref_batch_indices_positions(batch, indptr, lens, nnz, want_b, want_p),
             CINFER__REF_OK);
@@ -1025,9 +905,9 @@ static void test_seq_lens(void **state) {
         cinfer_test_rng_init(&rng, seed);
         const int64_t batch = c == 3 ? 0 : 1 + (int64_t)cinfer_test_rng_below(&rng, 300);
         const int page_size = c == 1 ? 1 : c == 2 ? 256 : 16;
-        int32_t *indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
-        int32_t *last = xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
-        int32_t *want = xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
+        int32_t *indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+        int32_t *last = cinfer_test_xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
+        int32_t *want = cinfer_test_xmalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
         indptr[0] = 0;
         for (int64_t b = 0; b < batch; b++) {
             /* Every fifth request has no pages (and a nonzero last_page_len, which must not
@@ -1164,8 +1044,8 @@ static void expect_rope(field_t *out, const field_t *in, const double *ref, int6
 static double *rope_reference(const field_t *in, const cinfer__ref_rope_t *rope, const int64_t *pos,
                               const uint8_t *kind, const double *table, int64_t table_rows) {
     const int64_t nnz = in->shape[0], H = in->shape[1], D = in->shape[2];
-    double *ref = xmalloc((size_t)in->count * sizeof(double));
-    double *x = xmalloc((size_t)D * sizeof(double));
+    double *ref = cinfer_test_xmalloc((size_t)in->count * sizeof(double));
+    double *x = cinfer_test_xmalloc((size_t)D * sizeof(double));
     const cinfer__ref_strided3_t src = field_ref3(in);
     for (int64_t i = 0; i < nnz; i++) {
         for (int64_t h = 0; h < H; h++) {
@@ -1206,16 +1086,16 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
                                 cinfer_test_rng *rng) {
     memset(p, 0, sizeof *p);
     const int64_t nnz = rc->nnz;
-    p->pos = xmalloc((size_t)nnz * sizeof(int64_t));
-    p->kind = xmalloc((size_t)nnz);
+    p->pos = cinfer_test_xmalloc((size_t)nnz * sizeof(int64_t));
+    p->kind = cinfer_test_xmalloc((size_t)nnz);
     if (rc->mode == ROPE_RAGGED || rc->mode == ROPE_LLAMA31) {
         /* Up to 6 requests (some empty) over the tokens, with one uncovered token before them and
          * two after when bad_positions is set. */
         const int64_t lead = rc->bad_positions && nnz >= 3 ? 1 : 0;
         const int64_t tail = rc->bad_positions && nnz >= 3 ? 2 : 0;
         p->batch = 1 + (int64_t)cinfer_test_rng_below(rng, 6);
-        p->indptr = xmalloc((size_t)(p->batch + 1) * sizeof(int32_t));
-        p->offsets = xmalloc((size_t)p->batch * sizeof(int32_t));
+        p->indptr = cinfer_test_xmalloc((size_t)(p->batch + 1) * sizeof(int32_t));
+        p->offsets = cinfer_test_xmalloc((size_t)p->batch * sizeof(int32_t));
         p->indptr[0] = (int32_t)lead;
         for (int64_t b = 0; b < p->batch; b++) {
             const int64_t left = nnz - tail - p->indptr[b];
@@ -1231,7 +1111,7 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
         field_i32(&p->f_offsets, p->offsets, p->batch);
         return;
     }
-    p->pos_ids = xmalloc((size_t)(nnz ? nnz : 1) * sizeof(int32_t));
+    p->pos_ids = cinfer_test_xmalloc((size_t)(nnz ? nnz : 1) * sizeof(int32_t));
     if (rc->mode == ROPE_TABLE)
         p->rows = rc->max_pos + 1;
     for (int64_t i = 0; i < nnz; i++) {
@@ -1252,7 +1132,7 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
     const layout_t padded_rows = {{0, 4}, {0, 0}, 0};
     field_make(&p->f_table, CINFER__DT_F32, 2, shape,
                rc->in_layout == &PADDED_3D ? &padded_rows : &COMPACT);
-    p->table = xmalloc((size_t)(p->rows * rotary_dim) * sizeof(double));
+    p->table = cinfer_test_xmalloc((size_t)(p->rows * rotary_dim) * sizeof(double));
     for (int64_t r = 0; r < p->rows; r++) {
         for (int64_t j = 0; j < half; j++) {
             const double a = (double)r * pow(1e4, -2.0 * (double)j / (double)rotary_dim);
@@ -1573,7 +1453,7 @@ static void test_packbits(void **state) {
                 fill_bools(&x, &rng);
                 field_upload(&x);
                 field_upload(&y);
-                uint8_t *want = xmalloc((size_t)y_shape[0]);
+                uint8_t *want = cinfer_test_xmalloc((size_t)y_shape[0]);
                 assert_int_equal(cinfer__ref_packbits(field_base(&x, x.host), n, big, want),
                                  CINFER__REF_OK);
                 CINFER_TEST_OK(cinfer_packbits(ctx, &x.tensor.t,
@@ -1612,7 +1492,7 @@ static void test_segment_packbits(void **state) {
         /* Batches of 0..40 segments of 0..40 elements (every sixth a multiple of 8, every fifth
          * empty), starting at 0..5; x has 3 elements past the last segment. */
         const int64_t batch = c == 0 ? 0 : (int64_t)cinfer_test_rng_below(&rng, 41);
-        int32_t *indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+        int32_t *indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
         indptr[0] = (int32_t)cinfer_test_rng_below(&rng, 6);
         for (int64_t s = 0; s < batch; s++) {
             int32_t len = (int32_t)cinfer_test_rng_below(&rng, 41);
@@ -1640,9 +1520,9 @@ static void test_segment_packbits(void **state) {
         field_upload(&x);
         field_upload(&y);
         field_upload(&fo);
-        uint8_t *want = xmalloc((size_t)cap);
+        uint8_t *want = cinfer_test_xmalloc((size_t)cap);
         memset(want, CINFER_TEST_POISON_BYTE, (size_t)cap);
-        int32_t *want_indptr = xmalloc((size_t)(batch + 1) * sizeof(int32_t));
+        int32_t *want_indptr = cinfer_test_xmalloc((size_t)(batch + 1) * sizeof(int32_t));
         assert_int_equal(cinfer__ref_segment_packbits(field_base(&x, x.host), n, batch, indptr, big,
                                                       want, cap, want_indptr),
                          CINFER__REF_OK);
@@ -1778,8 +1658,8 @@ static void test_graph_capture(void **state) {
         rope.rotary_dim = D;
         rope.rope_theta = 1e4;
         rope.rope_scale = 1.0;
-        int64_t *pos = xmalloc((size_t)t.nnz * sizeof(int64_t));
-        uint8_t *kind = xmalloc((size_t)t.nnz);
+        int64_t *pos = cinfer_test_xmalloc((size_t)t.nnz * sizeof(int64_t));
+        uint8_t *kind = cinfer_test_xmalloc((size_t)t.nnz);
         for (int64_t i = 0; i < t.nnz; i++) {
             pos[i] = t.positions[i];
             kind[i] = 1;
