@@ -636,6 +636,27 @@ static int cinfer__ref_batch_request_opts(cinfer__ref_attn_opts_t *req,
     return CINFER__REF_OK;
 }
 
+/* Allocates one request's K and V as doubles [kv_len, Hk, Dqk] and [kv_len, Hk, Dvo]: EINVAL
+ * when the sizes overflow, ENOMEM (nothing left allocated) when memory runs out. */
+static int cinfer__ref_alloc_kv(const cinfer__ref_heads_t *heads, int64_t kv_len, double **kd,
+                                double **vd) {
+    int64_t k_count;
+    int64_t v_count;
+
+    if (!cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_qk, &k_count) ||
+        !cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_vo, &v_count)) {
+        return CINFER__REF_EINVAL;
+    }
+    *kd = cinfer__ref_alloc_doubles(k_count);
+    *vd = cinfer__ref_alloc_doubles(v_count);
+    if (*kd == NULL || *vd == NULL) {
+        free(*vd);
+        free(*kd);
+        return CINFER__REF_ENOMEM;
+    }
+    return CINFER__REF_OK;
+}
+
 int cinfer__ref_batch_ragged(const cinfer__ref_heads_t *heads, int64_t batch_size,
                              const cinfer__ref_strided3_t *q, const int32_t *qo_indptr,
                              const cinfer__ref_strided3_t *k, const cinfer__ref_strided3_t *v,
@@ -657,8 +678,6 @@ int cinfer__ref_batch_ragged(const cinfer__ref_heads_t *heads, int64_t batch_siz
         const int64_t kv_begin = kv_indptr[b];
         const int64_t kv_len = (int64_t)kv_indptr[b + 1] - kv_begin;
         cinfer__ref_attn_opts_t req;
-        int64_t k_count;
-        int64_t v_count;
         double *kd;
         double *vd;
         int status = cinfer__ref_batch_request_opts(&req, opts, &cur, b, qo_len, kv_len,
@@ -667,16 +686,9 @@ int cinfer__ref_batch_ragged(const cinfer__ref_heads_t *heads, int64_t batch_siz
         if (status != CINFER__REF_OK) {
             return status;
         }
-        if (!cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_qk, &k_count) ||
-            !cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_vo, &v_count)) {
-            return CINFER__REF_EINVAL;
-        }
-        kd = cinfer__ref_alloc_doubles(k_count);
-        vd = cinfer__ref_alloc_doubles(v_count);
-        if (kd == NULL || vd == NULL) {
-            free(vd);
-            free(kd);
-            return CINFER__REF_ENOMEM;
+        status = cinfer__ref_alloc_kv(heads, kv_len, &kd, &vd);
+        if (status != CINFER__REF_OK) {
+            return status;
         }
         cinfer__ref_gather_strided(kd, k, kv_begin, kv_len, heads->num_kv_heads,
                                    heads->head_dim_qk);
@@ -716,8 +728,6 @@ int cinfer__ref_batch_paged(const cinfer__ref_heads_t *heads, const cinfer__ref_
         const int64_t qo_len = qo_indptr != NULL ? (int64_t)qo_indptr[b + 1] - q_row : 1;
         cinfer__ref_attn_opts_t req;
         int64_t kv_len;
-        int64_t k_count;
-        int64_t v_count;
         double *kd;
         double *vd;
         int status;
@@ -730,16 +740,9 @@ int cinfer__ref_batch_paged(const cinfer__ref_heads_t *heads, const cinfer__ref_
         if (status != CINFER__REF_OK) {
             return status;
         }
-        if (!cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_qk, &k_count) ||
-            !cinfer__ref_mul3_ok(kv_len, heads->num_kv_heads, heads->head_dim_vo, &v_count)) {
-            return CINFER__REF_EINVAL;
-        }
-        kd = cinfer__ref_alloc_doubles(k_count);
-        vd = cinfer__ref_alloc_doubles(v_count);
-        if (kd == NULL || vd == NULL) {
-            free(vd);
-            free(kd);
-            return CINFER__REF_ENOMEM;
+        status = cinfer__ref_alloc_kv(heads, kv_len, &kd, &vd);
+        if (status != CINFER__REF_OK) {
+            return status;
         }
         cinfer__ref_gather_paged(kd, k_cache, table, b, kv_len, heads->num_kv_heads,
                                  heads->head_dim_qk);
