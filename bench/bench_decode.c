@@ -149,7 +149,8 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
     for (int i = -5; i < iters; i++) {
         const DLTensor *ti = &tidx[(i + 5) % rotations];
         CU(cuEventRecord(e0, stream));
-        CI(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, ti, &tlast, &tout, NULL, stream));
+        CI(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, ti, &tlast, &tout, NULL, NULL,
+                                   stream));
         CU(cuEventRecord(e1, stream));
         CU(cuEventSynchronize(e1));
         if (i >= 0)

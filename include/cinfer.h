@@ -220,6 +220,140 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
                                                DLTensor *lse_out, CUstream stream);
 
 /* ---------------------------------------------------------------------------------------------
+ * Attention variants
+ *
+ * Every attention kernel (single and batch, decode and prefill) is written once against a small
+ * variant interface: hooks with fixed names that a variant may define in CUDA C. Default attention
+ * is the built-in variant (options->variant = NULL) whose parameters come from the options
+ * (sm_scale, logits_soft_cap, window_left, k_scale, v_scale). A variant is compiled into the
+ * kernels that use it (its source is part of every cache key), so an unused hook costs nothing.
+ *
+ * Source: CUDA C compiled after the kernel's prelude. It sees the generated struct
+ * `cinfer_variant_params` (the declared parameters, in order: a tensor is a `T *` member named
+ * like it, pointing at its element 0, with T = float, double, int32_t, int64_t, uint32_t, uint8_t,
+ * or cinfer_half_bits (the raw bits of float16 / bfloat16; convert with cinfer_f16_to_f32 /
+ * cinfer_bf16_to_f32); a scalar is a member of its C type), then defines any
+ * of these hooks, announcing each with its macro (a hook defined without its macro is a
+ * redefinition error; a macro without the hook does not compile):
+ *
+ *   #define VARIANT_LOGITS_TRANSFORM 1
+ *   __device__ float variant_logits_transform(const cinfer_variant_params *params, float logit,
+ *       int batch_idx, int qo_idx, int kv_idx, int qo_head_idx, int kv_head_idx);
+ *     logit = (q . k) * sm_scale * k_scale, natural-log units; returns the new logit (with
+ *     VARIANT_USE_SOFTMAX 0: the unnormalized weight itself).
+ *   #define VARIANT_LOGITS_MASK 1
+ *   __device__ bool variant_logits_mask(const cinfer_variant_params *params, int batch_idx,
+ *       int qo_idx, int kv_idx, int qo_head_idx, int kv_head_idx);
+ *     false drops the position (after the kernel's own causal / window masks).
+ *   #define VARIANT_STATE_INIT 1
+ *   __device__ void variant_state_init(const cinfer_variant_params *params, int batch_idx,
+ *       int qo_idx, int qo_head_idx, float *max_log2, float *denominator);
+ *     the online softmax's running max (base-2 units) and denominator before the first KV
+ *     position (default -inf and 0); a sink logit s adds exp(s) to the denominator by setting
+ *     *max_log2 = s * log2(e), *denominator = 1. Applied once per query row, also under split-KV.
+ *   #define VARIANT_OUTPUT_TRANSFORM 1
+ *   __device__ float variant_output_transform(const cinfer_variant_params *params, float o,
+ *       int batch_idx, int qo_idx, int qo_head_idx, int dim_idx);
+ *     each output element after normalization and v_scale (turns off split-KV in decode).
+ *   #define VARIANT_USE_SOFTMAX 0
+ *     no softmax: o = v_scale * sum_j w_j v_j with w_j the transformed logit (0 where masked);
+ *     there is no LSE (lse must be NULL) and no split-KV.
+ *
+ * Indices passed to hooks are absolute: qo_idx is the query's position in its request
+ * (bottom-right aligned: row i of qo_len rows over kv_len keys is at i + kv_len - qo_len; decode's
+ * one row is at kv_len - 1), kv_idx the key's position, batch_idx the request (0 for single
+ * requests). Hooks are only called for positions inside the request (0 <= kv_idx < kv_len).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_variant cinfer_variant_t;
+
+typedef enum cinfer_param_kind {
+    CINFER_PARAM_TENSOR = 1, /* a device tensor; a name starting with maybe_ may be given NULL */
+    CINFER_PARAM_SCALAR = 2, /* a scalar passed by value */
+} cinfer_param_kind_t;
+
+/* One declared parameter of a variant. Tensors come first, then scalars. dtype: a tensor's
+ * element type (float16, bfloat16, float32, float64, int32, int64, uint32, uint8) or a scalar's
+ * C type (float32 = float, float64 = double, int32 = int32_t, int64 = int64_t, uint32 =
+ * uint32_t). name: a C identifier of at most 63 characters, unique within the variant. */
+typedef struct cinfer_param {
+    const char *name;
+    cinfer_param_kind_t kind;
+    DLDataType dtype;
+} cinfer_param_t;
+
+/* One run-time argument, matched by position against the declaration. */
+typedef struct cinfer_arg {
+    cinfer_param_kind_t kind;
+    const DLTensor *tensor; /* CINFER_PARAM_TENSOR: on the context's device, contiguous */
+    DLDataType dtype;       /* CINFER_PARAM_SCALAR: must equal the declared type */
+    union {
+        float f32;
+        double f64;
+        int32_t i32;
+        int64_t i64;
+        uint32_t u32;
+    } value;
+} cinfer_arg_t;
+
+/* The argument list of one run: num_args arguments, in declaration order. A run of a variant
+ * without parameters, or of default attention, takes NULL. */
+typedef struct cinfer_args {
+    int num_args;
+    const cinfer_arg_t *args;
+} cinfer_args_t;
+
+/* Argument constructors (C99 compound literals): CINFER_ARG_TENSOR(&t), CINFER_ARG_F32(0.5f). */
+#define CINFER_ARG_TENSOR(t) ((cinfer_arg_t){CINFER_PARAM_TENSOR, (t), {kDLFloat, 0, 0}, {0}})
+#define CINFER_ARG_F32(x)                                                                          \
+    ((cinfer_arg_t){CINFER_PARAM_SCALAR, NULL, {kDLFloat, 32, 1}, {.f32 = (x)}})
+#define CINFER_ARG_F64(x)                                                                          \
+    ((cinfer_arg_t){CINFER_PARAM_SCALAR, NULL, {kDLFloat, 64, 1}, {.f64 = (x)}})
+#define CINFER_ARG_I32(x) ((cinfer_arg_t){CINFER_PARAM_SCALAR, NULL, {kDLInt, 32, 1}, {.i32 = (x)}})
+#define CINFER_ARG_I64(x) ((cinfer_arg_t){CINFER_PARAM_SCALAR, NULL, {kDLInt, 64, 1}, {.i64 = (x)}})
+#define CINFER_ARG_U32(x)                                                                          \
+    ((cinfer_arg_t){CINFER_PARAM_SCALAR, NULL, {kDLUInt, 32, 1}, {.u32 = (x)}})
+
+/*
+ * Creates a variant from its name (a C identifier, at most 63 characters, used in kernel names),
+ * its CUDA C source (copied) and its parameter declarations (copied; num_params 0..32, params
+ * may be NULL when 0). Checks the declaration (names, order: tensors before scalars, dtypes) but
+ * does not compile: a compile error in the source is reported by the first operation that needs
+ * a kernel, as COMPILE_ERROR with NVRTC's log (lines of the source are numbered from 1 under the
+ * file name "variant:NAME"). A variant may be shared by any number of operations and threads;
+ * destroy it only after every operation created with it.
+ * Returns SUCCESS, INVALID_ARGUMENT (naming the parameter), OUT_OF_MEMORY.
+ */
+CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *source,
+                                                 const cinfer_param_t *params, int num_params,
+                                                 cinfer_variant_t **out);
+
+/*
+ * The built-in example variants, written like user code (their sources are kernels/variants/):
+ *   "sigmoid":     no softmax; w = 1 / (1 + exp(-(logit * scale + bias))). Scalars: float scale,
+ *                  float bias.
+ *   "sinks":       one learned logit per query head in the softmax denominator (gpt-oss).
+ *                  Tensor: float32 sinks [Hq] (natural-log units).
+ *   "alibi":       logit + slope[h] * (kv_idx - qo_idx). Tensor: float32 maybe_alibi_slopes [Hq],
+ *                  NULL = the ALiBi paper's slopes for Hq heads.
+ *   "dump_logits": default attention that also writes every visited logit (after scaling, in
+ *                  natural-log units) to logits[row_offset[batch_idx] + qo_head_idx * head_stride
+ *                  + qo_idx * pos_stride + kv_idx]. Tensors: float32 logits, int64 row_offset
+ *                  [batch]; scalars: int64 head_stride, int64 pos_stride.
+ * The returned object is owned by the library (never destroy it). NULL for an unknown name.
+ */
+CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);
+
+/* The variant's name; its source; its parameter declarations (*num_params receives the count). */
+CINFER_API const char *cinfer_variant_name(const cinfer_variant_t *variant);
+CINFER_API const char *cinfer_variant_source(const cinfer_variant_t *variant);
+CINFER_API const cinfer_param_t *cinfer_variant_params(const cinfer_variant_t *variant,
+                                                       int *num_params);
+
+/* Destroys a variant made by cinfer_variant_create. NULL and built-ins are no-ops. */
+CINFER_API void cinfer_variant_destroy(cinfer_variant_t *variant);
+
+/* ---------------------------------------------------------------------------------------------
  * Attention options, shared by decode and prefill
  * ------------------------------------------------------------------------------------------- */
 
@@ -258,14 +392,18 @@ typedef struct cinfer_attention_options {
      * dim 64, 128 or 256, else UNSUPPORTED), 0 = CUDA-core kernel, -1 (default) = the tensor-core
      * kernel where it can run, else the CUDA-core one. */
     int use_tensor_cores;
+    /* The attention variant: NULL = default attention. A custom variant takes its parameters from
+     * the run's argument list; logits_soft_cap must then be 0 (the variant transforms logits
+     * itself); sm_scale, k_scale, v_scale, window_left and causal masking still apply. */
+    const cinfer_variant_t *variant;
 } cinfer_attention_options_t;
 
-#define CINFER_ATTENTION_OPTIONS_VERSION 1
+#define CINFER_ATTENTION_OPTIONS_VERSION 2
 #define CINFER_ATTENTION_OPTIONS_INIT                                                              \
     {                                                                                              \
         sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,         \
             CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f,    \
-            1.0f, 0, 1, -1                                                                         \
+            1.0f, 0, 1, -1, NULL                                                                   \
     }
 
 /* ---------------------------------------------------------------------------------------------
@@ -341,12 +479,10 @@ CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
  * dtypes that differ from the options or the plan); UNSUPPORTED (misaligned rows, K and V with
  * different strides); CUDA_ERROR.
  */
-CINFER_API cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTensor *q,
-                                                   const DLTensor *k_cache, const DLTensor *v_cache,
-                                                   const DLTensor *kv_indptr,
-                                                   const DLTensor *kv_indices,
-                                                   const DLTensor *kv_last_page_len, DLTensor *out,
-                                                   DLTensor *lse, CUstream stream);
+CINFER_API cinfer_status_t cinfer_batch_decode_run(
+    cinfer_batch_decode_t *op, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
+    const DLTensor *kv_indptr, const DLTensor *kv_indices, const DLTensor *kv_last_page_len,
+    DLTensor *out, DLTensor *lse, const cinfer_args_t *args, CUstream stream);
 
 /* Destroys the object (not the workspace). NULL is a no-op. */
 CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
@@ -371,8 +507,8 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                                 const cinfer_attention_options_t *options,
                                                 const DLTensor *q, const DLTensor *k,
                                                 const DLTensor *v, DLTensor *out, DLTensor *lse,
-                                                void *workspace, size_t workspace_bytes,
-                                                CUstream stream);
+                                                const cinfer_args_t *args, void *workspace,
+                                                size_t workspace_bytes, CUstream stream);
 
 /* ---------------------------------------------------------------------------------------------
  * Prefill: many query tokens per request (tensor cores)
@@ -400,7 +536,7 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                                  const cinfer_attention_options_t *options,
                                                  int causal, const DLTensor *q, const DLTensor *k,
                                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
-                                                 CUstream stream);
+                                                 const cinfer_args_t *args, CUstream stream);
 
 /* ---------------------------------------------------------------------------------------------
  * KV-cache and position utilities: appending to a paged KV cache, page-table helpers, rotary

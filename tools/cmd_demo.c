@@ -192,7 +192,7 @@ static cinfer_status_t demo_run(cinfer_context_t *ctx, demo_t *d, double *median
         if ((res = cu->cuEventRecord(start, stream)) != CUDA_SUCCESS)
             break;
         if ((st = cinfer_batch_decode_run(op, &q, &k, &v, &indptr, &indices, &last, &out, NULL,
-                                          stream)))
+                                          NULL, stream)))
             goto out_destroy;
         if ((res = cu->cuEventRecord(stop, stream)) != CUDA_SUCCESS ||
             (res = cu->cuEventSynchronize(stop)) != CUDA_SUCCESS)

@@ -64,7 +64,7 @@ class DLTensor(ctypes.Structure):
 # ---------------------------------------------------------------------------------------------
 
 CONTEXT_OPTIONS_VERSION = 1
-ATTENTION_OPTIONS_VERSION = 1
+ATTENTION_OPTIONS_VERSION = 2
 JIT_STATS_VERSION = 1
 
 KV_LAYOUT_NHD = 0
@@ -97,6 +97,7 @@ class AttentionOptions(ctypes.Structure):
         ("use_cuda_graph", ctypes.c_int),
         ("max_batch_size", ctypes.c_int),
         ("use_tensor_cores", ctypes.c_int),  # -1 = the library chooses
+        ("variant", ctypes.c_void_p),  # const cinfer_variant_t *, NULL = default attention
     ]
 
 
@@ -123,13 +124,14 @@ LAYOUT = {
     "DLTensor.shape": 24,
     "DLTensor.byte_offset": 40,
     "cinfer_context_options_t": 16,
-    "cinfer_attention_options_t": 72,
+    "cinfer_attention_options_t": 80,
     "cinfer_attention_options_t.kv_layout": 28,
     "cinfer_attention_options_t.q_dtype": 32,
     "cinfer_attention_options_t.sm_scale": 40,
     "cinfer_attention_options_t.k_scale": 52,
     "cinfer_attention_options_t.max_batch_size": 64,
     "cinfer_attention_options_t.use_tensor_cores": 68,
+    "cinfer_attention_options_t.variant": 72,
     "cinfer_jit_stats_t": 72,
 }
 
@@ -149,6 +151,7 @@ def _layout_of_ctypes() -> dict:
         "cinfer_attention_options_t.k_scale": AttentionOptions.k_scale.offset,
         "cinfer_attention_options_t.max_batch_size": AttentionOptions.max_batch_size.offset,
         "cinfer_attention_options_t.use_tensor_cores": AttentionOptions.use_tensor_cores.offset,
+        "cinfer_attention_options_t.variant": AttentionOptions.variant.offset,
         "cinfer_jit_stats_t": ctypes.sizeof(JitStats),
     }
 
@@ -180,6 +183,7 @@ def attention_options(**fields) -> AttentionOptions:
     o.use_cuda_graph = 0
     o.max_batch_size = 1
     o.use_tensor_cores = -1
+    o.variant = None
     for name, value in fields.items():
         setattr(o, name, value)
     return o
@@ -230,7 +234,7 @@ _PROTOTYPES = {
     "cinfer_batch_decode_run": (
         _c_status,
         [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
-         _p_tensor, _vp],
+         _p_tensor, _vp, _vp],
     ),
     "cinfer_batch_decode_destroy": (None, [_vp]),
     "cinfer_single_decode_workspace_size": (
@@ -239,7 +243,7 @@ _PROTOTYPES = {
     ),
     "cinfer_single_decode": (
         _c_status,
-        [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp,
+        [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp, _vp,
          ctypes.c_size_t, _vp],
     ),
 }

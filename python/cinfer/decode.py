@@ -262,7 +262,7 @@ def single_decode_with_kv_cache(
     _lib.check(
         lib.cinfer_single_decode(
             ctx, ctypes.byref(opts), T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")),
-            T.ref(T.to_dl(v, "v")), T.ref(T.to_dl(out, "out")), T.ref(dl_lse),
+            T.ref(T.to_dl(v, "v")), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), None,
             workspace.data_ptr(), nbytes.value, T.stream_of(q.device)),
         where,
     )
@@ -752,7 +752,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             _lib.lib().cinfer_batch_decode_run(
                 self._op, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k_cache, "paged_kv_cache")),
                 T.ref(dl_v), T.ref(p.dl_indptr), T.ref(p.dl_indices), T.ref(p.dl_last_page_len),
-                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), T.stream_of(self.device)),
+                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), None, T.stream_of(self.device)),
             "BatchDecodeWithPagedKVCacheWrapper.run",
         )
         return (out, lse) if return_lse else out

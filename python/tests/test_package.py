@@ -102,6 +102,7 @@ int main(void) {
     O("cinfer_attention_options_t.k_scale", cinfer_attention_options_t, k_scale);
     O("cinfer_attention_options_t.max_batch_size", cinfer_attention_options_t, max_batch_size);
     O("cinfer_attention_options_t.use_tensor_cores", cinfer_attention_options_t, use_tensor_cores);
+    O("cinfer_attention_options_t.variant", cinfer_attention_options_t, variant);
     S("cinfer_jit_stats_t", cinfer_jit_stats_t);
     printf("ATTENTION_OPTIONS_VERSION %d\n", CINFER_ATTENTION_OPTIONS_VERSION);
     printf("CONTEXT_OPTIONS_VERSION %d\n", CINFER_CONTEXT_OPTIONS_VERSION);
@@ -137,7 +138,7 @@ def test_attention_options_defaults_match_init_macro():
     from cinfer import _lib
 
     o = _lib.attention_options()
-    assert o.size == 72 and o.version == 1
+    assert o.size == 80 and o.version == 2 and o.variant is None
     assert (o.page_size, o.kv_layout, o.window_left, o.max_batch_size) == (16, 0, -1, 1)
     assert (o.q_dtype.code, o.q_dtype.bits, o.q_dtype.lanes) == (_lib.KDL_BFLOAT, 16, 1)
     assert (o.k_scale, o.v_scale, o.sm_scale, o.logits_soft_cap) == (1.0, 1.0, 0.0, 0.0)

@@ -556,7 +556,8 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                         const DLTensor *k_cache, const DLTensor *v_cache,
                                         const DLTensor *kv_indptr, const DLTensor *kv_indices,
                                         const DLTensor *kv_last_page_len, DLTensor *out,
-                                        DLTensor *lse, CUstream stream) {
+                                        DLTensor *lse, const cinfer_args_t *args, CUstream stream) {
+    (void)args; /* TODO(variants): packed by the variant module */
     if (!op)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
     if (!op->planned)
@@ -689,8 +690,9 @@ cinfer_status_t cinfer_single_decode_workspace_size(cinfer_context_t *ctx,
 cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                      const cinfer_attention_options_t *options, const DLTensor *q,
                                      const DLTensor *k, const DLTensor *v, DLTensor *out,
-                                     DLTensor *lse, void *workspace, size_t workspace_bytes,
-                                     CUstream stream) {
+                                     DLTensor *lse, const cinfer_args_t *args, void *workspace,
+                                     size_t workspace_bytes, CUstream stream) {
+    (void)args; /* TODO(variants) */
     CINFER__CHECK(check_ctx(ctx));
     decode_setup_t s;
     CINFER__CHECK(decode_setup(ctx, options, false, &s));

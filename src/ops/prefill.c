@@ -336,6 +336,8 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
 cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                       const cinfer_attention_options_t *options, int causal,
                                       const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                                      DLTensor *out, DLTensor *lse, CUstream stream) {
+                                      DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
+                                      CUstream stream) {
+    (void)args; /* TODO(variants) */
     return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, NULL, stream);
 }

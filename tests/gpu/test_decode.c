@@ -348,7 +348,7 @@ static void run_case(const decode_case *c, uint64_t seed) {
     make_tensors(c, &x, &t);
     CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
                                            &t.indptr.t, &t.indices.t, &t.last.t, &t.out.t,
-                                           c->lse ? &t.lse.t : NULL, stream));
+                                           c->lse ? &t.lse.t : NULL, NULL, stream));
     CINFER_TEST_SYNC(stream);
     check_outputs(c, &x, seed);
     if (!c->lse) {
@@ -599,7 +599,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
                      CUDA_SUCCESS);
     cinfer_status_t st =
         cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t, &t.last.t,
-                                &t.out.t, &t.lse.t, stream);
+                                &t.out.t, &t.lse.t, NULL, stream);
     assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
     CINFER_TEST_OK(st);
     assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
@@ -713,7 +713,8 @@ static void single_decode_matches(void **state) {
             cinfer_test_tensor_init(&tk, &dk, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
             cinfer_test_tensor_init(&tv, &dv, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
             CINFER_TEST_OK(cinfer_single_decode(ctx, &o, &tq.t, &tk.t, &tv.t, &tout.t, &tlse.t,
-                                                (void *)(uintptr_t)dws.ptr, ws_bytes, stream));
+                                                NULL, (void *)(uintptr_t)dws.ptr, ws_bytes,
+                                                stream));
             CINFER_TEST_SYNC(stream);
 
             cinfer__ref_heads_t heads = {hq, hk, d, d};
@@ -808,7 +809,7 @@ static void bad_arguments_are_errors(void **state) {
     /* q with a batch the plan does not have. */
     t.q.shape[0] = 3;
     assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
-                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t, NULL,
                                                  stream),
                          CINFER_STATUS_SUCCESS);
     assert_non_null(strstr(cinfer_last_error(), "q"));
@@ -816,7 +817,7 @@ static void bad_arguments_are_errors(void **state) {
     /* fp16 output for a bf16 plan. */
     t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
     assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
-                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t, NULL,
                                                  stream),
                          CINFER_STATUS_SUCCESS);
     assert_non_null(strstr(cinfer_last_error(), "out"));
@@ -824,7 +825,7 @@ static void bad_arguments_are_errors(void **state) {
     /* A cache with another head count. */
     t.k.shape[2] = 4;
     assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,
-                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t,
+                                                 &t.indices.t, &t.last.t, &t.out.t, &t.lse.t, NULL,
                                                  stream),
                          CINFER_STATUS_SUCCESS);
     t.k.shape[2] = c.hk;

@@ -364,7 +364,7 @@ static void llama_heads(void **state) {
         make_tensors(&c, &x, &t);
         cinfer_attention_options_t o = options_for(&c);
         CINFER_TEST_OK(cinfer_single_prefill(ctx, &o, c.causal, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
-                                             &t.lse.t, stream));
+                                             &t.lse.t, NULL, stream));
         CINFER_TEST_SYNC(stream);
         check_outputs(&c, &x, &rng, seed);
         free_data(&x);
@@ -592,9 +592,10 @@ static void bad_arguments_are_errors(void **state) {
             fail_msg("message \"%s\" does not name \"%s\"", cinfer_last_error(), (what));          \
     } while (0)
 #define RUN(opts, causal, q, k, v, out, lse)                                                       \
-    cinfer_single_prefill(ctx, (opts), (causal), (q), (k), (v), (out), (lse), stream)
+    cinfer_single_prefill(ctx, (opts), (causal), (q), (k), (v), (out), (lse), NULL, stream)
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "ctx",
-           cinfer_single_prefill(NULL, &o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t, stream));
+           cinfer_single_prefill(NULL, &o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t, NULL,
+                                 stream));
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "options",
            RUN(NULL, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "causal",

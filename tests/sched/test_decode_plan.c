@@ -921,12 +921,12 @@ static void public_functions_reject_null_handles(void **state) {
     assert_error(cinfer_batch_decode_plan(NULL, indptr, NULL, 0, NULL),
                  CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
     assert_error(
-        cinfer_batch_decode_run(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+        cinfer_batch_decode_run(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
         CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
     cinfer_batch_decode_destroy(NULL);
     assert_error(cinfer_single_decode_workspace_size(NULL, &o, 10, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
-    assert_error(cinfer_single_decode(NULL, &o, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL),
+    assert_error(cinfer_single_decode(NULL, &o, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL),
                  CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
 }
 
