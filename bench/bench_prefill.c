@@ -66,7 +66,7 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.window_left = w->window_left;
 
     cinfer_status_t st = cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout,
-                                                       NULL, tiles, stream);
+                                                       NULL, NULL, tiles, stream);
     if (st == CINFER_STATUS_UNSUPPORTED && tiles)
         return -1.0;
     CI(st);
@@ -80,8 +80,8 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     for (int i = -3; i < iters; i++) {
         CU(cuEventRecord(e0, stream));
         for (int r = 0; r < reps; r++)
-            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL, tiles,
-                                             stream));
+            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL, NULL,
+                                             tiles, stream));
         CU(cuEventRecord(e1, stream));
         CU(cuEventSynchronize(e1));
         if (i >= 0)

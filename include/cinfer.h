@@ -262,7 +262,9 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  * Indices passed to hooks are absolute: qo_idx is the query's position in its request
  * (bottom-right aligned: row i of qo_len rows over kv_len keys is at i + kv_len - qo_len; decode's
  * one row is at kv_len - 1), kv_idx the key's position, batch_idx the request (0 for single
- * requests). Hooks are only called for positions inside the request (0 <= kv_idx < kv_len).
+ * requests). Hooks are only called for positions inside the request (0 <= kv_idx < kv_len) and
+ * query heads that exist, but possibly more than once for the same position (several threads
+ * may evaluate one logit), so side effects must be idempotent (plain stores of the same value).
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct cinfer_variant cinfer_variant_t;
@@ -334,8 +336,9 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  float bias.
  *   "sinks":       one learned logit per query head in the softmax denominator (gpt-oss).
  *                  Tensor: float32 sinks [Hq] (natural-log units).
- *   "alibi":       logit + slope[h] * (kv_idx - qo_idx). Tensor: float32 maybe_alibi_slopes [Hq],
- *                  NULL = the ALiBi paper's slopes for Hq heads.
+ *   "alibi":       logit + slope[h] * (kv_idx - qo_idx). Tensor: float32 maybe_alibi_slopes [Hq]
+ *                  (NULL = the ALiBi paper's slopes for num_heads heads); scalar: int32
+ *                  num_heads.
  *   "dump_logits": default attention that also writes every visited logit (after scaling, in
  *                  natural-log units) to logits[row_offset[batch_idx] + qo_head_idx * head_stride
  *                  + qo_idx * pos_stride + kv_idx]. Tensors: float32 logits, int64 row_offset

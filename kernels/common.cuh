@@ -4,6 +4,7 @@
 
 /* NVRTC compiles without system headers; these are the fixed-width types the kernels use. */
 typedef unsigned char uint8_t;
+typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;

@@ -21,6 +21,7 @@
 #include "common.cuh"
 #include "decode_kv.cuh"
 #include "decode_params.h"
+#include "variant.cuh"
 
 #define D         CINFER_HEAD_DIM_VO
 #define VEC       8
@@ -91,8 +92,13 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
+/* Hooks that need the query's position. */
+#define NEEDS_POS                                                                                  \
+    (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
+     VARIANT_OUTPUT_TRANSFORM)
+
 extern "C" __global__ void __launch_bounds__(THREADS)
-    CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
     __shared__ float smem_md[ROWS][HPC][2];
     __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
 
@@ -105,6 +111,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const cinfer_decode_work item = p.work[w];
         const int b = item.request;
         const int qo_head0 = item.kv_head * group + item.head_begin;
+#if NEEDS_POS
+        /* The query's absolute position (its request's last). */
+        const int qo_pos = p.requests[b].kv_len - 1;
+#endif
 
         /* This thread's slice of each query head, pre-scaled into base-2 logit units. */
         float q[HPC][VEC];
@@ -119,6 +129,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 for (int i = 0; i < VEC; i++)
                     q[g][i] = 0.0f;
             }
+#if VARIANT_QUERY_TRANSFORM
+            if (tx < ROW_LANES) {
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    q[g][i] = variant_query_transform(&vp, q[g][i], b, qo_pos, qo_head0 + g,
+                                                      tx * VEC + i);
+            }
+#endif
 #pragma unroll
             for (int i = 0; i < VEC; i++)
                 q[g][i] *= p.q_scale;
@@ -167,13 +185,28 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     for (int i = 0; i < VEC; i++)
                         dot = fmaf(q[g][i], k[i], dot);
                     dot = row_sum(dot);
+#if CINFER_VARIANT_LOGITS
+                    /* Through the hooks in natural-log units; with softmax the result goes back
+                     * to base 2, without it is the weight itself (0 where dropped). */
+                    float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                    if (valid) {
+                        const int t = t0 + u * ROWS + row, head = qo_head0 + g;
+                        const float logit = variant_logits_transform(
+                            &vp, dot * CINFER_LN2, b, qo_pos, t, head, item.kv_head);
+                        if (variant_logits_mask(&vp, b, qo_pos, t, head, item.kv_head))
+                            x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
+                    }
+                    s[u][g] = x;
+#else
 #if CINFER_SOFTCAP
                     dot = p.soft_cap_log2 * tanhf(dot);
 #endif
                     s[u][g] = valid ? dot : -CINFER_INF;
+#endif
                 }
             }
 
+#if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int g = 0; g < HPC; g++) {
                 float m_new = m[g];
@@ -192,15 +225,18 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 for (int u = 0; u < U; u++)
                     s[u][g] = exp2f(s[u][g] - m_new);
             }
+#endif
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 float v[VEC];
                 kv_unpack(v, v_cur[u]);
 #pragma unroll
                 for (int g = 0; g < HPC; g++) {
+#if VARIANT_USE_SOFTMAX
                     if (m[g] == -CINFER_INF)
                         continue;
                     d[g] += s[u][g];
+#endif
 #pragma unroll
                     for (int i = 0; i < VEC; i++)
                         acc[g][i] = fmaf(s[u][g], v[i], acc[g][i]);
@@ -222,15 +258,29 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             }
         }
         __syncthreads();
+#if VARIANT_STATE_INIT
+        /* The initial state joins once per query row: in the request's first chunk. */
+        const cinfer_decode_request req = p.requests[b];
+        const bool first_chunk =
+            item.partial < 0 || (item.partial - req.partial_base) % req.num_chunks == 0;
+#endif
         for (int pair = threadIdx.x; pair < HPC * ROW_LANES; pair += THREADS) {
             const int g = pair / ROW_LANES, x = pair % ROW_LANES;
-            float m_all = -CINFER_INF;
-            for (int r = 0; r < ROWS; r++)
-                m_all = fmaxf(m_all, smem_md[r][g][0]);
+            const int head = qo_head0 + g;
             float d_all = 0.0f, o[VEC];
 #pragma unroll
             for (int i = 0; i < VEC; i++)
                 o[i] = 0.0f;
+#if VARIANT_USE_SOFTMAX
+            float m_all = -CINFER_INF;
+            for (int r = 0; r < ROWS; r++)
+                m_all = fmaxf(m_all, smem_md[r][g][0]);
+#if VARIANT_STATE_INIT
+            float m_init = -CINFER_INF, d_init = 0.0f;
+            if (first_chunk)
+                variant_state_init(&vp, b, qo_pos, head, &m_init, &d_init);
+            m_all = fmaxf(m_all, m_init);
+#endif
             if (m_all != -CINFER_INF) {
                 for (int r = 0; r < ROWS; r++) {
                     const float scale = exp2f(smem_md[r][g][0] - m_all);
@@ -239,15 +289,46 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     for (int i = 0; i < VEC; i++)
                         o[i] = fmaf(scale, smem_acc[r][g][x * VEC + i], o[i]);
                 }
+#if VARIANT_STATE_INIT
+                if (m_init != -CINFER_INF)
+                    d_all += exp2f(m_init - m_all) * d_init;
+#endif
+                /* An initial state may leave the denominator 0 (nothing else can). */
+#if VARIANT_STATE_INIT
+                const float inv = d_all > 0.0f ? p.v_scale / d_all : 0.0f;
+#else
                 const float inv = p.v_scale / d_all;
+#endif
 #pragma unroll
                 for (int i = 0; i < VEC; i++)
                     o[i] *= inv;
             }
             /* log2(sum exp(s)) = m + log2(d) in base-2 units; an empty state is (0, -inf). */
+#if VARIANT_STATE_INIT
+            const float lse =
+                m_all == -CINFER_INF || d_all <= 0.0f ? -CINFER_INF : m_all + log2f(d_all);
+#else
             const float lse = m_all == -CINFER_INF ? -CINFER_INF : m_all + log2f(d_all);
-            const int head = qo_head0 + g;
+#endif
+#else
+            /* No softmax: the rows' weighted sums add up; there is no LSE (the host passes none
+             * and never splits). */
+            for (int r = 0; r < ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    o[i] += smem_acc[r][g][x * VEC + i];
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                o[i] *= p.v_scale;
+            const float lse = -CINFER_INF;
+            (void)d_all;
+#endif
             if (item.partial < 0) {
+#if VARIANT_OUTPUT_TRANSFORM
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    o[i] = variant_output_transform(&vp, o[i], b, qo_pos, head, x * VEC + i);
+#endif
                 cinfer_half_bits *out = (cinfer_half_bits *)p.out + b * p.out_stride_n +
                                         (long long)head * p.out_stride_h + x * VEC;
                 *(uint4 *)out = cinfer_pack8(CINFER_DTYPE_O, o);

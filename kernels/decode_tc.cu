@@ -23,6 +23,7 @@
 #include "decode_kv.cuh"
 #include "decode_params.h"
 #include "mma.cuh"
+#include "variant.cuh"
 
 #define D        CINFER_HEAD_DIM_VO
 #define HPC      CINFER_TILE_Q
@@ -65,8 +66,13 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
     }
 }
 
+/* Hooks that need the query's position. */
+#define NEEDS_POS                                                                                  \
+    (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
+     VARIANT_OUTPUT_TRANSFORM)
+
 extern "C" __global__ void __launch_bounds__(THREADS)
-    CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -78,6 +84,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const cinfer_decode_work item = p.work[w];
         const int b = item.request;
         const int qo_head0 = item.kv_head * group + item.head_begin;
+#if NEEDS_POS
+        const int qo_pos = p.requests[b].kv_len - 1; /* the query's absolute position */
+#endif
 
         /* Q as A fragments: rows g and g + 8 are query heads qo_head0 + row (zero past HPC). */
         unsigned qa[KSTEPS][4];
@@ -97,6 +106,26 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 qa[ks][3] = q_hi ? q_hi[ks * 8 + 4 + tq] : 0u;
             }
         }
+#if VARIANT_QUERY_TRANSFORM
+        /* Register j of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1. */
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int row = g + 8 * (j % 2), dim = ks * 16 + 8 * (j / 2) + 2 * tq;
+                if (row < HPC) {
+                    const unsigned w = qa[ks][j];
+                    const float lo = variant_query_transform(
+                        &vp, cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w & 0xffffu)), b,
+                        qo_pos, qo_head0 + row, dim);
+                    const float hi = variant_query_transform(
+                        &vp, cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w >> 16)), b,
+                        qo_pos, qo_head0 + row, dim + 1);
+                    qa[ks][j] = cinfer_pack_half2(CINFER_DTYPE_Q, lo, hi);
+                }
+            }
+        }
+#endif
 
         float o[NTILES_O][4];
 #pragma unroll
@@ -160,16 +189,32 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             for (int n = 0; n < 2; n++) {
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
+                    const int t = t0 + 8 * n + 2 * tq + (r % 2);
+#if CINFER_VARIANT_LOGITS
+                    /* Through the hooks in natural-log units (rows past HPC are padding). */
+                    const int row = g + 8 * (r / 2);
+                    float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                    if (t < item.kv_end && row < HPC) {
+                        const float logit =
+                            variant_logits_transform(&vp, s[n][r] * p.q_scale * CINFER_LN2, b,
+                                                     qo_pos, t, qo_head0 + row, item.kv_head);
+                        if (variant_logits_mask(&vp, b, qo_pos, t, qo_head0 + row, item.kv_head))
+                            x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
+                    }
+                    s[n][r] = x;
+#else
                     float x = s[n][r] * p.q_scale;
 #if CINFER_SOFTCAP
                     x = p.soft_cap_log2 * tanhf(x);
 #endif
-                    const int t = t0 + 8 * n + 2 * tq + (r % 2);
                     s[n][r] = t < item.kv_end ? x : -CINFER_INF;
+#endif
                 }
             }
 
-            /* Online softmax per row half (h = 0: row g, h = 1: row g + 8). */
+            /* Online softmax per row half (h = 0: row g, h = 1: row g + 8); without softmax the
+             * weights are P as they are. */
+#if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float mx =
@@ -194,6 +239,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     l[h] += s[n][2 * h] + s[n][2 * h + 1];
                 }
             }
+#endif
 
             /* P as the A fragment of P V (k = the 16 tokens). */
             unsigned pa[4];
@@ -240,15 +286,41 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             }
         }
         __syncthreads();
+#if VARIANT_STATE_INIT
+        /* The initial state joins once per query row: in the request's first chunk. */
+        const cinfer_decode_request req = p.requests[b];
+        const bool first_chunk =
+            item.partial < 0 || (item.partial - req.partial_base) % req.num_chunks == 0;
+#endif
         for (int pair = threadIdx.x; pair < HPC * CHUNKS; pair += THREADS) {
             const int row = pair / CHUNKS, x = pair % CHUNKS;
-            float m_all = -CINFER_INF;
-            for (int wi = 0; wi < WARPS; wi++)
-                m_all = fmaxf(m_all, sm_ml[(wi * 16 + row) * 2]);
+            const int head = qo_head0 + row;
             float l_all = 0.0f, out8[8];
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 out8[i] = 0.0f;
+#if !VARIANT_USE_SOFTMAX
+            /* No softmax: the warps' weighted sums add up; no LSE and no split-KV (the host). */
+            for (int wi = 0; wi < WARPS; wi++)
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    out8[i] += sm_o[(wi * 16 + row) * D + x * 8 + i];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                out8[i] *= p.v_scale;
+            const float m_all = -CINFER_INF;
+#else
+            float m_all = -CINFER_INF;
+            for (int wi = 0; wi < WARPS; wi++)
+                m_all = fmaxf(m_all, sm_ml[(wi * 16 + row) * 2]);
+#if VARIANT_STATE_INIT
+            float m_init = -CINFER_INF, l_init = 0.0f;
+            if (first_chunk)
+                variant_state_init(&vp, b, qo_pos, head, &m_init, &l_init);
+            m_all = fmaxf(m_all, m_init);
+            if (m_init != -CINFER_INF)
+                l_all = exp2f(m_init - m_all) * l_init;
+#endif
             if (m_all != -CINFER_INF) {
                 for (int wi = 0; wi < WARPS; wi++) {
                     const float mw = sm_ml[(wi * 16 + row) * 2];
@@ -260,14 +332,29 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     for (int i = 0; i < 8; i++)
                         out8[i] = fmaf(scale, sm_o[(wi * 16 + row) * D + x * 8 + i], out8[i]);
                 }
+                /* An initial state may leave the denominator 0 (nothing else can). */
+#if VARIANT_STATE_INIT
+                const float inv = l_all > 0.0f ? p.v_scale / l_all : 0.0f;
+#else
                 const float inv = p.v_scale / l_all;
+#endif
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     out8[i] *= inv;
             }
+#endif
+#if VARIANT_STATE_INIT
+            const float lse =
+                m_all == -CINFER_INF || l_all <= 0.0f ? -CINFER_INF : m_all + log2f(l_all);
+#else
             const float lse = m_all == -CINFER_INF ? -CINFER_INF : m_all + log2f(l_all);
-            const int head = qo_head0 + row;
+#endif
             if (item.partial < 0) {
+#if VARIANT_OUTPUT_TRANSFORM
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    out8[i] = variant_output_transform(&vp, out8[i], b, qo_pos, head, x * 8 + i);
+#endif
                 cinfer_half_bits *out = (cinfer_half_bits *)p.out + b * p.out_stride_n +
                                         (long long)head * p.out_stride_h + x * 8;
                 *(uint4 *)out = cinfer_pack8(CINFER_DTYPE_O, out8);

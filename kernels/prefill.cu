@@ -39,6 +39,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "prefill_params.h"
+#include "variant.cuh"
 
 #if defined(CINFER_OP_PREFILL)
 
@@ -160,7 +161,7 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    CINFER_KERNEL_NAME(const cinfer_prefill_params p) {
+    CINFER_KERNEL_NAME(const cinfer_prefill_params p, const cinfer_variant_params vp) {
     extern __shared__ uint4 smem[];
     const unsigned s_q = cinfer_smem_addr(smem);
     const unsigned s_k = s_q + TILE_Q * ROW_CHUNKS * 16;
@@ -175,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     /* Row i's absolute position is i + delta (bottom-right aligned). All lengths are below 2^30
      * (CINFER_PREFILL_MAX_LEN), so positions and their differences fit an int. */
     const int delta = p.kv_len - p.qo_len;
+    const int batch_idx = 0; /* the request, for variant hooks */
 
     /* The KV positions some row of the tile keeps, widened to whole KV tiles. */
     int kv_end = p.kv_len;
@@ -217,9 +219,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int e = 0; e < 4; e++)
                 o[mq][n][e] = 0.0f;
     }
+#if VARIANT_STATE_INIT
+    /* The variant's initial state (e.g. a sink logit); the denominator is kept per lane and
+     * summed over the quad at the end, so one lane of the four holds it. */
+#pragma unroll
+    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row_base + mq * 16 + h * 8;
+            if (row < q_rows) {
+                float mi = -CINFER_INF, di = 0.0f;
+                variant_state_init(&vp, batch_idx, q0 + row + delta, head, &mi, &di);
+                m[mq][h] = mi;
+                d[mq][h] = lane % 4 == 0 ? di : 0.0f;
+            }
+        }
+#endif
 
-#if CINFER_SOFTCAP
-    const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
+#if CINFER_SOFTCAP || CINFER_VARIANT_LOGITS
+    const float scale = 1.0f; /* the soft cap or the hooks yield base-2 logits themselves */
 #else
     const float scale = p.q_scale;
 #endif
@@ -255,6 +273,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
                 cinfer_cp_async_commit();
             }
+#if VARIANT_QUERY_TRANSFORM
+            if (t == 0) {
+                /* Transform the Q tile in place before any warp reads it. */
+                for (int c = (int)threadIdx.x; c < TILE_Q * CHUNKS; c += THREADS) {
+                    const int row = c / CHUNKS, ch = c % CHUNKS;
+                    if (row < q_rows) {
+                        uint4 *qp = (uint4 *)((unsigned char *)smem + tile_offset(row, ch));
+                        float f[8];
+                        cinfer_unpack8(f, DT, *qp);
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            f[i] = variant_query_transform(&vp, f[i], batch_idx, q0 + row + delta,
+                                                           head, ch * 8 + i);
+                        *qp = cinfer_pack8(DT, f);
+                    }
+                }
+                __syncthreads();
+            }
+#endif
 #if Q_IN_REGS
             if (t == 0) {
 #pragma unroll
@@ -308,6 +345,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
 
+#if CINFER_VARIANT_LOGITS
+            /* Every element through the hooks (natural-log units in, base 2 out; without softmax
+             * the weight itself, 0 where dropped), only for rows and positions that exist. */
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = row_base + mq * 16 + (e / 2) * 8;
+                        const int pos = q0 + row + delta;
+                        const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                        bool keep = j < p.kv_len && row < q_rows;
+#if CAUSAL
+                        keep = keep && j <= pos;
+#endif
+#if CINFER_WINDOW
+                        keep = keep && j >= pos - p.window_left;
+#endif
+                        float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                        if (keep) {
+                            const float logit = variant_logits_transform(
+                                &vp, s[mq][n][e] * p.q_scale * CINFER_LN2, batch_idx, pos, j, head,
+                                kv_head);
+                            if (variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head))
+                                x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
+                        }
+                        s[mq][n][e] = x;
+                    }
+#else
 #if CINFER_SOFTCAP
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++)
@@ -346,8 +413,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                 s[mq][n][e] = -CINFER_INF;
                         }
             }
+#endif
 
-            /* Online softmax; P overwrites S. */
+            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
+#if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++) {
 #pragma unroll
@@ -380,6 +449,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                 }
             }
+#endif
 
             /* O += P V */
 #pragma unroll
@@ -422,16 +492,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             float sum = d[mq][h];
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+#if VARIANT_USE_SOFTMAX
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
             const int row = row_base + mq * 16 + h * 8;
             if (p.lse && lane % 4 == 0 && row < q_rows)
                 p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
                     sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+#else
+            const float inv = p.v_scale; /* no normalization and no LSE */
+            const int row = row_base + mq * 16 + h * 8;
+#endif
+#if VARIANT_OUTPUT_TRANSFORM
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++) {
+                float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;
+                if (row < q_rows) {
+                    const int dim = n * 8 + 2 * (lane % 4);
+                    lo = variant_output_transform(&vp, lo, batch_idx, q0 + row + delta, head, dim);
+                    hi = variant_output_transform(&vp, hi, batch_idx, q0 + row + delta, head,
+                                                  dim + 1);
+                }
+                cinfer_st_shared_u32(s_q + tile_offset(row, n) + (lane % 4) * 4,
+                                     cinfer_pack_half2(DT, lo, hi));
+            }
+#else
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 cinfer_st_shared_u32(
                     s_q + tile_offset(row, n) + (lane % 4) * 4,
                     cinfer_pack_half2(DT, o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv));
+#endif
         }
     }
     __syncwarp();

@@ -10,6 +10,7 @@
 
 #include "jit/sources.h"
 #include "jit/spec.h"
+#include "variant/variant.h"
 
 /* ---- dtypes ---- */
 
@@ -50,7 +51,7 @@ enum {
     F_VEC = 1u << 13,
 };
 
-enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS };
+enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS, K_VARIANT };
 
 static const char *const backend_names[] = {"simt", "sm80", "sm90", NULL};
 static const char *const layout_names[] = {"nhd", "hnd", NULL};
@@ -86,7 +87,7 @@ static const field_t fields[] = {
     FIELD("warps", F_TILE, K_INT, warps, NULL),
     FIELD("stages", F_TILE, K_INT, stages, NULL),
     FIELD("vec", F_VEC, K_INT, vec, NULL),
-    FIELD("variant", F_VARIANT, K_INT, variant_id, NULL),
+    FIELD("variant", F_VARIANT, K_VARIANT, variant, NULL),
 };
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -110,17 +111,17 @@ static const family_t families[CINFER__OP_COUNT] = {
                                  F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_DECODE] = {"decode", "decode.cu", "CINFER_OP_DECODE",
                            F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
-                               F_FLAGS | F_TILE,
+                               F_FLAGS | F_TILE | F_VARIANT,
                            CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_DECODE_MERGE] = {"decode_merge", "decode.cu", "CINFER_OP_DECODE_MERGE",
                                  F_DTYPE_O | F_HD_VO | F_TILE, 0},
     [CINFER__OP_DECODE_TC] = {"decode_tc", "decode_tc.cu", "CINFER_OP_DECODE_TC",
                               F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
-                                  F_FLAGS | F_TILE,
+                                  F_FLAGS | F_TILE | F_VARIANT,
                               CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
-                                F_MASK | F_FLAGS | F_TILE,
+                                F_MASK | F_FLAGS | F_TILE | F_VARIANT,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
     [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
                                           "CINFER_OP_APPEND_PAGED_KV_CACHE",
@@ -150,13 +151,12 @@ void cinfer__spec_init(cinfer__spec_t *spec, cinfer__op_t op) {
     spec->op = op;
 }
 
+/* The variant field is a pointer (with its id alongside); get/set carry the pointer as an
+ * integer so normalize can copy it like the other fields. */
 static int64_t get_field(const cinfer__spec_t *spec, const field_t *f) {
     const char *p = (const char *)spec + f->offset;
-    if (f->bit == F_VARIANT) {
-        uint64_t v;
-        memcpy(&v, p, sizeof v);
-        return (int64_t)v;
-    }
+    if (f->bit == F_VARIANT)
+        return (int64_t)(intptr_t)spec->variant;
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
@@ -165,8 +165,8 @@ static int64_t get_field(const cinfer__spec_t *spec, const field_t *f) {
 static void set_field(cinfer__spec_t *spec, const field_t *f, int64_t value) {
     char *p = (char *)spec + f->offset;
     if (f->bit == F_VARIANT) {
-        uint64_t v = (uint64_t)value;
-        memcpy(p, &v, sizeof v);
+        spec->variant = (const cinfer_variant_t *)(intptr_t)value;
+        spec->variant_id = cinfer__variant_id(spec->variant);
         return;
     }
     int32_t v = (int32_t)value;
@@ -219,6 +219,20 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "spec field %s: unknown value \"%.*s\"", f->name, (int)len, v);
         *out = i;
+        return CINFER_STATUS_SUCCESS;
+    }
+    if (f->kind == K_VARIANT) {
+        if (len == 4 && strncmp(v, "none", 4) == 0) {
+            *out = 0;
+            return CINFER_STATUS_SUCCESS;
+        }
+        const cinfer_variant_t *var = cinfer__variant_builtin(v, len);
+        if (!var)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec field variant: unknown variant \"%.*s\" (expected none or a "
+                                 "built-in: sigmoid, sinks, alibi, dump_logits)",
+                                 (int)len, v);
+        *out = (int64_t)(intptr_t)var;
         return CINFER_STATUS_SUCCESS;
     }
     if (f->kind == K_FLAGS) {
@@ -315,6 +329,9 @@ static void format_value(const field_t *f, int64_t v, char *dst, size_t cap) {
         cinfer__fmt(dst, cap, "%s", cinfer__dtype_name((cinfer__dtype_t)v));
     } else if (f->kind == K_ENUM) {
         cinfer__fmt(dst, cap, "%s", f->values[v]);
+    } else if (f->kind == K_VARIANT) {
+        const cinfer_variant_t *var = (const cinfer_variant_t *)(intptr_t)v;
+        cinfer__fmt(dst, cap, "%s", var ? cinfer_variant_name(var) : "none");
     } else if (f->kind == K_FLAGS) {
         dst[0] = '\0';
         for (int i = 0; flag_names[i]; i++) {
@@ -512,6 +529,15 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         CINFER__CHECK(validate_prefill(spec, fam));
     if (spec->op == CINFER__OP_APPEND_PAGED_KV_CACHE)
         CINFER__CHECK(validate_append(spec, fam));
+    if (spec->variant && spec->variant_id != cinfer__variant_id(spec->variant))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: variant_id does not match variant %s", fam->name,
+                             cinfer_variant_name(spec->variant));
+    if (spec->variant && (spec->flags & CINFER__FLAG_SOFT_CAP))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: the soft cap belongs to default attention; variant %s "
+                             "transforms logits itself",
+                             fam->name, cinfer_variant_name(spec->variant));
     if (spec->flags & ~fam->flags)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: flags 0x%x are not used by this family", fam->name,
@@ -559,7 +585,8 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         cinfer__fmt(dst, cap, "vec%lld", (long long)v);
         break;
     case F_VARIANT:
-        cinfer__fmt(dst, cap, "v%llu", (unsigned long long)v);
+        /* Default attention adds nothing to the name; a variant adds its name. */
+        cinfer__fmt(dst, cap, "%s", v ? cinfer_variant_name((const cinfer_variant_t *)(intptr_t)v) : "");
         break;
     default:
         format_value(f, v, dst, cap);
@@ -569,6 +596,8 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
 
 /* The macro each used field defines in the prelude. */
 static void define_field(cinfer__str_t *s, const cinfer__spec_t *spec, const field_t *f) {
+    if (f->kind == K_VARIANT)
+        return; /* rendered with its source, below */
     char upper[32];
     size_t i = 0;
     for (; f->name[i] && i + 1 < sizeof upper; i++)
@@ -630,6 +659,8 @@ cinfer_status_t cinfer__spec_render(const cinfer__spec_t *in, const char *arch, 
     for (size_t i = 0; i < NUM_FIELDS; i++)
         if (fam->fields & fields[i].bit)
             define_field(src, &spec, &fields[i]);
+    if (spec.variant)
+        cinfer__variant_render(spec.variant, src);
     cinfer__str_printf(src, "#include \"%s\"\n", fam->source);
 
     /* NVRTC options. */

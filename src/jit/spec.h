@@ -92,7 +92,10 @@ typedef struct cinfer__spec {
     uint32_t flags;
     int32_t tile_q, tile_kv, warps, stages; /* tile configuration; meaning is per family */
     int32_t vec;         /* elements per vector access (1 when inputs are not 16-byte aligned) */
-    uint64_t variant_id; /* 0 = built-in default attention */
+    /* The attention variant: NULL and 0 = default attention; else the variant object and its
+     * content id (so a spec never matches a different variant allocated at the same address). */
+    const cinfer_variant_t *variant;
+    uint64_t variant_id;
 } cinfer__spec_t;
 
 void cinfer__spec_init(cinfer__spec_t *spec, cinfer__op_t op);

@@ -16,6 +16,7 @@
 #include "ops/options.h"
 #include "ops/tensor.h"
 #include "sched/decode_plan.h"
+#include "variant/variant.h"
 
 /* What the options decide, for one context. */
 typedef struct decode_setup {
@@ -25,6 +26,7 @@ typedef struct decode_setup {
     cinfer__dtype_t dtype_q, dtype_kv;
     float q_scale, soft_cap_log2, v_scale;
     cinfer__kernel_t attention, merge;
+    const cinfer_variant_t *variant; /* NULL = default attention */
     int tensor_cores;        /* the attention kernel is kernels/decode_tc.cu */
     unsigned attention_smem; /* its dynamic shared memory (bytes) */
 } decode_setup_t;
@@ -70,6 +72,7 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
                                             cinfer__spec_t *attention, cinfer__spec_t *merge,
                                             unsigned *attention_smem) {
     CINFER__CHECK(cinfer__decode_options_check(o, batch));
+    CINFER__CHECK(cinfer__variant_options_check(o));
     const cinfer__dtype_t q = cinfer__dl_dtype(o->q_dtype), kv = cinfer__dl_dtype(o->kv_dtype);
     int tensor_cores = 0;
     CINFER__CHECK(choose_backend(o, q, kv, &tensor_cores));
@@ -83,6 +86,8 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     spec->head_dim_vo = o->head_dim;
     spec->paged = batch ? 1 : 0;
     spec->flags = o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0;
+    spec->variant = o->variant;
+    spec->variant_id = cinfer__variant_id(o->variant);
     spec->tile_q = hpc;
     spec->tile_kv = cinfer__decode_tile_kv(hpc);
     spec->warps = CINFER__DECODE_WARPS;
@@ -124,6 +129,10 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->cfg.heads_per_cta = spec.tile_q;
     s->cfg.window_left = o->window_left;
     s->cfg.graph = batch && o->use_cuda_graph;
+    s->variant = o->variant;
+    /* Partial states of variants without softmax or with an output transform cannot be merged. */
+    s->cfg.no_split = o->variant && (o->variant->hooks & (CINFER__VARIANT_NO_SOFTMAX |
+                                                          CINFER__VARIANT_OUTPUT_TRANSFORM));
     s->cfg.max_batch_size = batch ? o->max_batch_size : 1;
     s->head_dim = o->head_dim;
     s->page_size = batch ? o->page_size : 1;
@@ -300,16 +309,18 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->v_scale = s->v_scale;
 }
 
+/* Launches the attention kernel (with the packed variant parameters) and the merge kernel. */
 static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
-                              cinfer_decode_params *p, int attention_grid, int64_t merge_grid,
-                              CUstream stream) {
+                              cinfer_decode_params *p, unsigned char *variant_blob,
+                              int attention_grid, int64_t merge_grid, CUstream stream) {
     CINFER__CHECK(cinfer__context_activate(ctx));
+    void *attention_args[] = {p, variant_blob};
     void *args[] = {p};
     const unsigned threads = CINFER__DECODE_WARPS * 32;
     if (attention_grid > 0)
         CINFER__CU(ctx->cu,
                    cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,
-                                  1, s->attention_smem, stream, args, NULL),
+                                  1, s->attention_smem, stream, attention_args, NULL),
                    "launching the decode kernel");
     if (merge_grid > 0)
         CINFER__CU(ctx->cu,
@@ -557,7 +568,6 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                         const DLTensor *kv_indptr, const DLTensor *kv_indices,
                                         const DLTensor *kv_last_page_len, DLTensor *out,
                                         DLTensor *lse, const cinfer_args_t *args, CUstream stream) {
-    (void)args; /* TODO(variants): packed by the variant module */
     if (!op)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
     if (!op->planned)
@@ -602,6 +612,11 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                 "num_qo_heads from the options",
                                 CINFER_STATUS_PLAN_MISMATCH));
     }
+    CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
+    unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
+    size_t variant_bytes = 0;
+    CINFER__CHECK(cinfer__variant_pack(s->variant, args, ctx, "cinfer_batch_decode_run",
+                                       variant_blob, &variant_bytes));
 
     p.q = cinfer__tensor_data(q);
     p.q_stride_n = cinfer__tensor_stride(q, 0);
@@ -623,7 +638,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
         p.lse_stride_h = cinfer__tensor_stride(lse, 1);
     }
     fill_schedule(s, &op->layout, op->workspace, &p);
-    return launch(op->ctx, s, &p, cinfer__decode_attention_grid(&s->cfg, op->num_work),
+    return launch(op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_work),
                   cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split),
                   stream);
 }
@@ -692,7 +707,6 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                      const DLTensor *k, const DLTensor *v, DLTensor *out,
                                      DLTensor *lse, const cinfer_args_t *args, void *workspace,
                                      size_t workspace_bytes, CUstream stream) {
-    (void)args; /* TODO(variants) */
     CINFER__CHECK(check_ctx(ctx));
     decode_setup_t s;
     CINFER__CHECK(decode_setup(ctx, options, false, &s));
@@ -725,6 +739,11 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         CINFER__CHECK(check_lse(ctx, lse, 1, lse_shape, "[num_qo_heads] from the options",
                                 CINFER_STATUS_INVALID_ARGUMENT));
     }
+    CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
+    unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
+    size_t variant_bytes = 0;
+    CINFER__CHECK(cinfer__variant_pack(s.variant, args, ctx, "cinfer_single_decode", variant_blob,
+                                       &variant_bytes));
 
     cinfer__decode_chunking_t chunking;
     cinfer__decode_layout_t layout;
@@ -781,6 +800,6 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         p.lse_stride_h = cinfer__tensor_stride(lse, 0);
     }
     fill_schedule(&s, &layout, workspace, &p);
-    return launch(ctx, &s, &p, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
+    return launch(ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
                   cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split), stream);
 }

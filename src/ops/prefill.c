@@ -7,6 +7,7 @@
 
 #include "jit/jit.h"
 #include "ops/prefill.h"
+#include "variant/variant.h"
 #include "ops/options.h"
 #include "ops/tensor.h"
 #include "prefill_params.h"
@@ -22,6 +23,7 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
                 q == CINFER__DT_BF16 ? "bf16" : "fp16");
     CINFER__CHECK(cinfer__attention_options_check(
         o, CINFER__DTS(q == CINFER__DT_NONE ? CINFER__DT_F16 : q), hint));
+    CINFER__CHECK(cinfer__variant_options_check(o));
     /* The kernel steps through the head dim in mma k16 steps and n8 tiles (kernels/prefill.cu);
      * 256 bounds the O accumulators a warp keeps in registers. */
     if (o->head_dim % 16 != 0 || o->head_dim > 256)
@@ -104,6 +106,8 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
     spec->tile_kv = cfg->tile_kv;
     spec->warps = cfg->warps;
     spec->stages = cfg->stages;
+    spec->variant = o->variant;
+    spec->variant_id = cinfer__variant_id(o->variant);
     return cinfer__spec_validate(spec);
 }
 
@@ -197,6 +201,7 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
                                               const cinfer_attention_options_t *o, int causal,
                                               const DLTensor *q, const DLTensor *k,
                                               const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                              const cinfer_args_t *args,
                                               const cinfer__prefill_config_t *tiles,
                                               CUstream stream) {
     if (!ctx)
@@ -223,6 +228,7 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
     CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, dtype, "k's shape"));
     const int64_t out_shape[3] = {qo_len, Hq, D};
     CINFER__CHECK(check_tensor(ctx, "out", out, 3, out_shape, dtype, "q's shape"));
+    CINFER__CHECK(cinfer__variant_lse_check(o->variant, lse, "cinfer_single_prefill"));
     if (lse) {
         const int64_t lse_shape[2] = {qo_len, Hq};
         CINFER__CHECK(check_tensor(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
@@ -248,6 +254,10 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
 
     cinfer__spec_t spec;
     CINFER__CHECK(build_spec(o, causal, &cfg, &spec));
+    unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
+    size_t variant_bytes = 0;
+    CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill",
+                                       variant_blob, &variant_bytes));
 
     const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
     const int64_t blocks = num_q_tiles * Hq;
@@ -325,10 +335,10 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
                cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                   (int)smem),
                "setting the prefill kernel's shared memory size");
-    void *args[] = {&p};
+    void *kernel_args[] = {&p, variant_blob};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
-                              1, 1, (unsigned)smem, stream, args, NULL),
+                              1, 1, (unsigned)smem, stream, kernel_args, NULL),
                "launching the prefill kernel");
     return CINFER_STATUS_SUCCESS;
 }
@@ -338,6 +348,6 @@ cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                       const DLTensor *q, const DLTensor *k, const DLTensor *v,
                                       DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
                                       CUstream stream) {
-    (void)args; /* TODO(variants) */
-    return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, NULL, stream);
+    return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, args, NULL,
+                                         stream);
 }

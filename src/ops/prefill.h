@@ -40,6 +40,7 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
                                               const cinfer_attention_options_t *options, int causal,
                                               const DLTensor *q, const DLTensor *k,
                                               const DLTensor *v, DLTensor *out, DLTensor *lse,
+                                              const cinfer_args_t *args,
                                               const cinfer__prefill_config_t *cfg, CUstream stream);
 
 /*

@@ -188,7 +188,9 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
     const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
     const int64_t k_max = max_len > align ? (max_len + align - 1) / align : 1;
     int64_t k = k_max;
-    if ((int64_t)batch_size * units <= cfg->max_ctas) {
+    if (cfg->no_split) {
+        /* k_max: one chunk per request */
+    } else if ((int64_t)batch_size * units <= cfg->max_ctas) {
         int64_t lo = 1, hi = k_max; /* items(hi * ALIGN) <= max_ctas holds throughout */
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo) / 2;

@@ -75,6 +75,8 @@ typedef struct cinfer__decode_config {
     int max_batch_size; /* requests a plan may hold, >= 1 */
     int window_left;    /* -1 = off */
     bool graph;         /* CUDA-graph mode: grids fixed for max_batch_size */
+    bool no_split;      /* every request in one chunk (variants without softmax or with an
+                           output transform: their partial states cannot be merged) */
 } cinfer__decode_config_t;
 
 /* ---- tile choices ---- */

@@ -336,8 +336,8 @@ static void run_case(const prefill_case *c, uint64_t seed) {
     make_tensors(c, &x, &t);
     cinfer_attention_options_t o = options_for(c);
     CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
-                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t, c->tiles,
-                                                 stream));
+                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t, NULL,
+                                                 c->tiles, stream));
     CINFER_TEST_SYNC(stream);
     check_outputs(c, &x, &rng, seed);
     free_data(&x);
@@ -661,7 +661,7 @@ static void bad_arguments_are_errors(void **state) {
     /* Tiles the device cannot hold. */
     cinfer__prefill_config_t huge = {.tile_q = 256, .tile_kv = 128, .warps = 8, .stages = 4};
     assert_int_not_equal(cinfer__single_prefill_config(ctx, &o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
-                                                       &t.lse.t, &huge, stream),
+                                                       &t.lse.t, NULL, &huge, stream),
                          CINFER_STATUS_SUCCESS);
     CINFER_TEST_SYNC(stream);
     /* Nothing was written by the failed calls. */

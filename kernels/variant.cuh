@@ -1,0 +1,88 @@
+/*
+ * The variant interface every attention kernel is written against (include/cinfer.h, "Attention
+ * variants", has the contract). A variant's source, rendered into the prelude before the kernel
+ * template, defines some hooks and announces each with its VARIANT_* macro; this file supplies
+ * the defaults of the others. A kernel tests the macros with #if, so an unused hook leaves no
+ * code behind: default attention compiles to the same instructions as before the interface.
+ */
+#ifndef CINFER_VARIANT_CUH
+#define CINFER_VARIANT_CUH
+
+#include "common.cuh"
+#include "dtype.cuh"
+
+#define CINFER_LOG2E 1.4426950408889634f
+#define CINFER_LN2   0.6931471805599453f
+
+#ifndef CINFER_VARIANT
+/* Default attention: its parameters travel in the kernel's own parameter struct. */
+typedef struct cinfer_variant_params {
+    int cinfer_unused_;
+} cinfer_variant_params;
+#define CINFER_VARIANT_HOST_USE_SOFTMAX      1
+#define CINFER_VARIANT_HOST_OUTPUT_TRANSFORM 0
+#endif
+
+#ifndef VARIANT_QUERY_TRANSFORM
+#define VARIANT_QUERY_TRANSFORM 0
+__device__ __forceinline__ float variant_query_transform(const cinfer_variant_params *params,
+                                                         float q, int batch_idx, int qo_idx,
+                                                         int qo_head_idx, int dim_idx) {
+    return q;
+}
+#endif
+
+#ifndef VARIANT_LOGITS_TRANSFORM
+#define VARIANT_LOGITS_TRANSFORM 0
+__device__ __forceinline__ float variant_logits_transform(const cinfer_variant_params *params,
+                                                          float logit, int batch_idx, int qo_idx,
+                                                          int kv_idx, int qo_head_idx,
+                                                          int kv_head_idx) {
+    return logit;
+}
+#endif
+
+#ifndef VARIANT_LOGITS_MASK
+#define VARIANT_LOGITS_MASK 0
+__device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params *params,
+                                                    int batch_idx, int qo_idx, int kv_idx,
+                                                    int qo_head_idx, int kv_head_idx) {
+    return true;
+}
+#endif
+
+#ifndef VARIANT_STATE_INIT
+#define VARIANT_STATE_INIT 0
+__device__ __forceinline__ void variant_state_init(const cinfer_variant_params *params,
+                                                   int batch_idx, int qo_idx, int qo_head_idx,
+                                                   float *max_log2, float *denominator) {
+}
+#endif
+
+#ifndef VARIANT_OUTPUT_TRANSFORM
+#define VARIANT_OUTPUT_TRANSFORM 0
+__device__ __forceinline__ float variant_output_transform(const cinfer_variant_params *params,
+                                                          float o, int batch_idx, int qo_idx,
+                                                          int qo_head_idx, int dim_idx) {
+    return o;
+}
+#endif
+
+#ifndef VARIANT_USE_SOFTMAX
+#define VARIANT_USE_SOFTMAX 1
+#endif
+
+/* The host plans split-KV and LSE from its own reading of these two switches; a source that sets
+ * them in a way the host did not see must not run with that plan. */
+#if VARIANT_USE_SOFTMAX != CINFER_VARIANT_HOST_USE_SOFTMAX
+#error "variant: VARIANT_USE_SOFTMAX must be set by a plain '#define VARIANT_USE_SOFTMAX 0' line"
+#endif
+#if VARIANT_OUTPUT_TRANSFORM != CINFER_VARIANT_HOST_OUTPUT_TRANSFORM
+#error "variant: VARIANT_OUTPUT_TRANSFORM must be set by a plain '#define VARIANT_OUTPUT_TRANSFORM 1' line"
+#endif
+
+/* The kernel evaluates logits element by element through the hooks (natural-log units in,
+ * base-2 out), instead of its folded-scale fast path. */
+#define CINFER_VARIANT_LOGITS (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * Attention variants (include/cinfer.h, "Attention variants"): the object behind cinfer_variant_t,
+ * the generated parameter struct, and the packing of a run's argument list into that struct.
+ */
+#ifndef CINFER_VARIANT_VARIANT_H
+#define CINFER_VARIANT_VARIANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/context.h"
+#include "jit/spec.h"
+
+#define CINFER__VARIANT_MAX_PARAMS 32
+#define CINFER__VARIANT_NAME_MAX   64
+/* The largest packed parameter struct: 32 members of at most 8 bytes. */
+#define CINFER__VARIANT_MAX_BYTES (CINFER__VARIANT_MAX_PARAMS * 8)
+
+/* Hook switches the host must know (read from the source's #defines, and checked by the kernel
+ * with #error, so a source that sets them some other way fails to compile rather than running
+ * with a wrong plan). */
+enum {
+    CINFER__VARIANT_NO_SOFTMAX = 1u << 0,       /* #define VARIANT_USE_SOFTMAX 0 */
+    CINFER__VARIANT_OUTPUT_TRANSFORM = 1u << 1, /* #define VARIANT_OUTPUT_TRANSFORM 1 */
+};
+
+struct cinfer_variant {
+    char name[CINFER__VARIANT_NAME_MAX];
+    char *source;
+    int num_params;
+    cinfer_param_t params[CINFER__VARIANT_MAX_PARAMS];
+    char param_names[CINFER__VARIANT_MAX_PARAMS][CINFER__VARIANT_NAME_MAX];
+    size_t offsets[CINFER__VARIANT_MAX_PARAMS]; /* byte offset of each member in the struct */
+    size_t struct_bytes;                        /* sizeof the generated struct */
+    uint32_t hooks;                             /* CINFER__VARIANT_* */
+    uint64_t id;                                /* XXH3-64 of name, declaration and source */
+    bool builtin;
+};
+
+/* The id that identifies a variant's content in specs (0 for default attention). */
+static inline uint64_t cinfer__variant_id(const cinfer_variant_t *v) {
+    return v ? v->id : 0;
+}
+
+/* Appends the generated `cinfer_variant_params` struct and the variant's source (after a #line
+ * directive naming "variant:NAME") to a kernel's prelude. */
+void cinfer__variant_render(const cinfer_variant_t *v, cinfer__str_t *prelude);
+
+/*
+ * Packs a run's argument list into the kernel's variant struct: checks it against the declaration
+ * (count, order, kind, dtype, NULL only for maybe_ tensors, tensors on ctx's device and
+ * contiguous), then writes the members at their offsets. v = NULL (default attention) takes no
+ * arguments and packs 4 zero bytes. `op` names the operation in messages. *bytes receives the
+ * struct size. INVALID_ARGUMENT names the argument and what was expected.
+ */
+cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_args_t *args,
+                                     const cinfer_context_t *ctx, const char *op,
+                                     unsigned char blob[CINFER__VARIANT_MAX_BYTES], size_t *bytes);
+
+/* A variant without softmax has no LSE: lse must be NULL (INVALID_ARGUMENT naming `op`). */
+cinfer_status_t cinfer__variant_lse_check(const cinfer_variant_t *v, const DLTensor *lse,
+                                          const char *op);
+
+/* Checks the variant options shared by every attention operation: a custom variant takes no
+ * logits_soft_cap. */
+cinfer_status_t cinfer__variant_options_check(const cinfer_attention_options_t *o);
+
+/* The built-in variant with this name, or NULL. */
+const cinfer_variant_t *cinfer__variant_builtin(const char *name, size_t len);
+
+#endif
