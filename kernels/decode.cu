@@ -191,8 +191,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
                     if (valid) {
                         const int t = t0 + u * ROWS + row, head = qo_head0 + g;
-                        const float logit = variant_logits_transform(
-                            &vp, dot * CINFER_LN2, b, qo_pos, t, head, item.kv_head);
+                        const float logit = variant_logits_transform(&vp, dot * CINFER_LN2, b,
+                                                                     qo_pos, t, head, item.kv_head);
                         if (variant_logits_mask(&vp, b, qo_pos, t, head, item.kv_head))
                             x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
                     }
@@ -293,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 if (m_init != -CINFER_INF)
                     d_all += exp2f(m_init - m_all) * d_init;
 #endif
-                /* An initial state may leave the denominator 0 (nothing else can). */
+                    /* An initial state may leave the denominator 0 (nothing else can). */
 #if VARIANT_STATE_INIT
                 const float inv = d_all > 0.0f ? p.v_scale / d_all : 0.0f;
 #else

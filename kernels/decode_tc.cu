@@ -107,7 +107,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             }
         }
 #if VARIANT_QUERY_TRANSFORM
-        /* Register j of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1. */
+        /* Register j of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1.
+         */
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks++) {
 #pragma unroll

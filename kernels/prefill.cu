@@ -366,9 +366,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                         float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
                         if (keep) {
-                            const float logit = variant_logits_transform(
-                                &vp, s[mq][n][e] * p.q_scale * CINFER_LN2, batch_idx, pos, j, head,
-                                kv_head);
+                            const float logit =
+                                variant_logits_transform(&vp, s[mq][n][e] * p.q_scale * CINFER_LN2,
+                                                         batch_idx, pos, j, head, kv_head);
                             if (variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head))
                                 x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
                         }
@@ -415,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
+                    /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
 #if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++) {

@@ -55,8 +55,7 @@ __device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params 
 #define VARIANT_STATE_INIT 0
 __device__ __forceinline__ void variant_state_init(const cinfer_variant_params *params,
                                                    int batch_idx, int qo_idx, int qo_head_idx,
-                                                   float *max_log2, float *denominator) {
-}
+                                                   float *max_log2, float *denominator) {}
 #endif
 
 #ifndef VARIANT_OUTPUT_TRANSFORM
@@ -78,11 +77,13 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
 #error "variant: VARIANT_USE_SOFTMAX must be set by a plain '#define VARIANT_USE_SOFTMAX 0' line"
 #endif
 #if VARIANT_OUTPUT_TRANSFORM != CINFER_VARIANT_HOST_OUTPUT_TRANSFORM
-#error "variant: VARIANT_OUTPUT_TRANSFORM must be set by a plain '#define VARIANT_OUTPUT_TRANSFORM 1' line"
+#error                                                                                             \
+    "variant: VARIANT_OUTPUT_TRANSFORM must be set by a plain '#define VARIANT_OUTPUT_TRANSFORM 1' line"
 #endif
 
 /* The kernel evaluates logits element by element through the hooks (natural-log units in,
  * base-2 out), instead of its folded-scale fast path. */
-#define CINFER_VARIANT_LOGITS (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
+#define CINFER_VARIANT_LOGITS                                                                      \
+    (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
 
 #endif

@@ -586,7 +586,8 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         break;
     case F_VARIANT:
         /* Default attention adds nothing to the name; a variant adds its name. */
-        cinfer__fmt(dst, cap, "%s", v ? cinfer_variant_name((const cinfer_variant_t *)(intptr_t)v) : "");
+        cinfer__fmt(dst, cap, "%s",
+                    v ? cinfer_variant_name((const cinfer_variant_t *)(intptr_t)v) : "");
         break;
     default:
         format_value(f, v, dst, cap);

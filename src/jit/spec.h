@@ -91,7 +91,7 @@ typedef struct cinfer__spec {
     cinfer__pos_t pos;
     uint32_t flags;
     int32_t tile_q, tile_kv, warps, stages; /* tile configuration; meaning is per family */
-    int32_t vec;         /* elements per vector access (1 when inputs are not 16-byte aligned) */
+    int32_t vec; /* elements per vector access (1 when inputs are not 16-byte aligned) */
     /* The attention variant: NULL and 0 = default attention; else the variant object and its
      * content id (so a spec never matches a different variant allocated at the same address). */
     const cinfer_variant_t *variant;

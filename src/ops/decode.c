@@ -27,8 +27,8 @@ typedef struct decode_setup {
     float q_scale, soft_cap_log2, v_scale;
     cinfer__kernel_t attention, merge;
     const cinfer_variant_t *variant; /* NULL = default attention */
-    int tensor_cores;        /* the attention kernel is kernels/decode_tc.cu */
-    unsigned attention_smem; /* its dynamic shared memory (bytes) */
+    int tensor_cores;                /* the attention kernel is kernels/decode_tc.cu */
+    unsigned attention_smem;         /* its dynamic shared memory (bytes) */
 } decode_setup_t;
 
 /*
@@ -131,8 +131,9 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->cfg.graph = batch && o->use_cuda_graph;
     s->variant = o->variant;
     /* Partial states of variants without softmax or with an output transform cannot be merged. */
-    s->cfg.no_split = o->variant && (o->variant->hooks & (CINFER__VARIANT_NO_SOFTMAX |
-                                                          CINFER__VARIANT_OUTPUT_TRANSFORM));
+    s->cfg.no_split =
+        o->variant &&
+        (o->variant->hooks & (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM));
     s->cfg.max_batch_size = batch ? o->max_batch_size : 1;
     s->head_dim = o->head_dim;
     s->page_size = batch ? o->page_size : 1;
@@ -638,9 +639,9 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
         p.lse_stride_h = cinfer__tensor_stride(lse, 1);
     }
     fill_schedule(s, &op->layout, op->workspace, &p);
-    return launch(op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_work),
-                  cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split),
-                  stream);
+    return launch(
+        op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_work),
+        cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split), stream);
 }
 
 void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op) {
@@ -800,6 +801,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         p.lse_stride_h = cinfer__tensor_stride(lse, 0);
     }
     fill_schedule(&s, &layout, workspace, &p);
-    return launch(ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
+    return launch(ctx, &s, &p, variant_blob,
+                  cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
                   cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split), stream);
 }

@@ -197,13 +197,11 @@ static long long stride_of(const DLTensor *t, int i) {
 
 /* ---- the call ---- */
 
-cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
-                                              const cinfer_attention_options_t *o, int causal,
-                                              const DLTensor *q, const DLTensor *k,
-                                              const DLTensor *v, DLTensor *out, DLTensor *lse,
-                                              const cinfer_args_t *args,
-                                              const cinfer__prefill_config_t *tiles,
-                                              CUstream stream) {
+cinfer_status_t
+cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                              int causal, const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                              DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
+                              const cinfer__prefill_config_t *tiles, CUstream stream) {
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     CINFER__CHECK(options_check(o));
@@ -256,8 +254,8 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
     CINFER__CHECK(build_spec(o, causal, &cfg, &spec));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill",
-                                       variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill", variant_blob,
+                                       &variant_bytes));
 
     const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
     const int64_t blocks = num_q_tiles * Hq;

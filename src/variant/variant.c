@@ -76,7 +76,8 @@ static bool defines(const char *source, const char *name, const char *value) {
                 p += 6;
                 while (*p == ' ' || *p == '\t')
                     p++;
-                if (strncmp(p, name, name_len) == 0 && (p[name_len] == ' ' || p[name_len] == '\t')) {
+                if (strncmp(p, name, name_len) == 0 &&
+                    (p[name_len] == ' ' || p[name_len] == '\t')) {
                     p += name_len;
                     while (*p == ' ' || *p == '\t')
                         p++;
@@ -174,9 +175,9 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
     v->source = strdup(source);
     if (!v->source)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "variant %s: out of memory", name);
-    v->hooks = (defines(source, "VARIANT_USE_SOFTMAX", "0") ? CINFER__VARIANT_NO_SOFTMAX : 0) |
-               (defines(source, "VARIANT_OUTPUT_TRANSFORM", "1") ? CINFER__VARIANT_OUTPUT_TRANSFORM
-                                                                 : 0);
+    v->hooks =
+        (defines(source, "VARIANT_USE_SOFTMAX", "0") ? CINFER__VARIANT_NO_SOFTMAX : 0) |
+        (defines(source, "VARIANT_OUTPUT_TRANSFORM", "1") ? CINFER__VARIANT_OUTPUT_TRANSFORM : 0);
     XXH3_state_t *h = XXH3_createState();
     if (!h) {
         free(v->source);
@@ -240,8 +241,10 @@ const cinfer_param_t *cinfer_variant_params(const cinfer_variant_t *v, int *num_
 
 /* ---- built-ins ---- */
 
-#define F32    {kDLFloat, 32, 1}
-#define I64    {kDLInt, 64, 1}
+#define F32                                                                                        \
+    { kDLFloat, 32, 1 }
+#define I64                                                                                        \
+    { kDLInt, 64, 1 }
 #define TENSOR CINFER_PARAM_TENSOR
 #define SCALAR CINFER_PARAM_SCALAR
 
@@ -277,9 +280,9 @@ static void init_builtins(void) {
         if (!src)
             continue;
         /* The embedded text is NUL-terminated by cmake/embed.c. */
-        builtins_ok[i] = init_variant(&builtins[i], builtin_table[i].name, src->text,
-                                      builtin_table[i].params,
-                                      builtin_table[i].num_params) == CINFER_STATUS_SUCCESS;
+        builtins_ok[i] =
+            init_variant(&builtins[i], builtin_table[i].name, src->text, builtin_table[i].params,
+                         builtin_table[i].num_params) == CINFER_STATUS_SUCCESS;
         builtins[i].builtin = true;
     }
 }
@@ -384,8 +387,7 @@ cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_arg
                                      op, i, p->name);
             continue; /* the pointer stays NULL */
         }
-        if (t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits ||
-            t->dtype.lanes != 1)
+        if (t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits || t->dtype.lanes != 1)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "%s: argument %d (tensor %s): dtype %s, expected %s", op, i,
                                  p->name, type_name(t->dtype), type_name(p->dtype));

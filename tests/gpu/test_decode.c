@@ -6,6 +6,7 @@
  * slot that no request owns holds NaN, so a read of a wrong page or slot shows up as NaN.
  */
 #include "support/gpu.h"
+#include "support/variants.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@ static CUstream stream;
  * on it; the others, and every case by default, run on the CUDA-core kernel. */
 static int force_tensor_cores;
 static const cinfer__cuda_t *cu;
+/* Default attention, for checks of runs made without a variant. */
+static tv_state no_variant;
 
 typedef struct decode_case {
     const char *desc;
@@ -33,6 +36,7 @@ typedef struct decode_case {
     int lse;
     int extra_pages;         /* unowned (NaN) pages in the pool */
     int64_t page_index_base; /* added to every page index on the device (64-bit addressing) */
+    tv_kind variant;         /* TV_NONE: default attention */
 } decode_case;
 
 static decode_case base_case(const char *desc) {
@@ -193,7 +197,8 @@ static cinfer_attention_options_t options_for(const decode_case *c, int max_batc
 }
 
 /* The reference output [batch, Hq, D] and lse [batch, Hq] for the case's data. */
-static void reference(const decode_case *c, const decode_data *x, double *o, double *lse) {
+static void reference(const decode_case *c, const decode_data *x, const tv_state *tv, double *o,
+                      double *lse, double *logits) {
     cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
     cinfer__ref_strided3_t q;
     cinfer__ref_strided3_packed(&q, x->q, ref_dtype(c->q_dtype), CINFER__REF_LAYOUT_NHD, c->batch,
@@ -214,7 +219,21 @@ static void reference(const decode_case *c, const decode_data *x, double *o, dou
     opts.v_scale = c->v_scale;
     opts.logits_soft_cap = c->soft_cap;
     opts.window_left = c->window_left;
-    int rc = cinfer__ref_batch_paged(&heads, &q, NULL, &k, &v, &table, NULL, NULL, &opts, o, lse);
+    tv_ref_opts(tv, -1, &opts);
+    opts.logits_out = logits;
+    /* The user variant's mask: one row per request at position kv_len - 1. */
+    uint8_t *mask = NULL;
+    if (tv->kind == TV_USER) {
+        int64_t total = 0;
+        for (int b = 0; b < c->batch; b++)
+            total += x->lens[b];
+        mask = malloc((size_t)total + 1);
+        for (int b = 0, at = 0; b < c->batch; at += x->lens[b], b++)
+            for (int j = 0; j < x->lens[b]; j++)
+                mask[at + j] = (uint8_t)tv_user_keep(x->lens[b] - 1, j);
+    }
+    int rc = cinfer__ref_batch_paged(&heads, &q, NULL, &k, &v, &table, mask, NULL, &opts, o, lse);
+    free(mask);
     if (rc != 0)
         fail_msg("%s: the reference failed (%d)", c->desc, rc);
 }
@@ -303,11 +322,45 @@ static void make_tensors(const decode_case *c, decode_data *x, decode_tensors *t
 }
 
 /* Downloads out/lse and compares them with the reference; checks every canary. */
-static void check_outputs(const decode_case *c, decode_data *x, uint64_t seed) {
+/* The longest request + 1: the per-head stride of the dumped logits (tv_setup in run_case). */
+static int64_t dump_stride(const decode_case *c, const decode_data *x) {
+    int64_t L = 1;
+    for (int b = 0; b < c->batch; b++)
+        L = x->lens[b] + 1 > L ? x->lens[b] + 1 : L;
+    return L;
+}
+
+static void check_outputs(const decode_case *c, decode_data *x, uint64_t seed, tv_state *tv) {
     const int64_t n = (int64_t)c->batch * c->hq * c->d, rows = (int64_t)c->batch * c->hq;
     double *ref_o = malloc(sizeof(double) * (size_t)(n + 1));
     double *ref_lse = malloc(sizeof(double) * (size_t)(rows + 1));
-    reference(c, x, ref_o, ref_lse);
+    double *ref_logits = NULL;
+    if (tv->kind == TV_DUMP) {
+        int64_t total = 0;
+        for (int b = 0; b < c->batch; b++)
+            total += (int64_t)c->hq * x->lens[b];
+        ref_logits = malloc(sizeof(double) * (size_t)(total + 1));
+    }
+    reference(c, x, tv, ref_o, ref_lse, ref_logits);
+    if (ref_logits) {
+        /* The reference's blocks are [Hq, kv_len_b] per request; the kernel's rows are
+         * b * Hq * L + h * L + j. Every kept position (finite reference) was dumped. */
+        tv_download_logits(tv);
+        const int64_t L = dump_stride(c, x);
+        for (int b = 0, at = 0; b < c->batch; at += c->hq * x->lens[b], b++)
+            for (int h = 0; h < c->hq; h++)
+                for (int j = 0; j < x->lens[b]; j++) {
+                    const double r = ref_logits[at + (int64_t)h * x->lens[b] + j];
+                    if (!isfinite(r))
+                        continue;
+                    const double g = tv->logits[((int64_t)b * c->hq + h) * L + j];
+                    if (!(fabs(g - r) <= 2e-3 * (1.0 + fabs(r))))
+                        fail_msg("%s: dumped logit of request %d head %d key %d is %g, expected %g "
+                                 "(seed %llu)",
+                                 c->desc, b, h, j, g, r, (unsigned long long)seed);
+                }
+        free(ref_logits);
+    }
     unsigned char *out = malloc(x->out_bytes + 1);
     float *lse = malloc(x->lse_bytes + 4);
     CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->out_bytes));
@@ -337,6 +390,17 @@ static void run_case(const decode_case *c, uint64_t seed) {
     make_data(c, &rng, &x);
     upload(c, &x, 1);
     cinfer_attention_options_t o = options_for(c, c->batch > 0 ? c->batch : 1);
+    tv_state tv;
+    {
+        const int64_t L = dump_stride(c, &x);
+        int64_t *row_offset = malloc(sizeof(int64_t) * (size_t)(c->batch + 1));
+        for (int b = 0; b < c->batch; b++)
+            row_offset[b] = (int64_t)b * c->hq * L;
+        tv_setup(&tv, c->variant, c->hq, &rng, (int64_t)c->batch * c->hq * L + 1, c->batch,
+                 row_offset, L, 0);
+        free(row_offset);
+    }
+    o.variant = tv.variant;
     size_t ws_bytes = 0;
     CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
     CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
@@ -348,9 +412,9 @@ static void run_case(const decode_case *c, uint64_t seed) {
     make_tensors(c, &x, &t);
     CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
                                            &t.indptr.t, &t.indices.t, &t.last.t, &t.out.t,
-                                           c->lse ? &t.lse.t : NULL, NULL, stream));
+                                           c->lse ? &t.lse.t : NULL, tv_args(&tv), stream));
     CINFER_TEST_SYNC(stream);
-    check_outputs(c, &x, seed);
+    check_outputs(c, &x, seed, &tv);
     if (!c->lse) {
         /* lse was not asked for: its buffer must still hold the poison. */
         float *lse = malloc(x.lse_bytes + 4);
@@ -360,6 +424,7 @@ static void run_case(const decode_case *c, uint64_t seed) {
         free(lse);
     }
     cinfer_batch_decode_destroy(op);
+    tv_free(&tv);
     free_data(&x);
 }
 
@@ -605,7 +670,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
     assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
     assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
     CINFER_TEST_SYNC(stream);
-    check_outputs(&big, &x, cinfer_test_seed() + 9000);
+    check_outputs(&big, &x, cinfer_test_seed() + 9000, &no_variant);
 
     /* Replays: other batch sizes and lengths, written into the same device buffers. */
     static const int batches[] = {1, 17, 64, 3};
@@ -656,7 +721,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
         CINFER_TEST_OK(cinfer_batch_decode_plan(op, y.indptr, y.last, c.batch, stream));
         assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
         CINFER_TEST_SYNC(stream);
-        check_outputs(&c, &y, cinfer_test_seed() + 9100 + (uint64_t)r);
+        check_outputs(&c, &y, cinfer_test_seed() + 9100 + (uint64_t)r, &no_variant);
         /* The device buffers belong to x. */
         memset(&y.d_cache, 0, sizeof y.d_cache);
         y.d_q = y.d_out = y.d_lse = y.d_indptr = y.d_indices = y.d_last = y.d_cache;
@@ -699,6 +764,12 @@ static void single_decode_matches(void **state) {
             decode_case c = base_case(desc);
             c.layout = (cinfer_kv_layout_t)layout;
             cinfer_attention_options_t o = options_for(&c, 1);
+            /* HND runs alternate two variants: sinks (split-KV on long KV) and the user one
+             * (never split: it has an output transform). */
+            tv_state var;
+            tv_setup(&var, layout ? (li % 2 ? TV_SINKS : TV_USER) : TV_NONE, hq, &rng, 0, 0, NULL,
+                     0, 0);
+            o.variant = var.variant;
             size_t ws_bytes = 0;
             CINFER_TEST_OK(cinfer_single_decode_workspace_size(ctx, &o, len, &ws_bytes));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dws, ws_bytes));
@@ -713,7 +784,7 @@ static void single_decode_matches(void **state) {
             cinfer_test_tensor_init(&tk, &dk, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
             cinfer_test_tensor_init(&tv, &dv, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
             CINFER_TEST_OK(cinfer_single_decode(ctx, &o, &tq.t, &tk.t, &tv.t, &tout.t, &tlse.t,
-                                                NULL, (void *)(uintptr_t)dws.ptr, ws_bytes,
+                                                tv_args(&var), (void *)(uintptr_t)dws.ptr, ws_bytes,
                                                 stream));
             CINFER_TEST_SYNC(stream);
 
@@ -727,6 +798,12 @@ static void single_decode_matches(void **state) {
                                         (cinfer__ref_layout_t)layout, len, hk, d);
             cinfer__ref_attn_opts_t opts;
             cinfer__ref_attn_opts_init(&opts, d);
+            tv_ref_opts(&var, -1, &opts);
+            uint8_t *mask = malloc((size_t)len + 1);
+            for (int64_t j = 0; j < len; j++)
+                mask[j] = (uint8_t)tv_user_keep(len - 1, j);
+            if (var.kind == TV_USER)
+                opts.custom_mask = mask;
             double *ro = malloc(sizeof(double) * (size_t)q_elems),
                    *rl = malloc(sizeof(double) * (size_t)hq);
             assert_int_equal(cinfer__ref_single(&heads, 1, len, &rq, &rk, &rv, &opts, ro, rl), 0);
@@ -745,7 +822,40 @@ static void single_decode_matches(void **state) {
                 CINFER_TEST_OK(cinfer_test_buf_check_canaries(bufs[i]));
             for (size_t i = 0; i < 6; i++)
                 cinfer_test_buf_free(bufs[i]);
-            free(k), free(v), free(q), free(ro), free(rl), free(out);
+            free(k), free(v), free(q), free(ro), free(rl), free(out), free(mask);
+            tv_free(&var);
+        }
+    }
+}
+
+/* Every built-in variant and the suites' user variant on batch decode: GQA, random lengths with
+ * an empty request, split-KV (one long request among short ones), a sliding window. */
+static void variants(void **state) {
+    (void)state;
+    static const int mixed[] = {0, 3000, 17, 1, 30000, 250};
+    for (int k = TV_SIGMOID; k < TV_COUNT; k++) {
+        for (int shape = 0; shape < 3; shape++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name((tv_kind)k), shape);
+            decode_case c = base_case(desc);
+            c.variant = (tv_kind)k;
+            c.lse = tv_has_lse(c.variant);
+            c.hq = 8;
+            c.hk = 2;
+            if (shape == 0) {
+                c.batch = 6;
+                c.lens = mixed;
+            } else if (shape == 1) {
+                c.batch = 9;
+                c.max_len = 1500;
+                c.window_left = 100;
+                c.layout = CINFER_KV_LAYOUT_HND;
+            } else {
+                c.batch = 40;
+                c.max_len = 600;
+                c.page_size = 1;
+            }
+            run_case(&c, cinfer_test_seed() + 20000 + (uint64_t)(k * 10 + shape));
         }
     }
 }
@@ -870,6 +980,7 @@ int main(void) {
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
         cmocka_unit_test_teardown(single_decode_matches, teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+        cmocka_unit_test_teardown(variants, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

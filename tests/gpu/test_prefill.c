@@ -13,6 +13,7 @@
  * for NaN, which catches rows that were never written).
  */
 #include "support/gpu.h"
+#include "support/variants.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ typedef struct prefill_case {
     int check_heads; /* 0: compare every query head; else this many random heads */
     double q_range;  /* q uniform in [-q_range, q_range] (0: 1); k and v in [-1, 1] */
     const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
+    tv_kind variant;                       /* TV_NONE: default attention */
 } prefill_case;
 
 static prefill_case base_case(const char *desc) {
@@ -233,7 +235,7 @@ static cinfer__ref_strided3_t ref_view(const prefill_case *c, const prefill_data
 /* Downloads the outputs and checks: canaries, the poison outside the output views, NaN in any
  * output row, and the values of the checked heads against the reference. */
 static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rng *rng,
-                          uint64_t seed) {
+                          uint64_t seed, tv_state *tv) {
     const int64_t qo = c->qo_len, d = c->d, group = c->hq / c->hk;
     for (int b = 0; b < NUM_BUFS; b++)
         if (x->dev[b].base)
@@ -286,6 +288,19 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
     double *ref_lse = malloc(sizeof(double) * (size_t)(qo + 1));
     uint16_t *got = malloc(sizeof(uint16_t) * (size_t)(qo * d + 1));
     float *got_lse = malloc(sizeof(float) * (size_t)(qo + 1));
+    const int64_t kv = c->kv_len, delta = kv - qo;
+    uint8_t *mask = NULL;
+    if (tv->kind == TV_USER) {
+        mask = malloc((size_t)(qo * kv + 1));
+        for (int64_t i = 0; i < qo; i++)
+            for (int64_t j = 0; j < kv; j++)
+                mask[i * kv + j] = (uint8_t)tv_user_keep(i + delta, j);
+    }
+    double *ref_logits = NULL;
+    if (tv->kind == TV_DUMP) {
+        ref_logits = malloc(sizeof(double) * (size_t)(qo * kv + 1));
+        tv_download_logits(tv);
+    }
     for (int64_t hi = 0; hi < num_heads; hi++) {
         const int64_t h = heads[hi];
         cinfer__ref_heads_t rh = {1, 1, d, d};
@@ -301,9 +316,25 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         opts.causal = c->causal != 0;
         opts.window_left = c->window_left;
         opts.logits_soft_cap = c->soft_cap;
+        tv_ref_opts(tv, (int)h, &opts);
+        opts.custom_mask = mask;
+        opts.logits_out = ref_logits;
         int rc = cinfer__ref_single(&rh, qo, c->kv_len, &rq, &rk, &rv, &opts, ref_o, ref_lse);
         if (rc != 0)
             fail_msg("%s: the reference failed (%d)", c->desc, rc);
+        if (ref_logits) {
+            /* Every kept logit was visited and dumped at h * qo * kv + i * kv + j. */
+            for (int64_t i = 0; i < qo * kv; i++) {
+                if (!isfinite(ref_logits[i]))
+                    continue;
+                const double g = tv->logits[h * qo * kv + i];
+                if (!(fabs(g - ref_logits[i]) <= 2e-3 * (1.0 + fabs(ref_logits[i]))))
+                    fail_msg("%s: dumped logit of head %lld, row %lld, key %lld is %g, expected "
+                             "%g (seed %llu)",
+                             c->desc, (long long)h, (long long)(i / kv), (long long)(i % kv), g,
+                             ref_logits[i], (unsigned long long)seed);
+            }
+        }
         for (int64_t t = 0; t < qo; t++) {
             memcpy(got + t * d, out16 + x->out.off + t * x->out.s_tok + h * x->out.s_head,
                    sizeof(uint16_t) * (size_t)d);
@@ -324,6 +355,8 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
     free(ref_lse);
     free(got);
     free(got_lse);
+    free(mask);
+    free(ref_logits);
 }
 
 /* Runs one case end to end and checks it. */
@@ -335,11 +368,18 @@ static void run_case(const prefill_case *c, uint64_t seed) {
     prefill_tensors t;
     make_tensors(c, &x, &t);
     cinfer_attention_options_t o = options_for(c);
+    /* Dumped logits of head h, row i, key j land at h * qo * kv + i * kv + j. */
+    const int64_t qo = c->qo_len, kv = c->kv_len;
+    const int64_t row_offset = -(kv - qo) * kv;
+    tv_state tv;
+    tv_setup(&tv, c->variant, c->hq, &rng, c->hq * qo * kv + 1, 1, &row_offset, qo * kv, kv);
+    o.variant = tv.variant;
     CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
-                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t, NULL,
-                                                 c->tiles, stream));
+                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t,
+                                                 tv_args(&tv), c->tiles, stream));
     CINFER_TEST_SYNC(stream);
-    check_outputs(c, &x, &rng, seed);
+    check_outputs(c, &x, &rng, seed, &tv);
+    tv_free(&tv);
     free_data(&x);
 }
 
@@ -366,7 +406,11 @@ static void llama_heads(void **state) {
         CINFER_TEST_OK(cinfer_single_prefill(ctx, &o, c.causal, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
                                              &t.lse.t, NULL, stream));
         CINFER_TEST_SYNC(stream);
-        check_outputs(&c, &x, &rng, seed);
+        {
+            tv_state none;
+            tv_setup(&none, TV_NONE, c.hq, &rng, 0, 0, NULL, 0, 0);
+            check_outputs(&c, &x, &rng, seed, &none);
+        }
         free_data(&x);
     }
 }
@@ -664,6 +708,59 @@ static void bad_arguments_are_errors(void **state) {
                                                        &t.lse.t, NULL, &huge, stream),
                          CINFER_STATUS_SUCCESS);
     CINFER_TEST_SYNC(stream);
+    /* Variant arguments that do not match the declaration, and options a variant contradicts. */
+    {
+        cinfer_attention_options_t ov = o;
+        ov.variant = cinfer_variant_builtin("sinks");
+        cinfer_test_tensor sinks_i32;
+        const int64_t hq_shape[1] = {c.hq};
+        cinfer_test_tensor_init(&sinks_i32, &x.dev[B_LSE], 0, 0, CINFER__DT_I32, 1, hq_shape, NULL);
+        cinfer_test_tensor sinks_f32;
+        cinfer_test_tensor_init(&sinks_f32, &x.dev[B_LSE], 0, 0, CINFER__DT_F32, 1, hq_shape, NULL);
+        cinfer_arg_t a[2] = {CINFER_ARG_TENSOR(&sinks_i32.t), CINFER_ARG_F32(1.0f)};
+        cinfer_args_t list = {1, a};
+#define RUNV(opts, args)                                                                           \
+    cinfer_single_prefill(ctx, (opts), 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, NULL, (args), stream)
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "declares 1", RUNV(&ov, NULL));
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "sinks", RUNV(&ov, &list)); /* int32 for float32 */
+        a[0] = CINFER_ARG_F32(1.0f);
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "kind", RUNV(&ov, &list)); /* scalar for tensor */
+        a[0] = CINFER_ARG_TENSOR(NULL);
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "maybe_", RUNV(&ov, &list)); /* NULL, not maybe_ */
+        a[0] = CINFER_ARG_TENSOR(&sinks_f32.t);
+        list.num_args = 2;
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "2 variant argument", RUNV(&ov, &list));
+        list.num_args = 1;
+        ov.logits_soft_cap = 30.0f;
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "logits_soft_cap", RUNV(&ov, &list));
+        /* Arguments given to default attention. */
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "default attention", RUNV(&o, &list));
+        /* sigmoid has no LSE. */
+        ov = o;
+        ov.variant = cinfer_variant_builtin("sigmoid");
+        cinfer_arg_t sa[2] = {CINFER_ARG_F32(1.0f), CINFER_ARG_F32(0.0f)};
+        cinfer_args_t slist = {2, sa};
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "no LSE",
+               cinfer_single_prefill(ctx, &ov, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t,
+                                     &slist, stream));
+        sa[1] = CINFER_ARG_I32(0);
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "bias", RUNV(&ov, &slist)); /* int32 for float */
+        /* A compile error in user code points at the user's line. */
+        cinfer_variant_t *bad_variant = NULL;
+        CINFER_TEST_OK(cinfer_variant_create("bad_user",
+                                             "#define VARIANT_LOGITS_TRANSFORM 1\n"
+                                             "__device__ float variant_logits_transform(\n"
+                                             "    const cinfer_variant_params *params, float l,\n"
+                                             "    int b, int q, int k, int qh, int kh) {\n"
+                                             "    return l + no_such_name;\n"
+                                             "}\n",
+                                             NULL, 0, &bad_variant));
+        ov = o;
+        ov.variant = bad_variant;
+        EXPECT(CINFER_STATUS_COMPILE_ERROR, "variant:bad_user(5)", RUNV(&ov, NULL));
+        cinfer_variant_destroy(bad_variant);
+#undef RUNV
+    }
     /* Nothing was written by the failed calls. */
     const size_t out_bytes = (size_t)x.elems[B_OUT] * 2;
     unsigned char *out = malloc(out_bytes);
@@ -674,10 +771,56 @@ static void bad_arguments_are_errors(void **state) {
     /* And the arguments, restored, work. */
     CINFER_TEST_OK(RUN(&o, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
     CINFER_TEST_SYNC(stream);
-    check_outputs(&c, &x, &rng, cinfer_test_seed() + 900);
+    {
+        tv_state none;
+        tv_setup(&none, TV_NONE, c.hq, &rng, 0, 0, NULL, 0, 0);
+        check_outputs(&c, &x, &rng, cinfer_test_seed() + 900, &none);
+    }
     free_data(&x);
 #undef RUN
 #undef EXPECT
+}
+
+/* Every built-in variant and the suites' user variant (tests/support/variants.c) against the
+ * reference's own implementation of each, causal and not, with a window, GQA, lengths that are
+ * not tile multiples, qo_len > kv_len, and an empty KV. */
+static void variants(void **state) {
+    (void)state;
+    for (int k = TV_SIGMOID; k < TV_COUNT; k++) {
+        for (int shape = 0; shape < 4; shape++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name((tv_kind)k), shape);
+            prefill_case c = base_case(desc);
+            c.variant = (tv_kind)k;
+            c.no_lse = !tv_has_lse(c.variant);
+            c.hq = 8;
+            c.hk = 2;
+            switch (shape) {
+            case 0: /* causal, GQA 4, lengths off the tiles */
+                c.qo_len = 157;
+                c.kv_len = 301;
+                break;
+            case 1: /* non-causal, fp16, HND */
+                c.causal = 0;
+                c.dtype = CINFER__DT_F16;
+                c.layout = CINFER_KV_LAYOUT_HND;
+                c.qo_len = 64;
+                c.kv_len = 700;
+                break;
+            case 2: /* causal with a window, qo_len > kv_len (fully masked rows), D 64 */
+                c.window_left = 40;
+                c.qo_len = 190;
+                c.kv_len = 150;
+                c.d = 64;
+                break;
+            default: /* empty KV */
+                c.qo_len = 33;
+                c.kv_len = 0;
+                break;
+            }
+            run_case(&c, cinfer_test_seed() + 5000 + (uint64_t)(k * 10 + shape));
+        }
+    }
 }
 
 static int teardown_buffers(void **state) {
@@ -704,6 +847,7 @@ int main(void) {
         cmocka_unit_test_teardown(all_tile_configs, teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+        cmocka_unit_test_teardown(variants, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -1,0 +1,191 @@
+#include "support/variants.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The user variant of the suites: it exercises the query, logits and output transforms, the
+ * mask, an unused maybe_ tensor and three scalars, written as a user would. */
+static const char user_source[] =
+    "#define VARIANT_QUERY_TRANSFORM 1\n"
+    "__device__ float variant_query_transform(const cinfer_variant_params *params, float q,\n"
+    "                                         int batch_idx, int qo_idx, int qo_head_idx,\n"
+    "                                         int dim_idx) {\n"
+    "    return q * params->q_mul;\n"
+    "}\n"
+    "#define VARIANT_LOGITS_TRANSFORM 1\n"
+    "__device__ float variant_logits_transform(const cinfer_variant_params *params, float logit,\n"
+    "                                          int batch_idx, int qo_idx, int kv_idx,\n"
+    "                                          int qo_head_idx, int kv_head_idx) {\n"
+    "    return params->cap * tanhf(logit / params->cap);\n"
+    "}\n"
+    "#define VARIANT_LOGITS_MASK 1\n"
+    "__device__ bool variant_logits_mask(const cinfer_variant_params *params, int batch_idx,\n"
+    "                                    int qo_idx, int kv_idx, int qo_head_idx,\n"
+    "                                    int kv_head_idx) {\n"
+    "    if (params->maybe_keep)\n"
+    "        return params->maybe_keep[kv_idx] != 0;\n"
+    "    return (qo_idx + kv_idx) % 3 != 0;\n"
+    "}\n"
+    "#define VARIANT_OUTPUT_TRANSFORM 1\n"
+    "__device__ float variant_output_transform(const cinfer_variant_params *params, float o,\n"
+    "                                          int batch_idx, int qo_idx, int qo_head_idx,\n"
+    "                                          int dim_idx) {\n"
+    "    return o * params->out_mul;\n"
+    "}\n";
+
+static const cinfer_variant_t *user_variant(void) {
+    static cinfer_variant_t *v;
+    if (!v) {
+        const cinfer_param_t params[] = {
+            {"maybe_keep", CINFER_PARAM_TENSOR, {kDLUInt, 8, 1}},
+            {"q_mul", CINFER_PARAM_SCALAR, {kDLFloat, 32, 1}},
+            {"cap", CINFER_PARAM_SCALAR, {kDLFloat, 32, 1}},
+            {"out_mul", CINFER_PARAM_SCALAR, {kDLFloat, 32, 1}},
+        };
+        CINFER_TEST_OK(cinfer_variant_create("test_user", user_source, params, 4, &v));
+    }
+    return v;
+}
+
+static const char *const names[TV_COUNT] = {"default",     "sigmoid",     "sinks", "alibi",
+                                            "alibi (default slopes)", "dump_logits", "user"};
+
+const char *tv_name(tv_kind kind) {
+    return (unsigned)kind < TV_COUNT ? names[kind] : "?";
+}
+
+int tv_has_lse(tv_kind kind) {
+    return kind != TV_SIGMOID;
+}
+
+static void upload_f32(cinfer_test_buf *buf, cinfer_test_tensor *t, const double *x, int n) {
+    float f[256];
+    for (int i = 0; i < n; i++)
+        f[i] = (float)x[i];
+    CINFER_TEST_OK(cinfer_test_buf_alloc(buf, sizeof(float) * (size_t)n));
+    CINFER_TEST_OK(cinfer_test_buf_upload(buf, 0, f, sizeof(float) * (size_t)n));
+    const int64_t shape[1] = {n};
+    cinfer_test_tensor_init(t, buf, 0, 0, CINFER__DT_F32, 1, shape, NULL);
+}
+
+void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t logits_elems,
+              int batch, const int64_t *row_offset, int64_t head_stride, int64_t pos_stride) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->hq = hq;
+    if (hq > 256)
+        fail_msg("tv_setup: at most 256 heads");
+    s->list.args = s->args;
+    switch (kind) {
+    case TV_NONE:
+        break;
+    case TV_SIGMOID:
+        s->variant = cinfer_variant_builtin("sigmoid");
+        s->args[0] = CINFER_ARG_F32(0.7f);
+        s->args[1] = CINFER_ARG_F32(-0.3f);
+        s->list.num_args = 2;
+        break;
+    case TV_SINKS:
+        s->variant = cinfer_variant_builtin("sinks");
+        for (int h = 0; h < hq; h++)
+            s->sinks[h] = (float)cinfer_test_rng_uniform(rng, -2.0, 4.0);
+        upload_f32(&s->d_sinks, &s->t_sinks, s->sinks, hq);
+        s->args[0] = CINFER_ARG_TENSOR(&s->t_sinks.t);
+        s->list.num_args = 1;
+        break;
+    case TV_ALIBI:
+    case TV_ALIBI_DEFAULT:
+        s->variant = cinfer_variant_builtin("alibi");
+        if (kind == TV_ALIBI) {
+            for (int h = 0; h < hq; h++)
+                s->slopes[h] = (float)cinfer_test_rng_uniform(rng, 0.0, 0.2);
+            upload_f32(&s->d_slopes, &s->t_slopes, s->slopes, hq);
+            s->args[0] = CINFER_ARG_TENSOR(&s->t_slopes.t);
+        } else {
+            cinfer__ref_alibi_default_slopes(hq, s->slopes);
+            s->args[0] = CINFER_ARG_TENSOR(NULL);
+        }
+        s->args[1] = CINFER_ARG_I32(hq);
+        s->list.num_args = 2;
+        break;
+    case TV_DUMP: {
+        s->variant = cinfer_variant_builtin("dump_logits");
+        s->logits_elems = logits_elems;
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&s->d_logits, sizeof(float) * (size_t)logits_elems));
+        CINFER_TEST_OK(cinfer_test_buf_poison(&s->d_logits));
+        const int64_t shape[1] = {logits_elems}, rshape[1] = {batch};
+        cinfer_test_tensor_init(&s->t_logits, &s->d_logits, 0, 0, CINFER__DT_F32, 1, shape, NULL);
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&s->d_row_offset, sizeof(int64_t) * (size_t)batch));
+        CINFER_TEST_OK(cinfer_test_buf_upload(&s->d_row_offset, 0, row_offset,
+                                              sizeof(int64_t) * (size_t)batch));
+        cinfer_test_tensor_init(&s->t_row_offset, &s->d_row_offset, 0, 0, CINFER__DT_NONE, 1,
+                                rshape, NULL);
+        s->t_row_offset.t.dtype = (DLDataType){kDLInt, 64, 1};
+        s->args[0] = CINFER_ARG_TENSOR(&s->t_logits.t);
+        s->args[1] = CINFER_ARG_TENSOR(&s->t_row_offset.t);
+        s->args[2] = CINFER_ARG_I64(head_stride);
+        s->args[3] = CINFER_ARG_I64(pos_stride);
+        s->list.num_args = 4;
+        break;
+    }
+    case TV_USER:
+        s->variant = user_variant();
+        s->args[0] = CINFER_ARG_TENSOR(NULL);
+        s->args[1] = CINFER_ARG_F32((float)TV_USER_Q_MUL);
+        s->args[2] = CINFER_ARG_F32((float)TV_USER_CAP);
+        s->args[3] = CINFER_ARG_F32((float)TV_USER_OUT_MUL);
+        s->list.num_args = 4;
+        break;
+    default:
+        fail_msg("tv_setup: unknown kind %d", (int)kind);
+    }
+}
+
+const cinfer_args_t *tv_args(const tv_state *s) {
+    return s->kind == TV_NONE ? NULL : &s->list;
+}
+
+void tv_ref_opts(const tv_state *s, int head, cinfer__ref_attn_opts_t *o) {
+    const int h0 = head < 0 ? 0 : head;
+    switch (s->kind) {
+    case TV_SIGMOID:
+        o->variant = CINFER__REF_VARIANT_SIGMOID;
+        o->sigmoid_scale = 0.7f; /* the float the kernel got */
+        o->sigmoid_bias = -0.3f;
+        break;
+    case TV_SINKS:
+        o->variant = CINFER__REF_VARIANT_SINKS;
+        o->sinks = &s->sinks[h0];
+        break;
+    case TV_ALIBI:
+    case TV_ALIBI_DEFAULT:
+        o->alibi = true;
+        o->alibi_slopes = &s->slopes[h0];
+        break;
+    case TV_USER:
+        o->sm_scale *= TV_USER_Q_MUL;
+        o->logits_soft_cap = TV_USER_CAP;
+        o->v_scale *= TV_USER_OUT_MUL;
+        break;
+    default:
+        break;
+    }
+}
+
+void tv_download_logits(tv_state *s) {
+    free(s->logits);
+    s->logits = malloc(sizeof(float) * (size_t)(s->logits_elems + 1));
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&s->d_logits));
+    CINFER_TEST_OK(cinfer_test_buf_download(&s->d_logits, 0, s->logits,
+                                            sizeof(float) * (size_t)s->logits_elems));
+}
+
+void tv_free(tv_state *s) {
+    cinfer_test_buf_free(&s->d_sinks);
+    cinfer_test_buf_free(&s->d_slopes);
+    cinfer_test_buf_free(&s->d_logits);
+    cinfer_test_buf_free(&s->d_row_offset);
+    free(s->logits);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,377 @@
+/*
+ * Attention variants without a GPU: declaration checking (every kind of mismatch), the generated
+ * parameter struct and its layout, argument packing and its checks, the cache key's dependence on
+ * the variant's source, and NVRTC compiles of every built-in variant with every attention kernel
+ * family for sm_80 and sm_90a, plus a compile error in user code pointing at the user's line.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/jit.h"
+#include "variant/variant.h"
+
+#define F32  {kDLFloat, 32, 1}
+#define F64  {kDLFloat, 64, 1}
+#define I32  {kDLInt, 32, 1}
+#define I64  {kDLInt, 64, 1}
+#define BF16 {kDLBfloat, 16, 1}
+
+static void expect_error(cinfer_status_t st, cinfer_status_t want, const char *what) {
+    assert_int_equal(st, want);
+    if (!strstr(cinfer_last_error(), what))
+        fail_msg("message \"%s\" does not name \"%s\"", cinfer_last_error(), what);
+}
+
+static void expect_create_error(const char *name, const char *source, const cinfer_param_t *params,
+                                int n, const char *what) {
+    cinfer_variant_t *v = (cinfer_variant_t *)1;
+    expect_error(cinfer_variant_create(name, source, params, n, &v),
+                 CINFER_STATUS_INVALID_ARGUMENT, what);
+    assert_null(v);
+}
+
+static void declarations_are_checked(void **state) {
+    (void)state;
+    const cinfer_param_t ok[] = {{"t", CINFER_PARAM_TENSOR, F32}, {"s", CINFER_PARAM_SCALAR, F32}};
+    expect_create_error(NULL, "", ok, 2, "variant name");
+    expect_create_error("", "", ok, 2, "variant name");
+    expect_create_error("9lives", "", ok, 2, "\"9lives\"");
+    expect_create_error("has-dash", "", ok, 2, "\"has-dash\"");
+    char long_name[80];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    expect_create_error(long_name, "", ok, 2, "C identifier");
+    expect_create_error("v", NULL, ok, 2, "source is NULL");
+    expect_create_error("v", "", ok, -1, "num_params = -1");
+    expect_create_error("v", "", ok, 33, "num_params = 33");
+    expect_create_error("v", "", NULL, 1, "params is NULL");
+    const cinfer_param_t bad_name[] = {{"a b", CINFER_PARAM_TENSOR, F32}};
+    expect_create_error("v", "", bad_name, 1, "params[0].name \"a b\"");
+    const cinfer_param_t null_name[] = {{NULL, CINFER_PARAM_TENSOR, F32}};
+    expect_create_error("v", "", null_name, 1, "params[0].name");
+    const cinfer_param_t dup[] = {{"x", CINFER_PARAM_TENSOR, F32}, {"x", CINFER_PARAM_SCALAR, F32}};
+    expect_create_error("v", "", dup, 2, "repeats params[0]");
+    const cinfer_param_t order[] = {{"s", CINFER_PARAM_SCALAR, F32},
+                                    {"t", CINFER_PARAM_TENSOR, F32}};
+    expect_create_error("v", "", order, 2, "follows a scalar");
+    const cinfer_param_t lanes[] = {{"t", CINFER_PARAM_TENSOR, {kDLFloat, 32, 4}}};
+    expect_create_error("v", "", lanes, 1, "params[0] (tensor t): dtype");
+    const cinfer_param_t half_scalar[] = {{"s", CINFER_PARAM_SCALAR, BF16}};
+    expect_create_error("v", "", half_scalar, 1, "params[0] (scalar s): dtype");
+    const cinfer_param_t kind[] = {{"k", (cinfer_param_kind_t)7, F32}};
+    expect_create_error("v", "", kind, 1, "kind = 7");
+    expect_error(cinfer_variant_create("v", "", ok, 2, NULL), CINFER_STATUS_INVALID_ARGUMENT,
+                 "out is NULL");
+
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("fine", "// nothing\n", ok, 2, &v),
+                     CINFER_STATUS_SUCCESS);
+    assert_string_equal(cinfer_variant_name(v), "fine");
+    assert_string_equal(cinfer_variant_source(v), "// nothing\n");
+    int n = 0;
+    const cinfer_param_t *p = cinfer_variant_params(v, &n);
+    assert_int_equal(n, 2);
+    assert_string_equal(p[1].name, "s");
+    cinfer_variant_destroy(v);
+    cinfer_variant_destroy(NULL);
+}
+
+static void builtins_exist(void **state) {
+    (void)state;
+    static const char *const names[] = {"sigmoid", "sinks", "alibi", "dump_logits"};
+    static const int counts[] = {2, 1, 2, 4};
+    for (int i = 0; i < 4; i++) {
+        const cinfer_variant_t *v = cinfer_variant_builtin(names[i]);
+        assert_non_null(v);
+        int n = -1;
+        cinfer_variant_params(v, &n);
+        assert_int_equal(n, counts[i]);
+        cinfer_variant_destroy((cinfer_variant_t *)v); /* a no-op for built-ins */
+        assert_ptr_equal(cinfer_variant_builtin(names[i]), v);
+    }
+    assert_null(cinfer_variant_builtin("nope"));
+    assert_null(cinfer_variant_builtin(NULL));
+    /* The host reads the switches it plans with. */
+    assert_true(cinfer_variant_builtin("sigmoid")->hooks & CINFER__VARIANT_NO_SOFTMAX);
+    assert_false(cinfer_variant_builtin("sinks")->hooks & CINFER__VARIANT_NO_SOFTMAX);
+}
+
+/* Two tensors and three scalars: the struct, its layout and the prelude around the source. */
+static const cinfer_param_t five[] = {
+    {"bias", CINFER_PARAM_TENSOR, F32},
+    {"maybe_index", CINFER_PARAM_TENSOR, I64},
+    {"scale", CINFER_PARAM_SCALAR, F32},
+    {"theta", CINFER_PARAM_SCALAR, F64},
+    {"count", CINFER_PARAM_SCALAR, I32},
+};
+
+static void struct_and_prelude(void **state) {
+    (void)state;
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("five", "// user code\n", five, 5, &v),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(v->offsets[0], 0);
+    assert_int_equal(v->offsets[1], 8);
+    assert_int_equal(v->offsets[2], 16);
+    assert_int_equal(v->offsets[3], 24);
+    assert_int_equal(v->offsets[4], 32);
+    assert_int_equal(v->struct_bytes, 40);
+    cinfer__str_t s = {0};
+    cinfer__variant_render(v, &s);
+    const char *want = "typedef struct cinfer_variant_params {\n"
+                       "    float *bias;\n"
+                       "    int64_t *maybe_index;\n"
+                       "    float scale;\n"
+                       "    double theta;\n"
+                       "    int32_t count;\n"
+                       "} cinfer_variant_params;\n"
+                       "#line 1 \"variant:five\"\n"
+                       "// user code\n";
+    if (!strstr(s.data, want))
+        fail_msg("prelude:\n%s\nlacks:\n%s", s.data, want);
+    assert_non_null(strstr(s.data, "#define CINFER_VARIANT 1\n"));
+    assert_non_null(strstr(s.data, "#define CINFER_VARIANT_HOST_USE_SOFTMAX 1\n"));
+    cinfer__str_free(&s);
+    cinfer_variant_destroy(v);
+}
+
+static void packing_checks_every_argument(void **state) {
+    (void)state;
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("five", "", five, 5, &v), CINFER_STATUS_SUCCESS);
+    float bias_data[4] = {0};
+    int64_t shape[1] = {4};
+    DLTensor bias = {bias_data, {kDLCUDA, 0}, 1, F32, shape, NULL, 0};
+    cinfer_arg_t a[5] = {CINFER_ARG_TENSOR(&bias), CINFER_ARG_TENSOR(NULL), CINFER_ARG_F32(1.5f),
+                         CINFER_ARG_F64(2.5), CINFER_ARG_I32(-7)};
+    cinfer_args_t list = {5, a};
+    unsigned char blob[CINFER__VARIANT_MAX_BYTES];
+    size_t bytes = 0;
+    assert_int_equal(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(bytes, 40);
+    void *ptr;
+    memcpy(&ptr, blob, sizeof ptr);
+    assert_ptr_equal(ptr, bias_data);
+    memcpy(&ptr, blob + 8, sizeof ptr);
+    assert_null(ptr);
+    float f;
+    double d;
+    int32_t i;
+    memcpy(&f, blob + 16, 4);
+    memcpy(&d, blob + 24, 8);
+    memcpy(&i, blob + 32, 4);
+    assert_true(f == 1.5f && d == 2.5 && i == -7);
+
+    /* Count. */
+    list.num_args = 4;
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "4 variant argument(s) given, variant five "
+                                                 "declares 5");
+    expect_error(cinfer__variant_pack(v, NULL, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "declares 5 (tensor bias");
+    list.num_args = 5;
+    /* Kind: a scalar where a tensor is declared. */
+    a[0] = CINFER_ARG_F32(1.0f);
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "argument 0 (bias): kind");
+    /* NULL only for maybe_. */
+    a[0] = CINFER_ARG_TENSOR(NULL);
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "only parameters named maybe_");
+    /* Tensor dtype. */
+    DLTensor bias16 = bias;
+    bias16.dtype = (DLDataType)BF16;
+    a[0] = CINFER_ARG_TENSOR(&bias16);
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "(tensor bias): dtype bfloat16, expected float32");
+    /* Not contiguous. */
+    int64_t shape2[2] = {2, 2}, strides2[2] = {4, 1};
+    DLTensor strided = {bias_data, {kDLCUDA, 0}, 2, F32, shape2, strides2, 0};
+    a[0] = CINFER_ARG_TENSOR(&strided);
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "not contiguous");
+    a[0] = CINFER_ARG_TENSOR(&bias);
+    /* Scalar dtype. */
+    a[3] = CINFER_ARG_F32(2.5f);
+    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "(scalar theta): dtype float32, expected float64");
+    a[3] = CINFER_ARG_F64(2.5);
+    /* NULL array with a count. */
+    cinfer_args_t broken = {5, NULL};
+    expect_error(cinfer__variant_pack(v, &broken, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "args->args is NULL");
+    /* Default attention takes nothing. */
+    expect_error(cinfer__variant_pack(NULL, &list, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "default attention declares 0");
+    assert_int_equal(cinfer__variant_pack(NULL, NULL, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(bytes, 4);
+    cinfer_variant_destroy(v);
+}
+
+static cinfer__spec_t parse(const char *text) {
+    cinfer__spec_t s;
+    if (cinfer__spec_parse(text, &s) != CINFER_STATUS_SUCCESS)
+        fail_msg("parse \"%s\": %s", text, cinfer_last_error());
+    return s;
+}
+
+static void key_follows_the_source(void **state) {
+    (void)state;
+    cinfer_variant_t *a = NULL, *b = NULL, *a2 = NULL;
+    assert_int_equal(cinfer_variant_create("same", "// one\n", NULL, 0, &a), CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer_variant_create("same", "// two\n", NULL, 0, &b), CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer_variant_create("same", "// one\n", NULL, 0, &a2),
+                     CINFER_STATUS_SUCCESS);
+    assert_true(a->id != b->id);
+    assert_true(a->id == a2->id);
+    cinfer__spec_t s = parse("prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,tile_q=128,"
+                             "tile_kv=64,warps=8,stages=2");
+    cinfer__rendered_t ra, rb, ra2, rd;
+    s.variant = a, s.variant_id = a->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 12000, &ra), CINFER_STATUS_SUCCESS);
+    s.variant = b, s.variant_id = b->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 12000, &rb), CINFER_STATUS_SUCCESS);
+    s.variant = a2, s.variant_id = a2->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 12000, &ra2), CINFER_STATUS_SUCCESS);
+    s.variant = NULL, s.variant_id = 0;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 12000, &rd), CINFER_STATUS_SUCCESS);
+    assert_string_equal(ra.name, rb.name); /* the name says "same"; the key tells them apart */
+    assert_string_not_equal(ra.key_hash, rb.key_hash);
+    assert_string_equal(ra.key_hash, ra2.key_hash);
+    assert_string_not_equal(ra.key_hash, rd.key_hash);
+    assert_non_null(strstr(ra.name, "_same"));
+    /* A spec whose id does not match its variant is refused; so is a soft cap with a variant. */
+    s.variant = a, s.variant_id = b->id;
+    assert_int_equal(cinfer__spec_validate(&s), CINFER_STATUS_INVALID_ARGUMENT);
+    s.variant_id = a->id;
+    s.flags = CINFER__FLAG_SOFT_CAP;
+    expect_error(cinfer__spec_validate(&s), CINFER_STATUS_INVALID_ARGUMENT, "soft cap");
+    /* The text form names built-ins; unknown names are errors. */
+    cinfer__spec_t t = parse("decode:dtype=bf16,head_dim=128,tile_q=4,tile_kv=4,warps=4,"
+                             "variant=sinks");
+    assert_ptr_equal(t.variant, cinfer_variant_builtin("sinks"));
+    char text[512];
+    cinfer__spec_format(&t, text, sizeof text);
+    assert_non_null(strstr(text, "variant=sinks"));
+    cinfer__spec_t u;
+    expect_error(cinfer__spec_parse("decode:variant=nope", &u), CINFER_STATUS_INVALID_ARGUMENT,
+                 "unknown variant \"nope\"");
+    cinfer__rendered_free(&ra);
+    cinfer__rendered_free(&rb);
+    cinfer__rendered_free(&ra2);
+    cinfer__rendered_free(&rd);
+    cinfer_variant_destroy(a);
+    cinfer_variant_destroy(b);
+    cinfer_variant_destroy(a2);
+}
+
+static void compile_spec(const cinfer__spec_t *s, const char *arch) {
+    cinfer__rendered_t r;
+    if (cinfer__spec_render(s, arch, cinfer__jit_nvrtc_version(), &r) != CINFER_STATUS_SUCCESS)
+        fail_msg("render for %s: %s", arch, cinfer_last_error());
+    void *cubin = NULL;
+    size_t size = 0;
+    double seconds = 0;
+    if (cinfer__jit_compile(&r, &cubin, &size, &seconds) != CINFER_STATUS_SUCCESS)
+        fail_msg("compile %s for %s: %s", r.name, arch, cinfer_last_error());
+    assert_memory_equal(cubin, "\177ELF", 4);
+    free(cubin);
+    cinfer__rendered_free(&r);
+}
+
+static void builtins_compile_with_every_family(void **state) {
+    (void)state;
+    static const char *const families[] = {
+        "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4",
+        "decode_tc:dtype=f16,head_dim=64,paged=0,tile_q=8,warps=4,stages=3",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,flags=window,tile_q=128,"
+        "tile_kv=64,warps=8,stages=2",
+    };
+    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits"};
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t f = 0; f < 3; f++)
+        for (size_t v = 0; v < 4; v++)
+            for (size_t a = 0; a < 2; a++) {
+                cinfer__spec_t s = parse(families[f]);
+                s.variant = cinfer_variant_builtin(variants[v]);
+                s.variant_id = s.variant->id;
+                compile_spec(&s, archs[a]);
+            }
+}
+
+static void user_compile_error_points_at_the_line(void **state) {
+    (void)state;
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("oops",
+                                           "#define VARIANT_LOGITS_TRANSFORM 1\n"
+                                           "__device__ float variant_logits_transform(\n"
+                                           "    const cinfer_variant_params *params, float l,\n"
+                                           "    int b, int q, int k, int qh, int kh) {\n"
+                                           "    return l + undefined_thing;\n"
+                                           "}\n",
+                                           NULL, 0, &v),
+                     CINFER_STATUS_SUCCESS);
+    cinfer__spec_t s = parse("decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4");
+    s.variant = v;
+    s.variant_id = v->id;
+    cinfer__rendered_t r;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", cinfer__jit_nvrtc_version(), &r),
+                     CINFER_STATUS_SUCCESS);
+    void *cubin = NULL;
+    size_t size = 0;
+    double seconds = 0;
+    expect_error(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR,
+                 "variant:oops(5)");
+    assert_null(cubin);
+    cinfer__rendered_free(&r);
+    /* A hook defined without its macro collides with the default. */
+    cinfer_variant_t *w = NULL;
+    assert_int_equal(cinfer_variant_create("unannounced",
+                                           "__device__ bool variant_logits_mask(\n"
+                                           "    const cinfer_variant_params *params, int b,\n"
+                                           "    int q, int k, int qh, int kh) { return true; }\n",
+                                           NULL, 0, &w),
+                     CINFER_STATUS_SUCCESS);
+    s.variant = w;
+    s.variant_id = w->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", cinfer__jit_nvrtc_version(), &r),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR);
+    cinfer__rendered_free(&r);
+    /* VARIANT_USE_SOFTMAX set in a way the host cannot read is refused at compile time. */
+    cinfer_variant_t *x = NULL;
+    assert_int_equal(cinfer_variant_create("sneaky", "#define NO 0\n#define VARIANT_USE_SOFTMAX NO\n",
+                                           NULL, 0, &x),
+                     CINFER_STATUS_SUCCESS);
+    s.variant = x;
+    s.variant_id = x->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", cinfer__jit_nvrtc_version(), &r),
+                     CINFER_STATUS_SUCCESS);
+    expect_error(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR,
+                 "VARIANT_USE_SOFTMAX");
+    cinfer__rendered_free(&r);
+    cinfer_variant_destroy(v);
+    cinfer_variant_destroy(w);
+    cinfer_variant_destroy(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(declarations_are_checked),
+        cmocka_unit_test(builtins_exist),
+        cmocka_unit_test(struct_and_prelude),
+        cmocka_unit_test(packing_checks_every_argument),
+        cmocka_unit_test(key_follows_the_source),
+        cmocka_unit_test(builtins_compile_with_every_family),
+        cmocka_unit_test(user_compile_error_points_at_the_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
