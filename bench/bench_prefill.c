@@ -35,6 +35,7 @@ typedef struct workload {
     int causal;
     float soft_cap;
     int window_left;
+    const char *variant; /* a built-in variant's name, or NULL */
 } workload_t;
 
 /* FLOPs of the attention a workload keeps: 4 D per kept (row, key) pair and query head. */
@@ -64,9 +65,18 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.head_dim = HD;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
+    /* Built-in variants with their default arguments: alibi with the paper's slopes, sinks of 0. */
+    o.variant = w->variant ? cinfer_variant_builtin(w->variant) : NULL;
+    cinfer_arg_t arg_list[2] = {CINFER_ARG_TENSOR(NULL), CINFER_ARG_I32(HQ)};
+    cinfer_args_t args = {2, arg_list};
+    const cinfer_args_t *run_args = w->variant ? &args : NULL;
+    if (w->variant && strcmp(w->variant, "alibi") != 0) {
+        fprintf(stderr, "bench_prefill: no arguments for variant %s\n", w->variant);
+        exit(1);
+    }
 
     cinfer_status_t st = cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout,
-                                                       NULL, NULL, tiles, stream);
+                                                       NULL, run_args, tiles, stream);
     if (st == CINFER_STATUS_UNSUPPORTED && tiles)
         return -1.0;
     CI(st);
@@ -80,8 +90,8 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     for (int i = -3; i < iters; i++) {
         CU(cuEventRecord(e0, stream));
         for (int r = 0; r < reps; r++)
-            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL, NULL,
-                                             tiles, stream));
+            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL,
+                                             run_args, tiles, stream));
         CU(cuEventRecord(e1, stream));
         CU(cuEventSynchronize(e1));
         if (i >= 0)
@@ -141,17 +151,19 @@ int main(int argc, char **argv) {
     static const int64_t lens[] = {1024, 4096, 16384};
     for (int li = 0; li < 3; li++) {
         for (int causal = 1; causal >= 0; causal--) {
-            workload_t w = {lens[li], causal, 0.0f, -1};
+            workload_t w = {lens[li], causal, 0.0f, -1, NULL};
             const int iters = quick ? 5 : lens[li] >= 16384 ? 15 : 30;
             print_row("plain", &w, time_prefill(ctx, stream, &b, &w, NULL, iters));
         }
     }
     {
-        workload_t w = {16384, 1, 30.0f, -1};
+        workload_t w = {16384, 1, 30.0f, -1, NULL};
         print_row("soft cap 30", &w, time_prefill(ctx, stream, &b, &w, NULL, quick ? 5 : 15));
-        workload_t wn = {16384, 1, 0.0f, 4095};
+        workload_t wn = {16384, 1, 0.0f, 4095, NULL};
         print_row("window 4k (band FLOPs)", &wn,
                   time_prefill(ctx, stream, &b, &wn, NULL, quick ? 5 : 15));
+        workload_t wa = {16384, 1, 0.0f, -1, "alibi"};
+        print_row("alibi (variant)", &wa, time_prefill(ctx, stream, &b, &wa, NULL, quick ? 5 : 15));
     }
 
     if (sweep) {
@@ -167,7 +179,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
             double tf[2];
             for (int causal = 1; causal >= 0; causal--) {
-                workload_t w = {16384, causal, 0.0f, -1};
+                workload_t w = {16384, causal, 0.0f, -1, NULL};
                 const double ms = time_prefill(ctx, stream, &b, &w, &tiles[i], quick ? 3 : 7);
                 tf[causal] = ms > 0 ? flops(&w) / (ms * 1e-3) / 1e12 : -1.0;
             }

@@ -48,8 +48,8 @@ static const cinfer_variant_t *user_variant(void) {
     return v;
 }
 
-static const char *const names[TV_COUNT] = {"default",     "sigmoid",     "sinks", "alibi",
-                                            "alibi (default slopes)", "dump_logits", "user"};
+static const char *const names[TV_COUNT] = {
+    "default", "sigmoid", "sinks", "alibi", "alibi (default slopes)", "dump_logits", "user"};
 
 const char *tv_name(tv_kind kind) {
     return (unsigned)kind < TV_COUNT ? names[kind] : "?";

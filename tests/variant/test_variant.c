@@ -16,11 +16,16 @@
 #include "jit/jit.h"
 #include "variant/variant.h"
 
-#define F32  {kDLFloat, 32, 1}
-#define F64  {kDLFloat, 64, 1}
-#define I32  {kDLInt, 32, 1}
-#define I64  {kDLInt, 64, 1}
-#define BF16 {kDLBfloat, 16, 1}
+#define F32                                                                                        \
+    { kDLFloat, 32, 1 }
+#define F64                                                                                        \
+    { kDLFloat, 64, 1 }
+#define I32                                                                                        \
+    { kDLInt, 32, 1 }
+#define I64                                                                                        \
+    { kDLInt, 64, 1 }
+#define BF16                                                                                       \
+    { kDLBfloat, 16, 1 }
 
 static void expect_error(cinfer_status_t st, cinfer_status_t want, const char *what) {
     assert_int_equal(st, want);
@@ -31,8 +36,8 @@ static void expect_error(cinfer_status_t st, cinfer_status_t want, const char *w
 static void expect_create_error(const char *name, const char *source, const cinfer_param_t *params,
                                 int n, const char *what) {
     cinfer_variant_t *v = (cinfer_variant_t *)1;
-    expect_error(cinfer_variant_create(name, source, params, n, &v),
-                 CINFER_STATUS_INVALID_ARGUMENT, what);
+    expect_error(cinfer_variant_create(name, source, params, n, &v), CINFER_STATUS_INVALID_ARGUMENT,
+                 what);
     assert_null(v);
 }
 
@@ -104,10 +109,8 @@ static void builtins_exist(void **state) {
 
 /* Two tensors and three scalars: the struct, its layout and the prelude around the source. */
 static const cinfer_param_t five[] = {
-    {"bias", CINFER_PARAM_TENSOR, F32},
-    {"maybe_index", CINFER_PARAM_TENSOR, I64},
-    {"scale", CINFER_PARAM_SCALAR, F32},
-    {"theta", CINFER_PARAM_SCALAR, F64},
+    {"bias", CINFER_PARAM_TENSOR, F32},  {"maybe_index", CINFER_PARAM_TENSOR, I64},
+    {"scale", CINFER_PARAM_SCALAR, F32}, {"theta", CINFER_PARAM_SCALAR, F64},
     {"count", CINFER_PARAM_SCALAR, I32},
 };
 
@@ -172,8 +175,9 @@ static void packing_checks_every_argument(void **state) {
     /* Count. */
     list.num_args = 4;
     expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
-                 CINFER_STATUS_INVALID_ARGUMENT, "4 variant argument(s) given, variant five "
-                                                 "declares 5");
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "4 variant argument(s) given, variant five "
+                 "declares 5");
     expect_error(cinfer__variant_pack(v, NULL, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "declares 5 (tensor bias");
     list.num_args = 5;
@@ -348,8 +352,8 @@ static void user_compile_error_points_at_the_line(void **state) {
     cinfer__rendered_free(&r);
     /* VARIANT_USE_SOFTMAX set in a way the host cannot read is refused at compile time. */
     cinfer_variant_t *x = NULL;
-    assert_int_equal(cinfer_variant_create("sneaky", "#define NO 0\n#define VARIANT_USE_SOFTMAX NO\n",
-                                           NULL, 0, &x),
+    assert_int_equal(cinfer_variant_create(
+                         "sneaky", "#define NO 0\n#define VARIANT_USE_SOFTMAX NO\n", NULL, 0, &x),
                      CINFER_STATUS_SUCCESS);
     s.variant = x;
     s.variant_id = x->id;
