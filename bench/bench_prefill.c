@@ -28,6 +28,7 @@
 typedef struct buffers {
     int64_t max_s;
     CUdeviceptr q, k, v, out;
+    CUdeviceptr slopes; /* [HQ] float32 ALiBi slopes */
 } buffers_t;
 
 typedef struct workload {
@@ -65,15 +66,15 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.head_dim = HD;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
-    /* Built-in variants with their default arguments: alibi with the paper's slopes, sinks of 0. */
-    o.variant = w->variant ? cinfer_variant_builtin(w->variant) : NULL;
-    cinfer_arg_t arg_list[2] = {CINFER_ARG_TENSOR(NULL), CINFER_ARG_I32(HQ)};
+    /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor. */
+    o.variant = w->variant ? cinfer_variant_builtin("alibi") : NULL;
+    int64_t slopes_shape[1] = {HQ};
+    DLTensor slopes = tensor(b->slopes, (DLDataType){kDLFloat, 32, 1}, 1, slopes_shape, dev);
+    cinfer_arg_t arg_list[2] = {
+        CINFER_ARG_TENSOR(w->variant && strcmp(w->variant, "alibi_slopes") == 0 ? &slopes : NULL),
+        CINFER_ARG_I32(HQ)};
     cinfer_args_t args = {2, arg_list};
     const cinfer_args_t *run_args = w->variant ? &args : NULL;
-    if (w->variant && strcmp(w->variant, "alibi") != 0) {
-        fprintf(stderr, "bench_prefill: no arguments for variant %s\n", w->variant);
-        exit(1);
-    }
 
     cinfer_status_t st = cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout,
                                                        NULL, run_args, tiles, stream);
@@ -141,6 +142,13 @@ int main(int argc, char **argv) {
     fill_random(b.q, q_bytes);
     fill_random(b.k, kv_bytes);
     fill_random(b.v, kv_bytes);
+    {
+        float slopes[HQ];
+        for (int h = 0; h < HQ; h++)
+            slopes[h] = 0.5f / (float)(h + 1);
+        CU(cuMemAlloc(&b.slopes, sizeof slopes));
+        CU(cuMemcpyHtoD(b.slopes, slopes, sizeof slopes));
+    }
 
     cinfer__prefill_config_t def;
     cinfer__prefill_context_config(ctx, HD, &def);
@@ -163,7 +171,11 @@ int main(int argc, char **argv) {
         print_row("window 4k (band FLOPs)", &wn,
                   time_prefill(ctx, stream, &b, &wn, NULL, quick ? 5 : 15));
         workload_t wa = {16384, 1, 0.0f, -1, "alibi"};
-        print_row("alibi (variant)", &wa, time_prefill(ctx, stream, &b, &wa, NULL, quick ? 5 : 15));
+        print_row("alibi (variant, default slopes)", &wa,
+                  time_prefill(ctx, stream, &b, &wa, NULL, quick ? 5 : 15));
+        workload_t ws = {16384, 1, 0.0f, -1, "alibi_slopes"};
+        print_row("alibi (variant, slopes tensor)", &ws,
+                  time_prefill(ctx, stream, &b, &ws, NULL, quick ? 5 : 15));
     }
 
     if (sweep) {
@@ -200,6 +212,7 @@ int main(int argc, char **argv) {
     CU(cuMemFree(b.out));
     CU(cuMemFree(b.k));
     CU(cuMemFree(b.v));
+    CU(cuMemFree(b.slopes));
     cu->cuStreamDestroy(stream);
     cinfer_context_destroy(ctx);
     return 0;

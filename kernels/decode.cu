@@ -186,13 +186,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                         dot = fmaf(q[g][i], k[i], dot);
                     dot = row_sum(dot);
 #if CINFER_VARIANT_LOGITS
-                    /* Through the hooks in natural-log units; with softmax the result goes back
-                     * to base 2, without it is the weight itself (0 where dropped). */
+                    /* Through the hooks in natural-log units (the host's q_scale has no log2(e)
+                     * for these kernels); with softmax the result goes to base 2, without it is
+                     * the weight itself (0 where dropped). */
                     float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
                     if (valid) {
                         const int t = t0 + u * ROWS + row, head = qo_head0 + g;
-                        const float logit = variant_logits_transform(&vp, dot * CINFER_LN2, b,
-                                                                     qo_pos, t, head, item.kv_head);
+                        const float logit =
+                            variant_logits_transform(&vp, dot, b, qo_pos, t, head, item.kv_head);
                         if (variant_logits_mask(&vp, b, qo_pos, t, head, item.kv_head))
                             x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
                     }

@@ -192,13 +192,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 for (int r = 0; r < 4; r++) {
                     const int t = t0 + 8 * n + 2 * tq + (r % 2);
 #if CINFER_VARIANT_LOGITS
-                    /* Through the hooks in natural-log units (rows past HPC are padding). */
+                    /* Through the hooks in natural-log units (q_scale has no log2(e) here; rows
+                     * past HPC are padding). */
                     const int row = g + 8 * (r / 2);
                     float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
                     if (t < item.kv_end && row < HPC) {
-                        const float logit =
-                            variant_logits_transform(&vp, s[n][r] * p.q_scale * CINFER_LN2, b,
-                                                     qo_pos, t, qo_head0 + row, item.kv_head);
+                        const float logit = variant_logits_transform(
+                            &vp, s[n][r] * p.q_scale, b, qo_pos, t, qo_head0 + row, item.kv_head);
                         if (variant_logits_mask(&vp, b, qo_pos, t, qo_head0 + row, item.kv_head))
                             x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
                     }

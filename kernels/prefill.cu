@@ -236,8 +236,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 
-#if CINFER_SOFTCAP || CINFER_VARIANT_LOGITS
-    const float scale = 1.0f; /* the soft cap or the hooks yield base-2 logits themselves */
+#if CINFER_VARIANT_LOGITS
+    const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
+#elif CINFER_SOFTCAP
+    const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
 #else
     const float scale = p.q_scale;
 #endif
@@ -346,34 +348,70 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 
 #if CINFER_VARIANT_LOGITS
-            /* Every element through the hooks (natural-log units in, base 2 out; without softmax
-             * the weight itself, 0 where dropped), only for rows and positions that exist. */
-#pragma unroll
-            for (int mq = 0; mq < MMA_Q; mq++)
-#pragma unroll
-                for (int n = 0; n < S_TILES; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = row_base + mq * 16 + (e / 2) * 8;
-                        const int pos = q0 + row + delta;
-                        const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                        bool keep = j < p.kv_len && row < q_rows;
+            /* Every element through the hooks, in natural-log units (the host's q_scale has no
+             * log2(e) for these kernels; the softmax's scale adds it). Hooks see only rows and
+             * positions that exist: tiles that cross an edge (kv_len, the last query row, the
+             * diagonal, the window) test each element first; inside tiles call the hooks
+             * unconditionally, so what they compute per head (a slope, a loaded parameter) is
+             * computed once per tile rather than per element. */
+            {
+                bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
 #if CAUSAL
-                        keep = keep && j <= pos;
+                edge = edge || j0 + TILE_KV - 1 > q0 + delta;
 #endif
 #if CINFER_WINDOW
-                        keep = keep && j >= pos - p.window_left;
+                edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
 #endif
-                        float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
-                        if (keep) {
-                            const float logit =
-                                variant_logits_transform(&vp, s[mq][n][e] * p.q_scale * CINFER_LN2,
-                                                         batch_idx, pos, j, head, kv_head);
-                            if (variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head))
-                                x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
-                        }
-                        s[mq][n][e] = x;
-                    }
+                const float dropped = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                if (!edge) {
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                        for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
+                                const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                const float logit = variant_logits_transform(
+                                    &vp, s[mq][n][e] * p.q_scale, batch_idx, pos, j, head, kv_head);
+#if VARIANT_LOGITS_MASK
+                                s[mq][n][e] =
+                                    variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head)
+                                        ? logit
+                                        : dropped;
+#else
+                                s[mq][n][e] = logit;
+#endif
+                            }
+                } else {
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                        for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                const int row = row_base + mq * 16 + (e / 2) * 8;
+                                const int pos = q0 + row + delta;
+                                const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                bool keep = j < p.kv_len && row < q_rows;
+#if CAUSAL
+                                keep = keep && j <= pos;
+#endif
+#if CINFER_WINDOW
+                                keep = keep && j >= pos - p.window_left;
+#endif
+                                float x = dropped;
+                                if (keep) {
+                                    const float logit =
+                                        variant_logits_transform(&vp, s[mq][n][e] * p.q_scale,
+                                                                 batch_idx, pos, j, head, kv_head);
+                                    if (variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head))
+                                        x = logit;
+                                }
+                                s[mq][n][e] = x;
+                            }
+                }
+            }
 #else
 #if CINFER_SOFTCAP
 #pragma unroll
@@ -415,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-                    /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
+            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
 #if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++) {

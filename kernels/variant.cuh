@@ -12,7 +12,6 @@
 #include "dtype.cuh"
 
 #define CINFER_LOG2E 1.4426950408889634f
-#define CINFER_LN2   0.6931471805599453f
 
 #ifndef CINFER_VARIANT
 /* Default attention: its parameters travel in the kernel's own parameter struct. */
@@ -21,6 +20,7 @@ typedef struct cinfer_variant_params {
 } cinfer_variant_params;
 #define CINFER_VARIANT_HOST_USE_SOFTMAX      1
 #define CINFER_VARIANT_HOST_OUTPUT_TRANSFORM 0
+#define CINFER_VARIANT_HOST_LOGITS           0
 #endif
 
 #ifndef VARIANT_QUERY_TRANSFORM
@@ -71,8 +71,8 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
 #define VARIANT_USE_SOFTMAX 1
 #endif
 
-/* The host plans split-KV and LSE from its own reading of these two switches; a source that sets
- * them in a way the host did not see must not run with that plan. */
+/* The host plans split-KV, LSE and the logit scale from its own reading of these two switches; a
+ * source that sets them in a way the host did not see must not run with that plan. */
 #if VARIANT_USE_SOFTMAX != CINFER_VARIANT_HOST_USE_SOFTMAX
 #error "variant: VARIANT_USE_SOFTMAX must be set by a plain '#define VARIANT_USE_SOFTMAX 0' line"
 #endif
@@ -81,9 +81,13 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
     "variant: VARIANT_OUTPUT_TRANSFORM must be set by a plain '#define VARIANT_OUTPUT_TRANSFORM 1' line"
 #endif
 
-/* The kernel evaluates logits element by element through the hooks (natural-log units in,
- * base-2 out), instead of its folded-scale fast path. */
+/* The kernel evaluates logits element by element through the hooks, in natural-log units,
+ * instead of its folded-scale fast path; the host then leaves log2(e) out of q_scale. */
 #define CINFER_VARIANT_LOGITS                                                                      \
     (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
+#if CINFER_VARIANT_LOGITS != CINFER_VARIANT_HOST_LOGITS
+#error                                                                                             \
+    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK with plain '#define NAME 1' lines"
+#endif
 
 #endif

@@ -148,8 +148,8 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     if (o->logits_soft_cap > 0) {
         q_scale /= o->logits_soft_cap;
         s->soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
-    } else {
-        q_scale *= log2e;
+    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
+        q_scale *= log2e; /* (logit hooks take natural-log units) */
     }
     /* The kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the 256 back
      * into both scales. */

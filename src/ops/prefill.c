@@ -308,8 +308,8 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     if (o->logits_soft_cap > 0) {
         q_scale /= o->logits_soft_cap;
         p.soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
-    } else {
-        q_scale *= log2e;
+    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
+        q_scale *= log2e; /* (logit hooks take natural-log units) */
     }
     p.q_scale = (float)q_scale;
     p.v_scale = o->v_scale;

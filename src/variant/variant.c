@@ -178,6 +178,10 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
     v->hooks =
         (defines(source, "VARIANT_USE_SOFTMAX", "0") ? CINFER__VARIANT_NO_SOFTMAX : 0) |
         (defines(source, "VARIANT_OUTPUT_TRANSFORM", "1") ? CINFER__VARIANT_OUTPUT_TRANSFORM : 0);
+    if ((v->hooks & CINFER__VARIANT_NO_SOFTMAX) ||
+        defines(source, "VARIANT_LOGITS_TRANSFORM", "1") ||
+        defines(source, "VARIANT_LOGITS_MASK", "1"))
+        v->hooks |= CINFER__VARIANT_LOGITS;
     XXH3_state_t *h = XXH3_createState();
     if (!h) {
         free(v->source);
@@ -305,9 +309,11 @@ const cinfer_variant_t *cinfer_variant_builtin(const char *name) {
 void cinfer__variant_render(const cinfer_variant_t *v, cinfer__str_t *s) {
     cinfer__str_printf(s,
                        "#define CINFER_VARIANT 1\n#define CINFER_VARIANT_HOST_USE_SOFTMAX %d\n"
-                       "#define CINFER_VARIANT_HOST_OUTPUT_TRANSFORM %d\n",
+                       "#define CINFER_VARIANT_HOST_OUTPUT_TRANSFORM %d\n"
+                       "#define CINFER_VARIANT_HOST_LOGITS %d\n",
                        v->hooks & CINFER__VARIANT_NO_SOFTMAX ? 0 : 1,
-                       v->hooks & CINFER__VARIANT_OUTPUT_TRANSFORM ? 1 : 0);
+                       v->hooks & CINFER__VARIANT_OUTPUT_TRANSFORM ? 1 : 0,
+                       v->hooks & CINFER__VARIANT_LOGITS ? 1 : 0);
     cinfer__str_puts(s, "#include \"common.cuh\"\n#include \"dtype.cuh\"\n"
                         "typedef struct cinfer_variant_params {\n");
     for (int i = 0; i < v->num_params; i++) {

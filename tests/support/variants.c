@@ -142,6 +142,15 @@ void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t l
     }
 }
 
+double tv_max_abs_tol(const tv_state *s, const double *ref, int64_t n) {
+    if (s->kind != TV_SIGMOID)
+        return 0.05;
+    double m = 1.0;
+    for (int64_t i = 0; i < n; i++)
+        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
+    return 0.05 * m;
+}
+
 const cinfer_args_t *tv_args(const tv_state *s) {
     return s->kind == TV_NONE ? NULL : &s->list;
 }

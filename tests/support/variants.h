@@ -56,6 +56,11 @@ int tv_has_lse(tv_kind kind);
 void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t logits_elems,
               int batch, const int64_t *row_offset, int64_t head_stride, int64_t pos_stride);
 
+/* The largest absolute error to accept on out (0.05 for outputs that are averages of values in
+ * [-1, 1]): a variant without softmax sums weighted values, so its outputs and their rounding
+ * grow with the sum; the tolerance scales with the largest reference magnitude. */
+double tv_max_abs_tol(const tv_state *s, const double *ref, int64_t n);
+
 /* The argument list for run (NULL for TV_NONE). */
 const cinfer_args_t *tv_args(const tv_state *s);
 
