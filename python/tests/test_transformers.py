@@ -41,7 +41,7 @@ def _model(attn_implementation, state=None):
     config = transformers.LlamaConfig(
         vocab_size=512, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        max_position_embeddings=4096, torch_dtype=torch.float16)
+        max_position_embeddings=4096)
     config._attn_implementation = attn_implementation
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to(device=DEV, dtype=torch.float16).eval()
