@@ -5,13 +5,18 @@ A serving engine switches by changing one import::
     import cinfer as flashinfer
 
 Implemented so far: :func:`single_decode_with_kv_cache`,
-:class:`BatchDecodeWithPagedKVCacheWrapper` (and its CUDA-graph variant), :func:`merge_state`,
-:func:`merge_state_in_place`, :func:`merge_states`. Log-sum-exp values are in base 2, as in
-FlashInfer.
+:class:`BatchDecodeWithPagedKVCacheWrapper` (and its CUDA-graph variant),
+:func:`single_prefill_with_kv_cache` (and ``_return_lse``), :func:`merge_state`,
+:func:`merge_state_in_place`, :func:`merge_states`, :func:`append_paged_kv_cache`,
+:func:`get_batch_indices_positions`, :func:`get_seq_lens`, the ``apply_rope*`` and
+``apply_llama31_rope*`` family, :func:`apply_rope_with_cos_sin_cache` (and ``_inplace``),
+:func:`packbits`, :func:`segment_packbits`. Log-sum-exp values are in base 2, as in FlashInfer.
 
 Importing the package needs neither PyTorch nor the shared library: torch is imported by the first
 call that takes tensors, and ``libcinfer.so`` is loaded by the first call into it (from
-``$CINFER_LIBRARY``, next to this package, or the ``build/`` folder of the source tree).
+``$CINFER_LIBRARY``, next to this package, or the ``build/`` folder of the source tree). The
+tensor functions are also PyTorch custom operators for torch.compile (:mod:`cinfer.torch_ops`),
+registered at import when torch is already imported, else at the first call.
 """
 
 from __future__ import annotations
@@ -19,12 +24,27 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, Union
 
-from . import cascade, decode
+from . import _dispatch, cascade, decode, page, prefill, quantization, rope
 from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import (
     BatchDecodeWithPagedKVCacheWrapper,
     CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
     single_decode_with_kv_cache,
+)
+from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
+from .prefill import single_prefill_with_kv_cache, single_prefill_with_kv_cache_return_lse
+from .quantization import packbits, segment_packbits
+from .rope import (
+    apply_llama31_rope,
+    apply_llama31_rope_inplace,
+    apply_llama31_rope_pos_ids,
+    apply_llama31_rope_pos_ids_inplace,
+    apply_rope,
+    apply_rope_inplace,
+    apply_rope_pos_ids,
+    apply_rope_pos_ids_inplace,
+    apply_rope_with_cos_sin_cache,
+    apply_rope_with_cos_sin_cache_inplace,
 )
 from .errors import (
     ArgumentError,
@@ -72,6 +92,10 @@ def jit_stats() -> Dict[str, Union[int, float]]:
             if name not in ("size", "version")}
 
 
+# With torch already imported, register the torch.compile operators now, so code compiled before
+# any eager call traces them too (this imports nothing new).
+_dispatch.ensure_registered()
+
 __all__ = [
     "ArgumentError",
     "BatchDecodeWithPagedKVCacheWrapper",
@@ -80,14 +104,35 @@ __all__ = [
     "CompileError",
     "NoDeviceError",
     "UnsupportedError",
+    "append_paged_kv_cache",
+    "apply_llama31_rope",
+    "apply_llama31_rope_inplace",
+    "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope_pos_ids_inplace",
+    "apply_rope",
+    "apply_rope_inplace",
+    "apply_rope_pos_ids",
+    "apply_rope_pos_ids_inplace",
+    "apply_rope_with_cos_sin_cache",
+    "apply_rope_with_cos_sin_cache_inplace",
     "cache_dir",
     "cascade",
     "decode",
+    "get_batch_indices_positions",
+    "get_seq_lens",
     "jit_stats",
     "library_path",
     "library_version",
     "merge_state",
     "merge_state_in_place",
     "merge_states",
+    "packbits",
+    "page",
+    "prefill",
+    "quantization",
+    "rope",
+    "segment_packbits",
     "single_decode_with_kv_cache",
+    "single_prefill_with_kv_cache",
+    "single_prefill_with_kv_cache_return_lse",
 ]

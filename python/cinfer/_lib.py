@@ -66,6 +66,8 @@ class DLTensor(ctypes.Structure):
 CONTEXT_OPTIONS_VERSION = 1
 ATTENTION_OPTIONS_VERSION = 2
 JIT_STATS_VERSION = 1
+APPEND_OPTIONS_VERSION = 1
+ROPE_OPTIONS_VERSION = 1
 
 KV_LAYOUT_NHD = 0
 KV_LAYOUT_HND = 1
@@ -101,6 +103,36 @@ class AttentionOptions(ctypes.Structure):
     ]
 
 
+class AppendOptions(ctypes.Structure):
+    """cinfer_append_options_t; :func:`append_options` fills it like CINFER_APPEND_OPTIONS_INIT."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint32),
+        ("kv_layout", ctypes.c_int),  # cinfer_kv_layout_t
+        ("page_size", ctypes.c_int),
+        ("k_scale", ctypes.c_float),
+        ("v_scale", ctypes.c_float),
+    ]
+
+
+class RopeOptions(ctypes.Structure):
+    """cinfer_rope_options_t; :func:`rope_options` fills it like CINFER_ROPE_OPTIONS_INIT or
+    CINFER_LLAMA31_ROPE_OPTIONS_INIT."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint32),
+        ("rotary_dim", ctypes.c_int),
+        ("interleave", ctypes.c_int),
+        ("rope_scale", ctypes.c_float),
+        ("rope_theta", ctypes.c_float),
+        ("low_freq_factor", ctypes.c_float),
+        ("high_freq_factor", ctypes.c_float),
+        ("old_context_len", ctypes.c_float),
+    ]
+
+
 class JitStats(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -133,6 +165,13 @@ LAYOUT = {
     "cinfer_attention_options_t.use_tensor_cores": 68,
     "cinfer_attention_options_t.variant": 72,
     "cinfer_jit_stats_t": 72,
+    "cinfer_append_options_t": 32,
+    "cinfer_append_options_t.kv_layout": 12,
+    "cinfer_append_options_t.k_scale": 20,
+    "cinfer_rope_options_t": 40,
+    "cinfer_rope_options_t.rotary_dim": 12,
+    "cinfer_rope_options_t.rope_scale": 20,
+    "cinfer_rope_options_t.old_context_len": 36,
 }
 
 
@@ -153,6 +192,13 @@ def _layout_of_ctypes() -> dict:
         "cinfer_attention_options_t.use_tensor_cores": AttentionOptions.use_tensor_cores.offset,
         "cinfer_attention_options_t.variant": AttentionOptions.variant.offset,
         "cinfer_jit_stats_t": ctypes.sizeof(JitStats),
+        "cinfer_append_options_t": ctypes.sizeof(AppendOptions),
+        "cinfer_append_options_t.kv_layout": AppendOptions.kv_layout.offset,
+        "cinfer_append_options_t.k_scale": AppendOptions.k_scale.offset,
+        "cinfer_rope_options_t": ctypes.sizeof(RopeOptions),
+        "cinfer_rope_options_t.rotary_dim": RopeOptions.rotary_dim.offset,
+        "cinfer_rope_options_t.rope_scale": RopeOptions.rope_scale.offset,
+        "cinfer_rope_options_t.old_context_len": RopeOptions.old_context_len.offset,
     }
 
 
@@ -189,6 +235,28 @@ def attention_options(**fields) -> AttentionOptions:
     return o
 
 
+def append_options(**fields) -> AppendOptions:
+    """A cinfer_append_options_t with CINFER_APPEND_OPTIONS_INIT's defaults (NHD, page size 16,
+    scales 1), then ``fields`` set on it."""
+    o = AppendOptions(ctypes.sizeof(AppendOptions), APPEND_OPTIONS_VERSION, KV_LAYOUT_NHD, 16,
+                      1.0, 1.0)
+    for name, value in fields.items():
+        setattr(o, name, value)
+    return o
+
+
+def rope_options(llama31: bool = False, **fields) -> RopeOptions:
+    """A cinfer_rope_options_t with the defaults of CINFER_ROPE_OPTIONS_INIT (scale 1, theta 1e4)
+    or, with ``llama31``, CINFER_LLAMA31_ROPE_OPTIONS_INIT (scale 8, theta 5e5), then ``fields``
+    set on it. Both: rotary_dim 0 (the head dim), rotate-half pairs, frequency factors 1 and 4,
+    old context length 8192."""
+    o = RopeOptions(ctypes.sizeof(RopeOptions), ROPE_OPTIONS_VERSION, 0, 0,
+                    8.0 if llama31 else 1.0, 5e5 if llama31 else 1e4, 1.0, 4.0, 8192.0)
+    for name, value in fields.items():
+        setattr(o, name, value)
+    return o
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading and prototypes
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +268,8 @@ _vp = ctypes.c_void_p
 _p_vp = ctypes.POINTER(ctypes.c_void_p)
 _p_size = ctypes.POINTER(ctypes.c_size_t)
 _p_i32 = ctypes.POINTER(ctypes.c_int32)
+_p_append = ctypes.POINTER(AppendOptions)
+_p_rope = ctypes.POINTER(RopeOptions)
 
 # name: (restype, argtypes)
 _PROTOTYPES = {
@@ -245,6 +315,50 @@ _PROTOTYPES = {
         _c_status,
         [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp, _vp,
          ctypes.c_size_t, _vp],
+    ),
+    "cinfer_single_prefill": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
+         _vp, _vp],
+    ),
+    "cinfer_append_paged_kv_cache": (
+        _c_status,
+        [_vp, _p_append, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
+         _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_get_batch_indices_positions": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_get_seq_lens": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, ctypes.c_int, _p_tensor, _vp],
+    ),
+    "cinfer_apply_rope": (
+        _c_status,
+        [_vp, _p_rope, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_apply_llama31_rope": (
+        _c_status,
+        [_vp, _p_rope, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_apply_rope_pos_ids": (
+        _c_status,
+        [_vp, _p_rope, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_apply_llama31_rope_pos_ids": (
+        _c_status,
+        [_vp, _p_rope, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_apply_rope_with_cos_sin_cache": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, ctypes.c_int,
+         _vp],
+    ),
+    "cinfer_packbits": (_c_status, [_vp, _p_tensor, ctypes.c_int, _p_tensor, _vp]),
+    "cinfer_segment_packbits": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, ctypes.c_int, _p_tensor, _p_tensor, _vp],
     ),
 }
 

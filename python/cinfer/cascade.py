@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Tuple
 
+from . import _dispatch
 from . import _lib
 from . import _tensor as T
 from .errors import ArgumentError
@@ -100,6 +101,14 @@ def merge_state(v_a, s_a, v_b, s_b) -> Tuple[torch.Tensor, torch.Tensor]:
     -----
     The work is enqueued on PyTorch's current CUDA stream of the tensors' device.
     """
+    if _dispatch.compiling():
+        return _dispatch.op("merge_state")(v_a, s_a, v_b, s_b)
+    _dispatch.ensure_registered()
+    return merge_state_impl(v_a, s_a, v_b, s_b)
+
+
+def merge_state_impl(v_a, s_a, v_b, s_b):
+    """:func:`merge_state`'s eager implementation (also the ``cinfer::merge_state`` operator's)."""
     torch = T.torch_module()
     v_a, s_a = _check_state(v_a, s_a, "v_a", "s_a")
     v_b, s_b = _check_state(v_b, s_b, "v_b", "s_b", v_a.device)
@@ -140,6 +149,15 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None) -> None:
     TypeError, ValueError, cinfer.CinferError
         As :func:`merge_state`.
     """
+    if _dispatch.compiling():
+        _dispatch.op("merge_state_in_place")(v, s, v_other, s_other, mask)
+        return
+    _dispatch.ensure_registered()
+    merge_state_in_place_impl(v, s, v_other, s_other, mask)
+
+
+def merge_state_in_place_impl(v, s, v_other, s_other, mask) -> None:
+    """:func:`merge_state_in_place`'s eager implementation (also the operator's)."""
     torch = T.torch_module()
     v, s = _check_state(v, s, "v", "s")
     v_other, s_other = _check_state(v_other, s_other, "v_other", "s_other", v.device)
@@ -188,6 +206,15 @@ def merge_states(v, s) -> Tuple[torch.Tensor, torch.Tensor]:
     TypeError, ValueError, cinfer.CinferError
         As :func:`merge_state`.
     """
+    if _dispatch.compiling():
+        return _dispatch.op("merge_states")(v, s)
+    _dispatch.ensure_registered()
+    return merge_states_impl(v, s)
+
+
+def merge_states_impl(v, s):
+    """:func:`merge_states`'s eager implementation (also the ``cinfer::merge_states``
+    operator's)."""
     torch = T.torch_module()
     v, s = _check_state(v, s, "v", "s", v_ndim=4)
     n, _, h, d = v.shape

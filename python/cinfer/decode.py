@@ -16,6 +16,8 @@ import functools
 import math
 from typing import TYPE_CHECKING, Optional, Tuple, Union
 
+from . import _args as A
+from . import _dispatch
 from . import _lib
 from . import _tensor as T
 from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
@@ -23,75 +25,12 @@ from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
 if TYPE_CHECKING:  # annotations only: torch is imported lazily
     import torch
 
-_LAYOUTS = {"NHD": _lib.KV_LAYOUT_NHD, "HND": _lib.KV_LAYOUT_HND}
-_POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
-_Q_DTYPES_TEXT = "torch.float16 or torch.bfloat16"
 _KV_DTYPES_TEXT = ("torch.float16, torch.bfloat16, torch.float8_e4m3fn or torch.float8_e5m2 "
                    "(fp8 with k_scale/v_scale)")
 
 
-# ---- argument conversion (Python-side checks give messages with FlashInfer's argument names) ----
-
-def _q_dtypes():
-    torch = T.torch_module()
-    return (torch.float16, torch.bfloat16)
-
-
 def _kv_dtypes():
-    torch = T.torch_module()
-    fp8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
-    return (torch.float16, torch.bfloat16) + fp8
-
-
-def _check_kv_layout(kv_layout) -> int:
-    if kv_layout not in _LAYOUTS:
-        raise ArgumentError(f"kv_layout = {kv_layout!r}, expected 'NHD' or 'HND'")
-    return _LAYOUTS[kv_layout]
-
-
-def _check_pos_encoding_mode(mode) -> None:
-    if mode not in _POS_ENCODING_MODES:
-        raise ArgumentError(
-            f"pos_encoding_mode = {mode!r}, expected one of {', '.join(_POS_ENCODING_MODES)}"
-        )
-    if mode != "NONE":
-        raise UnsupportedError(
-            f"pos_encoding_mode = {mode!r} is not supported yet (no in-kernel RoPE or ALiBi): "
-            "apply the position encoding to q and k before attention and pass "
-            "pos_encoding_mode='NONE'"
-        )
-
-
-def _f32(x: float) -> float:
-    """x rounded to float32, the precision the C options hold."""
-    return ctypes.c_float(x).value
-
-
-def _positive(value, name: str, default: Optional[float]) -> Optional[float]:
-    """A finite float > 0, rounded to float32 (``default`` for None)."""
-    if value is None:
-        return default
-    x = float(value)
-    if not math.isfinite(x) or x <= 0:
-        raise ArgumentError(f"{name} = {value!r}, expected a finite value > 0")
-    return _f32(x)
-
-
-def _soft_cap(value) -> float:
-    """logits_soft_cap: None or 0 = off, else a finite value > 0."""
-    if value is None:
-        return 0.0
-    x = float(value)
-    if not math.isfinite(x) or x < 0:
-        raise ArgumentError(f"logits_soft_cap = {value!r}, expected None, 0 (off) or a value > 0")
-    return _f32(x)
-
-
-def _window_left(value) -> int:
-    w = int(value)
-    if w < -1:
-        raise ArgumentError(f"window_left = {value!r}, expected -1 (off) or >= 0")
-    return w
+    return A.q_dtypes() + A.fp8_dtypes()
 
 
 def _no_q_scale(q_scale) -> None:
@@ -211,13 +150,28 @@ def single_decode_with_kv_cache(
     allocator for each call. Not CUDA-graph capturable: each call uploads its schedule from host
     memory (use :class:`BatchDecodeWithPagedKVCacheWrapper` in graphs).
     """
+    A.pos_encoding_mode(pos_encoding_mode)
+    _no_q_scale(q_scale)
+    if _dispatch.compiling():
+        out, lse = _dispatch.op("single_decode")(
+            q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap, sm_scale,
+            bool(return_lse))
+    else:
+        _dispatch.ensure_registered()
+        out, lse = single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left,
+                                      logits_soft_cap, sm_scale, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap,
+                       sm_scale, return_lse):
+    """The eager implementation (also the ``cinfer::single_decode`` operator's): returns
+    ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
     v = T.as_tensor(v, "v")
-    layout = _check_kv_layout(kv_layout)
-    _check_pos_encoding_mode(pos_encoding_mode)
-    _no_q_scale(q_scale)
+    layout = A.kv_layout(kv_layout)
     T.check_cuda(q, "q")
     T.check_cuda(k, "k", q.device)
     T.check_cuda(v, "v", q.device)
@@ -226,7 +180,7 @@ def single_decode_with_kv_cache(
                 else "[num_kv_heads, kv_len, head_dim] (HND)")
     T.check_ndim(k, "k", 3, kv_shape)
     T.check_ndim(v, "v", 3, kv_shape)
-    T.check_dtype(q, "q", _q_dtypes(), _Q_DTYPES_TEXT)
+    T.check_dtype(q, "q", A.q_dtypes(), A.Q_DTYPES_TEXT)
     T.check_dtype(k, "k", _kv_dtypes(), _KV_DTYPES_TEXT)
     if v.dtype != k.dtype:
         raise ArgumentError(f"v: dtype {v.dtype}, expected {k.dtype} (as k)")
@@ -241,11 +195,11 @@ def single_decode_with_kv_cache(
         kv_layout=layout,
         q_dtype=q.dtype,
         kv_dtype=k.dtype,
-        sm_scale=_positive(sm_scale, "sm_scale", None),
-        logits_soft_cap=_soft_cap(logits_soft_cap),
-        window_left=_window_left(window_left),
-        k_scale=_positive(k_scale, "k_scale", 1.0),
-        v_scale=_positive(v_scale, "v_scale", 1.0),
+        sm_scale=A.positive(sm_scale, "sm_scale", None),
+        logits_soft_cap=A.soft_cap(logits_soft_cap),
+        window_left=A.window_left(window_left),
+        k_scale=A.positive(k_scale, "k_scale", 1.0),
+        v_scale=A.positive(v_scale, "v_scale", 1.0),
     )
     lib = _lib.lib()
     ctx = T.context_of(q.device)
@@ -266,7 +220,7 @@ def single_decode_with_kv_cache(
             workspace.data_ptr(), nbytes.value, T.stream_of(q.device)),
         where,
     )
-    return (out, lse) if return_lse else out
+    return out, lse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +310,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
     ) -> None:
         self._op = None  # cinfer_batch_decode_t*, set first so __del__ always finds it
         torch = T.torch_module()
-        self._kv_layout_code = _check_kv_layout(kv_layout)
+        self._kv_layout_code = A.kv_layout(kv_layout)
         self._kv_layout = kv_layout
         if jit_args is not None:
             raise UnsupportedError("jit_args: custom attention variants are not supported yet")
@@ -543,7 +497,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 f"indptr: {indptr.shape[0]} entries, expected {batch_size + 1} "
                 "(len(last_page_len) + 1)"
             )
-        _check_pos_encoding_mode(pos_encoding_mode)
+        A.pos_encoding_mode(pos_encoding_mode)
         if data_type is not None:  # the deprecated alias fills what is not given
             if q_data_type is None:
                 q_data_type = data_type
@@ -554,15 +508,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
         q_dtype = T.canonical_dtype(q_data_type, "q_data_type")
         kv_dtype = (q_dtype if kv_data_type is None
                     else T.canonical_dtype(kv_data_type, "kv_data_type"))
-        if q_dtype not in _q_dtypes():
-            raise UnsupportedError(f"q_data_type = {q_dtype}, expected {_Q_DTYPES_TEXT}")
+        if q_dtype not in A.q_dtypes():
+            raise UnsupportedError(f"q_data_type = {q_dtype}, expected {A.Q_DTYPES_TEXT}")
         if kv_dtype not in _kv_dtypes():
             raise UnsupportedError(f"kv_data_type = {kv_dtype}, expected {_KV_DTYPES_TEXT}")
-        sm = _positive(sm_scale, "sm_scale", None)
-        cap = _soft_cap(logits_soft_cap)
-        wl = _window_left(window_left)
-        ks = _positive(k_scale, "k_scale", 1.0)
-        vs = _positive(v_scale, "v_scale", 1.0)
+        sm = A.positive(sm_scale, "sm_scale", None)
+        cap = A.soft_cap(logits_soft_cap)
+        wl = A.window_left(window_left)
+        ks = A.positive(k_scale, "k_scale", 1.0)
+        vs = A.positive(v_scale, "v_scale", 1.0)
 
         graph = self._use_cuda_graph
         if graph and batch_size > self._fixed_batch_size:
@@ -629,7 +583,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.kv_dtype = kv_dtype
         p.k_scale = ks
         p.v_scale = vs
-        p.sm_scale = sm if sm is not None else _f32(1.0 / math.sqrt(int(head_dim)))
+        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(int(head_dim)))
         p.logits_soft_cap = cap
         p.window_left = wl
         p.indptr_host = indptr_host
@@ -716,7 +670,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         _no_q_scale(q_scale)
         for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                      ("v_scale", v_scale, p.v_scale)):
-            if given is not None and _f32(float(given)) != planned:
+            if given is not None and A.f32(float(given)) != planned:
                 raise ArgumentError(
                     f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer "
                     f"fixes fp8 scales at plan time (changing them here would rebuild the plan "
@@ -808,15 +762,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def _check_forward_options(self, pos_encoding_mode, window_left, logits_soft_cap,
                                sm_scale) -> None:
         """forward()'s attention options must be the planned ones (see :meth:`forward`)."""
-        _check_pos_encoding_mode(pos_encoding_mode)
+        A.pos_encoding_mode(pos_encoding_mode)
         p = self._plan
         if p is None:
             raise ArgumentError("forward() before plan(): call plan() (or begin_forward()) first")
         given = {
-            "window_left": _window_left(window_left),
-            "logits_soft_cap": _soft_cap(logits_soft_cap),
-            "sm_scale": (_positive(sm_scale, "sm_scale", None) if sm_scale is not None
-                         else _f32(1.0 / math.sqrt(p.head_dim))),
+            "window_left": A.window_left(window_left),
+            "logits_soft_cap": A.soft_cap(logits_soft_cap),
+            "sm_scale": (A.positive(sm_scale, "sm_scale", None) if sm_scale is not None
+                         else A.f32(1.0 / math.sqrt(p.head_dim))),
         }
         for name, value in given.items():
             planned = getattr(p, name)

@@ -60,3 +60,31 @@ def tolerance(dtype):
     if dtype == torch.bfloat16:
         return 1.5e-2, 1.5e-2
     return 2e-3, 2e-3
+
+
+def prefill(q, k, v, *, causal=False, sm_scale=None, logits_soft_cap=None, window_left=-1):
+    """One request: q [qo_len, Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [qo_len, Hq, D], lse
+    [qo_len, Hq] (base 2). Query row i is at position i + kv_len - qo_len (bottom-right)."""
+    q, k, v = f64(q), f64(k), f64(v)
+    qo_len, hq, d = q.shape
+    kv_len, hk, _ = k.shape
+    group = hq // hk
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    kk = k.repeat_interleave(group, dim=1)  # [kv_len, Hq, D]
+    vv = v.repeat_interleave(group, dim=1)
+    s = torch.einsum("ihd,jhd->hij", q, kk) * sm_scale  # [Hq, qo_len, kv_len]
+    if logits_soft_cap:
+        s = logits_soft_cap * torch.tanh(s / logits_soft_cap)
+    pos = torch.arange(qo_len, device=q.device)[:, None] + (kv_len - qo_len)  # p_i
+    j = torch.arange(kv_len, device=q.device)[None, :]
+    keep = torch.ones((qo_len, kv_len), dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= j <= pos
+    if window_left >= 0:
+        keep &= j >= pos - window_left
+    s = s.masked_fill(~keep[None], -math.inf)
+    lse = torch.logsumexp(s, dim=2)  # -inf for rows without a kept position
+    p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+    out = torch.einsum("hij,jhd->ihd", p, vv)
+    return out, (lse / LN2).transpose(0, 1)

@@ -36,7 +36,10 @@ def _module_level_imports(tree: ast.Module):
                 todo.extend(h.body)
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE_DIR.glob("*.py")), ids=lambda p: p.name)
+# torch_ops is the one module that imports torch: it is imported only when torch already is (or
+# by the user); test_import_without_torch_and_without_library checks the package never needs it.
+@pytest.mark.parametrize("path", sorted(p for p in PACKAGE_DIR.glob("*.py")
+                                       if p.name != "torch_ops.py"), ids=lambda p: p.name)
 def test_no_top_level_torch_import(path):
     tree = ast.parse(path.read_text(), str(path))
     for node in _module_level_imports(tree):
@@ -55,6 +58,9 @@ def test_import_without_torch_and_without_library(tmp_path):
         "import sys; sys.modules['torch'] = None\n"
         "import cinfer\n"
         "assert callable(cinfer.single_decode_with_kv_cache)\n"
+        "assert callable(cinfer.single_prefill_with_kv_cache)\n"
+        "assert callable(cinfer.apply_rope_with_cos_sin_cache_inplace)\n"
+        "assert 'cinfer.torch_ops' not in sys.modules\n"
         "assert cinfer.BatchDecodeWithPagedKVCacheWrapper.run_return_lse\n"
         "try:\n"
         "    cinfer.merge_state(None, None, None, None)\n"
@@ -104,9 +110,28 @@ int main(void) {
     O("cinfer_attention_options_t.use_tensor_cores", cinfer_attention_options_t, use_tensor_cores);
     O("cinfer_attention_options_t.variant", cinfer_attention_options_t, variant);
     S("cinfer_jit_stats_t", cinfer_jit_stats_t);
+    S("cinfer_append_options_t", cinfer_append_options_t);
+    O("cinfer_append_options_t.kv_layout", cinfer_append_options_t, kv_layout);
+    O("cinfer_append_options_t.k_scale", cinfer_append_options_t, k_scale);
+    S("cinfer_rope_options_t", cinfer_rope_options_t);
+    O("cinfer_rope_options_t.rotary_dim", cinfer_rope_options_t, rotary_dim);
+    O("cinfer_rope_options_t.rope_scale", cinfer_rope_options_t, rope_scale);
+    O("cinfer_rope_options_t.old_context_len", cinfer_rope_options_t, old_context_len);
     printf("ATTENTION_OPTIONS_VERSION %d\n", CINFER_ATTENTION_OPTIONS_VERSION);
     printf("CONTEXT_OPTIONS_VERSION %d\n", CINFER_CONTEXT_OPTIONS_VERSION);
     printf("JIT_STATS_VERSION %d\n", CINFER_JIT_STATS_VERSION);
+    printf("APPEND_OPTIONS_VERSION %d\n", CINFER_APPEND_OPTIONS_VERSION);
+    printf("ROPE_OPTIONS_VERSION %d\n", CINFER_ROPE_OPTIONS_VERSION);
+    cinfer_append_options_t a = CINFER_APPEND_OPTIONS_INIT;
+    printf("APPEND_INIT %d %d %d\n", (int)a.kv_layout, a.page_size, (int)(a.k_scale * a.v_scale));
+    cinfer_rope_options_t r = CINFER_ROPE_OPTIONS_INIT;
+    printf("ROPE_INIT %d %d %d %d %d %d %d\n", r.rotary_dim, r.interleave, (int)r.rope_scale,
+           (int)r.rope_theta, (int)r.low_freq_factor, (int)r.high_freq_factor,
+           (int)r.old_context_len);
+    cinfer_rope_options_t l = CINFER_LLAMA31_ROPE_OPTIONS_INIT;
+    printf("LLAMA31_INIT %d %d %d %d %d %d %d\n", l.rotary_dim, l.interleave, (int)l.rope_scale,
+           (int)l.rope_theta, (int)l.low_freq_factor, (int)l.high_freq_factor,
+           (int)l.old_context_len);
     return 0;
 }
 """)
@@ -116,7 +141,8 @@ int main(void) {
     if subprocess.run(cmd, capture_output=True).returncode != 0:
         return None
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    return dict((k, int(v)) for k, v in (line.split() for line in out.splitlines()))
+    return {k: [int(x) for x in rest] if len(rest) > 1 else int(rest[0])
+            for k, *rest in (line.split() for line in out.splitlines())}
 
 
 def test_struct_layout_matches_header(tmp_path):
@@ -132,6 +158,16 @@ def test_struct_layout_matches_header(tmp_path):
     assert probe["ATTENTION_OPTIONS_VERSION"] == _lib.ATTENTION_OPTIONS_VERSION
     assert probe["CONTEXT_OPTIONS_VERSION"] == _lib.CONTEXT_OPTIONS_VERSION
     assert probe["JIT_STATS_VERSION"] == _lib.JIT_STATS_VERSION
+    assert probe["APPEND_OPTIONS_VERSION"] == _lib.APPEND_OPTIONS_VERSION
+    assert probe["ROPE_OPTIONS_VERSION"] == _lib.ROPE_OPTIONS_VERSION
+    # The Python defaults are the _INIT macros'.
+    a = _lib.append_options()
+    assert probe["APPEND_INIT"] == [a.kv_layout, a.page_size, int(a.k_scale * a.v_scale)]
+    for key, llama31 in (("ROPE_INIT", False), ("LLAMA31_INIT", True)):
+        r = _lib.rope_options(llama31)
+        assert probe[key] == [r.rotary_dim, r.interleave, int(r.rope_scale), int(r.rope_theta),
+                              int(r.low_freq_factor), int(r.high_freq_factor),
+                              int(r.old_context_len)], key
 
 
 def test_attention_options_defaults_match_init_macro():

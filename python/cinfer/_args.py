@@ -1,0 +1,110 @@
+"""Argument checks shared by the attention and utility functions. Each raises the package's
+exceptions with FlashInfer's argument names, before anything reaches the C library.
+
+The functions marked *pure* touch neither ctypes nor torch, so they also run while torch.compile
+traces a public function (see ``_dispatch``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Optional
+
+from . import _lib
+from . import _tensor as T
+from .errors import ArgumentError, UnsupportedError
+
+LAYOUTS = {"NHD": _lib.KV_LAYOUT_NHD, "HND": _lib.KV_LAYOUT_HND}
+POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
+Q_DTYPES_TEXT = "torch.float16 or torch.bfloat16"
+INDEX_DTYPES_TEXT = "torch.int32 (or torch.int64, converted)"
+
+
+def q_dtypes():
+    """The query (and 16-bit KV) dtypes: float16, bfloat16."""
+    torch = T.torch_module()
+    return (torch.float16, torch.bfloat16)
+
+
+def fp8_dtypes():
+    """The fp8 dtypes this PyTorch build has (float8_e4m3fn, float8_e5m2)."""
+    torch = T.torch_module()
+    return tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+
+
+def kv_layout(value) -> int:
+    """*Pure.* The C layout of ``"NHD"`` / ``"HND"``; ArgumentError otherwise."""
+    if value not in LAYOUTS:
+        raise ArgumentError(f"kv_layout = {value!r}, expected 'NHD' or 'HND'")
+    return LAYOUTS[value]
+
+
+def pos_encoding_mode(mode) -> None:
+    """*Pure.* Only ``"NONE"``: in-kernel RoPE and ALiBi raise UnsupportedError."""
+    if mode not in POS_ENCODING_MODES:
+        raise ArgumentError(
+            f"pos_encoding_mode = {mode!r}, expected one of {', '.join(POS_ENCODING_MODES)}"
+        )
+    if mode != "NONE":
+        raise UnsupportedError(
+            f"pos_encoding_mode = {mode!r} is not supported yet (no in-kernel RoPE or ALiBi): "
+            "apply the position encoding to q and k before attention (e.g. cinfer.apply_rope) "
+            "and pass pos_encoding_mode='NONE'"
+        )
+
+
+def f32(x: float) -> float:
+    """x rounded to float32, the precision the C options hold."""
+    return ctypes.c_float(x).value
+
+
+def positive(value, name: str, default: Optional[float]) -> Optional[float]:
+    """A finite float > 0, rounded to float32 (``default`` for None)."""
+    if value is None:
+        return default
+    x = float(value)
+    if not math.isfinite(x) or x <= 0:
+        raise ArgumentError(f"{name} = {value!r}, expected a finite value > 0")
+    return f32(x)
+
+
+def soft_cap(value) -> float:
+    """logits_soft_cap: None or 0 = off, else a finite value > 0."""
+    if value is None:
+        return 0.0
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise ArgumentError(f"logits_soft_cap = {value!r}, expected None, 0 (off) or a value > 0")
+    return f32(x)
+
+
+def window_left(value) -> int:
+    w = int(value)
+    if w < -1:
+        raise ArgumentError(f"window_left = {value!r}, expected -1 (off) or >= 0")
+    return w
+
+
+def index_tensor(t, name: str, device):
+    """An index tensor as int32 on ``device``: int32 is used as is, int64 (what ``torch.tensor``
+    makes by default, and what vLLM passes as positions) is converted on the device (its values
+    must fit in int32); any other dtype is an ArgumentError."""
+    torch = T.torch_module()
+    t = T.as_tensor(t, name)
+    T.check_cuda(t, name, device)
+    if t.dtype == torch.int64:
+        return t.to(torch.int32)
+    T.check_dtype(t, name, (torch.int32,), INDEX_DTYPES_TEXT, unsupported=False)
+    return t
+
+
+def output(t, name: str, shape, dtype, device):
+    """A caller-given output tensor, checked for shape, dtype and device."""
+    t = T.as_tensor(t, name)
+    T.check_cuda(t, name, device)
+    if tuple(t.shape) != tuple(shape):
+        raise ArgumentError(f"{name}: shape {list(t.shape)}, expected {list(shape)}")
+    if t.dtype != dtype:
+        raise ArgumentError(f"{name}: dtype {t.dtype}, expected {dtype}")
+    return t

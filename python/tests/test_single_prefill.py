@@ -1,0 +1,174 @@
+"""single_prefill_with_kv_cache (and _return_lse) against a float64 reference: causal and not,
+qo_len above and below kv_len, empty sides, GQA, head dims, NHD/HND, packed QKV strides, soft
+cap, sliding window, sm_scale, errors."""
+
+import math
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import cinfer  # noqa: E402
+import reference  # noqa: E402
+
+DEV = "cuda"
+
+
+def _make(qo_len, kv_len, hq, hk, d, dtype, layout, seed, q_mul=1.0):
+    """q [qo_len, Hq, D]; k, v in `layout`, slices of one packed [kv_len, 2, Hk, D] tensor."""
+    gen = torch.Generator(DEV).manual_seed(seed)
+    q = (torch.randn(qo_len, hq, d, generator=gen, device=DEV) * q_mul).to(dtype)
+    kv = torch.randn(kv_len, 2, hk, d, generator=gen, device=DEV).to(dtype)
+    k, v = kv[:, 0], kv[:, 1]
+    if layout == "HND":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    return q, k, v
+
+
+def _nhd(t, layout):
+    return t if layout == "NHD" else t.transpose(0, 1)
+
+
+def _check(out, lse, ref_out, ref_lse, dtype):
+    atol, rtol = reference.tolerance(dtype)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lens", [(1, 1), (17, 17), (128, 1000), (333, 200), (1, 2047),
+                                  (1000, 1000)], ids=lambda x: f"qo{x[0]}_kv{x[1]}")
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_single_prefill(dtype, layout, lens, causal):
+    qo_len, kv_len = lens
+    q, k, v = _make(qo_len, kv_len, 32, 8, 128, dtype, layout, seed=qo_len * 7 + kv_len)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=causal, kv_layout=layout,
+                                                   return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, _nhd(k, layout), _nhd(v, layout), causal=causal)
+    _check(out, lse, ref_out, ref_lse, dtype)
+    # The same output without the LSE, and from the _return_lse entry point.
+    assert torch.equal(cinfer.single_prefill_with_kv_cache(q, k, v, causal=causal,
+                                                           kv_layout=layout), out)
+    out2, lse2 = cinfer.single_prefill_with_kv_cache_return_lse(q, k, v, causal=causal,
+                                                                kv_layout=layout)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+    if causal and qo_len > kv_len:
+        # Rows before the KV starts see nothing: exact zeros and -inf.
+        empty = qo_len - kv_len
+        assert (out[:empty] == 0).all() and torch.isneginf(lse[:empty]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_single_prefill_random(seed):
+    rnd = random.Random(seed)
+    hk = rnd.choice([1, 2, 4, 8])
+    hq = hk * rnd.choice([1, 3, 5, 8])
+    d = rnd.choice([64, 128, 256])
+    qo_len = rnd.randint(1, 300)
+    kv_len = qo_len + rnd.randint(0, 900)
+    dtype = rnd.choice([torch.float16, torch.bfloat16])
+    layout = rnd.choice(["NHD", "HND"])
+    causal = rnd.random() < 0.7
+    window_left = rnd.choice([-1, -1, 0, 5, rnd.randint(0, kv_len)])
+    cap = rnd.choice([None, 30.0])
+    sm_scale = rnd.choice([None, 0.05])
+    q, k, v = _make(qo_len, kv_len, hq, hk, d, dtype, layout, seed=seed, q_mul=4.0)
+    out, lse = cinfer.single_prefill_with_kv_cache(
+        q, k, v, causal=causal, kv_layout=layout, sm_scale=sm_scale, window_left=window_left,
+        logits_soft_cap=cap, return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, _nhd(k, layout), _nhd(v, layout), causal=causal,
+                                         sm_scale=sm_scale, logits_soft_cap=cap,
+                                         window_left=window_left)
+    _check(out, lse, ref_out, ref_lse, dtype)
+
+
+@pytest.mark.parametrize("d", [64, 80, 256])
+def test_single_prefill_head_dims(d):
+    q, k, v = _make(200, 300, 16, 4, d, torch.bfloat16, "NHD", seed=d)
+    out = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True)
+    ref_out, _ = reference.prefill(q, k, v, causal=True)
+    atol, rtol = reference.tolerance(torch.bfloat16)
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+
+
+def test_single_prefill_packed_qkv():
+    # q, k, v as head slices of one [tokens, Hq + 2 Hk, D] projection output (vLLM's layout).
+    n, hq, hk, d = 257, 8, 2, 128
+    qkv = torch.randn(n, hq + 2 * hk, d, device=DEV).half()
+    q, k, v = qkv[:, :hq], qkv[:, hq:hq + hk], qkv[:, hq + hk:]
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, k, v, causal=True)
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
+@pytest.mark.parametrize("lens", [(0, 10), (10, 0), (0, 0)], ids=str)
+def test_single_prefill_empty(lens):
+    qo_len, kv_len = lens
+    q, k, v = _make(qo_len, kv_len, 8, 2, 128, torch.float16, "NHD", seed=3)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    assert out.shape == (qo_len, 8, 128) and lse.shape == (qo_len, 8)
+    assert (out == 0).all() and torch.isneginf(lse).all()
+
+
+def test_single_prefill_window_matches_decode():
+    # The last query row of a prefill is the decode of that token.
+    q, k, v = _make(64, 700, 32, 8, 128, torch.bfloat16, "NHD", seed=5)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True, window_left=99,
+                                                   return_lse=True)
+    d_out, d_lse = cinfer.single_decode_with_kv_cache(q[-1], k, v, window_left=99,
+                                                      return_lse=True)
+    atol, rtol = reference.tolerance(torch.bfloat16)
+    torch.testing.assert_close(out[-1].float(), d_out.float(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse[-1], d_lse, atol=2e-3, rtol=1e-4)
+
+
+def test_single_prefill_errors():
+    q, k, v = _make(16, 32, 8, 2, 128, torch.float16, "NHD", seed=17)
+    f = cinfer.single_prefill_with_kv_cache
+    with pytest.raises(TypeError, match="k"):
+        f(q, "k", v)
+    with pytest.raises(cinfer.UnsupportedError, match="custom_mask"):
+        f(q, k, v, custom_mask=torch.ones(16, 32, dtype=torch.bool, device=DEV))
+    with pytest.raises(cinfer.UnsupportedError, match="packed_custom_mask"):
+        f(q, k, v, packed_custom_mask=torch.ones(64, dtype=torch.uint8, device=DEV))
+    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
+        f(q, k, v, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(ValueError, match="pos_encoding_mode"):
+        f(q, k, v, pos_encoding_mode="rope")
+    with pytest.raises(cinfer.UnsupportedError, match="use_fp16_qk_reduction"):
+        f(q, k, v, use_fp16_qk_reduction=True)
+    with pytest.raises(ValueError, match="backend"):
+        f(q, k, v, backend="cutlass")
+    with pytest.raises(ValueError, match="kv_layout"):
+        f(q, k, v, kv_layout="NDH")
+    with pytest.raises(ValueError, match="q.*float32"):
+        f(q.float(), k, v)
+    with pytest.raises(ValueError, match="v.*dtype"):
+        f(q, k, v.bfloat16())
+    with pytest.raises(ValueError, match="q.*cpu"):
+        f(q.cpu(), k, v)
+    with pytest.raises(ValueError, match="sm_scale"):
+        f(q, k, v, sm_scale=0.0)
+    with pytest.raises(ValueError, match="window_left"):
+        f(q, k, v, window_left=-2)
+    with pytest.raises(ValueError, match="logits_soft_cap"):
+        f(q, k, v, logits_soft_cap=-1.0)
+    if hasattr(torch, "float8_e4m3fn"):
+        with pytest.raises(cinfer.UnsupportedError, match="fp8"):
+            f(q, k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn))
+    # Checks made by the library, with its message: heads that do not divide, head dims.
+    q9 = torch.randn(16, 9, 128, device=DEV).half()
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        f(q9, k, v)
+    q72, k72, v72 = _make(16, 32, 8, 2, 72, torch.float16, "NHD", seed=19)
+    with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
+        f(q72, k72, v72)
+    with pytest.raises(ValueError, match="v"):
+        f(q, k, v[:, :1])  # k and v of different shapes
+    assert math.isfinite(f(q, k, v).float().sum().item())
