@@ -16,8 +16,8 @@ static cinfer_status_t check_indptr(const char *name, const int32_t *indptr, int
                              "%s is NULL, expected %d host int32 entries (batch_size + 1, in %s)",
                              name, batch_size + 1, unit);
     if (indptr[0] < 0)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s[0] = %d, expected >= 0 (%s)",
-                             name, indptr[0], unit);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s[0] = %d, expected >= 0 (%s)", name,
+                             indptr[0], unit);
     for (int b = 0; b < batch_size; b++)
         if (indptr[b + 1] < indptr[b])
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -134,8 +134,8 @@ cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t
 
 int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
                                   const cinfer_prefill_work *item, int tile_q) {
-    const int64_t rows = item->qo_len - item->q_begin < tile_q ? item->qo_len - item->q_begin
-                                                                : tile_q;
+    const int64_t rows =
+        item->qo_len - item->q_begin < tile_q ? item->qo_len - item->q_begin : tile_q;
     const int64_t delta = (int64_t)item->kv_len - item->qo_len;
     int64_t end = item->kv_len, begin = 0;
     if (cfg->causal && item->q_begin + rows + delta < end)

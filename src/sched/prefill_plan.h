@@ -13,9 +13,9 @@
  * (chunked prefill mixed with decode tokens) want small tiles and long ones big tiles (fewer K/V
  * passes per query row). With avg = ceil(total_qo / requests with qo_len > 0), the plan takes the
  * smallest candidate tile_q >= avg, else the largest (FlashInfer's rule with 16 / 64 / 128 rows;
- * here 32 / 64 / 128 for D <= 128, the smallest tile being two warps). In CUDA-graph mode the captured kernel cannot change, so the
- * tile is fixed when the object is created, by the same rule applied to
- * avg = ceil(max_total_qo / max_batch_size).
+ * here 32 / 64 / 128 for D <= 128, the smallest tile being two warps). In CUDA-graph mode the
+ * captured kernel cannot change, so the tile is fixed when the object is created, by the same rule
+ * applied to avg = ceil(max_total_qo / max_batch_size).
  *
  * The work list
  * -------------
