@@ -9,8 +9,14 @@
  * configuration is timed with CUDA events after warm-up (S <= 4k in groups of back-to-back
  * launches) and the median is reported.
  *
- * Usage: bench_prefill [--quick] [--sweep]. --sweep also times the tile configurations of the
- * sm80 kernel at S = 16k (the default's choice should be the fastest). Prints Markdown tables.
+ * With --trace FILE (bench/data's Azure conversation trace), batch prefill too: consecutive
+ * requests of the trace, each a whole prompt (qo_len = kv_len = its context tokens), batched up
+ * to about 16k and 64k tokens, over a ragged K/V and over the paged cache (page 16, pages of a
+ * request scattered), causal; FLOPs are the kept causal pairs of every request.
+ *
+ * Usage: bench_prefill [--quick] [--sweep] [--trace FILE]. --sweep also times the tile
+ * configurations of the sm80 kernel at S = 16k (the default's choice should be the fastest).
+ * Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -112,16 +118,140 @@ static void print_row(const char *name, const workload_t *w, double ms) {
     fflush(stdout);
 }
 
+/* The ContextTokens column of the trace (CC BY 4.0, Azure LLM inference trace 2023); 0 rows if
+ * the file cannot be read. */
+static int load_trace(const char *path, int **out) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[256];
+    int n = 0, cap = 1024;
+    int *c = malloc(sizeof(int) * (size_t)cap);
+    if (!c || !fgets(line, sizeof line, f)) {
+        fclose(f);
+        free(c);
+        return 0;
+    }
+    while (fgets(line, sizeof line, f)) {
+        const char *comma = strchr(line, ',');
+        int a = 0;
+        if (!comma || sscanf(comma + 1, "%d", &a) != 1 || a < 1)
+            continue;
+        if (n == cap) {
+            cap *= 2;
+            int *grown = realloc(c, sizeof(int) * (size_t)cap);
+            if (!grown)
+                break;
+            c = grown;
+        }
+        c[n++] = a;
+    }
+    fclose(f);
+    *out = c;
+    return n;
+}
+
+/* Median milliseconds of one batch prefill run over lens[batch] (whole prompts), ragged or paged
+ * (page 16, each request's pages in a scattered order); FLOPs of the kept causal pairs. */
+static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
+                         const int *lens, int batch, int paged, int iters, double *flop) {
+    const DLDataType bf16 = {kDLBfloat, 16, 1};
+    const int page = 16;
+    int dev = 0;
+    cinfer_context_get_device(ctx, &dev, NULL);
+    int32_t *qo = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int32_t *kv = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int32_t *last = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    qo[0] = kv[0] = 0;
+    *flop = 0;
+    for (int i = 0; i < batch; i++) {
+        qo[i + 1] = qo[i] + lens[i];
+        const int pages = (lens[i] + page - 1) / page;
+        kv[i + 1] = kv[i] + (paged ? pages : lens[i]);
+        last[i] = lens[i] - (pages - 1) * page;
+        *flop += 4.0 * HQ * HD * (double)lens[i] * (lens[i] + 1) / 2;
+    }
+    const int64_t total = qo[batch];
+    if (total > b->max_s) {
+        fprintf(stderr, "%s: batch of %lld tokens exceeds the buffers\n", bench_name,
+                (long long)total);
+        exit(1);
+    }
+    /* The paged pool is the K/V buffers seen as pages of 16 tokens; page i of the table is a
+     * scattered permutation of the pool. */
+    const int64_t num_pages = b->max_s / page;
+    int32_t *indices = malloc(sizeof(int32_t) * (size_t)num_pages);
+    for (int64_t i = 0; i < num_pages; i++)
+        indices[i] = (int32_t)((i * 7919) % num_pages); /* 7919 is prime: a permutation */
+    CUdeviceptr d_indices;
+    CU(cuMemAlloc(&d_indices, sizeof(int32_t) * (size_t)num_pages));
+    CU(cuMemcpyHtoD(d_indices, indices, sizeof(int32_t) * (size_t)num_pages));
+
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = HQ;
+    o.num_kv_heads = HK;
+    o.head_dim = HD;
+    o.page_size = page;
+    o.max_batch_size = batch;
+    const cinfer_kv_storage_t storage = paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED;
+    size_t ws_bytes = 0;
+    CI(cinfer_batch_prefill_workspace_size(ctx, &o, storage, 1, total, &ws_bytes));
+    CUdeviceptr ws;
+    CU(cuMemAlloc(&ws, ws_bytes));
+    cinfer_batch_prefill_t *op;
+    CI(cinfer_batch_prefill_create(ctx, &o, storage, 1, total, (void *)(uintptr_t)ws, ws_bytes,
+                                   &op));
+    CI(cinfer_batch_prefill_plan(op, qo, kv, paged ? last : NULL, batch, stream));
+
+    int64_t q_shape[3] = {total, HQ, HD}, kv_shape[3] = {total, HK, HD};
+    int64_t cache_shape[4] = {num_pages, page, HK, HD}, idx_shape[1] = {num_pages};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    DLTensor tk =
+        paged ? tensor(b->k, bf16, 4, cache_shape, dev) : tensor(b->k, bf16, 3, kv_shape, dev);
+    DLTensor tv =
+        paged ? tensor(b->v, bf16, 4, cache_shape, dev) : tensor(b->v, bf16, 3, kv_shape, dev);
+    DLTensor ti = tensor(d_indices, (DLDataType){kDLInt, 32, 1}, 1, idx_shape, dev);
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        CI(cinfer_batch_prefill_run(op, &tq, &tk, &tv, paged ? &ti : NULL, &tout, NULL, NULL,
+                                    stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double ms = times[iters / 2];
+    free(times);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    cinfer_batch_prefill_destroy(op);
+    CU(cuMemFree(ws));
+    CU(cuMemFree(d_indices));
+    free(indices);
+    free(qo);
+    free(kv);
+    free(last);
+    return ms;
+}
+
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
     int quick = 0, sweep = 0;
+    const char *trace = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--sweep") == 0)
             sweep = 1;
+        else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
+            trace = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep]\n");
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--trace FILE]\n");
             return 2;
         }
     }
@@ -133,7 +263,7 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
     buffers_t b;
-    b.max_s = 16384;
+    b.max_s = trace ? 65536 : 16384;
     const size_t q_bytes = (size_t)b.max_s * HQ * HD * 2, kv_bytes = (size_t)b.max_s * HK * HD * 2;
     CU(cuMemAlloc(&b.q, q_bytes));
     CU(cuMemAlloc(&b.out, q_bytes));
@@ -177,6 +307,43 @@ int main(int argc, char **argv) {
         print_row("alibi (variant, slopes tensor)", &ws,
                   time_prefill(ctx, stream, &b, &ws, NULL, quick ? 5 : 15));
     }
+
+    int *trace_lens = NULL;
+    const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
+    if (trace && trace_n == 0)
+        fprintf(stderr, "%s: no requests read from %s\n", bench_name, trace);
+    if (trace_n > 0) {
+        printf("\nbatch prefill, whole prompts of consecutive trace requests (causal, %d/%d heads, "
+               "D = %d, bf16; paged: page 16)\n\n",
+               HQ, HK, HD);
+        printf("| KV | requests | tokens | mean prompt | time (ms) | TFLOP/s |\n"
+               "|---|---|---|---|---|---|\n");
+        static const int64_t budgets[] = {16384, 65536};
+        int start = 0;
+        for (int bi = 0; bi < 2; bi++) {
+            /* Requests from `start` while they fit the budget (a longer prompt is skipped). */
+            int req_lens[4096], n = 0;
+            int64_t total = 0;
+            for (int i = start; i < trace_n && n < 4096; i++) {
+                if (total + trace_lens[i] > budgets[bi])
+                    break;
+                req_lens[n++] = trace_lens[i];
+                total += trace_lens[i];
+            }
+            start += n;
+            if (n == 0)
+                continue; /* the next prompt alone exceeds the budget */
+            for (int paged = 0; paged < 2; paged++) {
+                double flop = 0;
+                const double ms =
+                    time_batch(ctx, stream, &b, req_lens, n, paged, quick ? 5 : 20, &flop);
+                printf("| %s | %d | %lld | %.0f | %.3f | %.1f |\n", paged ? "paged" : "ragged", n,
+                       (long long)total, (double)total / n, ms, flop / (ms * 1e-3) / 1e12);
+                fflush(stdout);
+            }
+        }
+    }
+    free(trace_lens);
 
     if (sweep) {
         /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages. */

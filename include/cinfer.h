@@ -542,6 +542,137 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                                  const cinfer_args_t *args, CUstream stream);
 
 /* ---------------------------------------------------------------------------------------------
+ * Batch prefill: many requests, each with qo_len query rows over its kv_len keys (plan / run)
+ *
+ * Query rows of all requests are concatenated (ragged): request b owns rows
+ * [qo_indptr[b], qo_indptr[b+1]) of q, out and lse, and its rows are the last qo_len of its
+ * kv_len positions (row i is at position i + kv_len - qo_len; causal masking is bottom-right
+ * aligned; qo_len > kv_len is allowed: under causal the first rows keep nothing). The K/V of the
+ * batch is either
+ *   - ragged (CINFER_KV_STORAGE_RAGGED, FlashInfer's BatchPrefillWithRaggedKVCacheWrapper): one
+ *     [total_kv, Hk, D] (NHD) or [Hk, total_kv, D] (HND) tensor per K and V, request b owning
+ *     rows [kv_indptr[b], kv_indptr[b+1]); or
+ *   - paged (CINFER_KV_STORAGE_PAGED, FlashInfer's BatchPrefillWithPagedKVCacheWrapper): the
+ *     paged cache of batch decode, with the page table (kv_indptr counting pages, kv_indices,
+ *     kv_last_page_len): position t of request b is slot t % page_size of page
+ *     kv_indices[kv_indptr[b] + t / page_size].
+ * As with batch decode: create once (validates, loads the kernels), plan once per step from host
+ * copies of the lengths (shared by all layers), run once per layer (capturable in a CUDA graph).
+ * The math is SEMANTICS.md's: sm_scale, k_scale, v_scale, logits_soft_cap and window_left from
+ * the options, rows with no kept position give 0 and lse -inf. The tensor-core kernel of single
+ * prefill runs it (sm_80 and later; fp16/bf16 with q, K/V and out of one dtype; head_dim a
+ * multiple of 16 up to 256); split-KV is not implemented, so a request with few query rows and a
+ * very long KV runs on few CTAs.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_batch_prefill cinfer_batch_prefill_t;
+
+/* Where a batch prefill's K/V live. */
+typedef enum cinfer_kv_storage {
+    CINFER_KV_STORAGE_RAGGED = 0, /* K, V: [total_kv, Hk, D] (NHD) or [Hk, total_kv, D] (HND) */
+    CINFER_KV_STORAGE_PAGED = 1,  /* the paged cache of batch decode, with its page table */
+} cinfer_kv_storage_t;
+
+/*
+ * The device workspace (bytes) of a batch prefill object: the schedule of any plan of at most
+ * options->max_batch_size requests and max_total_qo_tokens query rows. Exact: create accepts
+ * this many bytes or more. Needs no device and compiles nothing (the size does not depend on the
+ * GPU). *device_bytes is 0 on failure. The arguments are checked as by create.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (naming the option or argument).
+ */
+CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, cinfer_kv_storage_t storage,
+    int causal, int64_t max_total_qo_tokens, size_t *device_bytes);
+
+/*
+ * Creates a batch prefill object over a caller-owned device workspace of workspace_bytes bytes
+ * (device memory of the context's device, at least cinfer_batch_prefill_workspace_size, 256-byte
+ * aligned; it must outlive the object).
+ * options: heads, head_dim (a multiple of 16, at most 256), q_dtype == kv_dtype (fp16 or bf16),
+ *   kv_layout, sm_scale, logits_soft_cap, window_left, k_scale, v_scale, max_batch_size (>= 1),
+ *   use_cuda_graph; page_size (1..256) for a paged KV (ignored for a ragged one);
+ *   use_tensor_cores is ignored; variant must be NULL (variants are not supported by batch
+ *   prefill yet: UNSUPPORTED).
+ * storage: CINFER_KV_STORAGE_RAGGED or CINFER_KV_STORAGE_PAGED.
+ * causal: 1 = causal mask (bottom-right aligned per request), 0 = none. It selects the kernel;
+ *   keep one object per value if both are needed.
+ * max_total_qo_tokens: the most query rows (qo_indptr[batch] - qo_indptr[0]) any plan will hold,
+ *   >= 1.
+ * Loads (JIT-compiling on first use) the kernels the object may run: one per query tile size
+ * (up to three; plan picks the tile from the average query length), or, with use_cuda_graph = 1,
+ * the one tile fixed for the average max_total_qo_tokens / max_batch_size. The object also owns
+ * a small pinned host buffer for staging schedules. *out is NULL on failure.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not thread-safe per object.
+ */
+CINFER_API cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
+                                                       const cinfer_attention_options_t *options,
+                                                       cinfer_kv_storage_t storage, int causal,
+                                                       int64_t max_total_qo_tokens, void *workspace,
+                                                       size_t workspace_bytes,
+                                                       cinfer_batch_prefill_t **out);
+
+/*
+ * Plans one step (once per step, shared by all layers) from host int32 arrays:
+ *   qo_indptr [batch_size + 1]: query rows per request (qo_indptr[0] >= 0, non-decreasing);
+ *   kv_indptr [batch_size + 1]: ragged: K/V rows per request; paged: page-table entries per
+ *     request (kv_indptr[0] >= 0, non-decreasing);
+ *   kv_last_page_len [batch_size]: paged: valid slots of each request's last page, 1..page_size
+ *     for a request with pages (ignored without pages: kv_len 0); ragged: must be NULL.
+ * kv_len of a request: ragged kv_indptr[b+1] - kv_indptr[b]; paged (pages - 1) * page_size +
+ * last_page_len. qo_len and kv_len must be below 2^30. Chooses the query tile, builds the work
+ * list (longest first) and writes it into the workspace with an asynchronous copy on stream (runs
+ * on another stream must be ordered after it by the caller). The schedule is staged in the
+ * object's pinned host buffers: plan blocks only until the copy made two plans earlier has
+ * completed. An argument error leaves the previous plan in place.
+ * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
+ * NULL or non-monotone indptr, too many query rows, last_page_len out of range, lengths too long;
+ * the message names the argument, the index and the value), CUDA_ERROR, OUT_OF_MEMORY.
+ * Not thread-safe per object.
+ */
+CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
+                                                     const int32_t *qo_indptr,
+                                                     const int32_t *kv_indptr,
+                                                     const int32_t *kv_last_page_len,
+                                                     int batch_size, CUstream stream);
+
+/*
+ * Runs the planned step on stream (once per layer): never allocates, synchronizes, compiles or
+ * logs, so it can be captured in a CUDA graph. The lengths and offsets of the requests come from
+ * the plan (the workspace), not from device copies of the indptr arrays; only the page indices
+ * are read from the device. In graph mode (use_cuda_graph = 1) the grid is fixed for
+ * max_total_qo_tokens and max_batch_size and the kernel reads the schedule from the workspace,
+ * so a captured run replays correctly after any later plan, provided the captured tensors (same
+ * addresses and strides) hold the new step's data: capture with buffers that have room for the
+ * largest step you will replay.
+ * q: [total_q, Hq, D] q_dtype with total_q >= the planned qo_indptr[batch_size]; out: the same
+ *   shape, q_dtype; lse: NULL or [total_q, Hq] float32 (base 2). Rows no request owns are
+ *   neither read nor written.
+ * Ragged (kv_indices NULL): k, v: [total_kv, Hk, D] (NHD) or [Hk, total_kv, D] (HND) of q_dtype,
+ *   with the same shape, total_kv >= the planned kv_indptr[batch_size].
+ * Paged: k, v: the caches [max_pages, page_size, Hk, D] (NHD) or [max_pages, Hk, page_size, D]
+ *   (HND) with the same shape and strides; or k = the combined cache [max_pages, 2, ...] (index
+ *   0 = K, 1 = V) and v = NULL. kv_indices: int32 on the device, at least the planned
+ *   kv_indptr[batch_size] entries, each in [0, max_pages) (not range-checked).
+ * Any strides with a contiguous last dim (slices of a packed QKV work); rows move in 16-byte
+ * pieces: data addresses and every stride of a dim longer than 1 must keep rows 16-byte aligned.
+ * args: the variant's arguments (options->variant; NULL for default attention). batch_idx of
+ *   the variant hooks is the request's index in the plan.
+ * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim or dtype, non-contiguous last
+ * dim, not on the context's device, kv_indices given for a ragged KV or missing for a paged one,
+ * variant arguments that do not match the declaration, lse with a variant without softmax); PLAN_MISMATCH (shapes or dtypes that differ from the options or the plan);
+ * UNSUPPORTED (misaligned rows, paged K and V with different strides); CUDA_ERROR.
+ */
+CINFER_API cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTensor *q,
+                                                    const DLTensor *k, const DLTensor *v,
+                                                    const DLTensor *kv_indices, DLTensor *out,
+                                                    DLTensor *lse, const cinfer_args_t *args,
+                                                    CUstream stream);
+
+/* Destroys the object (not the workspace). NULL is a no-op. */
+CINFER_API void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op);
+
+/* ---------------------------------------------------------------------------------------------
  * KV-cache and position utilities: appending to a paged KV cache, page-table helpers, rotary
  * position embeddings (RoPE) and bit packing of boolean masks. Every function returns a status
  * (SUCCESS; INVALID_ARGUMENT for a NULL, a wrong shape, dtype, device or stride, a bad option;

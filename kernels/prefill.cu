@@ -32,9 +32,15 @@
  * cross the diagonal, the window edge or kv_len evaluate the element mask. Masked logits are
  * -inf; a row with nothing kept ends with output 0 and LSE -inf.
  *
+ * Single and batch: a single-prefill CTA finds its query tile and head in blockIdx; a batch CTA
+ * (CINFER_BATCH) reads them from the planned work list, then rebases q, out, lse and a ragged
+ * K/V onto its request, so the pipeline, the softmax and the epilogue below are the same code
+ * for both. A paged K/V (CINFER_PAGED) differs only in where a KV row is copied from: each row's
+ * page comes from the page table (load_kv_paged).
+ *
  * Prelude: CINFER_DTYPE_Q (== KV == O), CINFER_HEAD_DIM_QK (== VO), CINFER_MASK (0 none,
  * 1 causal), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS,
- * CINFER_STAGES, CINFER_OP_PREFILL.
+ * CINFER_STAGES, CINFER_BATCH, CINFER_PAGED, CINFER_OP_PREFILL.
  */
 #include "common.cuh"
 #include "mma.cuh"
@@ -160,23 +166,125 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
 #endif
 }
 
+#if CINFER_PAGED
+/*
+ * load_tile for K and V rows [row0, row0 + TILE_KV) of a paged request: row t is slot
+ * t % page_size of page table[t / page_size] (table = the request's first page-table entry).
+ * Both caches share their strides, so each row's address is computed once for K and V; rows
+ * >= len are zero-filled and never look up the table (entries past the request's pages may not
+ * exist).
+ */
+__device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
+                                                      const int *table, int t) {
+    int page_slot, in_page;
+    if (p.page_shift >= 0) {
+        page_slot = t >> p.page_shift;
+        in_page = t & ((1 << p.page_shift) - 1);
+    } else {
+        page_slot = t / p.page_size;
+        in_page = t - page_slot * p.page_size;
+    }
+    return (long long)__ldg(table + page_slot) * p.kv_stride_page +
+           (long long)in_page * p.k_stride_n;
+}
+
+__device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
+                                              const cinfer_prefill_params &p,
+                                              const cinfer_half_bits *k_base,
+                                              const cinfer_half_bits *v_base, const int *table,
+                                              int row0, int len) {
+#if THREADS % CHUNKS == 0
+    const int rpp = THREADS / CHUNKS; /* rows per pass */
+    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV, rpp); it++) {
+        const int r = r0 + it * rpp;
+        if (TILE_KV % rpp == 0 || r < TILE_KV) {
+            const bool valid = row0 + r < len;
+            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
+            cinfer_cp_async_16(s_k + tile_offset(r, ch), k_base + off, valid);
+            cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
+        }
+    }
+#else
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * CHUNKS, THREADS); it++) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        if (c < TILE_KV * CHUNKS) {
+            const int r = c / CHUNKS, ch = c % CHUNKS;
+            const bool valid = row0 + r < len;
+            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
+            cinfer_cp_async_16(s_k + tile_offset(r, ch), k_base + off, valid);
+            cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
+        }
+    }
+#endif
+}
+#endif
+
+/* Issues the cp.async copies of KV tile `tile` (rows tile * TILE_KV ..) into stage `stage`. */
+#if CINFER_PAGED
+#define LOAD_KV(stage, tile)                                                                       \
+    load_kv_paged(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, \
+                  (tile)*TILE_KV, p.kv_len)
+#else
+#define LOAD_KV(stage, tile)                                                                       \
+    do {                                                                                           \
+        load_tile(s_k + (stage)*KV_BYTES, k_base, p.k_stride_n, (tile)*TILE_KV, p.kv_len,          \
+                  TILE_KV);                                                                        \
+        load_tile(s_v + (stage)*KV_BYTES, v_base, p.v_stride_n, (tile)*TILE_KV, p.kv_len,          \
+                  TILE_KV);                                                                        \
+    } while (0)
+#endif
+
+/* A batch kernel rebases a local copy p of its parameters; a single one reads them in place. */
+#if CINFER_BATCH
+#define PARAMS params
+#else
+#define PARAMS p
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    CINFER_KERNEL_NAME(const cinfer_prefill_params p, const cinfer_variant_params vp) {
+    CINFER_KERNEL_NAME(const cinfer_prefill_params PARAMS, const cinfer_variant_params vp) {
     extern __shared__ uint4 smem[];
     const unsigned s_q = cinfer_smem_addr(smem);
     const unsigned s_k = s_q + TILE_Q * ROW_CHUNKS * 16;
     const unsigned s_v = s_k + STAGES * KV_BYTES;
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    const int head = (int)(blockIdx.x % (unsigned)p.num_qo_heads);
+    const int head = (int)(blockIdx.x % (unsigned)PARAMS.num_qo_heads);
+#if CINFER_BATCH
+    /* The work item; then p describes its request alone: lengths from the item, and q, out, lse
+     * (and a ragged K/V, or the page table) start at the request's first row. */
+    const unsigned item = blockIdx.x / (unsigned)params.num_qo_heads;
+    if (item >= (unsigned)params.header->num_work)
+        return; /* a spare CTA of a CUDA-graph grid */
+    const cinfer_prefill_work w = params.work[item];
+    cinfer_prefill_params p = params;
+    p.qo_len = w.qo_len;
+    p.kv_len = w.kv_len;
+    p.q = (const cinfer_half_bits *)p.q + (long long)w.qo_begin * p.q_stride_n;
+    p.out = (cinfer_half_bits *)p.out + (long long)w.qo_begin * p.out_stride_n;
+    if (p.lse)
+        p.lse += (long long)w.qo_begin * p.lse_stride_n;
+#if CINFER_PAGED
+    p.kv_indices += w.kv_begin;
+#else
+    p.k = (const cinfer_half_bits *)p.k + (long long)w.kv_begin * p.k_stride_n;
+    p.v = (const cinfer_half_bits *)p.v + (long long)w.kv_begin * p.v_stride_n;
+#endif
+    const int batch_idx = w.request;
+    const int q0 = w.q_begin;
+#else
+    const int batch_idx = 0;
     const int q_tile = p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads);
-    const int kv_head = head / (p.num_qo_heads / p.num_kv_heads);
     const int q0 = q_tile * TILE_Q;
+#endif
+    const int kv_head = head / (p.num_qo_heads / p.num_kv_heads);
     const int q_rows = CINFER_MIN(TILE_Q, p.qo_len - q0);
     /* Row i's absolute position is i + delta (bottom-right aligned). All lengths are below 2^30
      * (CINFER_PREFILL_MAX_LEN), so positions and their differences fit an int. */
     const int delta = p.kv_len - p.qo_len;
-    const int batch_idx = 0; /* the request, for variant hooks */
 
     /* The KV positions some row of the tile keeps, widened to whole KV tiles. */
     int kv_end = p.kv_len;
@@ -249,11 +357,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cinfer_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
-            if (s < num_tiles) {
-                const int row0 = (tile_begin + s) * TILE_KV;
-                load_tile(s_k + s * KV_BYTES, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);
-                load_tile(s_v + s * KV_BYTES, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);
-            }
+            if (s < num_tiles)
+                LOAD_KV(s, tile_begin + s);
             cinfer_cp_async_commit();
         }
 
@@ -265,14 +370,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             __syncthreads();
             {
                 const int next = t + STAGES - 1;
-                if (next < num_tiles) {
-                    const int row0 = (tile_begin + next) * TILE_KV;
-                    const int stage = next % STAGES;
-                    load_tile(s_k + stage * KV_BYTES, k_base, p.k_stride_n, row0, p.kv_len,
-                              TILE_KV);
-                    load_tile(s_v + stage * KV_BYTES, v_base, p.v_stride_n, row0, p.kv_len,
-                              TILE_KV);
-                }
+                if (next < num_tiles)
+                    LOAD_KV(next % STAGES, tile_begin + next);
                 cinfer_cp_async_commit();
             }
 #if VARIANT_QUERY_TRANSFORM

@@ -8,6 +8,13 @@
  * decreasing order (under a causal mask the last tiles have the most KV to visit, so they start
  * first and the short ones fill the tail).
  *
+ * Batch kernels (CINFER_BATCH) read a work list that the planner (src/sched/prefill_plan.c) wrote
+ * into the workspace: CTA i computes query head i % num_qo_heads of work item i / num_qo_heads,
+ * one tile of TILE_Q query rows of one request; CTAs past header->num_work items exit at once
+ * (CUDA-graph mode launches a fixed grid). K/V are a ragged [total_kv, Hk, D] tensor (token t of
+ * request b at row kv_begin + t) or, with CINFER_PAGED, a paged cache: token t of request b lives
+ * in page kv_indices[kv_begin + t / page_size], slot t % page_size.
+ *
  * Strides are in elements; every address is computed in 64 bits.
  */
 #ifndef CINFER_PREFILL_PARAMS_H
@@ -17,24 +24,53 @@
  * p_i - window_left) then fit a 32-bit int. */
 #define CINFER_PREFILL_MAX_LEN ((1 << 30) - 1)
 
+/* One tile of query rows of one request (all query heads: the grid multiplies by num_qo_heads).
+ * The request's description is repeated in every item, so a CTA reads one 24-byte record. */
+typedef struct cinfer_prefill_work {
+    int request;  /* batch index */
+    int q_begin;  /* first query row of the tile, within the request */
+    int qo_begin; /* the request's first row of q, out and lse (qo_indptr[request]) */
+    int qo_len;   /* the request's query rows */
+    int kv_begin; /* ragged: its first K/V row (kv_indptr[request]); paged: its first page-table
+                     entry (kv_indptr[request]) */
+    int kv_len;   /* its KV length */
+} cinfer_prefill_work;
+
+/* Written by plan into the workspace in front of the work list; read by run's kernel, so a
+ * captured CUDA graph sees each new plan. */
+typedef struct cinfer_prefill_header {
+    int num_work;
+    int batch_size;
+} cinfer_prefill_header;
+
 typedef struct cinfer_prefill_params {
     /* q: [qo_len, Hq, D] */
     const void *q;
     long long q_stride_n, q_stride_h;
-    /* k, v: [kv_len, Hk, D] through strides (NHD or HND are just different strides) */
+    /* k, v: [kv_len, Hk, D] through strides (NHD or HND are just different strides); paged: the
+     * caches, stride_n steps a slot within a page and kv_stride_page a page (K and V share
+     * strides) */
     const void *k;
     const void *v;
     long long k_stride_n, k_stride_h;
     long long v_stride_n, v_stride_h;
+    long long kv_stride_page;
+    const int *kv_indices; /* paged: the page table's page indices */
+    int page_size;         /* paged: tokens per page */
+    int page_shift;        /* paged: log2(page_size) when it is a power of two, else -1 */
+    /* batch: the schedule in the workspace */
+    const cinfer_prefill_header *header;
+    const cinfer_prefill_work *work;
     /* out: [qo_len, Hq, D]; lse: [qo_len, Hq] float32 base 2, may be NULL */
     void *out;
     long long out_stride_n, out_stride_h;
     float *lse;
     long long lse_stride_n, lse_stride_h;
-    int qo_len, kv_len;
+    int qo_len, kv_len; /* single prefill (batch kernels take them from the work item) */
     int num_qo_heads, num_kv_heads;
-    int num_q_tiles;
-    /* keep j >= p_i - window_left (CINFER_WINDOW kernels); clamped by the host to [0, kv_len] */
+    int num_q_tiles; /* single prefill */
+    /* keep j >= p_i - window_left (CINFER_WINDOW kernels); clamped by the host to [0, kv_len]
+     * (single) or [0, CINFER_PREFILL_MAX_LEN] (batch), where it masks the same */
     int window_left;
     /* logits in base-2 units: s2 = (q . k) * q_scale with q_scale = sm_scale * k_scale * log2(e);
      * with a soft cap c, q_scale = sm_scale * k_scale / c and s2 = soft_cap_log2 * tanh(q . k *

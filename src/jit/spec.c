@@ -49,6 +49,7 @@ enum {
     F_TILE = 1u << 11,
     F_VARIANT = 1u << 12,
     F_VEC = 1u << 13,
+    F_BATCH = 1u << 14,
 };
 
 enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS, K_VARIANT };
@@ -79,6 +80,7 @@ static const field_t fields[] = {
     FIELD("head_dim_vo", F_HD_VO, K_INT, head_dim_vo, NULL),
     FIELD("layout", F_LAYOUT, K_ENUM, layout, layout_names),
     FIELD("paged", F_PAGED, K_INT, paged, NULL),
+    FIELD("batch", F_BATCH, K_INT, batch, NULL),
     FIELD("mask", F_MASK, K_ENUM, mask, mask_names),
     FIELD("pos", F_POS, K_ENUM, pos, pos_names),
     FIELD("flags", F_FLAGS, K_FLAGS, flags, flag_names),
@@ -121,7 +123,7 @@ static const family_t families[CINFER__OP_COUNT] = {
                               CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
-                                F_MASK | F_FLAGS | F_TILE | F_VARIANT,
+                                F_PAGED | F_BATCH | F_MASK | F_FLAGS | F_TILE | F_VARIANT,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
     [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
                                           "CINFER_OP_APPEND_PAGED_KV_CACHE",
@@ -442,6 +444,14 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
                              mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+    if ((spec->batch != 0 && spec->batch != 1) || (spec->paged != 0 && spec->paged != 1))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: batch %d / paged %d, expected 0 or 1 each", fam->name,
+                             (int)spec->batch, (int)spec->paged);
+    if (spec->paged && !spec->batch)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: paged 1 needs batch 1 (single prefill reads one contiguous K/V)",
+                             fam->name);
     const int32_t w = spec->warps;
     if (w != 1 && w != 2 && w != 4 && w != 8)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: warps %d, expected 1, 2, 4 or 8",
@@ -567,7 +577,14 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         cinfer__fmt(dst, cap, "hd%lld", (long long)v);
         break;
     case F_PAGED:
-        cinfer__fmt(dst, cap, "%s", v ? "paged" : "ragged");
+        /* A family with single and batch kernels names the KV storage of its batch ones only. */
+        if ((families[spec->op].fields & F_BATCH) && !spec->batch)
+            dst[0] = '\0';
+        else
+            cinfer__fmt(dst, cap, "%s", v ? "paged" : "ragged");
+        break;
+    case F_BATCH:
+        cinfer__fmt(dst, cap, "%s", v ? "batch" : "");
         break;
     case F_FLAGS: {
         char flags[96];

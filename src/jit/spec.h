@@ -86,7 +86,8 @@ typedef struct cinfer__spec {
     cinfer__dtype_t dtype_q, dtype_kv, dtype_o;
     int32_t head_dim_qk, head_dim_vo;
     cinfer__layout_t layout;
-    int32_t paged;
+    int32_t paged; /* K/V in a paged cache (decode, batch prefill) */
+    int32_t batch; /* prefill: 1 = a batch from a planned work list, 0 = one request */
     cinfer__mask_t mask;
     cinfer__pos_t pos;
     uint32_t flags;

@@ -1,16 +1,20 @@
 /*
- * Single-request prefill: options and tensor checks, tile choice, spec, launch of the sm80
- * tensor-core kernel (kernels/prefill.cu). Workspace-free: one launch writes out and lse directly.
+ * Prefill: options and tensor checks, tile choice, specs and launches of the sm80 tensor-core
+ * kernel (kernels/prefill.cu). Single prefill is workspace-free: one launch writes out and lse
+ * directly. Batch prefill (ragged or paged K/V) follows batch decode's create / plan / run: the
+ * planner (src/sched/prefill_plan.c) writes a work list into a caller-owned workspace.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jit/jit.h"
-#include "ops/prefill.h"
-#include "variant/variant.h"
 #include "ops/options.h"
+#include "ops/prefill.h"
 #include "ops/tensor.h"
 #include "prefill_params.h"
+#include "sched/prefill_plan.h"
+#include "variant/variant.h"
 
 /* ---- options ---- */
 
@@ -53,6 +57,8 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
  * 32 rows per warp halves the shared-memory reads per mma; bench_prefill --sweep compares the
  * D = 128 candidates on the GPU. All of these fit the 99 KiB of sm_86/sm_89 as well.
  */
+static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
+
 void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
     if (head_dim <= 64) {
         *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 32, .warps = 4, .stages = 3};
@@ -63,7 +69,11 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
     } else {
         *cfg = (cinfer__prefill_config_t){.tile_q = 64, .tile_kv = 16, .warps = 4, .stages = 3};
     }
-    /* Shrink until the tiles fit the device: stages, then KV rows, then query rows. */
+    fit_config(head_dim, max_smem, cfg);
+}
+
+/* Shrinks tiles until they fit max_smem bytes: stages, then KV rows, then query rows. */
+static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
     while (cinfer__prefill_smem_bytes(head_dim, cfg) > (size_t)max_smem) {
         if (cfg->stages > 2)
             cfg->stages--;
@@ -76,6 +86,41 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
         else
             break; /* the launch reports it */
     }
+}
+
+/*
+ * The batch kernels' tiles, ascending in tile_q: 32 rows (two warps) for short queries, 64 rows
+ * (four warps) when the default has more, and the default. The small tiles keep 16 rows per warp
+ * (the smallest register footprint) and at most the default's KV tile; their KV rows are capped
+ * at 32 (two warps) and 64 (four warps) so that several CTAs share an SM: a two-warp CTA of
+ * 32 + 2 x 2 x 32 rows at D = 128 takes 40 KiB, five per SM. NVRTC 13.0 for sm_90a spills
+ * one-warp CTAs (16 rows) at D >= 144, and two-warp CTAs with 32 KV rows at D >= 192 (the
+ * unrolled copy loops of few threads keep many row addresses live), so two warps are the smallest
+ * tile, and above D = 128 it streams 16 KV rows in 3 stages (233..252 registers, no spill).
+ */
+void cinfer__prefill_batch_configs(int head_dim, int max_smem, cinfer__prefill_config_t *cfgs,
+                                   int *num) {
+    cinfer__prefill_config_t large;
+    cinfer__prefill_default_config(head_dim, max_smem, &large);
+    int n = 0;
+    const bool wide = head_dim > 128;
+    cfgs[n] = (cinfer__prefill_config_t){.tile_q = 32,
+                                         .tile_kv = wide                 ? 16
+                                                    : large.tile_kv < 32 ? large.tile_kv
+                                                                         : 32,
+                                         .warps = 2,
+                                         .stages = wide ? 3 : large.stages};
+    fit_config(head_dim, max_smem, &cfgs[n++]);
+    if (large.tile_q > 64) {
+        cfgs[n] = (cinfer__prefill_config_t){.tile_q = 64,
+                                             .tile_kv = large.tile_kv < 64 ? large.tile_kv : 64,
+                                             .warps = 4,
+                                             .stages = large.stages};
+        fit_config(head_dim, max_smem, &cfgs[n++]);
+    }
+    if (large.tile_q > 32)
+        cfgs[n++] = large;
+    *num = n;
 }
 
 /* The default tiles on a device allowing max_smem_optin bytes of shared memory per block. */
@@ -92,11 +137,14 @@ void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
 /* ---- spec ---- */
 
 /* The kernel's spec for checked options, a causal flag and tiles. */
-static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causal,
-                                  const cinfer__prefill_config_t *cfg, cinfer__spec_t *spec) {
+static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causal, bool batch,
+                                  bool paged, const cinfer__prefill_config_t *cfg,
+                                  cinfer__spec_t *spec) {
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_init(spec, CINFER__OP_PREFILL);
     spec->backend = CINFER__BACKEND_SM80;
+    spec->batch = batch;
+    spec->paged = paged;
     spec->dtype_q = spec->dtype_kv = spec->dtype_o = dtype;
     spec->head_dim_qk = spec->head_dim_vo = (int32_t)o->head_dim;
     spec->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
@@ -124,7 +172,7 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
                              causal);
     cinfer__prefill_config_t cfg;
     device_config(o->head_dim, max_smem_optin, &cfg);
-    return build_spec(o, causal, &cfg, spec);
+    return build_spec(o, causal, false, false, &cfg, spec);
 }
 
 /* ---- tensors ---- */
@@ -195,6 +243,49 @@ static long long stride_of(const DLTensor *t, int i) {
     return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
 }
 
+/* The scale fields of the params: base-2 logits q . k * sm_scale * k_scale * log2(e); with a soft
+ * cap c the kernel computes c * log2(e) * tanh(q . k * sm_scale * k_scale / c); a variant's logit
+ * hooks take natural-log units (no log2(e)). */
+static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
+    const double log2e = 1.4426950408889634;
+    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)o->head_dim);
+    double q_scale = sm_scale * o->k_scale;
+    if (o->logits_soft_cap > 0) {
+        q_scale /= o->logits_soft_cap;
+        p->soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
+    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
+        q_scale *= log2e; /* (logit hooks take natural-log units) */
+    }
+    p->q_scale = (float)q_scale;
+    p->v_scale = o->v_scale;
+}
+
+/* Checks a loaded kernel's shared memory (smem dynamic bytes for tiles cfg) against the device
+ * and opts it in to that much. Activates the context. */
+static cinfer_status_t prepare_kernel(cinfer_context_t *ctx, const cinfer__kernel_t *kernel,
+                                      const cinfer__prefill_config_t *cfg, size_t smem) {
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    /* Static shared memory the toolchain reserves (1 KiB on sm_90a) counts against the same
+     * per-block limit. */
+    int static_smem = 0;
+    CINFER__CU(
+        ctx->cu,
+        cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel->function),
+        "querying the prefill kernel's static shared memory");
+    if (smem + (size_t)static_smem > (size_t)ctx->max_smem_per_block_optin)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu + %d bytes "
+                             "of shared memory; the device allows %d per block",
+                             cfg->tile_q, cfg->tile_kv, cfg->stages, smem, static_smem,
+                             ctx->max_smem_per_block_optin);
+    /* Above 48 KiB a kernel must opt in to its dynamic shared memory. */
+    CINFER__CU(ctx->cu,
+               cuFuncSetAttribute(kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  (int)smem),
+               "setting the prefill kernel's shared memory size");
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* ---- the call ---- */
 
 cinfer_status_t
@@ -251,7 +342,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
                              ctx->max_smem_per_block_optin);
 
     cinfer__spec_t spec;
-    CINFER__CHECK(build_spec(o, causal, &cfg, &spec));
+    CINFER__CHECK(build_spec(o, causal, false, false, &cfg, &spec));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill", variant_blob,
@@ -300,39 +391,8 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     p.window_left =
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
-    /* Base-2 logits: q . k * sm_scale * k_scale * log2(e); with a soft cap c the kernel computes
-     * c * log2(e) * tanh(q . k * sm_scale * k_scale / c). */
-    const double log2e = 1.4426950408889634;
-    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)D);
-    double q_scale = sm_scale * o->k_scale;
-    if (o->logits_soft_cap > 0) {
-        q_scale /= o->logits_soft_cap;
-        p.soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
-    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
-        q_scale *= log2e; /* (logit hooks take natural-log units) */
-    }
-    p.q_scale = (float)q_scale;
-    p.v_scale = o->v_scale;
-
-    CINFER__CHECK(cinfer__context_activate(ctx));
-    /* Static shared memory the toolchain reserves (1 KiB on sm_90a) counts against the same
-     * per-block limit. */
-    int static_smem = 0;
-    CINFER__CU(
-        ctx->cu,
-        cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
-        "querying the prefill kernel's static shared memory");
-    if (smem + (size_t)static_smem > (size_t)ctx->max_smem_per_block_optin)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu + %d bytes "
-                             "of shared memory; the device allows %d per block",
-                             cfg.tile_q, cfg.tile_kv, cfg.stages, smem, static_smem,
-                             ctx->max_smem_per_block_optin);
-    /* Above 48 KiB a kernel must opt in to its dynamic shared memory. */
-    CINFER__CU(ctx->cu,
-               cuFuncSetAttribute(kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                  (int)smem),
-               "setting the prefill kernel's shared memory size");
+    set_scales(o, &p);
+    CINFER__CHECK(prepare_kernel(ctx, &kernel, &cfg, smem));
     void *kernel_args[] = {&p, variant_blob};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
@@ -348,4 +408,525 @@ cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                       CUstream stream) {
     return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, args, NULL,
                                          stream);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batch prefill
+ * ------------------------------------------------------------------------------------------- */
+
+/* What the options and create's arguments decide (shared by workspace_size and create, so the
+ * size one reports is the layout the other uses). */
+typedef struct batch_setup {
+    cinfer__prefill_plan_config_t cfg;
+    cinfer__prefill_config_t tiles[CINFER__PREFILL_MAX_TILES];
+    cinfer__prefill_layout_t layout;
+    cinfer__dtype_t dtype;
+    int head_dim;
+    cinfer_kv_layout_t kv_layout;
+    const cinfer_variant_t *variant; /* NULL = default attention */
+} batch_setup_t;
+
+static cinfer_status_t batch_setup(const cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                   cinfer_kv_storage_t storage, int causal, int64_t max_total_qo,
+                                   batch_setup_t *s) {
+    memset(s, 0, sizeof *s);
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    CINFER__CHECK(options_check(o));
+    s->variant = o->variant;
+    if (storage != CINFER_KV_STORAGE_RAGGED && storage != CINFER_KV_STORAGE_PAGED)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "storage = %d, expected CINFER_KV_STORAGE_RAGGED (0) or "
+                             "CINFER_KV_STORAGE_PAGED (1)",
+                             (int)storage);
+    if (causal != 0 && causal != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
+                             causal);
+    const bool paged = storage == CINFER_KV_STORAGE_PAGED;
+    if (paged && (o->page_size < 1 || o->page_size > 256))
+        return cinfer__error(o->page_size < 1 ? CINFER_STATUS_INVALID_ARGUMENT
+                                              : CINFER_STATUS_UNSUPPORTED,
+                             "options->page_size = %d, expected 1..256", o->page_size);
+    if (o->use_cuda_graph != 0 && o->use_cuda_graph != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->use_cuda_graph = %d, expected 0 or 1", o->use_cuda_graph);
+    if (o->max_batch_size < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->max_batch_size = %d, expected >= 1", o->max_batch_size);
+    if (max_total_qo < 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "max_total_qo_tokens = %lld, expected >= 1", (long long)max_total_qo);
+    if (max_total_qo > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "max_total_qo_tokens = %lld exceeds 2^31 - 1 (indptr arrays are "
+                             "int32)",
+                             (long long)max_total_qo);
+
+    cinfer__prefill_plan_config_t *c = &s->cfg;
+    c->num_qo_heads = o->num_qo_heads;
+    c->num_kv_heads = o->num_kv_heads;
+    c->causal = causal;
+    c->window_left = o->window_left;
+    c->paged = paged;
+    c->page_size = paged ? o->page_size : 1;
+    c->max_batch_size = o->max_batch_size;
+    c->max_total_qo = max_total_qo;
+    c->graph = o->use_cuda_graph;
+    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
+    cinfer__prefill_batch_configs(o->head_dim, ctx->max_smem_per_block_optin - 1024, s->tiles,
+                                  &c->num_tiles);
+    for (int i = 0; i < c->num_tiles; i++)
+        c->tile_q[i] = s->tiles[i].tile_q;
+    s->dtype = cinfer__dl_dtype(o->q_dtype);
+    s->head_dim = o->head_dim;
+    s->kv_layout = o->kv_layout;
+    return cinfer__prefill_batch_layout(c, &s->layout);
+}
+
+cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
+                                                   const cinfer_attention_options_t *o,
+                                                   cinfer_kv_storage_t storage, int causal,
+                                                   int64_t max_total_qo, cinfer__spec_t *specs,
+                                                   int *num_specs) {
+    batch_setup_t s;
+    CINFER__CHECK(batch_setup(ctx, o, storage, causal, max_total_qo, &s));
+    const int fixed = s.cfg.graph ? cinfer__prefill_choose_tile(&s.cfg, 0, 0) : -1;
+    int n = 0;
+    for (int i = 0; i < s.cfg.num_tiles; i++)
+        if (fixed < 0 || i == fixed)
+            CINFER__CHECK(build_spec(o, causal, true, s.cfg.paged, &s.tiles[i], &specs[n++]));
+    *num_specs = n;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
+                                                    const cinfer_attention_options_t *options,
+                                                    cinfer_kv_storage_t storage, int causal,
+                                                    int64_t max_total_qo_tokens,
+                                                    size_t *device_bytes) {
+    if (!device_bytes)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
+    *device_bytes = 0;
+    batch_setup_t s;
+    CINFER__CHECK(batch_setup(ctx, options, storage, causal, max_total_qo_tokens, &s));
+    *device_bytes = s.layout.total_bytes;
+    return CINFER_STATUS_SUCCESS;
+}
+
+struct cinfer_batch_prefill {
+    cinfer_context_t *ctx;
+    batch_setup_t setup;
+    cinfer__kernel_t kernels[CINFER__PREFILL_MAX_TILES];
+    bool loaded[CINFER__PREFILL_MAX_TILES];
+    size_t smem[CINFER__PREFILL_MAX_TILES];
+    void *workspace;            /* device */
+    cinfer_prefill_params base; /* the scale and head fields of every launch */
+
+    /* Plan's host side: scratch of max_batch_size requests and two pinned mirrors of the
+     * workspace's schedule used in turn; a mirror is rewritten only after the event recorded
+     * behind its last copy has completed, so plan n waits on plan n - 2's copy at most. */
+    cinfer__prefill_request_t *requests;
+    char *host; /* 2 x host_stride bytes, pinned */
+    size_t host_stride;
+    CUevent copied[2];
+    bool pending[2];
+    int next;
+
+    /* The current plan (what run checks its arguments against). */
+    bool planned;
+    int batch_size, num_work, tile;
+    int64_t qo_end; /* qo_indptr[batch_size]: q and out need this many rows */
+    int64_t kv_end; /* kv_indptr[batch_size]: K/V rows (ragged) or kv_indices entries (paged) */
+};
+
+static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need) {
+    if (!workspace)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "workspace is NULL, expected %zu bytes of device memory "
+                             "(cinfer_batch_prefill_workspace_size)",
+                             need);
+    if ((uintptr_t)workspace % CINFER__PREFILL_ALIGN != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %d-byte aligned",
+                             workspace, CINFER__PREFILL_ALIGN);
+    if (workspace_bytes < need)
+        return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
+                             "workspace_bytes = %zu, expected at least %zu "
+                             "(cinfer_batch_prefill_workspace_size)",
+                             workspace_bytes, need);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Loads the kernels create promises (all tiles, or graph mode's one) and opts them in to their
+ * shared memory. */
+static cinfer_status_t load_kernels(cinfer_batch_prefill_t *op, const cinfer_attention_options_t *o,
+                                    int causal) {
+    const batch_setup_t *s = &op->setup;
+    const int fixed = s->cfg.graph ? cinfer__prefill_choose_tile(&s->cfg, 0, 0) : -1;
+    for (int i = 0; i < s->cfg.num_tiles; i++) {
+        if (fixed >= 0 && i != fixed)
+            continue;
+        const cinfer__prefill_config_t *t = &s->tiles[i];
+        op->smem[i] = cinfer__prefill_smem_bytes(s->head_dim, t);
+        if (op->smem[i] > (size_t)op->ctx->max_smem_per_block_optin)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
+                                 "bytes of shared memory; the device allows %d per block",
+                                 t->tile_q, t->tile_kv, t->stages, op->smem[i],
+                                 op->ctx->max_smem_per_block_optin);
+        cinfer__spec_t spec;
+        CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, &spec));
+        CINFER__CHECK(cinfer__jit_kernel(op->ctx, &spec, &op->kernels[i]));
+        CINFER__CHECK(prepare_kernel(op->ctx, &op->kernels[i], t, op->smem[i]));
+        op->loaded[i] = true;
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
+                                            const cinfer_attention_options_t *options,
+                                            cinfer_kv_storage_t storage, int causal,
+                                            int64_t max_total_qo_tokens, void *workspace,
+                                            size_t workspace_bytes, cinfer_batch_prefill_t **out) {
+    if (!out)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    cinfer_batch_prefill_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "batch prefill: out of memory");
+    op->ctx = ctx;
+    op->workspace = workspace;
+    cinfer_status_t st;
+    if ((st = batch_setup(ctx, options, storage, causal, max_total_qo_tokens, &op->setup)) ||
+        (st = check_workspace(workspace, workspace_bytes, op->setup.layout.total_bytes)) ||
+        (st = load_kernels(op, options, causal)))
+        goto out_free_op;
+
+    const batch_setup_t *s = &op->setup;
+    cinfer_prefill_params *p = &op->base;
+    p->num_qo_heads = s->cfg.num_qo_heads;
+    p->num_kv_heads = s->cfg.num_kv_heads;
+    /* A window of 2^30 - 1 or more masks nothing (positions are below 2^30), so clamping keeps
+     * p_i - w inside an int. */
+    p->window_left = options->window_left < 0                        ? 0
+                     : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
+                                                                     : options->window_left;
+    set_scales(options, p);
+    p->page_size = s->cfg.page_size;
+    p->page_shift = -1;
+    for (int shift = 0; shift < 31; shift++)
+        if (s->cfg.page_size == 1 << shift)
+            p->page_shift = shift;
+    char *ws = workspace;
+    p->header = (const cinfer_prefill_header *)ws;
+    p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
+
+    const cinfer__cuda_t *cu = ctx->cu;
+    op->requests = malloc(sizeof *op->requests * (size_t)s->cfg.max_batch_size);
+    if (!op->requests) {
+        st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                           "batch prefill: out of memory for %d requests", s->cfg.max_batch_size);
+        goto out_free_op;
+    }
+    if ((st = cinfer__context_activate(ctx)))
+        goto out_free_scratch;
+    op->host_stride = (s->layout.schedule_bytes + CINFER__PREFILL_ALIGN - 1) /
+                      CINFER__PREFILL_ALIGN * CINFER__PREFILL_ALIGN;
+    void *host = NULL;
+    CUresult res = cu->cuMemAllocHost(&host, 2 * op->host_stride);
+    if (res != CUDA_SUCCESS) {
+        st = res == CUDA_ERROR_OUT_OF_MEMORY
+                 ? cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                                 "batch prefill: cuMemAllocHost of %zu bytes failed",
+                                 2 * op->host_stride)
+                 : cinfer__cu_error(res, "cuMemAllocHost (batch prefill schedule)");
+        goto out_free_scratch;
+    }
+    op->host = host;
+    memset(op->host, 0, 2 * op->host_stride);
+    if ((res = cu->cuEventCreate(&op->copied[0], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        st = cinfer__cu_error(res, "cuEventCreate (batch prefill)");
+        goto out_free_host;
+    }
+    if ((res = cu->cuEventCreate(&op->copied[1], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        st = cinfer__cu_error(res, "cuEventCreate (batch prefill)");
+        goto out_destroy_event;
+    }
+    *out = op;
+    return CINFER_STATUS_SUCCESS;
+
+out_destroy_event:
+    cu->cuEventDestroy(op->copied[0]);
+out_free_host:
+    cu->cuMemFreeHost(op->host);
+out_free_scratch:
+    free(op->requests);
+out_free_op:
+    free(op);
+    return st;
+}
+
+cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int32_t *qo_indptr,
+                                          const int32_t *kv_indptr, const int32_t *kv_last_page_len,
+                                          int batch_size, CUstream stream) {
+    if (!op)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    const cinfer__prefill_plan_config_t *cfg = &op->setup.cfg;
+    /* Everything that can reject the arguments runs before the previous plan is touched. */
+    CINFER__CHECK(cinfer__prefill_requests(cfg, qo_indptr, kv_indptr, kv_last_page_len, batch_size,
+                                           op->requests));
+    int64_t requests = 0;
+    for (int b = 0; b < batch_size; b++)
+        requests += op->requests[b].qo_len > 0;
+    const int tile =
+        cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch_size] - qo_indptr[0], requests);
+
+    cinfer_context_t *ctx = op->ctx;
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    const int i = op->next;
+    if (op->pending[i]) {
+        CINFER__CU(ctx->cu, cuEventSynchronize(op->copied[i]),
+                   "waiting for an earlier plan's schedule copy");
+        op->pending[i] = false;
+    }
+    op->planned = false;
+    char *host = op->host + (size_t)i * op->host_stride;
+    const cinfer__prefill_schedule_t dst = {
+        .header = (cinfer_prefill_header *)host,
+        .work = (cinfer_prefill_work *)(host + op->setup.layout.work_offset),
+        .work_capacity = op->setup.layout.work_capacity,
+    };
+    CINFER__CHECK(
+        cinfer__prefill_plan_build(cfg, op->requests, batch_size, cfg->tile_q[tile], &dst));
+    const size_t bytes =
+        op->setup.layout.work_offset + (size_t)dst.header->num_work * sizeof(cinfer_prefill_work);
+    CINFER__CU(ctx->cu,
+               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)op->workspace, host, bytes, stream),
+               "copying the batch prefill schedule to the workspace");
+    CUresult res = ctx->cu->cuEventRecord(op->copied[i], stream);
+    if (res != CUDA_SUCCESS) {
+        /* Without the event the mirror's copy cannot be tracked: let it finish here. */
+        ctx->cu->cuStreamSynchronize(stream);
+        return cinfer__cu_error(res, "cuEventRecord after the batch prefill schedule copy");
+    }
+    op->pending[i] = true;
+    op->next = 1 - i;
+
+    op->planned = true;
+    op->batch_size = batch_size;
+    op->num_work = dst.header->num_work;
+    op->tile = tile;
+    op->qo_end = qo_indptr[batch_size];
+    op->kv_end = kv_indptr[batch_size];
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* check_tensor with PLAN_MISMATCH for a shape that contradicts the options or the plan; NULL,
+ * ndim, dtype and device errors stay INVALID_ARGUMENT. */
+static cinfer_status_t check_planned(const cinfer_context_t *ctx, const char *arg,
+                                     const DLTensor *t, int ndim, const int64_t *shape,
+                                     cinfer__dtype_t dtype, const char *origin) {
+    cinfer_status_t st = check_tensor(ctx, arg, t, ndim, shape, dtype, origin);
+    if (st != CINFER_STATUS_SUCCESS && t && t->ndim == ndim && cinfer__tensor_dtype(t) == dtype) {
+        bool shape_differs = false;
+        for (int i = 0; i < ndim; i++)
+            shape_differs = shape_differs || (shape[i] >= 0 && t->shape[i] != shape[i]);
+        if (shape_differs)
+            return CINFER_STATUS_PLAN_MISMATCH;
+    }
+    return st;
+}
+
+/* A tensor needs at least `rows` indices along dim. */
+static cinfer_status_t check_rows(const char *arg, const DLTensor *t, int dim, int64_t rows,
+                                  const char *what) {
+    if (t->shape[dim] < rows)
+        return cinfer__error(CINFER_STATUS_PLAN_MISMATCH,
+                             "%s: dim %d has %lld entries, but the plan needs %lld (%s)", arg, dim,
+                             (long long)t->shape[dim], (long long)rows, what);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* K and V of a paged cache share one set of strides in the kernel. */
+static cinfer_status_t check_same_strides(const DLTensor *k, const DLTensor *v) {
+    for (int i = 0; i < k->ndim - 1; i++)
+        if (k->shape[i] > 1 && cinfer__tensor_stride(k, i) != cinfer__tensor_stride(v, i))
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "v: stride of dim %d is %lld elements, k's is %lld; a paged "
+                                 "batch prefill needs K and V caches with the same strides",
+                                 i, (long long)cinfer__tensor_stride(v, i),
+                                 (long long)cinfer__tensor_stride(k, i));
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* The K/V fields of the params for a ragged K/V. */
+static cinfer_status_t ragged_kv(const cinfer_batch_prefill_t *op, const DLTensor *k,
+                                 const DLTensor *v, cinfer_prefill_params *p) {
+    const batch_setup_t *s = &op->setup;
+    const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
+    const int64_t Hk = s->cfg.num_kv_heads, D = s->head_dim;
+    const int64_t shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
+    const char *origin = nhd ? "NHD [total_kv, num_kv_heads, head_dim] from the options"
+                             : "HND [num_kv_heads, total_kv, head_dim] from the options";
+    CINFER__CHECK(check_planned(op->ctx, "k", k, 3, shape, s->dtype, origin));
+    CINFER__CHECK(check_rows("k", k, nhd ? 0 : 1, op->kv_end, "K/V rows: kv_indptr[batch_size]"));
+    if (!v)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "v is NULL; a ragged K/V needs both k and v (only a paged cache may "
+                             "be combined)");
+    CINFER__CHECK(check_planned(op->ctx, "v", v, 3, k->shape, s->dtype, "k's shape"));
+    CINFER__CHECK(check_aligned("k", k));
+    CINFER__CHECK(check_aligned("v", v));
+    p->k = cinfer__tensor_data(k);
+    p->v = cinfer__tensor_data(v);
+    p->k_stride_n = stride_of(k, nhd ? 0 : 1);
+    p->k_stride_h = stride_of(k, nhd ? 1 : 0);
+    p->v_stride_n = stride_of(v, nhd ? 0 : 1);
+    p->v_stride_h = stride_of(v, nhd ? 1 : 0);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* The K/V fields of the params for a paged cache (separate k and v, or combined k, v NULL). */
+static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor *k,
+                                const DLTensor *v, const DLTensor *kv_indices,
+                                cinfer_prefill_params *p) {
+    const batch_setup_t *s = &op->setup;
+    const cinfer_context_t *ctx = op->ctx;
+    const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
+    const int64_t P = s->cfg.page_size, Hk = s->cfg.num_kv_heads, D = s->head_dim;
+    const int64_t a = nhd ? P : Hk, b = nhd ? Hk : P;
+    int first; /* the dim of k after the page (and K/V) dims */
+    if (v) {
+        const int64_t shape[4] = {-1, a, b, D};
+        CINFER__CHECK(check_planned(
+            ctx, "k", k, 4, shape, s->dtype,
+            nhd ? "NHD [max_pages, page_size, num_kv_heads, head_dim] from the options"
+                : "HND [max_pages, num_kv_heads, page_size, head_dim] from the options"));
+        const int64_t v_shape[4] = {k->shape[0], a, b, D};
+        CINFER__CHECK(check_planned(ctx, "v", v, 4, v_shape, s->dtype, "k's shape"));
+        CINFER__CHECK(check_aligned("k", k));
+        CINFER__CHECK(check_aligned("v", v));
+        CINFER__CHECK(check_same_strides(k, v));
+        p->k = cinfer__tensor_data(k);
+        p->v = cinfer__tensor_data(v);
+        first = 1;
+    } else {
+        const int64_t shape[5] = {-1, 2, a, b, D};
+        CINFER__CHECK(check_planned(
+            ctx, "k", k, 5, shape, s->dtype,
+            nhd ? "combined NHD [max_pages, 2, page_size, num_kv_heads, head_dim] from the "
+                  "options (v is NULL)"
+                : "combined HND [max_pages, 2, num_kv_heads, page_size, head_dim] from the "
+                  "options (v is NULL)"));
+        CINFER__CHECK(check_aligned("k", k));
+        p->k = cinfer__tensor_data(k);
+        p->v = (const char *)p->k + cinfer__tensor_stride(k, 1) * 2;
+        first = 2;
+    }
+    /* Every stride is taken as is (a dim of one index is never stepped along except the page
+     * dim, whose stride only ever multiplies a page index). */
+    p->kv_stride_page = cinfer__tensor_stride(k, 0);
+    p->k_stride_n = p->v_stride_n = cinfer__tensor_stride(k, nhd ? first : first + 1);
+    p->k_stride_h = p->v_stride_h = cinfer__tensor_stride(k, nhd ? first + 1 : first);
+
+    const int64_t any[1] = {-1};
+    CINFER__CHECK(check_tensor(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
+                               "[kv_indptr[batch_size]] page indices"));
+    CINFER__CHECK(check_rows("kv_indices", kv_indices, 0, op->kv_end,
+                             "page-table entries: kv_indptr[batch_size]"));
+    if ((uintptr_t)cinfer__tensor_data(kv_indices) % sizeof(int32_t) != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "kv_indices: data address %p is not 4-byte aligned (int32)",
+                             cinfer__tensor_data(kv_indices));
+    p->kv_indices = cinfer__tensor_data(kv_indices);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTensor *q,
+                                         const DLTensor *k, const DLTensor *v,
+                                         const DLTensor *kv_indices, DLTensor *out, DLTensor *lse,
+                                         const cinfer_args_t *args, CUstream stream) {
+    if (!op)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    if (!op->planned)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "op has no plan: call cinfer_batch_prefill_plan before run");
+    const batch_setup_t *s = &op->setup;
+    const cinfer_context_t *ctx = op->ctx;
+    const int64_t Hq = s->cfg.num_qo_heads, D = s->head_dim;
+    const int64_t q_shape[3] = {-1, Hq, D};
+    const char *q_origin = "[total_q, num_qo_heads, head_dim] from the options";
+    CINFER__CHECK(check_planned(ctx, "q", q, 3, q_shape, s->dtype, q_origin));
+    CINFER__CHECK(check_rows("q", q, 0, op->qo_end, "query rows: qo_indptr[batch_size]"));
+    CINFER__CHECK(check_aligned("q", q));
+    const int64_t out_shape[3] = {q->shape[0], Hq, D};
+    CINFER__CHECK(check_planned(ctx, "out", out, 3, out_shape, s->dtype, "q's shape"));
+    CINFER__CHECK(check_aligned("out", out));
+    if (lse) {
+        const int64_t lse_shape[2] = {q->shape[0], Hq};
+        CINFER__CHECK(check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
+                                    "[total_q, num_qo_heads] from q"));
+        if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "lse: data address %p is not 4-byte aligned (float32)",
+                                 cinfer__tensor_data(lse));
+    }
+    CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_prefill_run"));
+    unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
+    size_t variant_bytes = 0;
+    CINFER__CHECK(cinfer__variant_pack(s->variant, args, ctx, "cinfer_batch_prefill_run",
+                                       variant_blob, &variant_bytes));
+
+    cinfer_prefill_params p = op->base;
+    if (s->cfg.paged) {
+        if (!kv_indices)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "kv_indices is NULL, expected the page indices of a paged KV");
+        CINFER__CHECK(paged_kv(op, k, v, kv_indices, &p));
+    } else {
+        if (kv_indices)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "kv_indices is not NULL, expected NULL for a ragged KV");
+        CINFER__CHECK(ragged_kv(op, k, v, &p));
+    }
+    p.q = cinfer__tensor_data(q);
+    p.q_stride_n = stride_of(q, 0);
+    p.q_stride_h = stride_of(q, 1);
+    p.out = cinfer__tensor_data(out);
+    p.out_stride_n = stride_of(out, 0);
+    p.out_stride_h = stride_of(out, 1);
+    if (lse) {
+        p.lse = cinfer__tensor_data(lse);
+        p.lse_stride_n = stride_of(lse, 0);
+        p.lse_stride_h = stride_of(lse, 1);
+    }
+
+    const int tile = op->tile;
+    const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work);
+    if (blocks == 0)
+        return CINFER_STATUS_SUCCESS;
+    CINFER__CHECK(cinfer__context_activate(op->ctx));
+    void *params[] = {&p, variant_blob};
+    CINFER__CU(ctx->cu,
+               cuLaunchKernel(op->kernels[tile].function, (unsigned)blocks, 1, 1,
+                              (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)op->smem[tile],
+                              stream, params, NULL),
+               "launching the batch prefill kernel");
+    return CINFER_STATUS_SUCCESS;
+}
+
+void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op) {
+    if (!op)
+        return;
+    const cinfer__cuda_t *cu = op->ctx->cu;
+    if (cinfer__context_activate(op->ctx) == CINFER_STATUS_SUCCESS) {
+        /* A pinned mirror may still be the source of an enqueued copy. */
+        for (int i = 0; i < 2; i++) {
+            if (op->pending[i])
+                cu->cuEventSynchronize(op->copied[i]);
+            cu->cuEventDestroy(op->copied[i]);
+        }
+        cu->cuMemFreeHost(op->host);
+    }
+    free(op->requests);
+    free(op);
 }

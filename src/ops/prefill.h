@@ -1,7 +1,7 @@
 /*
- * Prefill attention: the internal side of cinfer_single_prefill (src/ops/prefill.c), the tile
- * configuration of the sm80 kernel (kernels/prefill.cu), and a variant of the call with explicit
- * tiles for benchmarks and tests.
+ * Prefill attention: the internal side of cinfer_single_prefill and of batch prefill
+ * (src/ops/prefill.c), the tile configuration of the sm80 kernel (kernels/prefill.cu), and a
+ * variant of the single call with explicit tiles for benchmarks and tests.
  */
 #ifndef CINFER_OPS_PREFILL_H
 #define CINFER_OPS_PREFILL_H
@@ -29,6 +29,24 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
  * each choice.
  */
 void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
+
+/*
+ * The tiles of the batch kernels for head_dim within max_smem bytes, ascending in tile_q (32 rows,
+ * 64 rows when the default has more, the default): *num (1..3) entries of cfgs[3].
+ */
+void cinfer__prefill_batch_configs(int head_dim, int max_smem, cinfer__prefill_config_t *cfgs,
+                                   int *num);
+
+/*
+ * The specs of the kernels cinfer_batch_prefill_create loads for these arguments on ctx's device
+ * (one per candidate tile, or graph mode's one): *num_specs (1..3) entries of specs[3]. Validates
+ * the arguments like create; needs no device beyond ctx's properties.
+ */
+cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
+                                                   const cinfer_attention_options_t *o,
+                                                   cinfer_kv_storage_t storage, int causal,
+                                                   int64_t max_total_qo, cinfer__spec_t *specs,
+                                                   int *num_specs);
 
 /* The default tiles for head_dim on the context's device (what cinfer_single_prefill uses). */
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,

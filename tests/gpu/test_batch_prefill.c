@@ -1,0 +1,838 @@
+/*
+ * Batch prefill (ragged and paged K/V) against the float64 CPU reference (cinfer__ref_batch_ragged,
+ * cinfer__ref_batch_paged): batches of 1..64 requests, query lengths 0..~1k (and decode-like
+ * batches of a few rows, which take the small tile), KV lengths 0..~4k with qo_len > kv_len too,
+ * page sizes 1..256 (odd ones included), NHD/HND, combined K/V caches, fp16/bf16, head dims
+ * 64/128/256 and the padded 80 and 208, GQA 1..8, causal on and off, sliding window, soft cap,
+ * LSE, CUDA-graph capture and replay after re-planning, and argument errors.
+ *
+ * Every output is poisoned (NaN) and surrounded by canaries; q rows that no request owns (the
+ * plan starts at qo_indptr[0] > 0 and leaves rows after the last request) must keep the poison in
+ * out and lse; every K/V row or page slot no request owns holds NaN, so a read of a wrong row,
+ * page or slot shows up as NaN. The kernels used here (a few dtype/head-dim/flag sets, three
+ * query tiles each) compile in about 30 s on first use; the reference dominates the rest, so
+ * each case keeps sum(qo_len x kv_len) x Hq x D below a budget.
+ */
+#include "support/gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cinfer_context_t *ctx;
+static CUstream stream;
+static const cinfer__cuda_t *cu;
+
+/* sum_b qo_len_b x kv_len_b x Hq x D of one case: about a second of reference work. */
+#define REF_BUDGET 2.5e8
+
+typedef struct bp_case {
+    const char *desc;
+    int batch;
+    int max_qo, max_kv;           /* random lengths in [0, max] (or [1, max] for qo) */
+    const int *qo_lens, *kv_lens; /* or fixed lengths */
+    int hq, hk, d;
+    cinfer__dtype_t dtype;
+    cinfer_kv_layout_t layout;
+    int paged, page_size, combined;
+    int causal;
+    float soft_cap, sm_scale;
+    int window_left;
+    int lse;
+    int high_pages; /* paged: the requests own the last pages of the pool, in reverse order */
+} bp_case;
+
+static bp_case base_case(const char *desc) {
+    bp_case c;
+    memset(&c, 0, sizeof c);
+    c.desc = desc;
+    c.batch = 7;
+    c.max_qo = 300;
+    c.max_kv = 1200;
+    c.hq = 32;
+    c.hk = 8;
+    c.d = 128;
+    c.dtype = CINFER__DT_BF16;
+    c.layout = CINFER_KV_LAYOUT_NHD;
+    c.paged = 1;
+    c.page_size = 16;
+    c.causal = 1;
+    c.window_left = -1;
+    c.lse = 1;
+    return c;
+}
+
+static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
+    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
+    if (cinfer_test_ref_dtype(dt, &r) != 0)
+        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
+    return r;
+}
+
+/* bf16 keeps 8 significant bits, fp16 11; P is rounded to the same dtype before P V. */
+static double value_tolerance(cinfer__dtype_t dt) {
+    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
+}
+
+/* Rows of q/out before the first request and after the last one (never read or written). */
+enum { Q_FRONT = 3, Q_BACK = 5, KV_FRONT = 4, KV_BACK = 9, EXTRA_PAGES = 5 };
+
+typedef struct bp_data {
+    int batch;
+    int *qo_len, *kv_len;
+    int32_t *qo_indptr, *kv_indptr, *last, *indices;
+    int64_t q_rows;  /* rows of q, out and lse */
+    int64_t kv_rows; /* ragged: rows of K/V; paged: max_pages */
+    int64_t num_indices;
+    size_t q_bytes, kv_bytes; /* kv_bytes: one of K, V (the combined cache holds both) */
+    unsigned char *q, *k, *v; /* host; combined: k holds the whole cache, v is NULL */
+    cinfer_test_buf d_q, d_k, d_v, d_out, d_lse, d_indices, d_ws;
+} bp_data;
+
+static void free_host(bp_data *x) {
+    free(x->qo_len);
+    free(x->kv_len);
+    free(x->qo_indptr);
+    free(x->kv_indptr);
+    free(x->last);
+    free(x->indices);
+    free(x->q);
+    free(x->k);
+    free(x->v);
+}
+
+static void free_data(bp_data *x) {
+    free_host(x);
+    cinfer_test_buf_free(&x->d_q);
+    cinfer_test_buf_free(&x->d_k);
+    cinfer_test_buf_free(&x->d_v);
+    cinfer_test_buf_free(&x->d_out);
+    cinfer_test_buf_free(&x->d_lse);
+    cinfer_test_buf_free(&x->d_indices);
+    cinfer_test_buf_free(&x->d_ws);
+    memset(x, 0, sizeof *x);
+}
+
+/* Element strides of K (and V) rows: token, head, page (paged), and where V starts relative to
+ * the K data of the same host/device buffer (combined cache) or 0. */
+typedef struct kv_strides {
+    int64_t token, head, page, v_offset;
+} kv_strides;
+
+static kv_strides strides_of(const bp_case *c, const bp_data *x) {
+    kv_strides s = {0, 0, 0, 0};
+    const int64_t d = c->d, hk = c->hk;
+    if (!c->paged) {
+        s.token = c->layout == CINFER_KV_LAYOUT_NHD ? hk * d : d;
+        s.head = c->layout == CINFER_KV_LAYOUT_NHD ? d : x->kv_rows * d;
+        return s;
+    }
+    const int64_t p = c->page_size, page = p * hk * d;
+    s.token = c->layout == CINFER_KV_LAYOUT_NHD ? hk * d : d;
+    s.head = c->layout == CINFER_KV_LAYOUT_NHD ? d : p * d;
+    s.page = c->combined ? 2 * page : page;
+    s.v_offset = c->combined ? page : 0;
+    return s;
+}
+
+/* Element offset of token t's head-h row of request b in the K buffer. */
+static int64_t kv_row(const bp_case *c, const bp_data *x, const kv_strides *s, int b, int t,
+                      int h) {
+    if (!c->paged)
+        return (int64_t)(x->kv_indptr[b] + t) * s->token + h * s->head;
+    const int64_t page = x->indices[x->kv_indptr[b] + t / c->page_size];
+    return page * s->page + (int64_t)(t % c->page_size) * s->token + h * s->head;
+}
+
+/*
+ * Lengths (fixed, or random with the reference budget), indptr arrays starting at Q_FRONT /
+ * KV_FRONT (paged: a shuffled page pool with EXTRA_PAGES unowned pages), and the host data: NaN
+ * everywhere but the owned rows. Capacities q_cap / kv_cap (0 = just enough) let graph replays
+ * reuse the first case's buffers.
+ */
+static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_t q_cap,
+                      int64_t kv_cap) {
+    memset(x, 0, sizeof *x);
+    const int B = c->batch;
+    x->batch = B;
+    x->qo_len = calloc((size_t)B + 1, sizeof(int));
+    x->kv_len = calloc((size_t)B + 1, sizeof(int));
+    x->qo_indptr = calloc((size_t)B + 1, sizeof(int32_t));
+    x->kv_indptr = calloc((size_t)B + 1, sizeof(int32_t));
+    x->last = calloc((size_t)B + 1, sizeof(int32_t));
+    int max_qo = c->max_qo, max_kv = c->max_kv;
+    for (;;) {
+        double cost = 0;
+        for (int b = 0; b < B; b++) {
+            x->qo_len[b] =
+                c->qo_lens ? c->qo_lens[b] : (int)cinfer_test_rng_below(rng, (uint64_t)max_qo + 1);
+            x->kv_len[b] =
+                c->kv_lens ? c->kv_lens[b] : (int)cinfer_test_rng_below(rng, (uint64_t)max_kv + 1);
+            cost += (double)x->qo_len[b] * x->kv_len[b] * c->hq * c->d;
+        }
+        if (cost <= REF_BUDGET || (c->qo_lens && c->kv_lens))
+            break;
+        max_qo = max_qo > 1 ? max_qo * 3 / 4 : 1;
+        max_kv = max_kv > 1 ? max_kv * 3 / 4 : 1;
+    }
+    x->qo_indptr[0] = Q_FRONT;
+    x->kv_indptr[0] = c->paged ? 2 : KV_FRONT; /* paged: page-table entries 0, 1 unused */
+    for (int b = 0; b < B; b++) {
+        x->qo_indptr[b + 1] = x->qo_indptr[b] + x->qo_len[b];
+        if (c->paged) {
+            const int pages = (x->kv_len[b] + c->page_size - 1) / c->page_size;
+            x->kv_indptr[b + 1] = x->kv_indptr[b] + pages;
+            /* A request without pages gets a garbage last_page_len, which must be ignored. */
+            x->last[b] = pages ? x->kv_len[b] - (pages - 1) * c->page_size : 12345;
+        } else {
+            x->kv_indptr[b + 1] = x->kv_indptr[b] + x->kv_len[b];
+        }
+    }
+    x->q_rows = x->qo_indptr[B] + Q_BACK;
+    if (q_cap) {
+        assert_true(x->q_rows <= q_cap);
+        x->q_rows = q_cap;
+    }
+    const int64_t esz = (int64_t)cinfer__dtype_size(c->dtype);
+    if (c->paged) {
+        x->num_indices = x->kv_indptr[B] + 3;
+        x->kv_rows = x->kv_indptr[B] + EXTRA_PAGES; /* max_pages */
+        if (kv_cap) {
+            assert_true(x->kv_rows <= kv_cap);
+            x->kv_rows = x->num_indices = kv_cap;
+        }
+        /* A random permutation of the pool; entries outside the requests are garbage pages. */
+        x->indices = malloc(sizeof(int32_t) * (size_t)x->num_indices);
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)x->kv_rows);
+        for (int64_t i = 0; i < x->kv_rows; i++)
+            perm[i] = (int32_t)i;
+        for (int64_t i = x->kv_rows - 1; i > 0; i--) {
+            const int64_t j = (int64_t)cinfer_test_rng_below(rng, (uint64_t)i + 1);
+            const int32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        for (int64_t i = 0; i < x->num_indices; i++)
+            x->indices[i] =
+                c->high_pages ? (int32_t)(x->kv_rows - 1 - i % x->kv_rows) : perm[i % x->kv_rows];
+        free(perm);
+        const int64_t page = (int64_t)c->page_size * c->hk * c->d;
+        x->kv_bytes = (size_t)(x->kv_rows * page * esz);
+    } else {
+        x->kv_rows = x->kv_indptr[B] + KV_BACK;
+        if (kv_cap) {
+            assert_true(x->kv_rows <= kv_cap);
+            x->kv_rows = kv_cap;
+        }
+        x->kv_bytes = (size_t)(x->kv_rows * c->hk * c->d * esz);
+    }
+    x->q_bytes = (size_t)(x->q_rows * c->hq * c->d * esz);
+    x->q = malloc(x->q_bytes + 1);
+    memset(x->q, 0xff, x->q_bytes);
+    for (int64_t r = x->qo_indptr[0]; r < x->qo_indptr[B]; r++)
+        for (int64_t i = 0; i < (int64_t)c->hq * c->d; i++)
+            cinfer_test_store(c->dtype, x->q, r * c->hq * c->d + i,
+                              cinfer_test_rng_uniform(rng, -2.0, 2.0));
+    const size_t k_bytes = c->combined ? 2 * x->kv_bytes : x->kv_bytes;
+    x->k = malloc(k_bytes + 1);
+    memset(x->k, 0xff, k_bytes);
+    if (!c->combined) {
+        x->v = malloc(x->kv_bytes + 1);
+        memset(x->v, 0xff, x->kv_bytes);
+    }
+    const kv_strides s = strides_of(c, x);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < x->kv_len[b]; t++)
+            for (int h = 0; h < c->hk; h++) {
+                const int64_t row = kv_row(c, x, &s, b, t, h);
+                for (int i = 0; i < c->d; i++) {
+                    cinfer_test_store(c->dtype, x->k, row + i, cinfer_test_rng_uniform(rng, -1, 1));
+                    cinfer_test_store(c->dtype, c->combined ? x->k : x->v, row + s.v_offset + i,
+                                      cinfer_test_rng_uniform(rng, -1, 1));
+                }
+            }
+}
+
+/* Allocates the device buffers for x's sizes (poisoned outputs). */
+static void alloc_device(const bp_case *c, bp_data *x) {
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_q, x->q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_k, c->combined ? 2 * x->kv_bytes : x->kv_bytes));
+    if (!c->combined)
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_v, x->kv_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_out, x->q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_lse, (size_t)(x->q_rows * c->hq) * 4));
+    if (c->paged)
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_indices, (size_t)x->num_indices * 4));
+}
+
+/* Uploads the inputs and re-poisons the outputs. */
+static void upload(const bp_case *c, bp_data *x) {
+    CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_q, 0, x->q, x->q_bytes));
+    CINFER_TEST_OK(
+        cinfer_test_buf_upload(&x->d_k, 0, x->k, c->combined ? 2 * x->kv_bytes : x->kv_bytes));
+    if (!c->combined)
+        CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_v, 0, x->v, x->kv_bytes));
+    if (c->paged)
+        CINFER_TEST_OK(
+            cinfer_test_buf_upload(&x->d_indices, 0, x->indices, (size_t)x->num_indices * 4));
+    CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_out));
+    CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_lse));
+}
+
+typedef struct bp_tensors {
+    cinfer_test_tensor q, k, v, indices, out, lse;
+} bp_tensors;
+
+static void make_tensors(const bp_case *c, const bp_data *x, bp_tensors *t) {
+    const int64_t q_shape[3] = {x->q_rows, c->hq, c->d}, lse_shape[2] = {x->q_rows, c->hq};
+    cinfer_test_tensor_init(&t->q, &x->d_q, 0, 0, c->dtype, 3, q_shape, NULL);
+    cinfer_test_tensor_init(&t->out, &x->d_out, 0, 0, c->dtype, 3, q_shape, NULL);
+    cinfer_test_tensor_init(&t->lse, &x->d_lse, 0, 0, CINFER__DT_F32, 2, lse_shape, NULL);
+    const bool nhd = c->layout == CINFER_KV_LAYOUT_NHD;
+    if (!c->paged) {
+        const int64_t shape[3] = {nhd ? x->kv_rows : c->hk, nhd ? c->hk : x->kv_rows, c->d};
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 3, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, c->dtype, 3, shape, NULL);
+        return;
+    }
+    const int64_t a = nhd ? c->page_size : c->hk, b = nhd ? c->hk : c->page_size;
+    if (c->combined) {
+        const int64_t shape[5] = {x->kv_rows, 2, a, b, c->d};
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 5, shape, NULL);
+    } else {
+        const int64_t shape[4] = {x->kv_rows, a, b, c->d};
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 4, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, c->dtype, 4, shape, NULL);
+    }
+    const int64_t i_shape[1] = {x->num_indices};
+    cinfer_test_tensor_init(&t->indices, &x->d_indices, 0, 0, CINFER__DT_I32, 1, i_shape, NULL);
+}
+
+static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = c->hq;
+    o.num_kv_heads = c->hk;
+    o.head_dim = c->d;
+    o.page_size = c->page_size;
+    o.kv_layout = c->layout;
+    o.q_dtype = o.kv_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.sm_scale = c->sm_scale;
+    o.logits_soft_cap = c->soft_cap;
+    o.window_left = c->window_left;
+    o.max_batch_size = max_batch;
+    return o;
+}
+
+/* The reference for every row of q (rows outside the requests stay 0 and are not compared). */
+static void reference(const bp_case *c, const bp_data *x, double *o, double *lse) {
+    cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
+    cinfer__ref_strided3_t q;
+    cinfer__ref_strided3_packed(&q, x->q, ref_dtype(c->dtype), CINFER__REF_LAYOUT_NHD, x->q_rows,
+                                c->hq, c->d);
+    cinfer__ref_attn_opts_t opts;
+    cinfer__ref_attn_opts_init(&opts, c->d);
+    if (c->sm_scale > 0)
+        opts.sm_scale = c->sm_scale;
+    opts.causal = c->causal != 0;
+    opts.window_left = c->window_left;
+    opts.logits_soft_cap = c->soft_cap;
+    const kv_strides s = strides_of(c, x);
+    int rc;
+    if (!c->paged) {
+        cinfer__ref_strided3_t k = {x->k, ref_dtype(c->dtype), s.token, s.head, 1};
+        cinfer__ref_strided3_t v = {x->v, ref_dtype(c->dtype), s.token, s.head, 1};
+        rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
+                                      NULL, NULL, &opts, o, lse);
+    } else {
+        const size_t esz = cinfer__dtype_size(c->dtype);
+        cinfer__ref_paged_t k = {x->k, ref_dtype(c->dtype), s.page, s.token, s.head, 1};
+        cinfer__ref_paged_t v = k;
+        v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
+        cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
+                                          x->kv_indptr, x->indices,   x->last};
+        rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table, NULL, NULL, &opts, o,
+                                     lse);
+    }
+    if (rc != 0)
+        fail_msg("%s: the reference failed (%d)", c->desc, rc);
+}
+
+/* Downloads the outputs and checks canaries, untouched rows, NaN, values and LSE. */
+static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_out));
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_lse));
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_q));
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_k));
+    const int64_t row_elems = (int64_t)c->hq * c->d;
+    uint16_t *out = malloc(x->q_bytes + 2);
+    float *lse = malloc((size_t)(x->q_rows * c->hq) * 4 + 4);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_lse, 0, lse, (size_t)(x->q_rows * c->hq) * 4));
+    const int64_t r0 = x->qo_indptr[0], r1 = x->qo_indptr[x->batch];
+    for (int64_t r = 0; r < x->q_rows; r++) {
+        const bool owned = r >= r0 && r < r1;
+        for (int64_t i = 0; i < row_elems; i++) {
+            const uint16_t bits = out[r * row_elems + i];
+            if (!owned && bits != 0xffff)
+                fail_msg("%s: out row %lld (no request's) element %lld was written (0x%04x)",
+                         c->desc, (long long)r, (long long)i, bits);
+            if (owned && isnan(cinfer_test_load(c->dtype, out, r * row_elems + i)))
+                fail_msg("%s: out row %lld element %lld is NaN", c->desc, (long long)r,
+                         (long long)i);
+        }
+        for (int h = 0; h < c->hq; h++) {
+            uint32_t bits;
+            memcpy(&bits, &lse[r * c->hq + h], 4);
+            if ((!owned || !c->lse) && bits != 0xffffffffu)
+                fail_msg("%s: lse row %lld head %d was written (0x%08x) though %s", c->desc,
+                         (long long)r, h, bits,
+                         c->lse ? "no request owns the row" : "lse was NULL");
+        }
+    }
+    double *ref_o = calloc((size_t)(x->q_rows * row_elems) + 1, sizeof(double));
+    double *ref_lse = calloc((size_t)(x->q_rows * c->hq) + 1, sizeof(double));
+    reference(c, x, ref_o, ref_lse);
+    const int64_t n = (r1 - r0) * row_elems;
+    CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, out + r0 * row_elems,
+                                                 ref_o + r0 * row_elems, n,
+                                                 value_tolerance(c->dtype), 0.05, 1e-3),
+                             "out", c->desc, seed);
+    if (c->lse)
+        CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse + r0 * c->hq, ref_lse + r0 * c->hq,
+                                                             (r1 - r0) * c->hq, 1e-4),
+                                     "lse", c->desc, seed);
+    free(ref_o);
+    free(ref_lse);
+    free(out);
+    free(lse);
+}
+
+static cinfer_status_t run_op(cinfer_batch_prefill_t *op, const bp_case *c, bp_tensors *t) {
+    return cinfer_batch_prefill_run(op, &t->q.t, &t->k.t, c->combined ? NULL : &t->v.t,
+                                    c->paged ? &t->indices.t : NULL, &t->out.t,
+                                    c->lse ? &t->lse.t : NULL, NULL, stream);
+}
+
+static cinfer_batch_prefill_t *make_op(const bp_case *c, bp_data *x, int max_batch,
+                                       int64_t max_total, int graph) {
+    cinfer_attention_options_t o = options_for(c, max_batch);
+    o.use_cuda_graph = graph;
+    const cinfer_kv_storage_t storage =
+        c->paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED;
+    size_t ws = 0;
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_workspace_size(ctx, &o, storage, c->causal, max_total, &ws));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_ws, ws));
+    cinfer_batch_prefill_t *op = NULL;
+    CINFER_TEST_OK(cinfer_batch_prefill_create(ctx, &o, storage, c->causal, max_total,
+                                               (void *)(uintptr_t)x->d_ws.ptr, ws, &op));
+    return op;
+}
+
+/* One case end to end; kv_cap: 0, or the paged pool's size in pages. */
+static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    bp_data x;
+    make_data(c, &rng, &x, 0, kv_cap);
+    alloc_device(c, &x);
+    upload(c, &x);
+    bp_tensors t;
+    make_tensors(c, &x, &t);
+    const int64_t total = x.qo_indptr[c->batch] - x.qo_indptr[0];
+    cinfer_batch_prefill_t *op =
+        make_op(c, &x, c->batch > 0 ? c->batch : 1, total > 0 ? total : 1, 0);
+    CINFER_TEST_OK(cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, c->paged ? x.last : NULL,
+                                             c->batch, stream));
+    CINFER_TEST_OK(run_op(op, c, &t));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(c, &x, seed);
+    cinfer_batch_prefill_destroy(op);
+    free_data(&x);
+}
+
+static void run_case(const bp_case *c, uint64_t seed) {
+    run_case_in(c, seed, 0);
+}
+
+/* ---- tests ---- */
+
+static void llama_heads(void **state) {
+    (void)state;
+    for (int paged = 0; paged < 2; paged++)
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[64];
+            snprintf(desc, sizeof desc, "Llama heads %s causal %d", paged ? "paged" : "ragged",
+                     causal);
+            bp_case c = base_case(desc);
+            c.paged = paged;
+            c.causal = causal;
+            run_case(&c, cinfer_test_seed() + 100 + 2 * (uint64_t)paged + (uint64_t)causal);
+        }
+}
+
+static void page_sizes_and_layouts(void **state) {
+    (void)state;
+    static const int pages[] = {1, 3, 16, 17, 100, 256};
+    for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++)
+        for (int hnd = 0; hnd < 2; hnd++) {
+            char desc[96];
+            bp_case c = base_case("");
+            c.page_size = pages[i];
+            c.layout = hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+            c.combined = (int)(i + (size_t)hnd) % 2;
+            c.hq = 8;
+            c.hk = 2;
+            c.batch = 5;
+            c.max_kv = 900;
+            snprintf(desc, sizeof desc, "page %d %s%s", c.page_size, hnd ? "HND" : "NHD",
+                     c.combined ? " combined" : "");
+            c.desc = desc;
+            run_case(&c, cinfer_test_seed() + 200 + 2 * i + (uint64_t)hnd);
+        }
+    /* Ragged HND. */
+    bp_case c = base_case("ragged HND");
+    c.paged = 0;
+    c.layout = CINFER_KV_LAYOUT_HND;
+    run_case(&c, cinfer_test_seed() + 230);
+}
+
+static void head_dims_dtypes_and_groups(void **state) {
+    (void)state;
+    static const int dims[] = {64, 128, 256, 80, 208};
+    static const int groups[][2] = {{4, 4}, {6, 2}, {4, 1}, {8, 1}, {16, 2}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        char desc[96];
+        bp_case c = base_case("");
+        c.d = dims[i];
+        c.hq = groups[i][0];
+        c.hk = groups[i][1];
+        c.dtype = i == 1 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.paged = i % 2 == 0;
+        c.page_size = 16;
+        snprintf(desc, sizeof desc, "D %d %s heads %d/%d %s", c.d, cinfer__dtype_name(c.dtype),
+                 c.hq, c.hk, c.paged ? "paged" : "ragged");
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 300 + i);
+    }
+}
+
+/* Decode-like and chunked-prefill batches: few rows per request, so the 32-row tile, and many
+ * requests (up to 64). */
+static void short_queries(void **state) {
+    (void)state;
+    static const int max_qo[] = {1, 8, 40, 100};
+    for (size_t i = 0; i < sizeof max_qo / sizeof max_qo[0]; i++) {
+        char desc[64];
+        bp_case c = base_case("");
+        c.batch = i % 2 ? 64 : 33;
+        c.max_qo = max_qo[i];
+        c.max_kv = 4000;
+        c.paged = i != 2;
+        snprintf(desc, sizeof desc, "short queries: batch %d, qo_len <= %d", c.batch, c.max_qo);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 400 + i);
+    }
+}
+
+static void masks_and_edges(void **state) {
+    (void)state;
+    /* qo_len > kv_len, empty KV, empty queries, one row, lengths around the tiles. */
+    static const int qo[] = {100, 5, 0, 1, 129, 64, 300, 33, 1000};
+    static const int kv[] = {10, 0, 50, 1, 65, 64, 299, 4000, 1000};
+    for (int causal = 0; causal < 2; causal++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "edge lengths causal %d", causal);
+        bp_case c = base_case(desc);
+        c.batch = 9;
+        c.qo_lens = qo;
+        c.kv_lens = kv;
+        c.hq = 4;
+        c.hk = 2;
+        c.causal = causal;
+        run_case(&c, cinfer_test_seed() + 500 + (uint64_t)causal);
+    }
+    static const int windows[] = {0, 17, 200};
+    for (size_t i = 0; i < 3; i++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "window %d", windows[i]);
+        bp_case c = base_case(desc);
+        c.window_left = windows[i];
+        c.causal = i != 1;
+        c.paged = i != 2;
+        c.hq = 8;
+        c.hk = 2;
+        run_case(&c, cinfer_test_seed() + 510 + i);
+    }
+    bp_case c = base_case("soft cap 30, sm_scale 0.5");
+    c.soft_cap = 30.0f;
+    c.sm_scale = 0.5f;
+    c.hq = 8;
+    c.hk = 2;
+    run_case(&c, cinfer_test_seed() + 520);
+    c = base_case("soft cap 20 + window 64, no lse");
+    c.soft_cap = 20.0f;
+    c.window_left = 64;
+    c.lse = 0;
+    c.hq = 8;
+    c.hk = 2;
+    run_case(&c, cinfer_test_seed() + 521);
+}
+
+/* Random batches over the kernel sets the cases above already compiled (the dtype, head dim and
+ * flags come from that menu; everything else is random). */
+static void randomized_grid(void **state) {
+    (void)state;
+    for (int i = 0; i < 12; i++) {
+        const uint64_t seed = cinfer_test_seed() + 800 + (uint64_t)i;
+        cinfer_test_rng rng;
+        cinfer_test_rng_init(&rng, seed ^ 0x5bd1e995u);
+        static const int pages[] = {1, 5, 16, 64, 256};
+        static const int groups[] = {1, 2, 3, 4, 8};
+        char desc[160];
+        bp_case c = base_case("");
+        c.batch = 1 + (int)cinfer_test_rng_below(&rng, 64);
+        c.max_qo = 1 + (int)cinfer_test_rng_below(&rng, 1000);
+        c.max_kv = (int)cinfer_test_rng_below(&rng, 4001);
+        c.hk = 1 + (int)cinfer_test_rng_below(&rng, 2);
+        c.hq = c.hk * groups[cinfer_test_rng_below(&rng, 5)];
+        c.paged = cinfer_test_rng_below(&rng, 2) != 0;
+        c.page_size = pages[cinfer_test_rng_below(&rng, 5)];
+        c.layout = cinfer_test_rng_below(&rng, 2) ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.combined = c.paged && cinfer_test_rng_below(&rng, 2);
+        c.causal = cinfer_test_rng_below(&rng, 3) != 0;
+        c.lse = cinfer_test_rng_below(&rng, 4) != 0;
+        snprintf(desc, sizeof desc,
+                 "random %d: batch %d qo <= %d kv <= %d heads %d/%d %s page %d %s%s causal %d", i,
+                 c.batch, c.max_qo, c.max_kv, c.hq, c.hk, c.paged ? "paged" : "ragged", c.page_size,
+                 c.layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD", c.combined ? " combined" : "",
+                 c.causal);
+        c.desc = desc;
+        run_case(&c, seed);
+    }
+}
+
+/* Element offsets above 2^31: a combined cache of 4200 pages of 256 x 8 x 128 elements (1 MiB
+ * each, 4.2 GiB), the requests owning the last pages, so every K and V row they read lies more
+ * than 2^31 elements past the pool's start. */
+static void page_offsets_need_64_bits(void **state) {
+    (void)state;
+    bp_case c = base_case("64-bit page offsets");
+    c.page_size = 256;
+    c.hq = 8;
+    c.hk = 8;
+    c.batch = 2;
+    c.combined = 1;
+    c.high_pages = 1;
+    static const int qo[] = {50, 70}, kv[] = {1000, 2000};
+    c.qo_lens = qo;
+    c.kv_lens = kv;
+    const int64_t pages = 4200, page_elems = 2 * 256 * 8 * 128;
+    assert_true((pages - 20) * page_elems > INT32_MAX);
+    run_case_in(&c, cinfer_test_seed() + 600, pages);
+}
+
+/* Capture one run in a CUDA graph, then re-plan other batches into the same buffers and replay. */
+static void cuda_graph_replays_after_replanning(void **state) {
+    (void)state;
+    const int max_batch = 16;
+    const int64_t max_total = 16 * 40, q_cap = max_total + Q_FRONT + Q_BACK, kv_cap = 16 * 200;
+    bp_case big = base_case("graph capture");
+    big.batch = max_batch;
+    big.max_qo = 40;
+    big.max_kv = 2000;
+    big.hq = 8;
+    big.hk = 2;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 700);
+    bp_data x;
+    make_data(&big, &rng, &x, q_cap, kv_cap);
+    alloc_device(&big, &x);
+    upload(&big, &x);
+    bp_tensors t;
+    make_tensors(&big, &x, &t);
+    cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     CUDA_SUCCESS);
+    cinfer_status_t st = run_op(op, &big, &t);
+    assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+    CINFER_TEST_OK(st);
+    assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+    CINFER_TEST_SYNC(stream);
+    check_outputs(&big, &x, cinfer_test_seed() + 700);
+
+    static const int batches[] = {1, 16, 5, 0};
+    for (int r = 0; r < 4; r++) {
+        bp_case c = big;
+        char desc[64];
+        snprintf(desc, sizeof desc, "graph replay %d (batch %d)", r, batches[r]);
+        c.desc = desc;
+        c.batch = batches[r];
+        c.max_qo = r == 0 ? 40 : 40 - 10 * r;
+        bp_data y;
+        cinfer_test_rng yr;
+        cinfer_test_rng_init(&yr, cinfer_test_seed() + 710 + (uint64_t)r);
+        make_data(&c, &yr, &y, q_cap, kv_cap);
+        y.d_q = x.d_q, y.d_k = x.d_k, y.d_v = x.d_v, y.d_out = x.d_out, y.d_lse = x.d_lse;
+        y.d_indices = x.d_indices;
+        assert_true(y.num_indices <= x.num_indices);
+        upload(&c, &y);
+        CINFER_TEST_OK(
+            cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
+        assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+        CINFER_TEST_SYNC(stream);
+        check_outputs(&c, &y, cinfer_test_seed() + 710 + (uint64_t)r);
+        free_host(&y);
+    }
+    cu->cuGraphExecDestroy(exec);
+    cu->cuGraphDestroy(graph);
+    cinfer_batch_prefill_destroy(op);
+    free_data(&x);
+}
+
+static void bad_arguments_are_errors(void **state) {
+    (void)state;
+    bp_case c = base_case("errors");
+    c.hq = 8;
+    c.hk = 2;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 900);
+    bp_data x;
+    make_data(&c, &rng, &x, 0, 0);
+    alloc_device(&c, &x);
+    upload(&c, &x);
+    bp_tensors t;
+    make_tensors(&c, &x, &t);
+    const int64_t total = x.qo_indptr[c.batch] - x.qo_indptr[0];
+    cinfer_batch_prefill_t *op = make_op(&c, &x, c.batch, total > 0 ? total : 1, 0);
+#define EXPECT(status, what, call)                                                                 \
+    do {                                                                                           \
+        assert_int_equal((call), (status));                                                        \
+        if ((what)[0] && !strstr(cinfer_last_error(), (what)))                                     \
+            fail_msg("message \"%s\" does not name \"%s\"", cinfer_last_error(), (what));          \
+    } while (0)
+#define RUN(q, k, v, idx, out, lse, args)                                                          \
+    cinfer_batch_prefill_run(op, (q), (k), (v), (idx), (out), (lse), (args), stream)
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "no plan",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    /* Plan errors leave no plan behind. */
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "batch_size",
+           cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, c.batch + 1, stream));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "qo_indptr is NULL",
+           cinfer_batch_prefill_plan(op, NULL, x.kv_indptr, x.last, c.batch, stream));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "kv_last_page_len is NULL",
+           cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, NULL, c.batch, stream));
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, c.batch, stream));
+    cinfer_arg_t one = CINFER_ARG_F32(1.0f);
+    cinfer_args_t args = {1, &one};
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "num_args",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, &args));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "q is NULL",
+           RUN(NULL, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "kv_indices is NULL",
+           RUN(&t.q.t, &t.k.t, &t.v.t, NULL, &t.out.t, &t.lse.t, NULL));
+    /* Shapes that contradict the options or the plan. */
+    t.q.shape[1] = c.hq + 1;
+    EXPECT(CINFER_STATUS_PLAN_MISMATCH, "q",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.q.shape[1] = c.hq;
+    t.q.shape[0] = x.qo_indptr[c.batch] - 1;
+    EXPECT(CINFER_STATUS_PLAN_MISMATCH, "qo_indptr[batch_size]",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.q.shape[0] = x.q_rows;
+    t.out.shape[0] = x.q_rows - 1;
+    EXPECT(CINFER_STATUS_PLAN_MISMATCH, "out",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.out.shape[0] = x.q_rows;
+    t.indices.shape[0] = x.kv_indptr[c.batch] - 1;
+    EXPECT(CINFER_STATUS_PLAN_MISMATCH, "kv_indices",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.indices.shape[0] = x.num_indices;
+    t.k.shape[1] = c.page_size + 1;
+    EXPECT(CINFER_STATUS_PLAN_MISMATCH, "k",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.k.shape[1] = c.page_size;
+    t.lse.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "lse",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.lse.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F32);
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "out",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_BF16);
+    /* Alignment and strides. */
+    t.q.t.byte_offset += 8;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "q",
+           RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    t.q.t.byte_offset -= 8;
+    const int64_t v_strides[4] = {(int64_t)c.page_size * c.hk * c.d, (int64_t)c.hk * c.d, c.d, 1};
+    cinfer_test_tensor v2;
+    int64_t v2_strides[4];
+    memcpy(v2_strides, v_strides, sizeof v2_strides);
+    v2_strides[0] += 8; /* a padded page: different strides from k */
+    cinfer_test_tensor_init(&v2, &x.d_v, 0, 0, c.dtype, 4, t.v.shape, v2_strides);
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "same strides",
+           RUN(&t.q.t, &t.k.t, &v2.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    CINFER_TEST_SYNC(stream);
+    /* Nothing was written by the failed calls. */
+    unsigned char *out = malloc(x.q_bytes);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x.d_out, 0, out, x.q_bytes));
+    for (size_t i = 0; i < x.q_bytes; i++)
+        assert_int_equal(out[i], CINFER_TEST_POISON_BYTE);
+    free(out);
+    /* And the arguments, restored, work. */
+    CINFER_TEST_OK(RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(&c, &x, cinfer_test_seed() + 900);
+    cinfer_batch_prefill_destroy(op);
+    /* A ragged object refuses page indices; create refuses a variant. */
+    cinfer_attention_options_t o = options_for(&c, 4);
+    cinfer_batch_prefill_t *bad = NULL;
+    o.variant = (const cinfer_variant_t *)&o;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "variant",
+           cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 100,
+                                       (void *)(uintptr_t)x.d_ws.ptr, x.d_ws.bytes, &bad));
+    assert_null(bad);
+    free_data(&x);
+#undef RUN
+#undef EXPECT
+}
+
+static int teardown_buffers(void **state) {
+    (void)state;
+    cinfer_test_buf_free_all();
+    return 0;
+}
+
+int main(void) {
+    int rc = cinfer_test_gpu_setup(&ctx);
+    if (rc)
+        return rc;
+    if (cinfer__cuda_get(&cu) != CINFER_STATUS_SUCCESS ||
+        cinfer_test_stream_create(&stream) != CINFER_STATUS_SUCCESS) {
+        fprintf(stderr, "error: %s\n", cinfer_last_error());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(llama_heads, teardown_buffers),
+        cmocka_unit_test_teardown(page_sizes_and_layouts, teardown_buffers),
+        cmocka_unit_test_teardown(head_dims_dtypes_and_groups, teardown_buffers),
+        cmocka_unit_test_teardown(short_queries, teardown_buffers),
+        cmocka_unit_test_teardown(masks_and_edges, teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
+        cmocka_unit_test_teardown(page_offsets_need_64_bits, teardown_buffers),
+        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+    };
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cinfer_test_stream_destroy(stream);
+    cinfer_test_gpu_teardown(ctx);
+    return rc;
+}

@@ -1,0 +1,643 @@
+/*
+ * The batch prefill planner (src/sched/prefill_plan.c) and the batch prefill API's checks that
+ * need no device: the tiles of the batch kernels, the tile rule, every (request, query row, query
+ * head) covered exactly once, longest-first order, constant graph-mode grids, the exact workspace
+ * (and the bound it relies on), the spec of the kernels, page-table and options validation with
+ * messages naming argument, value and expectation, and 300 random batches from a fixed seed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/context.h"
+#include "ops/prefill.h"
+#include "sched/prefill_plan.h"
+
+/* ---- helpers ---- */
+
+/* The H200's opt-in shared memory per block, less the 1 KiB the toolchain reserves. */
+#define H200_SMEM (232448 - 1024)
+
+static cinfer__prefill_plan_config_t config(int hq, int hk, bool causal, int window, bool paged,
+                                            int page_size, int max_batch, int64_t max_total,
+                                            bool graph) {
+    cinfer__prefill_plan_config_t c;
+    memset(&c, 0, sizeof c);
+    c.num_qo_heads = hq;
+    c.num_kv_heads = hk;
+    c.causal = causal;
+    c.window_left = window;
+    c.paged = paged;
+    c.page_size = paged ? page_size : 1;
+    c.max_batch_size = max_batch;
+    c.max_total_qo = max_total;
+    c.graph = graph;
+    c.num_tiles = 3;
+    c.tile_q[0] = 32;
+    c.tile_q[1] = 64;
+    c.tile_q[2] = 128;
+    return c;
+}
+
+static void assert_error(cinfer_status_t st, cinfer_status_t want, const char *needle) {
+    assert_int_equal(st, want);
+    if (!strstr(cinfer_last_error(), needle))
+        fail_msg("message \"%s\" does not contain \"%s\"", cinfer_last_error(), needle);
+}
+
+/* A plan in host buffers sized by the layout, as cinfer_batch_prefill_plan makes it. */
+typedef struct plan {
+    cinfer__prefill_layout_t layout;
+    cinfer__prefill_request_t *req;
+    unsigned char *host;
+    cinfer__prefill_schedule_t dst;
+    int tile; /* index into cfg->tile_q */
+} plan_t;
+
+static cinfer_status_t make_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t *qo_indptr,
+                                 const int32_t *kv_indptr, const int32_t *last, int batch,
+                                 plan_t *p) {
+    memset(p, 0, sizeof *p);
+    cinfer_status_t st = cinfer__prefill_batch_layout(cfg, &p->layout);
+    if (st)
+        return st;
+    p->req = calloc((size_t)cfg->max_batch_size + 1, sizeof *p->req);
+    p->host = calloc(1, p->layout.total_bytes);
+    assert_non_null(p->req);
+    assert_non_null(p->host);
+    p->dst.header = (cinfer_prefill_header *)p->host;
+    p->dst.work = (cinfer_prefill_work *)(p->host + p->layout.work_offset);
+    p->dst.work_capacity = p->layout.work_capacity;
+    st = cinfer__prefill_requests(cfg, qo_indptr, kv_indptr, last, batch, p->req);
+    if (st)
+        return st;
+    int64_t requests = 0;
+    for (int b = 0; b < batch; b++)
+        requests += p->req[b].qo_len > 0;
+    p->tile = cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch] - qo_indptr[0], requests);
+    return cinfer__prefill_plan_build(cfg, p->req, batch, cfg->tile_q[p->tile], &p->dst);
+}
+
+static void free_plan(plan_t *p) {
+    free(p->req);
+    free(p->host);
+    memset(p, 0, sizeof *p);
+}
+
+/*
+ * Every (request, query row) is in exactly one item (so, with the grid multiplying by Hq, every
+ * (request, row, head) in exactly one CTA), items carry their request's description, tiles start
+ * on multiples of tile_q, costs never increase, and the grid is what the launch uses.
+ */
+static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t *qo_indptr,
+                        const int32_t *kv_indptr, const int32_t *last, int batch, const plan_t *p) {
+    const int tile_q = cfg->tile_q[p->tile];
+    const int n = p->dst.header->num_work;
+    assert_int_equal(p->dst.header->batch_size, batch);
+    assert_true(n <= p->layout.work_capacity);
+    assert_true(n <= cinfer__prefill_work_bound(cfg, tile_q));
+    const int64_t rows = (int64_t)qo_indptr[batch] - qo_indptr[0];
+    unsigned char *seen = calloc((size_t)rows + 1, 1);
+    int64_t prev_cost = INT64_MAX;
+    for (int i = 0; i < n; i++) {
+        const cinfer_prefill_work *w = &p->dst.work[i];
+        assert_true(w->request >= 0 && w->request < batch);
+        const int b = w->request;
+        assert_int_equal(w->qo_begin, qo_indptr[b]);
+        assert_int_equal(w->qo_len, qo_indptr[b + 1] - qo_indptr[b]);
+        assert_int_equal(w->kv_begin, kv_indptr[b]);
+        int64_t kv_len = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+        if (cfg->paged && kv_len > 0)
+            kv_len = (kv_len - 1) * cfg->page_size + last[b];
+        assert_int_equal(w->kv_len, kv_len);
+        assert_true(w->q_begin >= 0 && w->q_begin < w->qo_len && w->q_begin % tile_q == 0);
+        for (int r = w->q_begin; r < w->qo_len && r < w->q_begin + tile_q; r++) {
+            const int64_t row = (int64_t)w->qo_begin + r - qo_indptr[0];
+            if (seen[row]++)
+                fail_msg("request %d row %d is covered twice", b, r);
+        }
+        const int64_t cost = cinfer__prefill_item_cost(cfg, w, tile_q);
+        assert_true(cost <= prev_cost);
+        prev_cost = cost;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        if (seen[r] != 1)
+            fail_msg("row %lld is covered %d times", (long long)r, seen[r]);
+    free(seen);
+    const int64_t grid = cinfer__prefill_grid(cfg, tile_q, n);
+    if (cfg->graph)
+        assert_int_equal(grid, cinfer__prefill_work_bound(cfg, tile_q) * cfg->num_qo_heads);
+    else
+        assert_int_equal(grid, (int64_t)n * cfg->num_qo_heads);
+    assert_true(grid >= (int64_t)n * cfg->num_qo_heads);
+}
+
+/* ---- tiles ---- */
+
+static void batch_tiles_are_ascending_and_fit(void **state) {
+    (void)state;
+    for (int d = 16; d <= 256; d += 16) {
+        for (int smem = 99 * 1024 - 1024; smem <= H200_SMEM; smem += H200_SMEM - 98 * 1024) {
+            cinfer__prefill_config_t cfgs[3], def;
+            int n = 0;
+            cinfer__prefill_batch_configs(d, smem, cfgs, &n);
+            cinfer__prefill_default_config(d, smem, &def);
+            assert_true(n >= 1 && n <= 3);
+            assert_int_equal(cfgs[0].tile_q, 32);
+            assert_int_equal(cfgs[0].warps, 2);
+            assert_memory_equal(&cfgs[n - 1], &def, sizeof def);
+            for (int i = 0; i < n; i++) {
+                assert_true(cinfer__prefill_smem_bytes(d, &cfgs[i]) <= (size_t)smem);
+                if (i > 0)
+                    assert_true(cfgs[i].tile_q > cfgs[i - 1].tile_q);
+                if (i < n - 1) /* the small tiles keep 16 rows per warp */
+                    assert_int_equal(cfgs[i].tile_q, 16 * cfgs[i].warps);
+                cinfer__spec_t spec;
+                cinfer__spec_init(&spec, CINFER__OP_PREFILL);
+                spec.backend = CINFER__BACKEND_SM80;
+                spec.dtype_q = spec.dtype_kv = spec.dtype_o = CINFER__DT_BF16;
+                spec.head_dim_qk = spec.head_dim_vo = d;
+                spec.batch = 1;
+                spec.paged = 1;
+                spec.tile_q = cfgs[i].tile_q;
+                spec.tile_kv = cfgs[i].tile_kv;
+                spec.warps = cfgs[i].warps;
+                spec.stages = cfgs[i].stages;
+                if (cinfer__spec_validate(&spec) != CINFER_STATUS_SUCCESS)
+                    fail_msg("D %d tile %d: %s", d, i, cinfer_last_error());
+            }
+        }
+    }
+}
+
+static void spec_fields_batch_and_paged(void **state) {
+    (void)state;
+    cinfer__spec_t spec;
+    assert_int_equal(cinfer__spec_parse("prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,"
+                                        "batch=1,paged=1,tile_q=32,tile_kv=32,warps=2,stages=2",
+                                        &spec),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__spec_validate(&spec), CINFER_STATUS_SUCCESS);
+    cinfer__rendered_t r;
+    assert_int_equal(cinfer__spec_render(&spec, "sm_90a", 13000, &r), CINFER_STATUS_SUCCESS);
+    assert_non_null(strstr(r.name, "_paged_batch_"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_BATCH 1\n"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_PAGED 1\n"));
+    cinfer__rendered_free(&r);
+    /* Single prefill's names carry neither token. */
+    spec.batch = 0;
+    spec.paged = 0;
+    assert_int_equal(cinfer__spec_render(&spec, "sm_90a", 13000, &r), CINFER_STATUS_SUCCESS);
+    assert_null(strstr(r.name, "ragged"));
+    assert_null(strstr(r.name, "batch"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_BATCH 0\n"));
+    cinfer__rendered_free(&r);
+    spec.paged = 1;
+    assert_error(cinfer__spec_validate(&spec), CINFER_STATUS_INVALID_ARGUMENT,
+                 "paged 1 needs batch");
+    spec.batch = 2;
+    assert_error(cinfer__spec_validate(&spec), CINFER_STATUS_INVALID_ARGUMENT, "batch 2");
+}
+
+static void tile_is_the_smallest_holding_the_average(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, false, 1, 64, 1 << 20, false);
+    static const int64_t cases[][3] = {
+        /* total rows, requests, expected tile index */
+        {0, 0, 0},   {1, 1, 0},   {64, 2, 0},       {65, 2, 1},
+        {128, 2, 1}, {129, 2, 2}, {64 * 5, 5, 1},   {1000, 1, 2},
+        {64, 64, 0}, {33, 1, 1},  {32 * 64, 64, 0}, {32 * 64 + 1, 64, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(cinfer__prefill_choose_tile(&c, cases[i][0], cases[i][1]), cases[i][2]);
+    /* Fewer candidates (D = 256: 32 and 64 rows). */
+    c.num_tiles = 2;
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 1000, 1), 1);
+    /* Graph mode: fixed by max_total_qo / max_batch_size, whatever the step. */
+    c = config(32, 8, true, -1, false, 1, 64, 64 * 8, true);
+    for (int64_t rows = 0; rows < 5000; rows += 777)
+        assert_int_equal(cinfer__prefill_choose_tile(&c, rows, 1), 0);
+    c = config(32, 8, true, -1, false, 1, 4, 4 * 4096, true);
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 1, 1), 2);
+}
+
+/* ---- workspace ---- */
+
+static void layout_is_exact_and_aligned(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 64, 10000, false);
+    cinfer__prefill_layout_t l;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    /* floor((10000 + 64 * 31) / 32) */
+    assert_int_equal(l.work_capacity, (10000 + 64 * 31) / 32);
+    assert_int_equal(l.work_offset, CINFER__PREFILL_ALIGN);
+    assert_int_equal(l.schedule_bytes,
+                     CINFER__PREFILL_ALIGN + (size_t)l.work_capacity * sizeof(cinfer_prefill_work));
+    assert_int_equal(l.total_bytes % CINFER__PREFILL_ALIGN, 0);
+    assert_true(l.total_bytes >= l.schedule_bytes &&
+                l.total_bytes < l.schedule_bytes + CINFER__PREFILL_ALIGN);
+    assert_int_equal(sizeof(cinfer_prefill_work), 24);
+    /* Too many CTAs for one launch. */
+    c = config(128, 8, true, -1, false, 1, 1, INT32_MAX, false);
+    assert_error(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_UNSUPPORTED, "2^31 - 1");
+}
+
+/* The bound is reached: every request one row past a whole number of tiles. */
+static void work_bound_is_tight(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(4, 4, false, -1, false, 1, 8, 8 * 33, false);
+    c.num_tiles = 1; /* always 32 rows */
+    int32_t qo[9], kv[9];
+    for (int b = 0; b <= 8; b++) {
+        qo[b] = 33 * b;
+        kv[b] = 100 * b;
+    }
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 8, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.dst.header->num_work, 16);
+    assert_int_equal(cinfer__prefill_work_bound(&c, 32), (8 * 33 + 8 * 31) / 32);
+    assert_true(p.dst.header->num_work <= cinfer__prefill_work_bound(&c, 32));
+    verify_plan(&c, qo, kv, NULL, 8, &p);
+    free_plan(&p);
+}
+
+/* ---- plans ---- */
+
+static void ragged_and_paged_lengths(void **state) {
+    (void)state;
+    /* Paged: 3 requests of 2, 0 and 1 pages of 16; qo_indptr starting at 5. */
+    cinfer__prefill_plan_config_t c = config(8, 2, true, -1, true, 16, 4, 1000, false);
+    const int32_t qo[] = {5, 25, 26, 26}, kv[] = {3, 5, 5, 6}, last[] = {7, 99, 16};
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, last, 3, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.req[0].kv_len, 23);
+    assert_int_equal(p.req[1].kv_len, 0); /* no pages: last_page_len ignored */
+    assert_int_equal(p.req[2].kv_len, 16);
+    assert_int_equal(p.req[0].kv_begin, 3);
+    assert_int_equal(p.req[0].qo_begin, 5);
+    assert_int_equal(p.req[2].qo_len, 0);
+    verify_plan(&c, qo, kv, last, 3, &p);
+    free_plan(&p);
+    /* Ragged: kv_len is the indptr difference. */
+    c = config(8, 2, false, -1, false, 1, 4, 1000, false);
+    const int32_t kv2[] = {0, 100, 100, 1000};
+    assert_int_equal(make_plan(&c, qo, kv2, NULL, 3, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.req[0].kv_len, 100);
+    assert_int_equal(p.req[1].kv_len, 0);
+    assert_int_equal(p.req[2].kv_len, 900);
+    verify_plan(&c, qo, kv2, NULL, 3, &p);
+    free_plan(&p);
+}
+
+static void items_sorted_longest_first(void **state) {
+    (void)state;
+    /* Causal: within a request the last tiles see the most KV; a long request comes first. */
+    cinfer__prefill_plan_config_t c = config(4, 1, true, -1, false, 1, 4, 4096, false);
+    c.num_tiles = 1;
+    const int32_t qo[] = {0, 100, 400, 410}, kv[] = {0, 100, 2400, 2410};
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 3, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, NULL, 3, &p);
+    assert_int_equal(p.dst.work[0].request, 1);
+    assert_int_equal(p.dst.work[0].q_begin, 288); /* the last tile of the 300 rows over 2300 keys */
+    assert_int_equal(cinfer__prefill_item_cost(&c, &p.dst.work[0], 32), 2300);
+    free_plan(&p);
+    /* A window caps every item's cost at window + tile rows. */
+    c.window_left = 50;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 3, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, NULL, 3, &p);
+    for (int i = 0; i < p.dst.header->num_work; i++)
+        assert_true(cinfer__prefill_item_cost(&c, &p.dst.work[i], 32) <= 50 + 32);
+    free_plan(&p);
+    /* qo_len > kv_len under causal: the first rows keep nothing, their items cost 0. */
+    c.window_left = -1;
+    const int32_t qo2[] = {0, 100}, kv2[] = {0, 10};
+    assert_int_equal(make_plan(&c, qo2, kv2, NULL, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo2, kv2, NULL, 1, &p);
+    assert_int_equal(cinfer__prefill_item_cost(&c, &p.dst.work[p.dst.header->num_work - 1], 32), 0);
+    free_plan(&p);
+}
+
+static void empty_batches_and_requests(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(4, 2, true, -1, true, 16, 8, 100, false);
+    const int32_t zero[] = {0};
+    plan_t p;
+    assert_int_equal(make_plan(&c, zero, zero, NULL, 0, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.dst.header->num_work, 0);
+    assert_int_equal(cinfer__prefill_grid(&c, 32, 0), 0);
+    free_plan(&p);
+    const int32_t qo[] = {0, 0, 0, 3}, kv[] = {0, 0, 4, 4}, last[] = {0, 5, 0};
+    assert_int_equal(make_plan(&c, qo, kv, last, 3, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.dst.header->num_work, 1); /* only request 2 has rows (and kv_len 0) */
+    assert_int_equal(p.dst.work[0].kv_len, 0);
+    verify_plan(&c, qo, kv, last, 3, &p);
+    free_plan(&p);
+}
+
+static void graph_mode_grid_is_constant(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 16 * 20, true);
+    const int fixed = cinfer__prefill_choose_tile(&c, 0, 0);
+    const int64_t grid = cinfer__prefill_grid(&c, c.tile_q[fixed], 0);
+    assert_true(grid > 0);
+    unsigned long long s = 12345;
+    for (int it = 0; it < 50; it++) {
+        int32_t qo[17], kv[17], last[16];
+        const int batch = 1 + (int)((s = s * 6364136223846793005ull + 1) >> 33) % 16;
+        qo[0] = kv[0] = 0;
+        const int64_t budget = c.max_total_qo;
+        for (int b = 0; b < batch; b++) {
+            s = s * 6364136223846793005ull + 1;
+            int64_t room = budget - qo[b];
+            int len = (int)((s >> 33) % (uint64_t)(room / (batch - b) + 1));
+            qo[b + 1] = qo[b] + len;
+            kv[b + 1] = kv[b] + 1 + (int)((s >> 20) % 50);
+            last[b] = 1 + (int)((s >> 40) % 16);
+        }
+        plan_t p;
+        assert_int_equal(make_plan(&c, qo, kv, last, batch, &p), CINFER_STATUS_SUCCESS);
+        assert_int_equal(p.tile, fixed);
+        assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.dst.header->num_work), grid);
+        verify_plan(&c, qo, kv, last, batch, &p);
+        free_plan(&p);
+    }
+}
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+static void random_batches(void **state) {
+    (void)state;
+    uint64_t s = 0x5eed;
+#define NEXT() lcg(&s)
+    for (int it = 0; it < 300; it++) {
+        const bool paged = NEXT() % 2, causal = NEXT() % 2, graph = NEXT() % 4 == 0;
+        const int page = 1 + (int)(NEXT() % 256);
+        const int window = NEXT() % 3 == 0 ? (int)(NEXT() % 500) : -1;
+        const int max_batch = 1 + (int)(NEXT() % 64);
+        const int batch = (int)(NEXT() % (uint64_t)(max_batch + 1));
+        int32_t *qo = calloc((size_t)batch + 1, 4), *kv = calloc((size_t)batch + 1, 4),
+                *last = calloc((size_t)batch + 1, 4);
+        qo[0] = (int32_t)(NEXT() % 7);
+        kv[0] = (int32_t)(NEXT() % 9);
+        const int short_queries = NEXT() % 2;
+        for (int b = 0; b < batch; b++) {
+            const int qo_len = short_queries ? (int)(NEXT() % 20) : (int)(NEXT() % 1100);
+            const int kv_len = (int)(NEXT() % 4100);
+            qo[b + 1] = qo[b] + qo_len;
+            if (paged) {
+                const int pages = (kv_len + page - 1) / page;
+                kv[b + 1] = kv[b] + pages;
+                last[b] = pages ? kv_len - (pages - 1) * page : (int32_t)(NEXT() % 1000);
+            } else {
+                kv[b + 1] = kv[b] + kv_len;
+            }
+        }
+        const int64_t total = qo[batch] - qo[0];
+        cinfer__prefill_plan_config_t c =
+            config(1 + (int)(NEXT() % 8), 1, causal, window, paged, page, max_batch,
+                   total + (int64_t)(NEXT() % 100) + 1, graph);
+        c.num_tiles = 1 + (int)(NEXT() % 3);
+        plan_t p;
+        if (make_plan(&c, qo, kv, paged ? last : NULL, batch, &p) != CINFER_STATUS_SUCCESS)
+            fail_msg("iteration %d: %s", it, cinfer_last_error());
+        verify_plan(&c, qo, kv, paged ? last : NULL, batch, &p);
+        free_plan(&p);
+        free(qo);
+        free(kv);
+        free(last);
+    }
+#undef NEXT
+}
+
+/* ---- argument errors ---- */
+
+static void plan_argument_errors(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(4, 2, true, -1, true, 16, 4, 100, false);
+    cinfer__prefill_request_t req[8];
+    const int32_t qo[] = {0, 10, 20}, kv[] = {0, 2, 3}, last[] = {16, 1};
+    assert_int_equal(cinfer__prefill_requests(&c, qo, kv, last, 2, req), CINFER_STATUS_SUCCESS);
+    assert_error(cinfer__prefill_requests(&c, qo, kv, last, 5, req), CINFER_STATUS_INVALID_ARGUMENT,
+                 "batch_size = 5, expected 0..4");
+    assert_error(cinfer__prefill_requests(&c, qo, kv, last, -1, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "batch_size = -1");
+    assert_error(cinfer__prefill_requests(&c, NULL, kv, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "qo_indptr is NULL, expected 3");
+    assert_error(cinfer__prefill_requests(&c, qo, NULL, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "kv_indptr is NULL");
+    assert_error(cinfer__prefill_requests(&c, qo, kv, NULL, 2, req), CINFER_STATUS_INVALID_ARGUMENT,
+                 "kv_last_page_len is NULL");
+    const int32_t neg[] = {-1, 10, 20};
+    assert_error(cinfer__prefill_requests(&c, neg, kv, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "qo_indptr[0] = -1, expected >= 0");
+    const int32_t down[] = {0, 10, 9};
+    assert_error(cinfer__prefill_requests(&c, down, kv, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "qo_indptr[2] = 9 < qo_indptr[1] = 10");
+    assert_error(cinfer__prefill_requests(&c, qo, down, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "kv_indptr is not monotone");
+    const int32_t bad_last[] = {17, 1};
+    assert_error(cinfer__prefill_requests(&c, qo, kv, bad_last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "kv_last_page_len[0] = 17, expected 1..16");
+    const int32_t zero_last[] = {16, 0};
+    assert_error(cinfer__prefill_requests(&c, qo, kv, zero_last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "kv_last_page_len[1] = 0");
+    const int32_t many[] = {0, 60, 101};
+    assert_error(cinfer__prefill_requests(&c, many, kv, last, 2, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "101 query rows, expected at most 100");
+    /* Lengths of 2^30 and more. */
+    c.max_total_qo = INT32_MAX;
+    const int32_t huge_qo[] = {0, 1 << 30};
+    const int32_t one[] = {0, 1}, last1[] = {1};
+    assert_error(cinfer__prefill_requests(&c, huge_qo, one, last1, 1, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "qo_len = 1073741824");
+    const int32_t pages[] = {0, (1 << 26) + 1};
+    assert_error(cinfer__prefill_requests(&c, one, pages, last1, 1, req),
+                 CINFER_STATUS_INVALID_ARGUMENT, "kv_len = 1073741825");
+    /* Ragged: kv_last_page_len must be NULL. */
+    c = config(4, 2, true, -1, false, 1, 4, 100, false);
+    assert_error(cinfer__prefill_requests(&c, qo, kv, last, 2, req), CINFER_STATUS_INVALID_ARGUMENT,
+                 "expected NULL for a ragged KV");
+    assert_int_equal(cinfer__prefill_requests(&c, qo, kv, NULL, 2, req), CINFER_STATUS_SUCCESS);
+}
+
+static cinfer_attention_options_t good_options(void) {
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = 32;
+    o.num_kv_heads = 8;
+    o.head_dim = 128;
+    o.max_batch_size = 16;
+    return o;
+}
+
+/* A context with only the properties the setup reads (no device is needed for the size). */
+static cinfer_context_t fake_context(void) {
+    cinfer_context_t ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.max_smem_per_block_optin = 232448;
+    return ctx;
+}
+
+static void workspace_size_is_the_layout(void **state) {
+    (void)state;
+    cinfer_context_t ctx = fake_context();
+    cinfer_attention_options_t o = good_options();
+    size_t bytes = 0;
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, &bytes),
+        CINFER_STATUS_SUCCESS);
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, false);
+    cinfer__prefill_layout_t l;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(bytes, l.total_bytes);
+    /* The size does not depend on storage, causal or graph mode. */
+    size_t other = 0;
+    o.use_cuda_graph = 1;
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(other, bytes);
+    /* The kernels create loads: three tiles, or graph mode's one. */
+    cinfer__spec_t specs[3];
+    int n = 0;
+    assert_int_equal(
+        cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, specs, &n),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(n, 1);
+    assert_int_equal(specs[0].tile_q, 128); /* 4096 rows over 16 requests: 256 on average */
+    assert_int_equal(specs[0].batch, 1);
+    assert_int_equal(specs[0].paged, 1);
+    assert_int_equal(specs[0].mask, CINFER__MASK_CAUSAL);
+    o.use_cuda_graph = 0;
+    assert_int_equal(
+        cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(specs[i].paged, 0);
+        assert_int_equal(specs[i].mask, CINFER__MASK_NONE);
+        assert_int_equal(cinfer__spec_validate(&specs[i]), CINFER_STATUS_SUCCESS);
+    }
+}
+
+static void options_rejected_naming_the_field(void **state) {
+    (void)state;
+    cinfer_context_t ctx = fake_context();
+    size_t bytes = 1;
+    cinfer_attention_options_t o = good_options();
+#define SIZE(opts, storage, causal, total)                                                         \
+    cinfer_batch_prefill_workspace_size(&ctx, (opts), (storage), (causal), (total), &bytes)
+    assert_error(SIZE(&o, CINFER_KV_STORAGE_PAGED, 2, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "causal = 2, expected 0 or 1");
+    assert_int_equal(bytes, 0);
+    assert_error(SIZE(&o, (cinfer_kv_storage_t)7, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "storage = 7");
+    assert_error(SIZE(&o, CINFER_KV_STORAGE_PAGED, 1, 0), CINFER_STATUS_INVALID_ARGUMENT,
+                 "max_total_qo_tokens = 0, expected >= 1");
+    assert_error(SIZE(&o, CINFER_KV_STORAGE_PAGED, 1, (int64_t)1 << 32), CINFER_STATUS_UNSUPPORTED,
+                 "max_total_qo_tokens = 4294967296");
+    assert_error(SIZE(NULL, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options is NULL");
+    cinfer_attention_options_t bad = o;
+    bad.page_size = 0;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options->page_size = 0, expected 1..256");
+    bad.page_size = 257;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_UNSUPPORTED,
+                 "options->page_size = 257");
+    /* A ragged KV ignores page_size. */
+    assert_int_equal(SIZE(&bad, CINFER_KV_STORAGE_RAGGED, 1, 100), CINFER_STATUS_SUCCESS);
+    bad = o;
+    bad.max_batch_size = 0;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options->max_batch_size = 0, expected >= 1");
+    bad = o;
+    bad.use_cuda_graph = 2;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options->use_cuda_graph = 2");
+    bad = o;
+    bad.head_dim = 100;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_UNSUPPORTED,
+                 "options->head_dim = 100");
+    bad = o;
+    bad.kv_dtype = (DLDataType){kDLFloat, 16, 1};
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_UNSUPPORTED,
+                 "options->kv_dtype");
+    bad = o;
+    bad.num_kv_heads = 3;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options->num_qo_heads = 32 is not a multiple");
+    bad = o;
+    bad.variant = (const cinfer_variant_t *)&bad; /* any non-NULL pointer; never dereferenced */
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_UNSUPPORTED,
+                 "options->variant is not NULL");
+#undef SIZE
+}
+
+static void public_functions_reject_null_handles(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = good_options();
+    size_t bytes = 1;
+    assert_error(
+        cinfer_batch_prefill_workspace_size(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, &bytes),
+        CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    assert_int_equal(bytes, 0);
+    assert_error(
+        cinfer_batch_prefill_workspace_size(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL),
+        CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
+    cinfer_batch_prefill_t *op = (cinfer_batch_prefill_t *)&o;
+    assert_error(
+        cinfer_batch_prefill_create(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, &op),
+        CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    assert_null(op);
+    assert_error(
+        cinfer_batch_prefill_create(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, NULL),
+        CINFER_STATUS_INVALID_ARGUMENT, "out is NULL");
+    /* The workspace is checked before anything is loaded. */
+    cinfer_context_t ctx = fake_context();
+    assert_error(
+        cinfer_batch_prefill_create(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, &op),
+        CINFER_STATUS_INVALID_ARGUMENT, "workspace is NULL");
+    assert_error(cinfer_batch_prefill_create(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 10,
+                                             (void *)(uintptr_t)256, 16, &op),
+                 CINFER_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes = 16, expected at least");
+    assert_error(cinfer_batch_prefill_create(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 10,
+                                             (void *)(uintptr_t)100, 1 << 20, &op),
+                 CINFER_STATUS_INVALID_ARGUMENT, "not 256-byte aligned");
+    const int32_t indptr[] = {0};
+    assert_error(cinfer_batch_prefill_plan(NULL, indptr, indptr, NULL, 0, NULL),
+                 CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    assert_error(cinfer_batch_prefill_run(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                 CINFER_STATUS_INVALID_ARGUMENT, "op is NULL");
+    cinfer_batch_prefill_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(batch_tiles_are_ascending_and_fit),
+        cmocka_unit_test(spec_fields_batch_and_paged),
+        cmocka_unit_test(tile_is_the_smallest_holding_the_average),
+        cmocka_unit_test(layout_is_exact_and_aligned),
+        cmocka_unit_test(work_bound_is_tight),
+        cmocka_unit_test(ragged_and_paged_lengths),
+        cmocka_unit_test(items_sorted_longest_first),
+        cmocka_unit_test(empty_batches_and_requests),
+        cmocka_unit_test(graph_mode_grid_is_constant),
+        cmocka_unit_test(random_batches),
+        cmocka_unit_test(plan_argument_errors),
+        cmocka_unit_test(workspace_size_is_the_layout),
+        cmocka_unit_test(options_rejected_naming_the_field),
+        cmocka_unit_test(public_functions_reject_null_handles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
