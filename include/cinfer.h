@@ -660,8 +660,9 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  *   the variant hooks is the request's index in the plan.
  * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim or dtype, non-contiguous last
  * dim, not on the context's device, kv_indices given for a ragged KV or missing for a paged one,
- * variant arguments that do not match the declaration, lse with a variant without softmax); PLAN_MISMATCH (shapes or dtypes that differ from the options or the plan);
- * UNSUPPORTED (misaligned rows, paged K and V with different strides); CUDA_ERROR.
+ * variant arguments that do not match the declaration, lse with a variant without softmax);
+ * PLAN_MISMATCH (shapes or dtypes that differ from the options or the plan); UNSUPPORTED
+ * (misaligned rows, paged K and V with different strides); CUDA_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTensor *q,
                                                     const DLTensor *k, const DLTensor *v,

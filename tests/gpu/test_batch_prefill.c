@@ -14,6 +14,7 @@
  * each case keeps sum(qo_len x kv_len) x Hq x D below a budget.
  */
 #include "support/gpu.h"
+#include "support/variants.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@
 
 static cinfer_context_t *ctx;
 static CUstream stream;
+/* The variant the next cases run with (tests/support/variants.h); NULL = default attention. */
+static tv_state *g_tv;
 static const cinfer__cuda_t *cu;
 
 /* sum_b qo_len_b x kv_len_b x Hq x D of one case: about a second of reference work. */
@@ -337,13 +340,29 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     opts.causal = c->causal != 0;
     opts.window_left = c->window_left;
     opts.logits_soft_cap = c->soft_cap;
+    uint8_t *mask = NULL;
+    if (g_tv) {
+        tv_ref_opts(g_tv, -1, &opts);
+        if (g_tv->kind == TV_USER) {
+            /* The user variant's mask, per request [qo_len, kv_len], rows at their positions. */
+            int64_t total = 0;
+            for (int b = 0; b < c->batch; b++)
+                total += (int64_t)x->qo_len[b] * x->kv_len[b];
+            mask = malloc((size_t)total + 1);
+            int64_t at = 0;
+            for (int b = 0; b < c->batch; b++)
+                for (int i = 0; i < x->qo_len[b]; i++)
+                    for (int j = 0; j < x->kv_len[b]; j++)
+                        mask[at++] = (uint8_t)tv_user_keep(i + x->kv_len[b] - x->qo_len[b], j);
+        }
+    }
     const kv_strides s = strides_of(c, x);
     int rc;
     if (!c->paged) {
         cinfer__ref_strided3_t k = {x->k, ref_dtype(c->dtype), s.token, s.head, 1};
         cinfer__ref_strided3_t v = {x->v, ref_dtype(c->dtype), s.token, s.head, 1};
         rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
-                                      NULL, NULL, &opts, o, lse);
+                                      mask, NULL, &opts, o, lse);
     } else {
         const size_t esz = cinfer__dtype_size(c->dtype);
         cinfer__ref_paged_t k = {x->k, ref_dtype(c->dtype), s.page, s.token, s.head, 1};
@@ -351,9 +370,10 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
         v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
         cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
                                           x->kv_indptr, x->indices,   x->last};
-        rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table, NULL, NULL, &opts, o,
+        rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table, mask, NULL, &opts, o,
                                      lse);
     }
+    free(mask);
     if (rc != 0)
         fail_msg("%s: the reference failed (%d)", c->desc, rc);
 }
@@ -394,10 +414,11 @@ static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
     double *ref_lse = calloc((size_t)(x->q_rows * c->hq) + 1, sizeof(double));
     reference(c, x, ref_o, ref_lse);
     const int64_t n = (r1 - r0) * row_elems;
-    CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, out + r0 * row_elems,
-                                                 ref_o + r0 * row_elems, n,
-                                                 value_tolerance(c->dtype), 0.05, 1e-3),
-                             "out", c->desc, seed);
+    CINFER_TEST_ASSERT_CLOSE(
+        cinfer_test_compare(c->dtype, out + r0 * row_elems, ref_o + r0 * row_elems, n,
+                            value_tolerance(c->dtype),
+                            g_tv ? tv_max_abs_tol(g_tv, ref_o + r0 * row_elems, n) : 0.05, 1e-3),
+        "out", c->desc, seed);
     if (c->lse)
         CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse + r0 * c->hq, ref_lse + r0 * c->hq,
                                                              (r1 - r0) * c->hq, 1e-4),
@@ -411,13 +432,14 @@ static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
 static cinfer_status_t run_op(cinfer_batch_prefill_t *op, const bp_case *c, bp_tensors *t) {
     return cinfer_batch_prefill_run(op, &t->q.t, &t->k.t, c->combined ? NULL : &t->v.t,
                                     c->paged ? &t->indices.t : NULL, &t->out.t,
-                                    c->lse ? &t->lse.t : NULL, NULL, stream);
+                                    c->lse ? &t->lse.t : NULL, g_tv ? tv_args(g_tv) : NULL, stream);
 }
 
 static cinfer_batch_prefill_t *make_op(const bp_case *c, bp_data *x, int max_batch,
                                        int64_t max_total, int graph) {
     cinfer_attention_options_t o = options_for(c, max_batch);
     o.use_cuda_graph = graph;
+    o.variant = g_tv ? g_tv->variant : NULL;
     const cinfer_kv_storage_t storage =
         c->paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED;
     size_t ws = 0;
@@ -792,17 +814,47 @@ static void bad_arguments_are_errors(void **state) {
     CINFER_TEST_SYNC(stream);
     check_outputs(&c, &x, cinfer_test_seed() + 900);
     cinfer_batch_prefill_destroy(op);
-    /* A ragged object refuses page indices; create refuses a variant. */
+    /* Create refuses a soft cap with a variant (the variant transforms logits itself). */
     cinfer_attention_options_t o = options_for(&c, 4);
     cinfer_batch_prefill_t *bad = NULL;
-    o.variant = (const cinfer_variant_t *)&o;
-    EXPECT(CINFER_STATUS_UNSUPPORTED, "variant",
+    o.variant = cinfer_variant_builtin("sinks");
+    o.logits_soft_cap = 30.0f;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "logits_soft_cap",
            cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 100,
                                        (void *)(uintptr_t)x.d_ws.ptr, x.d_ws.bytes, &bad));
     assert_null(bad);
     free_data(&x);
 #undef RUN
 #undef EXPECT
+}
+
+/* The built-in variants (but dump_logits, whose layout single prefill and decode test) and the
+ * suites' user variant over ragged and paged batches: batch_idx reaches the hooks per request. */
+static void variants(void **state) {
+    (void)state;
+    static const tv_kind kinds[] = {TV_SIGMOID, TV_SINKS, TV_ALIBI, TV_ALIBI_DEFAULT, TV_USER};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (int paged = 0; paged < 2; paged++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "variant %s, %s", tv_name(kinds[k]),
+                     paged ? "paged" : "ragged");
+            bp_case c = base_case(desc);
+            c.hq = 8;
+            c.hk = 2;
+            c.batch = 5;
+            c.paged = paged;
+            c.lse = tv_has_lse(kinds[k]);
+            const uint64_t seed = cinfer_test_seed() + 3000 + (uint64_t)(k * 10 + (size_t)paged);
+            cinfer_test_rng rng;
+            cinfer_test_rng_init(&rng, seed ^ 0x77);
+            tv_state tv;
+            tv_setup(&tv, kinds[k], c.hq, &rng, 0, 0, NULL, 0, 0);
+            g_tv = &tv;
+            run_case(&c, seed);
+            g_tv = NULL;
+            tv_free(&tv);
+        }
+    }
 }
 
 static int teardown_buffers(void **state) {
@@ -830,6 +882,7 @@ int main(void) {
         cmocka_unit_test_teardown(page_offsets_need_64_bits, teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
+        cmocka_unit_test_teardown(variants, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -578,9 +578,10 @@ static void options_rejected_naming_the_field(void **state) {
     assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
                  "options->num_qo_heads = 32 is not a multiple");
     bad = o;
-    bad.variant = (const cinfer_variant_t *)&bad; /* any non-NULL pointer; never dereferenced */
-    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_UNSUPPORTED,
-                 "options->variant is not NULL");
+    bad.variant = cinfer_variant_builtin("alibi");
+    bad.logits_soft_cap = 20.0f;
+    assert_error(SIZE(&bad, CINFER_KV_STORAGE_PAGED, 1, 100), CINFER_STATUS_INVALID_ARGUMENT,
+                 "options->logits_soft_cap = 20 with variant alibi");
 #undef SIZE
 }
 
