@@ -177,15 +177,17 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
                 (long long)total);
         exit(1);
     }
-    /* The paged pool is the K/V buffers seen as pages of 16 tokens; page i of the table is a
-     * scattered permutation of the pool. */
+    /* The paged pool is the K/V buffers seen as pages of 16 tokens; table entry i is page
+     * (7919 i) mod pool, scattered over the pool. Partial last pages make the table longer than
+     * the pool, so a few entries share pages (the benchmark only reads them). */
     const int64_t num_pages = b->max_s / page;
-    int32_t *indices = malloc(sizeof(int32_t) * (size_t)num_pages);
-    for (int64_t i = 0; i < num_pages; i++)
-        indices[i] = (int32_t)((i * 7919) % num_pages); /* 7919 is prime: a permutation */
+    const int64_t num_entries = kv[batch] > num_pages ? kv[batch] : num_pages;
+    int32_t *indices = malloc(sizeof(int32_t) * (size_t)num_entries);
+    for (int64_t i = 0; i < num_entries; i++)
+        indices[i] = (int32_t)((i * 7919) % num_pages);
     CUdeviceptr d_indices;
-    CU(cuMemAlloc(&d_indices, sizeof(int32_t) * (size_t)num_pages));
-    CU(cuMemcpyHtoD(d_indices, indices, sizeof(int32_t) * (size_t)num_pages));
+    CU(cuMemAlloc(&d_indices, sizeof(int32_t) * (size_t)num_entries));
+    CU(cuMemcpyHtoD(d_indices, indices, sizeof(int32_t) * (size_t)num_entries));
 
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
     o.num_qo_heads = HQ;
@@ -204,7 +206,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
     CI(cinfer_batch_prefill_plan(op, qo, kv, paged ? last : NULL, batch, stream));
 
     int64_t q_shape[3] = {total, HQ, HD}, kv_shape[3] = {total, HK, HD};
-    int64_t cache_shape[4] = {num_pages, page, HK, HD}, idx_shape[1] = {num_pages};
+    int64_t cache_shape[4] = {num_pages, page, HK, HD}, idx_shape[1] = {num_entries};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     DLTensor tk =
         paged ? tensor(b->k, bf16, 4, cache_shape, dev) : tensor(b->k, bf16, 3, kv_shape, dev);
