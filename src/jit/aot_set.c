@@ -6,11 +6,11 @@
  * the operation itself calls when it is created, so a set cannot drift from what the library
  * loads: a change of tiles or kernel choice changes the bundle with it.
  *
- * Not covered, because their kernels do not exist yet: fused RoPE (pos = rope), and batch prefill
- * over ragged or paged KV. A new operation adds one row to `operations`; a new model family adds
- * rows to `default_layers`. The public merge operations (cinfer_merge_state*) are not covered
- * either: their spec depends on the alignment of the caller's tensors and is built inside
- * src/ops/merge.c, which has no spec function yet.
+ * Not covered, because its kernels do not exist yet: fused RoPE (pos = rope). Custom variants
+ * are compiled on first use (their source is the user's). A new operation adds one row to
+ * `operations`; a new model family adds rows to `default_layers`. The public merge operations
+ * (cinfer_merge_state*) are not covered either: their spec depends on the alignment of the caller's
+ * tensors and is built inside src/ops/merge.c, which has no spec function yet.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +73,8 @@ static const layer_t ci_layers[] = {
 
 /* ---- the operations ---- */
 
-/* The most specs one operation yields for one layer (attention + merge kernel). */
-#define MAX_OP_SPECS 2
+/* The most specs one operation yields for one layer (batch prefill: one per query tile). */
+#define MAX_OP_SPECS 3
 
 /* Fills out with the specs the operation loads for options o on a device allowing
  * max_smem_optin bytes of shared memory per block. */
@@ -101,6 +101,18 @@ static cinfer_status_t single_prefill_causal(const cinfer_attention_options_t *o
     return cinfer__prefill_kernel_spec(o, 1, max_smem_optin, &out[0]);
 }
 
+static cinfer_status_t batch_prefill_ragged(const cinfer_attention_options_t *o, int max_smem_optin,
+                                            cinfer__spec_t *out, int *count) {
+    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_RAGGED, 1, max_smem_optin, out,
+                                           count);
+}
+
+static cinfer_status_t batch_prefill_paged(const cinfer_attention_options_t *o, int max_smem_optin,
+                                           cinfer__spec_t *out, int *count) {
+    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_PAGED, 1, max_smem_optin, out,
+                                           count);
+}
+
 typedef struct operation {
     const char *name;
     op_specs_fn specs;
@@ -110,6 +122,8 @@ static const operation_t operations[] = {
     {"batch decode, paged KV (attention + split-KV merge)", batch_decode},
     {"single decode, contiguous KV (attention + split-KV merge)", single_decode},
     {"single prefill, causal", single_prefill_causal},
+    {"batch prefill, ragged KV, causal (one kernel per query tile)", batch_prefill_ragged},
+    {"batch prefill, paged KV, causal (one kernel per query tile)", batch_prefill_paged},
 };
 
 /* ---- the sets ---- */

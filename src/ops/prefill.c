@@ -426,12 +426,11 @@ typedef struct batch_setup {
     const cinfer_variant_t *variant; /* NULL = default attention */
 } batch_setup_t;
 
-static cinfer_status_t batch_setup(const cinfer_context_t *ctx, const cinfer_attention_options_t *o,
-                                   cinfer_kv_storage_t storage, int causal, int64_t max_total_qo,
-                                   batch_setup_t *s) {
+/* batch_setup for a device allowing max_smem_optin bytes of shared memory per block. */
+static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attention_options_t *o,
+                                        cinfer_kv_storage_t storage, int causal,
+                                        int64_t max_total_qo, batch_setup_t *s) {
     memset(s, 0, sizeof *s);
-    if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     CINFER__CHECK(options_check(o));
     s->variant = o->variant;
     if (storage != CINFER_KV_STORAGE_RAGGED && storage != CINFER_KV_STORAGE_PAGED)
@@ -473,14 +472,35 @@ static cinfer_status_t batch_setup(const cinfer_context_t *ctx, const cinfer_att
     c->max_total_qo = max_total_qo;
     c->graph = o->use_cuda_graph;
     /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_batch_configs(o->head_dim, ctx->max_smem_per_block_optin - 1024, s->tiles,
-                                  &c->num_tiles);
+    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, s->tiles, &c->num_tiles);
     for (int i = 0; i < c->num_tiles; i++)
         c->tile_q[i] = s->tiles[i].tile_q;
     s->dtype = cinfer__dl_dtype(o->q_dtype);
     s->head_dim = o->head_dim;
     s->kv_layout = o->kv_layout;
     return cinfer__prefill_batch_layout(c, &s->layout);
+}
+
+static cinfer_status_t batch_setup(const cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                   cinfer_kv_storage_t storage, int causal, int64_t max_total_qo,
+                                   batch_setup_t *s) {
+    memset(s, 0, sizeof *s);
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    return batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, s);
+}
+
+cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
+                                                cinfer_kv_storage_t storage, int causal,
+                                                int max_smem_optin, cinfer__spec_t *specs,
+                                                int *num_specs) {
+    batch_setup_t s;
+    CINFER__CHECK(batch_setup_smem(max_smem_optin, o, storage, causal, 1, &s));
+    int n = 0;
+    for (int i = 0; i < s.cfg.num_tiles; i++)
+        CINFER__CHECK(build_spec(o, causal, true, s.cfg.paged, &s.tiles[i], &specs[n++]));
+    *num_specs = n;
+    return CINFER_STATUS_SUCCESS;
 }
 
 cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,

@@ -48,6 +48,14 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    int64_t max_total_qo, cinfer__spec_t *specs,
                                                    int *num_specs);
 
+/* The specs a batch prefill object (not in CUDA-graph mode) may load on a device allowing
+ * max_smem_optin bytes of shared memory per block: one per candidate tile, *num_specs (1..3)
+ * entries of specs[3]. What ahead-of-time builds compile. */
+cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
+                                                cinfer_kv_storage_t storage, int causal,
+                                                int max_smem_optin, cinfer__spec_t *specs,
+                                                int *num_specs);
+
 /* The default tiles for head_dim on the context's device (what cinfer_single_prefill uses). */
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
                                     cinfer__prefill_config_t *cfg);
