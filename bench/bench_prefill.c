@@ -34,7 +34,9 @@
 typedef struct buffers {
     int64_t max_s;
     CUdeviceptr q, k, v, out;
-    CUdeviceptr slopes; /* [HQ] float32 ALiBi slopes */
+    CUdeviceptr slopes;    /* [HQ] float32 ALiBi slopes */
+    CUdeviceptr mask;      /* max_s^2 bits, all set: a custom mask that keeps what causal keeps */
+    CUdeviceptr mask_rows; /* row_offset (int64) and row_stride (int32) of the one request */
 } buffers_t;
 
 typedef struct workload {
@@ -72,14 +74,32 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.head_dim = HD;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
-    /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor. */
-    o.variant = w->variant ? cinfer_variant_builtin("alibi") : NULL;
-    int64_t slopes_shape[1] = {HQ};
+    /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor; the custom mask
+     * variant with a mask of all ones (the kernel reads every bit of the causal triangle). */
+    const int masked = w->variant && strcmp(w->variant, "custom_mask") == 0;
+    o.variant = !w->variant ? NULL
+                : masked    ? cinfer_variant_builtin("custom_mask")
+                            : cinfer_variant_builtin("alibi");
+    int64_t slopes_shape[1] = {HQ}, mask_shape[1] = {b->max_s * b->max_s / 8}, one[1] = {1};
     DLTensor slopes = tensor(b->slopes, (DLDataType){kDLFloat, 32, 1}, 1, slopes_shape, dev);
-    cinfer_arg_t arg_list[2] = {
+    DLTensor mask = tensor(b->mask, (DLDataType){kDLUInt, 8, 1}, 1, mask_shape, dev);
+    DLTensor row_offset = tensor(b->mask_rows, (DLDataType){kDLInt, 64, 1}, 1, one, dev);
+    DLTensor row_stride = tensor(b->mask_rows + 8, (DLDataType){kDLInt, 32, 1}, 1, one, dev);
+    cinfer_arg_t arg_list[3] = {
         CINFER_ARG_TENSOR(w->variant && strcmp(w->variant, "alibi_slopes") == 0 ? &slopes : NULL),
         CINFER_ARG_I32(HQ)};
     cinfer_args_t args = {2, arg_list};
+    if (masked) {
+        /* One request of w->s rows at positions 0..s-1 (qo_len == kv_len): row_offset 0. */
+        const int64_t offset = 0;
+        const int32_t stride = (int32_t)w->s;
+        CU(cuMemcpyHtoD(b->mask_rows, &offset, 8));
+        CU(cuMemcpyHtoD(b->mask_rows + 8, &stride, 4));
+        arg_list[0] = CINFER_ARG_TENSOR(&mask);
+        arg_list[1] = CINFER_ARG_TENSOR(&row_offset);
+        arg_list[2] = CINFER_ARG_TENSOR(&row_stride);
+        args.num_args = 3;
+    }
     const cinfer_args_t *run_args = w->variant ? &args : NULL;
 
     cinfer_status_t st = cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout,
@@ -280,6 +300,9 @@ int main(int argc, char **argv) {
             slopes[h] = 0.5f / (float)(h + 1);
         CU(cuMemAlloc(&b.slopes, sizeof slopes));
         CU(cuMemcpyHtoD(b.slopes, slopes, sizeof slopes));
+        CU(cuMemAlloc(&b.mask, (size_t)(b.max_s * b.max_s / 8)));
+        CU(cuMemsetD8(b.mask, 0xff, (size_t)(b.max_s * b.max_s / 8)));
+        CU(cuMemAlloc(&b.mask_rows, 16));
     }
 
     cinfer__prefill_config_t def;
@@ -308,6 +331,9 @@ int main(int argc, char **argv) {
         workload_t ws = {16384, 1, 0.0f, -1, "alibi_slopes"};
         print_row("alibi (variant, slopes tensor)", &ws,
                   time_prefill(ctx, stream, &b, &ws, NULL, quick ? 5 : 15));
+        workload_t wm = {16384, 1, 0.0f, -1, "custom_mask"};
+        print_row("custom mask (variant, causal + mask)", &wm,
+                  time_prefill(ctx, stream, &b, &wm, NULL, quick ? 5 : 15));
     }
 
     int *trace_lens = NULL;
@@ -382,6 +408,8 @@ int main(int argc, char **argv) {
     CU(cuMemFree(b.k));
     CU(cuMemFree(b.v));
     CU(cuMemFree(b.slopes));
+    CU(cuMemFree(b.mask));
+    CU(cuMemFree(b.mask_rows));
     cu->cuStreamDestroy(stream);
     cinfer_context_destroy(ctx);
     return 0;

@@ -123,8 +123,8 @@ int main(void) {
     DLTensor tindptr = tensor(d_indptr, i32, 1, indptr_shape);
     DLTensor tindices = tensor(d_indices, i32, 1, indices_shape);
     DLTensor tlast = tensor(d_last, i32, 1, last_shape);
-    CHECK(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, &tindices, &tlast, &tout, NULL,
-                                  NULL, NULL));
+    CHECK(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, &tindices, &tlast, &tout, NULL, NULL,
+                                  NULL));
     if (cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost)) {
         fprintf(stderr, "CUDA runtime error\n");
         return 1;
@@ -138,7 +138,8 @@ int main(void) {
             const int kh = h / (HQ / HK);
             float mx = -INFINITY, sum = 0.0f;
             for (int t = 0; t < kv_len[b]; t++) {
-                const size_t row = ((size_t)indices[indptr[b] + t / PAGE] * PAGE + t % PAGE) * HK + kh;
+                const size_t row =
+                    ((size_t)indices[indptr[b] + t / PAGE] * PAGE + t % PAGE) * HK + kh;
                 float s = 0.0f;
                 for (int d = 0; d < D; d++)
                     s += from_bf16(q[b][h][d]) * from_bf16(k[row * D + d]);

@@ -343,6 +343,13 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  natural-log units) to logits[row_offset[batch_idx] + qo_head_idx * head_stride
  *                  + qo_idx * pos_stride + kv_idx]. Tensors: float32 logits, int64 row_offset
  *                  [batch]; scalars: int64 head_stride, int64 pos_stride.
+ *   "custom_mask": default attention with a bit-packed boolean mask per request (packbits'
+ *                  "little" bit order): position qo_idx of request b sees kv_idx when bit
+ *                  row_offset[b] + qo_idx * row_stride[b] + kv_idx of packed_mask is set; for a
+ *                  request's [qo_len, kv_len] row-major mask at byte mask_indptr[b],
+ *                  row_stride[b] = kv_len and row_offset[b] = 8 mask_indptr[b] - (kv_len -
+ *                  qo_len) kv_len. Tensors: uint8 packed_mask, int64 row_offset [batch], int32
+ *                  row_stride [batch].
  * The returned object is owned by the library (never destroy it). NULL for an unknown name.
  */
 CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);

@@ -232,7 +232,7 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
         if (!var)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "spec field variant: unknown variant \"%.*s\" (expected none or a "
-                                 "built-in: sigmoid, sinks, alibi, dump_logits)",
+                                 "built-in: sigmoid, sinks, alibi, dump_logits, custom_mask)",
                                  (int)len, v);
         *out = (int64_t)(intptr_t)var;
         return CINFER_STATUS_SUCCESS;

@@ -261,6 +261,10 @@ static const cinfer_param_t dump_params[] = {{"logits", TENSOR, F32},
                                              {"head_stride", SCALAR, I64},
                                              {"pos_stride", SCALAR, I64}};
 
+static const cinfer_param_t mask_params[] = {{"packed_mask", TENSOR, {kDLUInt, 8, 1}},
+                                             {"row_offset", TENSOR, I64},
+                                             {"row_stride", TENSOR, {kDLInt, 32, 1}}};
+
 static const struct {
     const char *name;
     const char *file;
@@ -271,6 +275,7 @@ static const struct {
     {"sinks", "variant_sinks.cuh", sinks_params, 1},
     {"alibi", "variant_alibi.cuh", alibi_params, 2},
     {"dump_logits", "variant_dump_logits.cuh", dump_params, 4},
+    {"custom_mask", "variant_custom_mask.cuh", mask_params, 3},
 };
 #define NUM_BUILTINS (sizeof builtin_table / sizeof builtin_table[0])
 

@@ -362,7 +362,8 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
         cinfer__ref_strided3_t k = {x->k, ref_dtype(c->dtype), s.token, s.head, 1};
         cinfer__ref_strided3_t v = {x->v, ref_dtype(c->dtype), s.token, s.head, 1};
         rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
-                                      mask, NULL, &opts, o, lse);
+                                      g_tv && g_tv->kind == TV_MASK ? g_tv->mask : mask, NULL,
+                                      &opts, o, lse);
     } else {
         const size_t esz = cinfer__dtype_size(c->dtype);
         cinfer__ref_paged_t k = {x->k, ref_dtype(c->dtype), s.page, s.token, s.head, 1};
@@ -370,8 +371,9 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
         v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
         cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
                                           x->kv_indptr, x->indices,   x->last};
-        rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table, mask, NULL, &opts, o,
-                                     lse);
+        rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table,
+                                     g_tv && g_tv->kind == TV_MASK ? g_tv->mask : mask, NULL, &opts,
+                                     o, lse);
     }
     free(mask);
     if (rc != 0)
@@ -458,6 +460,8 @@ static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
     cinfer_test_rng_init(&rng, seed);
     bp_data x;
     make_data(c, &rng, &x, 0, kv_cap);
+    if (g_tv && g_tv->kind == TV_MASK)
+        tv_setup_mask(g_tv, &rng, c->batch, x.qo_len, x.kv_len);
     alloc_device(c, &x);
     upload(c, &x);
     bp_tensors t;
@@ -832,7 +836,8 @@ static void bad_arguments_are_errors(void **state) {
  * suites' user variant over ragged and paged batches: batch_idx reaches the hooks per request. */
 static void variants(void **state) {
     (void)state;
-    static const tv_kind kinds[] = {TV_SIGMOID, TV_SINKS, TV_ALIBI, TV_ALIBI_DEFAULT, TV_USER};
+    static const tv_kind kinds[] = {TV_SIGMOID,       TV_SINKS, TV_ALIBI,
+                                    TV_ALIBI_DEFAULT, TV_USER,  TV_MASK};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         for (int paged = 0; paged < 2; paged++) {
             char desc[96];

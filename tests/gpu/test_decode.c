@@ -232,7 +232,8 @@ static void reference(const decode_case *c, const decode_data *x, const tv_state
             for (int j = 0; j < x->lens[b]; j++)
                 mask[at + j] = (uint8_t)tv_user_keep(x->lens[b] - 1, j);
     }
-    int rc = cinfer__ref_batch_paged(&heads, &q, NULL, &k, &v, &table, mask, NULL, &opts, o, lse);
+    int rc = cinfer__ref_batch_paged(&heads, &q, NULL, &k, &v, &table,
+                                     tv->kind == TV_MASK ? tv->mask : mask, NULL, &opts, o, lse);
     free(mask);
     if (rc != 0)
         fail_msg("%s: the reference failed (%d)", c->desc, rc);
@@ -400,6 +401,13 @@ static void run_case(const decode_case *c, uint64_t seed) {
         tv_setup(&tv, c->variant, c->hq, &rng, (int64_t)c->batch * c->hq * L + 1, c->batch,
                  row_offset, L, 0);
         free(row_offset);
+        if (c->variant == TV_MASK) {
+            int *ones = malloc(sizeof(int) * (size_t)(c->batch + 1));
+            for (int b = 0; b < c->batch; b++)
+                ones[b] = 1;
+            tv_setup_mask(&tv, &rng, c->batch, ones, x.lens);
+            free(ones);
+        }
     }
     o.variant = tv.variant;
     size_t ws_bytes = 0;
@@ -880,6 +888,10 @@ static void variant_user(void **state) {
     (void)state;
     run_variant(TV_USER);
 }
+static void variant_custom_mask(void **state) {
+    (void)state;
+    run_variant(TV_MASK);
+}
 
 static void bad_arguments_are_errors(void **state) {
     (void)state;
@@ -1006,6 +1018,7 @@ int main(void) {
         cmocka_unit_test_teardown(variant_alibi, teardown_buffers),
         cmocka_unit_test_teardown(variant_dump_logits, teardown_buffers),
         cmocka_unit_test_teardown(variant_user, teardown_buffers),
+        cmocka_unit_test_teardown(variant_custom_mask, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -317,7 +317,7 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         opts.window_left = c->window_left;
         opts.logits_soft_cap = c->soft_cap;
         tv_ref_opts(tv, (int)h, &opts);
-        opts.custom_mask = mask;
+        opts.custom_mask = tv->kind == TV_MASK ? tv->mask : mask;
         opts.logits_out = ref_logits;
         int rc = cinfer__ref_single(&rh, qo, c->kv_len, &rq, &rk, &rv, &opts, ref_o, ref_lse);
         if (rc != 0)
@@ -374,6 +374,8 @@ static void run_case(const prefill_case *c, uint64_t seed) {
     const int64_t row_offset = -(kv - qo) * kv;
     tv_state tv;
     tv_setup(&tv, c->variant, c->hq, &rng, c->hq * qo * kv + 1, 1, &row_offset, qo * kv, kv);
+    if (c->variant == TV_MASK)
+        tv_setup_mask(&tv, &rng, 1, &c->qo_len, &c->kv_len);
     o.variant = tv.variant;
     CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
                                                  &t.out.t, c->no_lse ? NULL : &t.lse.t,
@@ -843,6 +845,10 @@ static void variant_user(void **state) {
     (void)state;
     run_variant(TV_USER);
 }
+static void variant_custom_mask(void **state) {
+    (void)state;
+    run_variant(TV_MASK);
+}
 
 static int teardown_buffers(void **state) {
     (void)state;
@@ -873,6 +879,7 @@ int main(void) {
         cmocka_unit_test_teardown(variant_alibi, teardown_buffers),
         cmocka_unit_test_teardown(variant_dump_logits, teardown_buffers),
         cmocka_unit_test_teardown(variant_user, teardown_buffers),
+        cmocka_unit_test_teardown(variant_custom_mask, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -49,7 +49,8 @@ static const cinfer_variant_t *user_variant(void) {
 }
 
 static const char *const names[TV_COUNT] = {
-    "default", "sigmoid", "sinks", "alibi", "alibi (default slopes)", "dump_logits", "user"};
+    "default",     "sigmoid", "sinks",      "alibi", "alibi (default slopes)",
+    "dump_logits", "user",    "custom_mask"};
 
 const char *tv_name(tv_kind kind) {
     return (unsigned)kind < TV_COUNT ? names[kind] : "?";
@@ -129,6 +130,10 @@ void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t l
         s->list.num_args = 4;
         break;
     }
+    case TV_MASK:
+        s->variant = cinfer_variant_builtin("custom_mask");
+        s->list.num_args = 3; /* filled by tv_setup_mask */
+        break;
     case TV_USER:
         s->variant = user_variant();
         s->args[0] = CINFER_ARG_TENSOR(NULL);
@@ -149,6 +154,56 @@ double tv_max_abs_tol(const tv_state *s, const double *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
     return 0.05 * m;
+}
+
+void tv_setup_mask(tv_state *s, cinfer_test_rng *rng, int batch, const int *qo_len,
+                   const int *kv_len) {
+    int64_t total = 0, bytes = 0;
+    for (int b = 0; b < batch; b++) {
+        total += (int64_t)qo_len[b] * kv_len[b];
+        bytes += ((int64_t)qo_len[b] * kv_len[b] + 7) / 8;
+    }
+    free(s->mask);
+    s->mask = malloc((size_t)total + 1);
+    uint8_t *packed = calloc((size_t)bytes + 1, 1);
+    int64_t *row_offset = malloc(sizeof(int64_t) * (size_t)(batch + 1));
+    int32_t *row_stride = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int64_t at = 0, byte = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t n = (int64_t)qo_len[b] * kv_len[b];
+        const double keep = cinfer_test_rng_uniform(rng, 0.2, 0.9);
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t bit = cinfer_test_rng_uniform(rng, 0.0, 1.0) < keep;
+            s->mask[at + i] = bit;
+            packed[byte + i / 8] |= (uint8_t)(bit << (i % 8));
+        }
+        row_stride[b] = kv_len[b];
+        row_offset[b] = 8 * byte - (int64_t)(kv_len[b] - qo_len[b]) * kv_len[b];
+        at += n;
+        byte += (n + 7) / 8;
+    }
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&s->d_mask, (size_t)bytes + 1));
+    CINFER_TEST_OK(cinfer_test_buf_upload(&s->d_mask, 0, packed, (size_t)bytes + 1));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&s->d_row_offset, sizeof(int64_t) * (size_t)batch));
+    CINFER_TEST_OK(
+        cinfer_test_buf_upload(&s->d_row_offset, 0, row_offset, sizeof(int64_t) * (size_t)batch));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&s->d_row_stride, sizeof(int32_t) * (size_t)batch));
+    CINFER_TEST_OK(
+        cinfer_test_buf_upload(&s->d_row_stride, 0, row_stride, sizeof(int32_t) * (size_t)batch));
+    const int64_t mshape[1] = {bytes + 1}, bshape[1] = {batch};
+    cinfer_test_tensor_init(&s->t_mask, &s->d_mask, 0, 0, CINFER__DT_U8, 1, mshape, NULL);
+    cinfer_test_tensor_init(&s->t_row_offset, &s->d_row_offset, 0, 0, CINFER__DT_NONE, 1, bshape,
+                            NULL);
+    s->t_row_offset.t.dtype = (DLDataType){kDLInt, 64, 1};
+    cinfer_test_tensor_init(&s->t_row_stride, &s->d_row_stride, 0, 0, CINFER__DT_I32, 1, bshape,
+                            NULL);
+    s->args[0] = CINFER_ARG_TENSOR(&s->t_mask.t);
+    s->args[1] = CINFER_ARG_TENSOR(&s->t_row_offset.t);
+    s->args[2] = CINFER_ARG_TENSOR(&s->t_row_stride.t);
+    s->list.num_args = 3;
+    free(packed);
+    free(row_offset);
+    free(row_stride);
 }
 
 const cinfer_args_t *tv_args(const tv_state *s) {
@@ -195,6 +250,9 @@ void tv_free(tv_state *s) {
     cinfer_test_buf_free(&s->d_slopes);
     cinfer_test_buf_free(&s->d_logits);
     cinfer_test_buf_free(&s->d_row_offset);
+    cinfer_test_buf_free(&s->d_mask);
+    cinfer_test_buf_free(&s->d_row_stride);
     free(s->logits);
+    free(s->mask);
     memset(s, 0, sizeof *s);
 }

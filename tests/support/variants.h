@@ -17,6 +17,7 @@ typedef enum tv_kind {
     TV_ALIBI_DEFAULT, /* built-in "alibi", maybe_alibi_slopes NULL: the paper's slopes */
     TV_DUMP,          /* built-in "dump_logits" */
     TV_USER,          /* the user variant below: every hook but the state init */
+    TV_MASK,          /* built-in "custom_mask", a random mask (tv_setup_mask) */
     TV_COUNT
 } tv_kind;
 
@@ -34,8 +35,9 @@ typedef struct tv_state {
     int hq;
     const cinfer_variant_t *variant; /* NULL for TV_NONE */
     double sinks[256], slopes[256];  /* host values per query head */
-    cinfer_test_buf d_sinks, d_slopes, d_logits, d_row_offset;
-    cinfer_test_tensor t_sinks, t_slopes, t_logits, t_row_offset;
+    cinfer_test_buf d_sinks, d_slopes, d_logits, d_row_offset, d_mask, d_row_stride;
+    cinfer_test_tensor t_sinks, t_slopes, t_logits, t_row_offset, t_mask, t_row_stride;
+    uint8_t *mask; /* TV_MASK: the requests' [qo_len, kv_len] masks, concatenated (0 = drop) */
     cinfer_arg_t args[4];
     cinfer_args_t list;
     int64_t logits_elems;
@@ -60,6 +62,13 @@ void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t l
  * [-1, 1]): a variant without softmax sums weighted values, so its outputs and their rounding
  * grow with the sum; the tolerance scales with the largest reference magnitude. */
 double tv_max_abs_tol(const tv_state *s, const double *ref, int64_t n);
+
+/* TV_MASK: draws a random mask for requests of these lengths (keeping 0 < p < 1 of the
+ * positions, p drawn per request), packs each request's bits from a byte boundary on, and
+ * uploads the mask and the row offsets and strides; s->mask holds the booleans for the reference.
+ * Call after tv_setup(TV_MASK) and before run. */
+void tv_setup_mask(tv_state *s, cinfer_test_rng *rng, int batch, const int *qo_len,
+                   const int *kv_len);
 
 /* The argument list for run (NULL for TV_NONE). */
 const cinfer_args_t *tv_args(const tv_state *s);

@@ -89,9 +89,9 @@ static void declarations_are_checked(void **state) {
 
 static void builtins_exist(void **state) {
     (void)state;
-    static const char *const names[] = {"sigmoid", "sinks", "alibi", "dump_logits"};
-    static const int counts[] = {2, 1, 2, 4};
-    for (int i = 0; i < 4; i++) {
+    static const char *const names[] = {"sigmoid", "sinks", "alibi", "dump_logits", "custom_mask"};
+    static const int counts[] = {2, 1, 2, 4, 3};
+    for (int i = 0; i < 5; i++) {
         const cinfer_variant_t *v = cinfer_variant_builtin(names[i]);
         assert_non_null(v);
         int n = -1;
@@ -299,10 +299,11 @@ static void builtins_compile_with_every_family(void **state) {
         "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,flags=window,tile_q=128,"
         "tile_kv=64,warps=8,stages=2",
     };
-    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits"};
+    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
+                                           "custom_mask"};
     static const char *const archs[] = {"sm_80", "sm_90a"};
     for (size_t f = 0; f < 3; f++)
-        for (size_t v = 0; v < 4; v++)
+        for (size_t v = 0; v < 5; v++)
             for (size_t a = 0; a < 2; a++) {
                 cinfer__spec_t s = parse(families[f]);
                 s.variant = cinfer_variant_builtin(variants[v]);
