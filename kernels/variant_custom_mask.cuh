@@ -9,7 +9,7 @@
 #define VARIANT_LOGITS_MASK 1
 __device__ bool variant_logits_mask(const cinfer_variant_params *params, int batch_idx, int qo_idx,
                                     int kv_idx, int qo_head_idx, int kv_head_idx) {
-    const int64_t bit = params->row_offset[batch_idx] +
-                        (int64_t)qo_idx * params->row_stride[batch_idx] + kv_idx;
+    const int64_t bit =
+        params->row_offset[batch_idx] + (int64_t)qo_idx * params->row_stride[batch_idx] + kv_idx;
     return (params->packed_mask[bit >> 3] >> (bit & 7)) & 1;
 }

@@ -14,6 +14,7 @@
 #include "jit/jit.h"
 #include "ops/decode.h"
 #include "ops/options.h"
+#include "ops/staging.h"
 #include "ops/tensor.h"
 #include "sched/decode_plan.h"
 #include "variant/variant.h"
@@ -357,16 +358,11 @@ struct cinfer_batch_decode {
     cinfer__decode_layout_t layout;
     void *workspace; /* device */
 
-    /* Plan's host side: scratch arrays of max_batch_size entries, and two pinned mirrors of the
-     * workspace's schedule regions used in turn; a mirror is rewritten only after the event
-     * recorded behind its last copy has completed, so plan n waits on plan n - 2's copy at most. */
+    /* Plan's host side: scratch arrays of max_batch_size entries, and the pinned mirrors of the
+     * workspace's schedule regions (ops/staging.h). */
     int32_t *kv_len;
     int64_t *order;
-    char *host; /* 2 x host_stride bytes, pinned */
-    size_t host_stride;
-    CUevent copied[2];
-    bool pending[2];
-    int next;
+    cinfer__staging_t staging;
 
     /* The current plan (what run checks its arguments against). */
     bool planned;
@@ -403,7 +399,6 @@ cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "batch decode: out of memory");
     op->ctx = ctx;
     op->workspace = workspace;
-    const cinfer__cuda_t *cu = ctx->cu;
     cinfer_status_t st;
     if ((st = decode_setup(ctx, options, true, &op->setup)) ||
         (st = cinfer__decode_batch_layout(&op->setup.cfg, op->setup.head_dim, &op->layout)) ||
@@ -422,36 +417,12 @@ cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
 
     if ((st = cinfer__context_activate(ctx)))
         goto out_free_scratch;
-    op->host_stride = (op->layout.schedule_bytes + CINFER__DECODE_ALIGN - 1) /
-                      CINFER__DECODE_ALIGN * CINFER__DECODE_ALIGN;
-    void *host = NULL;
-    CUresult res = cu->cuMemAllocHost(&host, 2 * op->host_stride);
-    if (res != CUDA_SUCCESS) {
-        st = res == CUDA_ERROR_OUT_OF_MEMORY
-                 ? cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                                 "batch decode: cuMemAllocHost of %zu bytes failed",
-                                 2 * op->host_stride)
-                 : cinfer__cu_error(res, "cuMemAllocHost (batch decode schedule)");
+    if ((st = cinfer__staging_create(ctx, &op->staging, op->layout.schedule_bytes,
+                                     CINFER__DECODE_ALIGN, "batch decode")))
         goto out_free_scratch;
-    }
-    op->host = host;
-    /* Plan copies whole request regions; zeroing keeps the unused entries defined. */
-    memset(op->host, 0, 2 * op->host_stride);
-    if ((res = cu->cuEventCreate(&op->copied[0], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        st = cinfer__cu_error(res, "cuEventCreate (batch decode)");
-        goto out_free_host;
-    }
-    if ((res = cu->cuEventCreate(&op->copied[1], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        st = cinfer__cu_error(res, "cuEventCreate (batch decode)");
-        goto out_destroy_event;
-    }
     *out = op;
     return CINFER_STATUS_SUCCESS;
 
-out_destroy_event:
-    cu->cuEventDestroy(op->copied[0]);
-out_free_host:
-    cu->cuMemFreeHost(op->host);
 out_free_scratch:
     free(op->kv_len);
     free(op->order);
@@ -474,14 +445,9 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
 
     cinfer_context_t *ctx = op->ctx;
     CINFER__CHECK(cinfer__context_activate(ctx));
-    const int i = op->next;
-    if (op->pending[i]) {
-        CINFER__CU(ctx->cu, cuEventSynchronize(op->copied[i]),
-                   "waiting for an earlier plan's schedule copy");
-        op->pending[i] = false;
-    }
+    char *host = NULL;
+    CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
-    char *host = op->host + (size_t)i * op->host_stride;
     const cinfer__decode_schedule_t dst = {
         .header = (cinfer_decode_header *)host,
         .requests = (cinfer_decode_request *)(host + op->layout.requests_offset),
@@ -494,17 +460,8 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     CINFER__CHECK(cinfer__decode_plan_build(&s->cfg, op->kv_len, batch_size, &chunking, &dst));
     const size_t bytes =
         op->layout.work_offset + (size_t)chunking.num_work * sizeof(cinfer_decode_work);
-    CINFER__CU(ctx->cu,
-               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)op->workspace, host, bytes, stream),
-               "copying the decode schedule to the workspace");
-    CUresult res = ctx->cu->cuEventRecord(op->copied[i], stream);
-    if (res != CUDA_SUCCESS) {
-        /* Without the event the mirror's copy cannot be tracked: let it finish here. */
-        ctx->cu->cuStreamSynchronize(stream);
-        return cinfer__cu_error(res, "cuEventRecord after the decode schedule copy");
-    }
-    op->pending[i] = true;
-    op->next = 1 - i;
+    CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
+                                       "copying the decode schedule to the workspace"));
 
     op->planned = true;
     op->batch_size = batch_size;
@@ -647,15 +604,9 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
 void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op) {
     if (!op)
         return;
-    const cinfer__cuda_t *cu = op->ctx->cu;
     if (cinfer__context_activate(op->ctx) == CINFER_STATUS_SUCCESS) {
         /* A pinned mirror may still be the source of an enqueued copy. */
-        for (int i = 0; i < 2; i++) {
-            if (op->pending[i])
-                cu->cuEventSynchronize(op->copied[i]);
-            cu->cuEventDestroy(op->copied[i]);
-        }
-        cu->cuMemFreeHost(op->host);
+        cinfer__staging_destroy(op->ctx, &op->staging);
     }
     free(op->kv_len);
     free(op->order);

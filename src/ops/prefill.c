@@ -11,6 +11,7 @@
 #include "jit/jit.h"
 #include "ops/options.h"
 #include "ops/prefill.h"
+#include "ops/staging.h"
 #include "ops/tensor.h"
 #include "prefill_params.h"
 #include "sched/prefill_plan.h"
@@ -542,15 +543,10 @@ struct cinfer_batch_prefill {
     void *workspace;            /* device */
     cinfer_prefill_params base; /* the scale and head fields of every launch */
 
-    /* Plan's host side: scratch of max_batch_size requests and two pinned mirrors of the
-     * workspace's schedule used in turn; a mirror is rewritten only after the event recorded
-     * behind its last copy has completed, so plan n waits on plan n - 2's copy at most. */
+    /* Plan's host side: scratch of max_batch_size requests and the pinned mirrors of the
+     * workspace's schedule (ops/staging.h). */
     cinfer__prefill_request_t *requests;
-    char *host; /* 2 x host_stride bytes, pinned */
-    size_t host_stride;
-    CUevent copied[2];
-    bool pending[2];
-    int next;
+    cinfer__staging_t staging;
 
     /* The current plan (what run checks its arguments against). */
     bool planned;
@@ -640,7 +636,6 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
     p->header = (const cinfer_prefill_header *)ws;
     p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
 
-    const cinfer__cuda_t *cu = ctx->cu;
     op->requests = malloc(sizeof *op->requests * (size_t)s->cfg.max_batch_size);
     if (!op->requests) {
         st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
@@ -649,35 +644,12 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
     }
     if ((st = cinfer__context_activate(ctx)))
         goto out_free_scratch;
-    op->host_stride = (s->layout.schedule_bytes + CINFER__PREFILL_ALIGN - 1) /
-                      CINFER__PREFILL_ALIGN * CINFER__PREFILL_ALIGN;
-    void *host = NULL;
-    CUresult res = cu->cuMemAllocHost(&host, 2 * op->host_stride);
-    if (res != CUDA_SUCCESS) {
-        st = res == CUDA_ERROR_OUT_OF_MEMORY
-                 ? cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                                 "batch prefill: cuMemAllocHost of %zu bytes failed",
-                                 2 * op->host_stride)
-                 : cinfer__cu_error(res, "cuMemAllocHost (batch prefill schedule)");
+    if ((st = cinfer__staging_create(ctx, &op->staging, s->layout.schedule_bytes,
+                                     CINFER__PREFILL_ALIGN, "batch prefill")))
         goto out_free_scratch;
-    }
-    op->host = host;
-    memset(op->host, 0, 2 * op->host_stride);
-    if ((res = cu->cuEventCreate(&op->copied[0], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        st = cinfer__cu_error(res, "cuEventCreate (batch prefill)");
-        goto out_free_host;
-    }
-    if ((res = cu->cuEventCreate(&op->copied[1], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        st = cinfer__cu_error(res, "cuEventCreate (batch prefill)");
-        goto out_destroy_event;
-    }
     *out = op;
     return CINFER_STATUS_SUCCESS;
 
-out_destroy_event:
-    cu->cuEventDestroy(op->copied[0]);
-out_free_host:
-    cu->cuMemFreeHost(op->host);
 out_free_scratch:
     free(op->requests);
 out_free_op:
@@ -702,14 +674,9 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
 
     cinfer_context_t *ctx = op->ctx;
     CINFER__CHECK(cinfer__context_activate(ctx));
-    const int i = op->next;
-    if (op->pending[i]) {
-        CINFER__CU(ctx->cu, cuEventSynchronize(op->copied[i]),
-                   "waiting for an earlier plan's schedule copy");
-        op->pending[i] = false;
-    }
+    char *host = NULL;
+    CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
-    char *host = op->host + (size_t)i * op->host_stride;
     const cinfer__prefill_schedule_t dst = {
         .header = (cinfer_prefill_header *)host,
         .work = (cinfer_prefill_work *)(host + op->setup.layout.work_offset),
@@ -719,17 +686,8 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
         cinfer__prefill_plan_build(cfg, op->requests, batch_size, cfg->tile_q[tile], &dst));
     const size_t bytes =
         op->setup.layout.work_offset + (size_t)dst.header->num_work * sizeof(cinfer_prefill_work);
-    CINFER__CU(ctx->cu,
-               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)op->workspace, host, bytes, stream),
-               "copying the batch prefill schedule to the workspace");
-    CUresult res = ctx->cu->cuEventRecord(op->copied[i], stream);
-    if (res != CUDA_SUCCESS) {
-        /* Without the event the mirror's copy cannot be tracked: let it finish here. */
-        ctx->cu->cuStreamSynchronize(stream);
-        return cinfer__cu_error(res, "cuEventRecord after the batch prefill schedule copy");
-    }
-    op->pending[i] = true;
-    op->next = 1 - i;
+    CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
+                                       "copying the batch prefill schedule to the workspace"));
 
     op->planned = true;
     op->batch_size = batch_size;
@@ -937,15 +895,9 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
 void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op) {
     if (!op)
         return;
-    const cinfer__cuda_t *cu = op->ctx->cu;
     if (cinfer__context_activate(op->ctx) == CINFER_STATUS_SUCCESS) {
         /* A pinned mirror may still be the source of an enqueued copy. */
-        for (int i = 0; i < 2; i++) {
-            if (op->pending[i])
-                cu->cuEventSynchronize(op->copied[i]);
-            cu->cuEventDestroy(op->copied[i]);
-        }
-        cu->cuMemFreeHost(op->host);
+        cinfer__staging_destroy(op->ctx, &op->staging);
     }
     free(op->requests);
     free(op);

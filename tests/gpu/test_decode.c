@@ -866,31 +866,9 @@ static void run_variant(tv_kind k) {
     }
 }
 
-/* One test per variant, so a failure in one still runs the others. */
-static void variant_sigmoid(void **state) {
-    (void)state;
-    run_variant(TV_SIGMOID);
-}
-static void variant_sinks(void **state) {
-    (void)state;
-    run_variant(TV_SINKS);
-}
-static void variant_alibi(void **state) {
-    (void)state;
-    run_variant(TV_ALIBI);
-    run_variant(TV_ALIBI_DEFAULT);
-}
-static void variant_dump_logits(void **state) {
-    (void)state;
-    run_variant(TV_DUMP);
-}
-static void variant_user(void **state) {
-    (void)state;
-    run_variant(TV_USER);
-}
-static void variant_custom_mask(void **state) {
-    (void)state;
-    run_variant(TV_MASK);
+/* One test per variant (a failure in one still runs the others): *state is its tv_kind. */
+static void variant(void **state) {
+    run_variant(*(const tv_kind *)*state);
 }
 
 static void bad_arguments_are_errors(void **state) {
@@ -1013,12 +991,13 @@ int main(void) {
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
         cmocka_unit_test_teardown(single_decode_matches, teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
-        cmocka_unit_test_teardown(variant_sigmoid, teardown_buffers),
-        cmocka_unit_test_teardown(variant_sinks, teardown_buffers),
-        cmocka_unit_test_teardown(variant_alibi, teardown_buffers),
-        cmocka_unit_test_teardown(variant_dump_logits, teardown_buffers),
-        cmocka_unit_test_teardown(variant_user, teardown_buffers),
-        cmocka_unit_test_teardown(variant_custom_mask, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SIGMOID, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SINKS, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI_DEFAULT, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_DUMP, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_USER, teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_MASK, teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -52,6 +52,9 @@ static const char *const names[TV_COUNT] = {
     "default",     "sigmoid", "sinks",      "alibi", "alibi (default slopes)",
     "dump_logits", "user",    "custom_mask"};
 
+const tv_kind tv_kinds[TV_COUNT] = {TV_NONE,          TV_SIGMOID, TV_SINKS, TV_ALIBI,
+                                    TV_ALIBI_DEFAULT, TV_DUMP,    TV_USER,  TV_MASK};
+
 const char *tv_name(tv_kind kind) {
     return (unsigned)kind < TV_COUNT ? names[kind] : "?";
 }

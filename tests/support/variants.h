@@ -46,6 +46,14 @@ typedef struct tv_state {
 
 const char *tv_name(tv_kind kind);
 
+/* tv_kinds[k] == k: stable addresses for cmocka's per-test state (one test function, one entry
+ * per variant: TV_CMOCKA_TEST). */
+extern const tv_kind tv_kinds[TV_COUNT];
+
+/* A cmocka test entry that calls fn with *state = &tv_kinds[kind], named after the variant. */
+#define TV_CMOCKA_TEST(fn, kind, teardown)                                                         \
+    { "variant " #kind, fn, NULL, teardown, (void *)&tv_kinds[kind] }
+
 /* A variant without softmax has no LSE. */
 int tv_has_lse(tv_kind kind);
 

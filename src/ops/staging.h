@@ -1,0 +1,41 @@
+/*
+ * Plan-time staging of a schedule: two pinned host mirrors used in turn. Plan writes the schedule
+ * into a mirror on the host, then copies it into the device workspace asynchronously; a mirror is
+ * rewritten only after the event recorded behind its last copy has completed, so plan n waits on
+ * plan n - 2's copy at most and never on the GPU's work. Shared by batch decode and batch prefill.
+ */
+#ifndef CINFER_OPS_STAGING_H
+#define CINFER_OPS_STAGING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cuda/context.h"
+
+typedef struct cinfer__staging {
+    char *host;    /* 2 x stride bytes, pinned, zeroed at creation */
+    size_t stride; /* one mirror, rounded up to the alignment */
+    CUevent copied[2];
+    bool pending[2]; /* a copy from the mirror may still be in flight */
+    int next;        /* the mirror the next plan writes */
+} cinfer__staging_t;
+
+/* Allocates the mirrors for schedules of up to `bytes` bytes (rounded up to `align`) on the
+ * current context (the caller activates it). `what` names the operation in messages. On failure
+ * nothing is left allocated and *s is zeroed. */
+cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__staging_t *s,
+                                       size_t bytes, size_t align, const char *what);
+
+/* The mirror the next plan writes, after waiting for its previous copy (if any). */
+cinfer_status_t cinfer__staging_next(const cinfer_context_t *ctx, cinfer__staging_t *s,
+                                     char **host);
+
+/* Copies the first `bytes` of the mirror returned by cinfer__staging_next to device memory dst on
+ * stream, records the mirror's event behind the copy and moves on to the other mirror. */
+cinfer_status_t cinfer__staging_copy(const cinfer_context_t *ctx, cinfer__staging_t *s, void *dst,
+                                     size_t bytes, CUstream stream, const char *what);
+
+/* Waits for copies in flight and frees the mirrors (the context is current). */
+void cinfer__staging_destroy(const cinfer_context_t *ctx, cinfer__staging_t *s);
+
+#endif
