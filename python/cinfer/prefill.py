@@ -382,9 +382,11 @@ class _BatchPrefillBase:
 
     def _common_plan(self, *, qo_indptr, kv_indptr, last_page_len, num_qo_heads, num_kv_heads,
                      head_dim, page_size, causal, sm_scale, window_left, logits_soft_cap,
-                     q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant):
-        """Validates, creates or reuses the C object, plans; returns (plan, batch_size,
-        kv_host) with the plan's device page table still to be filled by the caller."""
+                     q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant,
+                     check_kv_end=None):
+        """Validates (``check_kv_end(kv_indptr[batch])`` too, when given), creates or reuses
+        the C object, plans; returns (plan, the index tensors, kv_host) with the plan's device
+        page table still to be filled by the caller."""
         where = f"{self._NAME}.plan"
         qo_indptr, qo_host = A.host_index(qo_indptr, "qo_indptr")
         kv_name = "paged_kv_indptr" if self._STORAGE == _lib.KV_STORAGE_PAGED else "kv_indptr"
@@ -423,6 +425,8 @@ class _BatchPrefillBase:
         causal = bool(causal)
 
         total_qo = int(qo_host[batch_size]) - int(qo_host[0]) if batch_size > 0 else 0
+        if check_kv_end is not None:
+            check_kv_end(int(kv_host[batch_size]))
         graph = self._use_cuda_graph
         if graph:
             if batch_size > self._fixed_batch_size:
@@ -877,23 +881,27 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         T.check_ndim(indices, "paged_kv_indices", 1, "a 1-D int32 tensor")
         T.check_dtype(indices, "paged_kv_indices", (torch.int32,), "torch.int32",
                       unsupported=False)
+
+        def check_kv_end(num_pages: int) -> None:
+            if num_pages > indices.shape[0]:
+                raise ArgumentError(f"paged_kv_indices: {indices.shape[0]} entries, but "
+                                    f"paged_kv_indptr[-1] = {num_pages}")
+            if self._use_cuda_graph and num_pages > self._paged_kv_indices_buf.shape[0]:
+                raise ArgumentError(
+                    f"paged_kv_indices: paged_kv_indptr[-1] = {num_pages} entries do not fit "
+                    f"paged_kv_indices_buf ({self._paged_kv_indices_buf.shape[0]} entries)"
+                )
+
         p, (qo_indptr, kv_indptr, last_page_len), kv_host = self._common_plan(
             qo_indptr=qo_indptr, kv_indptr=paged_kv_indptr, last_page_len=paged_kv_last_page_len,
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
             page_size=page_size, causal=causal, sm_scale=sm_scale, window_left=window_left,
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
-            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant)
+            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
+            check_kv_end=check_kv_end)
         b = p.batch_size
         num_pages = int(kv_host[b])
-        if num_pages > indices.shape[0]:
-            raise ArgumentError(f"paged_kv_indices: {indices.shape[0]} entries, but "
-                                f"paged_kv_indptr[{b}] = {num_pages}")
         if self._use_cuda_graph:
-            if num_pages > self._paged_kv_indices_buf.shape[0]:
-                raise ArgumentError(
-                    f"paged_kv_indices: paged_kv_indptr[{b}] = {num_pages} entries do not fit "
-                    f"paged_kv_indices_buf ({self._paged_kv_indices_buf.shape[0]} entries)"
-                )
             self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)
             self._paged_kv_indptr_buf[: b + 1].copy_(kv_indptr, non_blocking=non_blocking)
             self._paged_kv_last_page_len_buf[:b].copy_(last_page_len, non_blocking=non_blocking)
