@@ -12,8 +12,8 @@ level's prefill kernel (64 query rows over 8k keys, no split-KV) and the merge.
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50]
 
 Prints the configuration, each path's median time per step (CUDA events), the speedup and the
-largest difference between the two outputs. Without PyTorch or a CUDA device it says so and
-exits 0. Runs in a few seconds on an H200 once the kernels are compiled (first run: JIT).
+largest difference between the two outputs. Without PyTorch, a CUDA device or libcinfer.so
+($CINFER_LIBRARY, else the source tree's build/) it says so and exits 0. Runs in a few seconds on an H200 once the kernels are compiled (first run: JIT).
 """
 
 import argparse
@@ -49,6 +49,11 @@ def main() -> int:
         return 0
     import cinfer
 
+    try:
+        cinfer.library_path()
+    except cinfer.CinferError as e:
+        print(f"bench/cascade.py: {e}; skipped")
+        return 0
     t_start = time.perf_counter()
     dev = "cuda"
     batch, ps = args.batch, args.page_size
