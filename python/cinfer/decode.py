@@ -291,8 +291,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         Accepted for compatibility (``"auto"``, ``"fa2"``, ``"fa3"``, ``"trtllm-gen"``) and
         ignored.
     jit_args : None
-        Custom attention variants are not supported yet; anything but None raises
-        :class:`cinfer.UnsupportedError`.
+        FlashInfer's JIT variants are not supported; anything but None raises
+        :class:`cinfer.UnsupportedError` (pass a :class:`cinfer.Variant` to :meth:`plan`).
 
     Raises
     ------
@@ -330,7 +330,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._kv_layout_code = A.kv_layout(kv_layout)
         self._kv_layout = kv_layout
         if jit_args is not None:
-            raise UnsupportedError("jit_args: custom attention variants are not supported yet")
+            raise UnsupportedError("jit_args: FlashInfer's JIT variants are not supported; pass "
+                                   "a cinfer.Variant to plan(..., variant=...)")
         if backend not in ("auto", "fa2", "fa3", "trtllm-gen"):
             raise ArgumentError(
                 f"backend = {backend!r}, expected 'auto', 'fa2', 'fa3' or 'trtllm-gen' "
