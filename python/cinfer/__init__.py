@@ -6,11 +6,15 @@ A serving engine switches by changing one import::
 
 Implemented so far: :func:`single_decode_with_kv_cache`,
 :class:`BatchDecodeWithPagedKVCacheWrapper` (and its CUDA-graph variant),
-:func:`single_prefill_with_kv_cache` (and ``_return_lse``), :func:`merge_state`,
+:func:`single_prefill_with_kv_cache` (and ``_return_lse``),
+:class:`BatchPrefillWithPagedKVCacheWrapper`, :class:`BatchPrefillWithRaggedKVCacheWrapper`,
+:class:`MultiLevelCascadeAttentionWrapper`, :func:`merge_state`,
 :func:`merge_state_in_place`, :func:`merge_states`, :func:`append_paged_kv_cache`,
 :func:`get_batch_indices_positions`, :func:`get_seq_lens`, the ``apply_rope*`` and
 ``apply_llama31_rope*`` family, :func:`apply_rope_with_cos_sin_cache` (and ``_inplace``),
-:func:`packbits`, :func:`segment_packbits`. Log-sum-exp values are in base 2, as in FlashInfer.
+:func:`packbits`, :func:`segment_packbits`; attention variants (:class:`Variant`,
+:func:`variant_builtin`, :mod:`cinfer.variant`). Log-sum-exp values are in base 2, as in
+FlashInfer.
 
 Importing the package needs neither PyTorch nor the shared library: torch is imported by the first
 call that takes tensors, and ``libcinfer.so`` is loaded by the first call into it (from
@@ -24,15 +28,25 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, Union
 
-from . import _dispatch, cascade, decode, page, prefill, quantization, rope
-from .cascade import merge_state, merge_state_in_place, merge_states
+from . import _dispatch, cascade, decode, page, prefill, quantization, rope, variant
+from .cascade import (
+    MultiLevelCascadeAttentionWrapper,
+    merge_state,
+    merge_state_in_place,
+    merge_states,
+)
 from .decode import (
     BatchDecodeWithPagedKVCacheWrapper,
     CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
     single_decode_with_kv_cache,
 )
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
-from .prefill import single_prefill_with_kv_cache, single_prefill_with_kv_cache_return_lse
+from .prefill import (
+    BatchPrefillWithPagedKVCacheWrapper,
+    BatchPrefillWithRaggedKVCacheWrapper,
+    single_prefill_with_kv_cache,
+    single_prefill_with_kv_cache_return_lse,
+)
 from .quantization import packbits, segment_packbits
 from .rope import (
     apply_llama31_rope,
@@ -46,6 +60,7 @@ from .rope import (
     apply_rope_with_cos_sin_cache,
     apply_rope_with_cos_sin_cache_inplace,
 )
+from .variant import Variant, variant_builtin
 from .errors import (
     ArgumentError,
     CinferError,
@@ -99,11 +114,15 @@ _dispatch.ensure_registered()
 __all__ = [
     "ArgumentError",
     "BatchDecodeWithPagedKVCacheWrapper",
+    "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper",
     "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
     "CinferError",
     "CompileError",
+    "MultiLevelCascadeAttentionWrapper",
     "NoDeviceError",
     "UnsupportedError",
+    "Variant",
     "append_paged_kv_cache",
     "apply_llama31_rope",
     "apply_llama31_rope_inplace",
@@ -135,4 +154,6 @@ __all__ = [
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
     "single_prefill_with_kv_cache_return_lse",
+    "variant",
+    "variant_builtin",
 ]

@@ -108,3 +108,59 @@ def output(t, name: str, shape, dtype, device):
     if t.dtype != dtype:
         raise ArgumentError(f"{name}: dtype {t.dtype}, expected {dtype}")
     return t
+
+
+def paged_kv_cache(value, device):
+    """``(k_cache, v_cache)`` from FlashInfer's ``paged_kv_cache`` argument (a pair of tensors,
+    or one combined ``[max_num_pages, 2, ...]`` tensor, returned as ``(combined, None)``),
+    checked to be CUDA tensors on ``device``."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ArgumentError(
+                f"paged_kv_cache: a sequence of {len(value)} items, expected (k_cache, v_cache)"
+            )
+        k = T.as_tensor(value[0], "paged_kv_cache[0]")
+        v = T.as_tensor(value[1], "paged_kv_cache[1]")
+        T.check_cuda(k, "paged_kv_cache[0]", device)
+        T.check_cuda(v, "paged_kv_cache[1]", device)
+        return k, v
+    kv = T.as_tensor(value, "paged_kv_cache")
+    T.check_cuda(kv, "paged_kv_cache", device)
+    if kv.dim() != 5 or kv.shape[1] != 2:
+        raise ArgumentError(
+            f"paged_kv_cache: a tensor of shape {list(kv.shape)}, expected the combined "
+            "[max_num_pages, 2, ...] 5-D cache, or a tuple (k_cache, v_cache)"
+        )
+    return kv, None
+
+
+def host_index(t, name: str):
+    """A 1-D int32 index tensor (CPU or CUDA) checked, and its contiguous host copy (a
+    device-to-host copy, which synchronizes, for a CUDA tensor)."""
+    torch = T.torch_module()
+    t = T.as_tensor(t, name)
+    T.check_ndim(t, name, 1, "a 1-D int32 tensor")
+    T.check_dtype(t, name, (torch.int32,), "torch.int32", unsupported=False)
+    if t.device.type not in ("cpu", "cuda"):
+        raise ArgumentError(f"{name}: tensor on {t.device}, expected CPU or CUDA")
+    return t, t.to("cpu").contiguous()
+
+
+def plan_dtypes(q_data_type, kv_data_type, data_type=None):
+    """(q dtype, kv dtype) of a plan from FlashInfer's q_data_type / kv_data_type and the
+    deprecated ``data_type`` alias (which fills whichever is None)."""
+    if data_type is not None:
+        if q_data_type is None:
+            q_data_type = data_type
+        if kv_data_type is None:
+            kv_data_type = data_type
+    if q_data_type is None:
+        raise ArgumentError("q_data_type is None (and data_type too): give the dtype of q")
+    q_dtype = T.canonical_dtype(q_data_type, "q_data_type")
+    kv_dtype = q_dtype if kv_data_type is None else T.canonical_dtype(kv_data_type,
+                                                                       "kv_data_type")
+    return q_dtype, kv_dtype
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())

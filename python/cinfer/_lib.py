@@ -72,6 +72,14 @@ ROPE_OPTIONS_VERSION = 1
 KV_LAYOUT_NHD = 0
 KV_LAYOUT_HND = 1
 
+# cinfer_kv_storage_t
+KV_STORAGE_RAGGED = 0
+KV_STORAGE_PAGED = 1
+
+# cinfer_param_kind_t
+PARAM_TENSOR = 1
+PARAM_SCALAR = 2
+
 
 class ContextOptions(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32), ("device", ctypes.c_int)]
@@ -133,6 +141,45 @@ class RopeOptions(ctypes.Structure):
     ]
 
 
+class Param(ctypes.Structure):
+    """cinfer_param_t: one declared parameter of a variant."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_int),  # cinfer_param_kind_t
+        ("dtype", DLDataType),
+    ]
+
+
+class ArgValue(ctypes.Union):
+    """The value union of cinfer_arg_t."""
+
+    _fields_ = [
+        ("f32", ctypes.c_float),
+        ("f64", ctypes.c_double),
+        ("i32", ctypes.c_int32),
+        ("i64", ctypes.c_int64),
+        ("u32", ctypes.c_uint32),
+    ]
+
+
+class Arg(ctypes.Structure):
+    """cinfer_arg_t: one run-time variant argument."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int),  # cinfer_param_kind_t
+        ("tensor", ctypes.POINTER(DLTensor)),
+        ("dtype", DLDataType),
+        ("value", ArgValue),
+    ]
+
+
+class Args(ctypes.Structure):
+    """cinfer_args_t: a run's variant argument list."""
+
+    _fields_ = [("num_args", ctypes.c_int), ("args", ctypes.POINTER(Arg))]
+
+
 class JitStats(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -172,6 +219,15 @@ LAYOUT = {
     "cinfer_rope_options_t.rotary_dim": 12,
     "cinfer_rope_options_t.rope_scale": 20,
     "cinfer_rope_options_t.old_context_len": 36,
+    "cinfer_param_t": 16,
+    "cinfer_param_t.kind": 8,
+    "cinfer_param_t.dtype": 12,
+    "cinfer_arg_t": 32,
+    "cinfer_arg_t.tensor": 8,
+    "cinfer_arg_t.dtype": 16,
+    "cinfer_arg_t.value": 24,
+    "cinfer_args_t": 16,
+    "cinfer_args_t.args": 8,
 }
 
 
@@ -199,6 +255,15 @@ def _layout_of_ctypes() -> dict:
         "cinfer_rope_options_t.rotary_dim": RopeOptions.rotary_dim.offset,
         "cinfer_rope_options_t.rope_scale": RopeOptions.rope_scale.offset,
         "cinfer_rope_options_t.old_context_len": RopeOptions.old_context_len.offset,
+        "cinfer_param_t": ctypes.sizeof(Param),
+        "cinfer_param_t.kind": Param.kind.offset,
+        "cinfer_param_t.dtype": Param.dtype.offset,
+        "cinfer_arg_t": ctypes.sizeof(Arg),
+        "cinfer_arg_t.tensor": Arg.tensor.offset,
+        "cinfer_arg_t.dtype": Arg.dtype.offset,
+        "cinfer_arg_t.value": Arg.value.offset,
+        "cinfer_args_t": ctypes.sizeof(Args),
+        "cinfer_args_t.args": Args.args.offset,
     }
 
 
@@ -270,6 +335,8 @@ _p_size = ctypes.POINTER(ctypes.c_size_t)
 _p_i32 = ctypes.POINTER(ctypes.c_int32)
 _p_append = ctypes.POINTER(AppendOptions)
 _p_rope = ctypes.POINTER(RopeOptions)
+_p_args = ctypes.POINTER(Args)
+_p_param = ctypes.POINTER(Param)
 
 # name: (restype, argtypes)
 _PROTOTYPES = {
@@ -304,7 +371,7 @@ _PROTOTYPES = {
     "cinfer_batch_decode_run": (
         _c_status,
         [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
-         _p_tensor, _vp, _vp],
+         _p_tensor, _p_args, _vp],
     ),
     "cinfer_batch_decode_destroy": (None, [_vp]),
     "cinfer_single_decode_workspace_size": (
@@ -313,14 +380,38 @@ _PROTOTYPES = {
     ),
     "cinfer_single_decode": (
         _c_status,
-        [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp, _vp,
+        [_vp, _p_options, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_args, _vp,
          ctypes.c_size_t, _vp],
     ),
     "cinfer_single_prefill": (
         _c_status,
         [_vp, _p_options, ctypes.c_int, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
-         _vp, _vp],
+         _p_args, _vp],
     ),
+    "cinfer_batch_prefill_workspace_size": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int, ctypes.c_int, ctypes.c_int64, _p_size],
+    ),
+    "cinfer_batch_prefill_create": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int, ctypes.c_int, ctypes.c_int64, _vp, ctypes.c_size_t,
+         _p_vp],
+    ),
+    "cinfer_batch_prefill_plan": (_c_status, [_vp, _p_i32, _p_i32, _p_i32, ctypes.c_int, _vp]),
+    "cinfer_batch_prefill_run": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_args, _vp],
+    ),
+    "cinfer_batch_prefill_destroy": (None, [_vp]),
+    "cinfer_variant_create": (
+        _c_status,
+        [ctypes.c_char_p, ctypes.c_char_p, _p_param, ctypes.c_int, _p_vp],
+    ),
+    "cinfer_variant_builtin": (_vp, [ctypes.c_char_p]),
+    "cinfer_variant_name": (ctypes.c_char_p, [_vp]),
+    "cinfer_variant_source": (ctypes.c_char_p, [_vp]),
+    "cinfer_variant_params": (_p_param, [_vp, ctypes.POINTER(ctypes.c_int)]),
+    "cinfer_variant_destroy": (None, [_vp]),
     "cinfer_append_paged_kv_cache": (
         _c_status,
         [_vp, _p_append, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,

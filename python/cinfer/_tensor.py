@@ -37,16 +37,19 @@ def _codes() -> Dict[Any, Tuple[int, int]]:
             torch.float16: (_lib.KDL_FLOAT, 16),
             torch.bfloat16: (_lib.KDL_BFLOAT, 16),
             torch.float32: (_lib.KDL_FLOAT, 32),
+            torch.float64: (_lib.KDL_FLOAT, 64),  # variant parameters
             torch.int32: (_lib.KDL_INT, 32),
+            torch.int64: (_lib.KDL_INT, 64),  # variant parameters
             torch.uint8: (_lib.KDL_UINT, 8),
             torch.bool: (_lib.KDL_BOOL, 8),
         }
-        # Older PyTorch builds lack the fp8 dtypes.
-        for name, code in (("float8_e4m3fn", _lib.KDL_FLOAT8_E4M3FN),
-                           ("float8_e5m2", _lib.KDL_FLOAT8_E5M2)):
+        # Older PyTorch builds lack the fp8 dtypes (and uint32, a variant parameter type).
+        for name, code, bits in (("float8_e4m3fn", _lib.KDL_FLOAT8_E4M3FN, 8),
+                                 ("float8_e5m2", _lib.KDL_FLOAT8_E5M2, 8),
+                                 ("uint32", _lib.KDL_UINT, 32)):
             dt = getattr(torch, name, None)
             if dt is not None:
-                codes[dt] = (code, 8)
+                codes[dt] = (code, bits)
         _dtype_codes = codes
     return _dtype_codes
 

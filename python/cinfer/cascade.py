@@ -14,12 +14,13 @@ merge to ``(0, -inf)`` -- never NaN.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from . import _dispatch
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError
+from .errors import ArgumentError, UnsupportedError
+from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 if TYPE_CHECKING:  # annotations only: torch is imported lazily
     import torch
@@ -227,3 +228,224 @@ def merge_states_impl(v, s):
         "merge_states",
     )
     return v_out, s_out
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-level cascade attention
+# ---------------------------------------------------------------------------------------------
+
+# Workspace slices of the levels start on this boundary (the library wants 256-byte aligned
+# workspaces).
+_SLICE_ALIGN = 256
+
+
+class MultiLevelCascadeAttentionWrapper:
+    r"""Cascade attention over a KV cache organized in levels (FlashInfer's
+    ``MultiLevelCascadeAttentionWrapper``): level 0 is typically a prefix shared by every
+    request, the last level each request's own tokens. Each level is one batch prefill over its
+    own page table, in which a level's "request" is a group of query rows sharing that level's
+    KV: the shared prefix is read once for all the rows that attend it instead of once per
+    request. The levels' partial states (output, base-2 LSE) are merged exactly with
+    :func:`merge_state_in_place`, so the result equals attention over each row's concatenated KV
+    (levels in order).
+
+    Parameters
+    ----------
+    num_levels : int
+        Number of levels, >= 1.
+    float_workspace_buffer : torch.Tensor
+        Device workspace (contiguous, CUDA), split evenly between the levels (each level plans
+        into its own slice); :meth:`plan` raises ValueError when a slice is too small.
+    kv_layout : str
+        ``"NHD"`` (default) or ``"HND"``.
+    use_cuda_graph : bool
+        CUDA graph mode: each level keeps its page table in the buffers below, and :meth:`run`
+        can be captured (see :class:`cinfer.BatchPrefillWithPagedKVCacheWrapper`).
+    qo_indptr_buf_arr, paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
+    paged_kv_last_page_len_buf_arr : Optional[List[torch.Tensor]]
+        Graph mode: one buffer per level, as the batch prefill wrapper's ``qo_indptr_buf``,
+        ``paged_kv_indptr_buf``, ``paged_kv_indices_buf``, ``paged_kv_last_page_len_buf``.
+
+    Notes
+    -----
+    The query rows of a step are the same for every level (``q`` of :meth:`run`); level ``l``
+    groups them with ``qo_indptr_arr[l]``. Only the last level is causal (``plan(causal=...)``):
+    the levels above hold positions that precede every query. ``window_left`` must be -1 with
+    more than one level (a window relative to a level's own KV is not the window of the
+    concatenated KV). Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        num_levels: int,
+        float_workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        qo_indptr_buf_arr: Optional[List[torch.Tensor]] = None,
+        paged_kv_indptr_buf_arr: Optional[List[torch.Tensor]] = None,
+        paged_kv_indices_buf_arr: Optional[List[torch.Tensor]] = None,
+        paged_kv_last_page_len_buf_arr: Optional[List[torch.Tensor]] = None,
+    ) -> None:
+        num_levels = int(num_levels)
+        if num_levels < 1:
+            raise ArgumentError(f"num_levels = {num_levels}, expected >= 1")
+        self._num_levels = num_levels
+        self._kv_layout = kv_layout
+        self._use_cuda_graph = bool(use_cuda_graph)
+        slices = self._split(float_workspace_buffer, num_levels)
+        if self._use_cuda_graph:
+            arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
+                    "paged_kv_indptr_buf_arr": paged_kv_indptr_buf_arr,
+                    "paged_kv_indices_buf_arr": paged_kv_indices_buf_arr,
+                    "paged_kv_last_page_len_buf_arr": paged_kv_last_page_len_buf_arr}
+            for name, arr in arrs.items():
+                if arr is None or len(arr) != num_levels:
+                    raise ArgumentError(f"{name}: expected a list of {num_levels} buffers (one "
+                                        "per level) in cudagraph mode")
+            self._wrappers = [
+                BatchPrefillWithPagedKVCacheWrapper(
+                    slices[i], kv_layout, use_cuda_graph=True,
+                    qo_indptr_buf=qo_indptr_buf_arr[i],
+                    paged_kv_indptr_buf=paged_kv_indptr_buf_arr[i],
+                    paged_kv_indices_buf=paged_kv_indices_buf_arr[i],
+                    paged_kv_last_page_len_buf=paged_kv_last_page_len_buf_arr[i])
+                for i in range(num_levels)
+            ]
+        else:
+            self._wrappers = [BatchPrefillWithPagedKVCacheWrapper(slices[i], kv_layout)
+                              for i in range(num_levels)]
+
+    @staticmethod
+    def _split(float_workspace_buffer, num_levels: int):
+        """``num_levels`` byte slices of the workspace, each starting 256-byte aligned."""
+        torch = T.torch_module()
+        ws = T.as_tensor(float_workspace_buffer, "float_workspace_buffer")
+        T.check_cuda(ws, "float_workspace_buffer")
+        if not ws.is_contiguous():
+            raise ArgumentError("float_workspace_buffer: must be contiguous")
+        raw = ws.reshape(-1).view(torch.uint8)
+        skip = (-raw.data_ptr()) % _SLICE_ALIGN
+        per = (raw.numel() - skip) // num_levels // _SLICE_ALIGN * _SLICE_ALIGN
+        if per == 0:
+            raise ArgumentError(f"float_workspace_buffer: {raw.numel()} bytes cannot be split "
+                                f"into {num_levels} levels")
+        return [raw[skip + i * per: skip + (i + 1) * per] for i in range(num_levels)]
+
+    @property
+    def is_cuda_graph_enabled(self) -> bool:
+        return self._use_cuda_graph
+
+    def reset_workspace_buffer(self, float_workspace_buffer: torch.Tensor,
+                               int_workspace_buffers: Optional[List[torch.Tensor]] = None) -> None:
+        r"""Use another workspace (split between the levels again) from the next :meth:`plan`
+        on; ``int_workspace_buffers`` is accepted and unused. The current plan is dropped."""
+        slices = self._split(float_workspace_buffer, self._num_levels)
+        for w, ws in zip(self._wrappers, slices):
+            w.reset_workspace_buffer(ws)
+
+    def plan(
+        self,
+        qo_indptr_arr: Sequence[torch.Tensor],
+        paged_kv_indptr_arr: Sequence[torch.Tensor],
+        paged_kv_indices_arr: Sequence[torch.Tensor],
+        paged_kv_last_page_len: Sequence[torch.Tensor],
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        causal: bool = False,
+        pos_encoding_mode: str = "NONE",
+        use_fp16_qk_reduction: bool = False,
+        sm_scale: Optional[float] = None,
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        q_data_type="float16",
+        kv_data_type=None,
+    ) -> None:
+        r"""Plan every level for one step (shared by all layers).
+
+        Parameters
+        ----------
+        qo_indptr_arr : list of torch.Tensor
+            Per level, ``[groups_l + 1]`` int32: the query rows each group of the level covers
+            (e.g. ``[0, batch_size]`` for a prefix shared by all, ``arange(batch_size + 1)`` for
+            the requests' own tokens in decode). Each level's last entry is the total number of
+            query rows.
+        paged_kv_indptr_arr, paged_kv_indices_arr : list of torch.Tensor
+            Per level, the page table of its groups (``[groups_l + 1]`` and the page indices).
+        paged_kv_last_page_len : list of torch.Tensor
+            Per level, ``[groups_l]`` int32 valid slots of each group's last page.
+        num_qo_heads, num_kv_heads, head_dim, page_size : int
+            As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`.
+        causal : bool
+            Causal mask on the last level (the other levels are never masked).
+        pos_encoding_mode, use_fp16_qk_reduction, sm_scale, logits_soft_cap, rope_scale,
+        rope_theta, q_data_type, kv_data_type
+            As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`.
+        window_left : int
+            -1 only when ``num_levels > 1`` (:class:`cinfer.UnsupportedError` otherwise).
+
+        Raises
+        ------
+        ValueError
+            Lists whose length is not ``num_levels``, and the batch prefill plan's errors
+            (the level is named).
+        """
+        arrs = {"qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
+                "paged_kv_indices_arr": paged_kv_indices_arr,
+                "paged_kv_last_page_len": paged_kv_last_page_len}
+        for name, arr in arrs.items():
+            if len(arr) != self._num_levels:
+                raise ArgumentError(f"{name}: {len(arr)} items, expected num_levels = "
+                                    f"{self._num_levels}")
+        if self._num_levels > 1 and int(window_left) != -1:
+            raise UnsupportedError(
+                f"window_left = {window_left} with {self._num_levels} levels: a window relative "
+                "to each level's KV is not the window of the concatenated KV; pass -1"
+            )
+        for i, w in enumerate(self._wrappers):
+            try:
+                w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                       paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
+                       page_size, causal=bool(causal) and i == self._num_levels - 1,
+                       pos_encoding_mode=pos_encoding_mode,
+                       use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                       window_left=window_left, logits_soft_cap=logits_soft_cap,
+                       rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
+                       kv_data_type=kv_data_type)
+            except ArgumentError as e:
+                raise type(e)(f"level {i}: {e}", e.status) from e
+
+    begin_forward = plan
+
+    def run(self, q: torch.Tensor,
+            paged_kv_cache: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], *,
+            return_lse: bool = False):
+        r"""Cascade attention of the planned step for one layer.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            ``[num_rows, num_qo_heads, head_dim]``, the planned dtype (``num_rows`` = each
+            level's ``qo_indptr[-1]``).
+        paged_kv_cache : tuple of two torch.Tensor, or torch.Tensor
+            The paged cache every level's page table points into, as
+            :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.run` takes it.
+        return_lse : bool
+            cinfer extension (keyword-only): also return the merged LSE
+            (``[num_rows, num_qo_heads]`` float32, base 2).
+
+        Returns
+        -------
+        out : torch.Tensor
+            q's shape and dtype; with ``return_lse``, ``(out, lse)``.
+        """
+        out, lse = self._wrappers[-1].run(q, paged_kv_cache, return_lse=True)
+        for w in self._wrappers[:-1]:
+            out_i, lse_i = w.run(q, paged_kv_cache, return_lse=True)
+            merge_state_in_place(out, lse, out_i, lse_i)
+        return (out, lse) if return_lse else out
+
+    forward = run

@@ -20,6 +20,7 @@ from . import _args as A
 from . import _dispatch
 from . import _lib
 from . import _tensor as T
+from . import variant as V
 from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
 
 if TYPE_CHECKING:  # annotations only: torch is imported lazily
@@ -44,7 +45,7 @@ def _no_q_scale(q_scale) -> None:
 def _options(*, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_dtype, kv_dtype, sm_scale,
              logits_soft_cap, window_left, k_scale, v_scale, page_size=16,
              use_cuda_graph=False, max_batch_size=1,
-             use_tensor_cores=False) -> _lib.AttentionOptions:
+             use_tensor_cores=False, variant=None) -> _lib.AttentionOptions:
     # True asks for the tensor-core kernel; False lets the library choose (it takes the
     # tensor-core kernel wherever the dtypes and head dim allow: faster on every measured shape).
     return _lib.attention_options(
@@ -64,6 +65,7 @@ def _options(*, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_dtype, kv_dty
         v_scale=v_scale,
         use_cuda_graph=1 if use_cuda_graph else 0,
         max_batch_size=int(max_batch_size),
+        variant=variant.handle if variant is not None else None,
     )
 
 
@@ -87,6 +89,9 @@ def single_decode_with_kv_cache(
     rope_scale: Optional[float] = None,
     rope_theta: Optional[float] = None,
     return_lse: bool = False,
+    *,
+    variant: Optional[V.Variant] = None,
+    variant_args=None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     r"""Decode attention of one request: one query token over its whole KV cache.
 
@@ -123,6 +128,12 @@ def single_decode_with_kv_cache(
         Accepted for compatibility; unused without in-kernel RoPE.
     return_lse : bool
         Also return the log-sum-exp.
+    variant : Optional[cinfer.Variant]
+        cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
+        built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off.
+    variant_args : sequence or mapping, optional
+        cinfer extension (keyword-only): the variant's arguments, in declaration order or by
+        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0.
 
     Returns
     -------
@@ -152,21 +163,25 @@ def single_decode_with_kv_cache(
     """
     A.pos_encoding_mode(pos_encoding_mode)
     _no_q_scale(q_scale)
-    if _dispatch.compiling():
+    variant = V.check_variant(variant, "single_decode_with_kv_cache")
+    # Calls with a variant are not operators (a Variant is no schema type): under torch.compile
+    # they break the graph, like the wrappers.
+    if _dispatch.compiling() and variant is None and variant_args is None:
         out, lse = _dispatch.op("single_decode")(
             q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap, sm_scale,
             bool(return_lse))
     else:
         _dispatch.ensure_registered()
         out, lse = single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left,
-                                      logits_soft_cap, sm_scale, return_lse)
+                                      logits_soft_cap, sm_scale, return_lse, variant,
+                                      variant_args)
     return (out, lse) if return_lse else out
 
 
 def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap,
-                       sm_scale, return_lse):
-    """The eager implementation (also the ``cinfer::single_decode`` operator's): returns
-    ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
+                       sm_scale, return_lse, variant=None, variant_args=None):
+    """The eager implementation (also the ``cinfer::single_decode`` operator's, without a
+    variant): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -200,10 +215,12 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
         window_left=A.window_left(window_left),
         k_scale=A.positive(k_scale, "k_scale", 1.0),
         v_scale=A.positive(v_scale, "v_scale", 1.0),
+        variant=variant,
     )
+    where = "single_decode_with_kv_cache"
+    packed = V.pack_args(variant, variant_args, where)
     lib = _lib.lib()
     ctx = T.context_of(q.device)
-    where = "single_decode_with_kv_cache"
     nbytes = ctypes.c_size_t()
     _lib.check(lib.cinfer_single_decode_workspace_size(ctx, ctypes.byref(opts), kv_len,
                                                        ctypes.byref(nbytes)), where)
@@ -216,7 +233,7 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
     _lib.check(
         lib.cinfer_single_decode(
             ctx, ctypes.byref(opts), T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")),
-            T.ref(T.to_dl(v, "v")), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), None,
+            T.ref(T.to_dl(v, "v")), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
             workspace.data_ptr(), nbytes.value, T.stream_of(q.device)),
         where,
     )
@@ -232,7 +249,7 @@ class _Plan:
     the device (and its DLTensor views) and its host copies."""
 
     __slots__ = ("batch_size", "num_qo_heads", "head_dim", "q_dtype", "kv_dtype", "k_scale",
-                 "v_scale", "sm_scale", "logits_soft_cap", "window_left", "indptr_host",
+                 "v_scale", "sm_scale", "logits_soft_cap", "window_left", "variant", "indptr_host",
                  "last_page_len_host", "indptr", "indices", "last_page_len", "dl_indptr",
                  "dl_indices", "dl_last_page_len")
 
@@ -274,8 +291,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         Accepted for compatibility (``"auto"``, ``"fa2"``, ``"fa3"``, ``"trtllm-gen"``) and
         ignored.
     jit_args : None
-        Custom attention variants are not supported yet; anything but None raises
-        :class:`cinfer.UnsupportedError`.
+        FlashInfer's JIT variants are not supported; anything but None raises
+        :class:`cinfer.UnsupportedError` (pass a :class:`cinfer.Variant` to :meth:`plan`).
 
     Raises
     ------
@@ -313,7 +330,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._kv_layout_code = A.kv_layout(kv_layout)
         self._kv_layout = kv_layout
         if jit_args is not None:
-            raise UnsupportedError("jit_args: custom attention variants are not supported yet")
+            raise UnsupportedError("jit_args: FlashInfer's JIT variants are not supported; pass "
+                                   "a cinfer.Variant to plan(..., variant=...)")
         if backend not in ("auto", "fa2", "fa3", "trtllm-gen"):
             raise ArgumentError(
                 f"backend = {backend!r}, expected 'auto', 'fa2', 'fa3' or 'trtllm-gen' "
@@ -416,6 +434,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         *,
         k_scale: Optional[float] = None,
         v_scale: Optional[float] = None,
+        variant: Optional[V.Variant] = None,
     ) -> None:
         r"""Plan one decode step for the page table; every :meth:`run` until the next plan (one
         per layer) uses it.
@@ -461,6 +480,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         k_scale, v_scale : Optional[float]
             cinfer extension (keyword-only): the fp8 dequantization scales, default 1. They are
             plan-time in cinfer; :meth:`run` accepts only the planned values.
+        variant : Optional[cinfer.Variant]
+            cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant` or a
+            built-in name); its arguments are given to :meth:`run`. ``logits_soft_cap`` must
+            then be off. A compile error in its source raises :class:`cinfer.CompileError` here.
 
         Raises
         ------
@@ -517,6 +540,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         wl = A.window_left(window_left)
         ks = A.positive(k_scale, "k_scale", 1.0)
         vs = A.positive(v_scale, "v_scale", 1.0)
+        variant = V.check_variant(variant, "BatchDecodeWithPagedKVCacheWrapper.plan")
 
         graph = self._use_cuda_graph
         if graph and batch_size > self._fixed_batch_size:
@@ -539,12 +563,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
 
         key = (int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
-               self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs)
+               self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
+               variant.handle if variant is not None else None)
         options = functools.partial(
             _options, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
             page_size=page_size, kv_layout=self._kv_layout_code, q_dtype=q_dtype,
             kv_dtype=kv_dtype, sm_scale=sm, logits_soft_cap=cap, window_left=wl, k_scale=ks,
-            v_scale=vs, use_cuda_graph=graph, use_tensor_cores=self._use_tensor_cores)
+            v_scale=vs, use_cuda_graph=graph, use_tensor_cores=self._use_tensor_cores,
+            variant=variant)
         self._ensure_op(key, options, batch_size)
 
         lib = _lib.lib()
@@ -586,6 +612,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(int(head_dim)))
         p.logits_soft_cap = cap
         p.window_left = wl
+        p.variant = variant  # also keeps it alive while the C object uses it
         p.indptr_host = indptr_host
         p.last_page_len_host = last_host
         p.indptr = d_indptr
@@ -604,7 +631,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self,
         q: torch.Tensor,
         paged_kv_cache: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
-        *,
+        *args,
         q_scale: Optional[float] = None,
         k_scale: Optional[float] = None,
         v_scale: Optional[float] = None,
@@ -612,6 +639,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         lse: Optional[torch.Tensor] = None,
         return_lse: bool = False,
         enable_pdl: Optional[bool] = None,
+        variant_args=None,
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         r"""Decode attention of the planned batch for one layer.
 
@@ -628,6 +656,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
             (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]`` (HND), with the same
             strides; or one combined tensor ``[max_num_pages, 2, ...]`` (index 0 = K, 1 = V).
             Dtype ``kv_data_type``.
+        *args
+            The planned variant's arguments in declaration order (FlashInfer passes a custom
+            kernel's extra arguments the same way); or use ``variant_args``.
         q_scale : Optional[float]
             Not supported (fp8 queries); must be None.
         k_scale, v_scale : Optional[float]
@@ -642,6 +673,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
             Return ``(out, lse)`` instead of ``out``.
         enable_pdl : Optional[bool]
             Accepted for compatibility and ignored.
+        variant_args : sequence or mapping, optional
+            cinfer extension: the variant's arguments in declaration order or by name (not
+            together with ``*args``). ``batch_idx`` of the hooks is the request.
 
         Returns
         -------
@@ -700,13 +734,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
         else:
             lse = T.as_tensor(lse, "lse")
             T.check_cuda(lse, "lse", self.device)
+        where = "BatchDecodeWithPagedKVCacheWrapper.run"
+        packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
         dl_v = T.to_dl(v_cache, "paged_kv_cache[1]") if v_cache is not None else None
         dl_lse = T.to_dl(lse, "lse") if lse is not None else None
         _lib.check(
             _lib.lib().cinfer_batch_decode_run(
                 self._op, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k_cache, "paged_kv_cache")),
                 T.ref(dl_v), T.ref(p.dl_indptr), T.ref(p.dl_indices), T.ref(p.dl_last_page_len),
-                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), None, T.stream_of(self.device)),
+                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
+                T.stream_of(self.device)),
             "BatchDecodeWithPagedKVCacheWrapper.run",
         )
         return (out, lse) if return_lse else out

@@ -12,14 +12,18 @@ The logit is ``s_ij = (q_i . k_j) * sm_scale``, then ``c * tanh(s_ij / c)`` when
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import functools
+import math
 from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 from . import _args as A
 from . import _dispatch
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError, UnsupportedError
+from . import variant as V
+from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
 
 if TYPE_CHECKING:  # annotations only: torch is imported lazily
     import torch
@@ -61,6 +65,9 @@ def single_prefill_with_kv_cache(
     rope_theta: Optional[float] = None,
     backend: str = "auto",
     return_lse: bool = False,
+    *,
+    variant: Optional[V.Variant] = None,
+    variant_args=None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     r"""Prefill (or append) attention of one request: ``qo_len`` query tokens over ``kv_len``
     KV tokens.
@@ -99,7 +106,14 @@ def single_prefill_with_kv_cache(
     backend : str
         ``"auto"`` (default), ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernel itself.
     return_lse : bool
-        Also return the log-sum-exp.
+        Also return the log-sum-exp (not with a variant without softmax).
+    variant : Optional[cinfer.Variant]
+        cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
+        built-in name such as ``"alibi"``); ``logits_soft_cap`` must then be off. A compile
+        error in its source raises :class:`cinfer.CompileError` with NVRTC's log.
+    variant_args : sequence or mapping, optional
+        cinfer extension (keyword-only): the variant's arguments, in declaration order or by
+        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0.
 
     Returns
     -------
@@ -130,14 +144,17 @@ def single_prefill_with_kv_cache(
     """
     _check_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction, backend)
     A.pos_encoding_mode(pos_encoding_mode)
-    if _dispatch.compiling():
+    variant = V.check_variant(variant, "single_prefill_with_kv_cache")
+    # Calls with a variant are not operators (a Variant is no schema type): under torch.compile
+    # they break the graph, like the wrappers.
+    if _dispatch.compiling() and variant is None and variant_args is None:
         out, lse = _dispatch.op("single_prefill")(
             q, k, v, bool(causal), kv_layout, sm_scale, window_left, logits_soft_cap,
             bool(return_lse))
     else:
         _dispatch.ensure_registered()
         out, lse = single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left,
-                                       logits_soft_cap, return_lse)
+                                       logits_soft_cap, return_lse, variant, variant_args)
     return (out, lse) if return_lse else out
 
 
@@ -157,6 +174,9 @@ def single_prefill_with_kv_cache_return_lse(
     rope_scale: Optional[float] = None,
     rope_theta: Optional[float] = None,
     backend: str = "auto",
+    *,
+    variant: Optional[V.Variant] = None,
+    variant_args=None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     r""":func:`single_prefill_with_kv_cache` with ``return_lse=True``: returns ``(out, lse)``,
     ``out`` ``[qo_len, num_qo_heads, head_dim]`` in q's dtype and ``lse``
@@ -164,13 +184,13 @@ def single_prefill_with_kv_cache_return_lse(
     return single_prefill_with_kv_cache(
         q, k, v, custom_mask, packed_custom_mask, causal, kv_layout, pos_encoding_mode,
         use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
-        backend, return_lse=True)
+        backend, return_lse=True, variant=variant, variant_args=variant_args)
 
 
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
-                        return_lse):
-    """The eager implementation (also the ``cinfer::single_prefill`` operator's): returns
-    ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
+                        return_lse, variant=None, variant_args=None):
+    """The eager implementation (also the ``cinfer::single_prefill`` operator's, without a
+    variant): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -207,7 +227,9 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         sm_scale=A.positive(sm_scale, "sm_scale", 0.0),
         logits_soft_cap=A.soft_cap(logits_soft_cap),
         window_left=A.window_left(window_left),
+        variant=variant.handle if variant is not None else None,
     )
+    packed = V.pack_args(variant, variant_args, "single_prefill_with_kv_cache")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = (torch.empty((qo_len, num_qo_heads), dtype=torch.float32, device=q.device)
            if return_lse else None)
@@ -216,10 +238,1007 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         _lib.lib().cinfer_single_prefill(
             T.context_of(q.device), ctypes.byref(opts), 1 if causal else 0,
             T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")), T.ref(T.to_dl(v, "v")),
-            T.ref(T.to_dl(out, "out")), T.ref(dl_lse), None, T.stream_of(q.device)),
+            T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(), T.stream_of(q.device)),
         "single_prefill_with_kv_cache",
     )
     return out, lse
 
 
-__all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_lse"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch prefill over a ragged or paged KV
+# ---------------------------------------------------------------------------------------------
+
+class _Op:
+    """One cinfer_batch_prefill_t and what it was created for."""
+
+    __slots__ = ("handle", "key", "max_batch", "max_total_qo", "variant")
+
+
+class _PrefillPlan:
+    """What one plan() decided, kept for run()."""
+
+    __slots__ = ("op", "batch_size", "qo_end", "num_qo_heads", "num_kv_heads", "head_dim",
+                 "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale", "logits_soft_cap",
+                 "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices")
+
+
+def _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
+                            pos_encoding_mode, head_dim_qk, head_dim_vo, extras) -> None:
+    """The FlashInfer plan arguments cinfer's batch prefill cannot honour."""
+    if custom_mask is not None or packed_custom_mask is not None:
+        which = "custom_mask" if custom_mask is not None else "packed_custom_mask"
+        raise UnsupportedError(
+            f"{which}: custom masks are not supported by cinfer's batch prefill yet; use "
+            "causal=True and/or window_left, or a variant with a logits mask (cinfer.Variant)"
+        )
+    if use_fp16_qk_reduction:
+        raise UnsupportedError(
+            "use_fp16_qk_reduction = True is not supported: cinfer always accumulates q . k in "
+            "float32; pass False"
+        )
+    A.pos_encoding_mode(pos_encoding_mode)
+    if head_dim_vo is not None and int(head_dim_vo) != int(head_dim_qk):
+        raise UnsupportedError(
+            f"head_dim_vo = {head_dim_vo} differs from head_dim_qk = {head_dim_qk}: batch "
+            "prefill supports one head dim for q, k and v"
+        )
+    for name, value in extras.items():
+        if value:
+            raise UnsupportedError(f"{name}: multi-item scoring arguments are not supported")
+
+
+class _BatchPrefillBase:
+    """What the ragged and paged wrappers share: the C objects (created lazily at plan time,
+    one per set of create-time options, cached), plan bookkeeping and run."""
+
+    _STORAGE = _lib.KV_STORAGE_RAGGED
+    _NAME = "BatchPrefill"
+    # Objects kept per wrapper (one per causal/options/variant combination in use); they all
+    # plan into the same workspace, so only the latest plan is runnable.
+    _MAX_OPS = 4
+    # Smallest capacities of an object outside CUDA-graph mode, so that small, growing steps do
+    # not re-create it each time (capacities then grow in powers of two).
+    _MIN_BATCH = 16
+    _MIN_TOTAL_QO = 1024
+
+    def _init_common(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                     custom_mask_buf, mask_indptr_buf, max_total_qo_tokens) -> None:
+        self._ops: "collections.OrderedDict[tuple, _Op]" = collections.OrderedDict()
+        self._plan: Optional[_PrefillPlan] = None
+        self._kv_layout_code = A.kv_layout(kv_layout)
+        self._kv_layout = kv_layout
+        if jit_args is not None:
+            raise UnsupportedError(
+                "jit_args: FlashInfer's JIT variants are not supported; pass a cinfer.Variant "
+                "to plan(..., variant=...)"
+            )
+        if backend not in ("auto", "fa2", "fa3"):
+            raise ArgumentError(f"backend = {backend!r}, expected 'auto', 'fa2' or 'fa3' "
+                                "(accepted for compatibility; cinfer chooses its own kernels)")
+        if custom_mask_buf is not None or mask_indptr_buf is not None:
+            raise UnsupportedError("custom_mask_buf / mask_indptr_buf: custom masks are not "
+                                   "supported by cinfer's batch prefill yet")
+        ws = T.as_tensor(float_workspace_buffer, "float_workspace_buffer")
+        self._check_workspace(ws)
+        self._float_workspace_buffer = ws
+        self.device = ws.device
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._graph_key = None
+        self._max_total_qo = None
+        if max_total_qo_tokens is not None:
+            if int(max_total_qo_tokens) < 1:
+                raise ArgumentError(f"max_total_qo_tokens = {max_total_qo_tokens}, expected >= 1")
+            self._max_total_qo = int(max_total_qo_tokens)
+
+    def _graph_buffers(self, bufs, capacity_name: str) -> int:
+        """Checks the CUDA-graph buffers (1-D int32 contiguous CUDA tensors on the wrapper's
+        device); returns the batch capacity, ``len(bufs[capacity_name]) - 1``."""
+        torch = T.torch_module()
+        for name, buf in bufs.items():
+            if not isinstance(buf, torch.Tensor):
+                raise ArgumentError(f"{name} should be a torch.Tensor in cudagraph mode")
+            T.check_cuda(buf, name, self.device)
+            T.check_ndim(buf, name, 1, "a 1-D int32 buffer")
+            T.check_dtype(buf, name, (torch.int32,), "torch.int32", unsupported=False)
+            if not buf.is_contiguous():
+                raise ArgumentError(f"{name}: must be contiguous")
+        capacity = bufs[capacity_name].shape[0] - 1
+        if capacity < 1:
+            raise ArgumentError(f"{capacity_name}: {capacity + 1} entries, expected at least 2 "
+                                "(max_batch_size + 1)")
+        return capacity
+
+    # ---- FlashInfer compatibility ----
+
+    @property
+    def is_cuda_graph_enabled(self) -> bool:
+        return self._use_cuda_graph
+
+    def reset_workspace_buffer(self, float_workspace_buffer: torch.Tensor,
+                               int_workspace_buffer: Optional[torch.Tensor] = None) -> None:
+        r"""Use another device workspace from the next :meth:`plan` on (``int_workspace_buffer``
+        is accepted and unused). The current plan and the cached C objects are dropped."""
+        ws = T.as_tensor(float_workspace_buffer, "float_workspace_buffer")
+        self._check_workspace(ws)
+        if ws.device != self.device:
+            raise ArgumentError(
+                f"float_workspace_buffer: on {ws.device}, expected {self.device} (the wrapper's)"
+            )
+        self._destroy()
+        self._float_workspace_buffer = ws
+
+    def end_forward(self) -> None:
+        """Deprecated FlashInfer call; does nothing."""
+
+    # ---- internals ----
+
+    @staticmethod
+    def _check_workspace(ws) -> None:
+        T.check_cuda(ws, "float_workspace_buffer")
+        if not ws.is_contiguous():
+            raise ArgumentError("float_workspace_buffer: must be contiguous")
+
+    def _common_plan(self, *, qo_indptr, kv_indptr, last_page_len, num_qo_heads, num_kv_heads,
+                     head_dim, page_size, causal, sm_scale, window_left, logits_soft_cap,
+                     q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant,
+                     check_kv_end=None):
+        """Validates (``check_kv_end(kv_indptr[batch])`` too, when given), creates or reuses
+        the C object, plans; returns (plan, the index tensors, kv_host) with the plan's device
+        page table still to be filled by the caller."""
+        where = f"{self._NAME}.plan"
+        qo_indptr, qo_host = A.host_index(qo_indptr, "qo_indptr")
+        kv_name = "paged_kv_indptr" if self._STORAGE == _lib.KV_STORAGE_PAGED else "kv_indptr"
+        kv_indptr, kv_host = A.host_index(kv_indptr, kv_name)
+        batch_size = qo_indptr.shape[0] - 1
+        if batch_size < 0:
+            raise ArgumentError("qo_indptr: 0 entries, expected batch_size + 1 >= 1")
+        if kv_indptr.shape[0] != batch_size + 1:
+            raise ArgumentError(f"{kv_name}: {kv_indptr.shape[0]} entries, expected "
+                                f"{batch_size + 1} (len(qo_indptr))")
+        last_host = None
+        if last_page_len is not None:
+            last_page_len, last_host = A.host_index(last_page_len, "paged_kv_last_page_len")
+            if last_page_len.shape[0] != batch_size:
+                raise ArgumentError(
+                    f"paged_kv_last_page_len: {last_page_len.shape[0]} entries, expected "
+                    f"{batch_size} (len(qo_indptr) - 1)"
+                )
+        q_dtype, kv_dtype = A.plan_dtypes(q_data_type, kv_data_type)
+        if q_dtype not in A.q_dtypes():
+            raise UnsupportedError(f"q_data_type = {q_dtype}, expected {A.Q_DTYPES_TEXT}")
+        if kv_dtype != q_dtype:
+            raise UnsupportedError(
+                f"kv_data_type = {kv_dtype}: batch prefill takes K/V in q's dtype ({q_dtype}); "
+                "fp8 K/V prefill is not implemented"
+            )
+        if o_data_type is not None and T.canonical_dtype(o_data_type, "o_data_type") != q_dtype:
+            raise UnsupportedError(f"o_data_type = {o_data_type}: the output has q's dtype "
+                                   f"({q_dtype})")
+        sm = A.positive(sm_scale, "sm_scale", None)
+        cap = A.soft_cap(logits_soft_cap)
+        wl = A.window_left(window_left)
+        ks = A.positive(k_scale, "k_scale", 1.0)
+        vs = A.positive(v_scale, "v_scale", 1.0)
+        variant = V.check_variant(variant, where)
+        causal = bool(causal)
+
+        total_qo = int(qo_host[batch_size]) - int(qo_host[0]) if batch_size > 0 else 0
+        if check_kv_end is not None:
+            check_kv_end(int(kv_host[batch_size]))
+        graph = self._use_cuda_graph
+        if graph:
+            if batch_size > self._fixed_batch_size:
+                raise ArgumentError(
+                    f"batch_size = {batch_size} (len(qo_indptr) - 1) exceeds the CUDA graph "
+                    f"capacity {self._fixed_batch_size} (len(qo_indptr_buf) - 1)"
+                )
+            if self._max_total_qo is None:  # FlashInfer's rule: the first plan sets it
+                self._max_total_qo = max(total_qo, 1)
+            if total_qo > self._max_total_qo:
+                raise ArgumentError(
+                    f"qo_indptr: {total_qo} query rows exceed the {self._max_total_qo} of the "
+                    "CUDA graph mode (the first plan's, or max_total_qo_tokens)"
+                )
+
+        key = (causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
+               self._kv_layout_code, q_dtype, sm, cap, wl, ks, vs,
+               variant.handle if variant is not None else None)
+        options = functools.partial(
+            _lib.attention_options, num_qo_heads=int(num_qo_heads),
+            num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), page_size=int(page_size),
+            kv_layout=self._kv_layout_code, q_dtype=T.dl_dtype(q_dtype),
+            kv_dtype=T.dl_dtype(kv_dtype), sm_scale=0.0 if sm is None else sm,
+            logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
+            use_cuda_graph=1 if graph else 0,
+            variant=variant.handle if variant is not None else None)
+        # A failed create or plan leaves no runnable plan (creating may touch the workspace
+        # the previous plan's schedule lives in).
+        self._plan = None
+        op = self._ensure_op(key, options, causal, batch_size, total_qo, variant)
+
+        p_i32 = ctypes.POINTER(ctypes.c_int32)
+        _lib.check(
+            _lib.lib().cinfer_batch_prefill_plan(
+                op.handle, ctypes.cast(qo_host.data_ptr(), p_i32),
+                ctypes.cast(kv_host.data_ptr(), p_i32),
+                ctypes.cast(last_host.data_ptr(), p_i32) if last_host is not None and batch_size
+                else None,
+                batch_size, T.stream_of(self.device)),
+            where,
+        )
+        p = _PrefillPlan()
+        p.op = op
+        p.batch_size = batch_size
+        p.qo_end = int(qo_host[batch_size])
+        p.num_qo_heads = int(num_qo_heads)
+        p.num_kv_heads = int(num_kv_heads)
+        p.head_dim = int(head_dim)
+        p.page_size = int(page_size)
+        p.q_dtype = q_dtype
+        p.kv_dtype = kv_dtype
+        p.causal = causal
+        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(int(head_dim)))
+        p.logits_soft_cap = cap
+        p.window_left = wl
+        p.k_scale = ks
+        p.v_scale = vs
+        p.variant = variant
+        p.kv_indices = None
+        p.dl_kv_indices = None
+        return p, (qo_indptr, kv_indptr, last_page_len), kv_host
+
+    def _ensure_op(self, key, options, causal: bool, batch_size: int, total_qo: int,
+                   variant) -> _Op:
+        """The C object for ``key`` with room for the plan; created (or re-created larger)
+        when needed. Outside graph mode the capacities grow in powers of two."""
+        entry = self._ops.get(key)
+        if entry is not None and batch_size <= entry.max_batch and total_qo <= entry.max_total_qo:
+            self._ops.move_to_end(key)
+            return entry
+        where = f"{self._NAME}.plan"
+        if self._use_cuda_graph:
+            if self._graph_key is not None and key != self._graph_key:
+                raise ArgumentError(
+                    "CUDA graph mode: the attention options (causal, heads, head_dim, page_size, "
+                    "dtypes, sm_scale, logits_soft_cap, window_left, scales, variant) must stay "
+                    "those of the first plan, since captured graphs run its kernels; use another "
+                    "wrapper for other options"
+                )
+            candidates = [(self._fixed_batch_size, self._max_total_qo)]
+        else:
+            want_b, want_q = max(batch_size, 1), max(total_qo, 1)
+            if entry is not None:
+                want_b, want_q = max(want_b, entry.max_batch), max(want_q, entry.max_total_qo)
+            rounded = (max(A.next_pow2(want_b), self._MIN_BATCH),
+                       max(A.next_pow2(want_q), self._MIN_TOTAL_QO))
+            candidates = [rounded] + ([(want_b, want_q)] if rounded != (want_b, want_q) else [])
+        lib = _lib.lib()
+        ctx = T.context_of(self.device)
+        ws = self._float_workspace_buffer
+        ws_bytes = ws.numel() * ws.element_size()
+        need = 0
+        for max_batch, max_total_qo in candidates:
+            opts = options(max_batch_size=max_batch)
+            nbytes = ctypes.c_size_t()
+            _lib.check(lib.cinfer_batch_prefill_workspace_size(
+                ctx, ctypes.byref(opts), self._STORAGE, int(causal), max_total_qo,
+                ctypes.byref(nbytes)), where)
+            need = nbytes.value
+            if need <= ws_bytes:
+                break
+        else:
+            raise ArgumentError(
+                f"float_workspace_buffer: {ws_bytes} bytes, cinfer needs {need} bytes for "
+                f"{max_batch} requests and {max_total_qo} query rows with these options; "
+                "allocate a larger buffer",
+                WORKSPACE_TOO_SMALL,
+            )
+        handle = ctypes.c_void_p()
+        _lib.check(lib.cinfer_batch_prefill_create(
+            ctx, ctypes.byref(opts), self._STORAGE, int(causal), max_total_qo, ws.data_ptr(),
+            ws_bytes, ctypes.byref(handle)), where)
+        if entry is not None:
+            self._drop(key)
+        op = _Op()
+        op.handle = handle
+        op.key = key
+        op.max_batch = max_batch
+        op.max_total_qo = max_total_qo
+        op.variant = variant  # the variant must outlive the object
+        self._ops[key] = op
+        if self._use_cuda_graph:
+            self._graph_key = key
+        while len(self._ops) > self._MAX_OPS:
+            self._drop(next(iter(self._ops)))
+        return op
+
+    def _drop(self, key) -> None:
+        op = self._ops.pop(key)
+        if self._plan is not None and self._plan.op is op:
+            self._plan = None
+        _lib.lib().cinfer_batch_prefill_destroy(op.handle)
+
+    def _destroy(self) -> None:
+        self._plan = None
+        ops = getattr(self, "_ops", None)
+        while ops:
+            self._drop(next(iter(ops)))
+
+    def __del__(self) -> None:
+        try:
+            self._destroy()
+        except Exception:  # interpreter shutdown: the library may already be unloaded
+            pass
+
+    def _require_plan(self, what: str = "run") -> _PrefillPlan:
+        if self._plan is None:
+            raise ArgumentError(f"{what}() before plan(): call plan() first (again after a "
+                                "failed plan or reset_workspace_buffer)")
+        return self._plan
+
+    def _check_scales(self, p: _PrefillPlan, k_scale, v_scale) -> None:
+        for name, given, planned in (("k_scale", k_scale, p.k_scale),
+                                     ("v_scale", v_scale, p.v_scale)):
+            if given is not None and A.f32(float(given)) != planned:
+                raise ArgumentError(
+                    f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer "
+                    f"fixes scales at plan time; pass plan(..., {name}={given!r})"
+                )
+
+    def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
+                               window_left, logits_soft_cap, sm_scale) -> None:
+        """forward()'s attention options must be the planned ones."""
+        A.pos_encoding_mode(pos_encoding_mode)
+        if use_fp16_qk_reduction:
+            raise UnsupportedError("use_fp16_qk_reduction = True is not supported")
+        p = self._require_plan("forward")
+        given = {
+            "causal": bool(causal),
+            "window_left": A.window_left(window_left),
+            "logits_soft_cap": A.soft_cap(logits_soft_cap),
+            "sm_scale": (A.positive(sm_scale, "sm_scale", None) if sm_scale is not None
+                         else A.f32(1.0 / math.sqrt(p.head_dim))),
+        }
+        for name, value in given.items():
+            planned = getattr(p, name)
+            if value != planned:
+                raise ArgumentError(
+                    f"{name} = {value!r} differs from the planned {name} = {planned!r}: cinfer "
+                    f"fixes it at plan time; pass plan(..., {name}={value!r})"
+                )
+
+    def _run(self, p: _PrefillPlan, q, k, v, kv_indices_dl, out, lse, return_lse, args,
+             variant_args, where):
+        torch = T.torch_module()
+        T.check_cuda(q, "q", self.device)
+        T.check_ndim(q, "q", 3, "[qo_indptr[-1], num_qo_heads, head_dim]")
+        graph = self._use_cuda_graph
+        if graph and torch.cuda.is_current_stream_capturing() and q.shape[0] < self._max_total_qo:
+            # A replay after a later plan with more rows would read q and write out past the
+            # rows captured here.
+            raise ArgumentError(
+                f"q: capturing run() with {q.shape[0]} rows, below the {self._max_total_qo} "
+                "query rows of the CUDA graph mode: capture with q and out of that many rows so "
+                "they cover every later plan"
+            )
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        else:
+            out = T.as_tensor(out, "out")
+            T.check_cuda(out, "out", self.device)
+        if lse is None:
+            if return_lse:
+                lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+        else:
+            lse = T.as_tensor(lse, "lse")
+            T.check_cuda(lse, "lse", self.device)
+        packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
+        if q.shape[0] == 0 and p.qo_end <= 0 and not graph:
+            # No rows (an empty tensor has no data pointer for the library to check).
+            return (out, lse) if return_lse else out
+        dl_v = T.to_dl(v, "v") if v is not None else None
+        dl_lse = T.to_dl(lse, "lse") if lse is not None else None
+        _lib.check(
+            _lib.lib().cinfer_batch_prefill_run(
+                p.op.handle, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")), T.ref(dl_v),
+                T.ref(kv_indices_dl), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
+                T.stream_of(self.device)),
+            where,
+        )
+        return (out, lse) if return_lse else out
+
+
+_WRAPPER_NOTES = """
+    Differences from FlashInfer: the kernels are chosen when :meth:`plan` first sees a set of
+    create-time options (``causal``, heads, head dim, page size, dtypes, ``sm_scale``,
+    ``logits_soft_cap``, ``window_left``, scales, variant) and are kept for later plans with
+    the same options (a few sets per wrapper); the objects grow with the batch outside CUDA
+    graph mode. In CUDA graph mode the options must stay those of the first plan, the batch may
+    be smaller than the buffers' capacity (FlashInfer requires it equal), and the most query
+    rows of any plan is the first plan's (FlashInfer's rule) or ``max_total_qo_tokens``;
+    :meth:`run` must be captured with ``q`` of at least that many rows. Custom masks,
+    in-kernel RoPE/ALiBi (use the ``"alibi"`` variant), ``use_fp16_qk_reduction``, fp8 K/V and
+    ``head_dim_vo != head_dim_qk`` raise :class:`cinfer.UnsupportedError`. Two wrappers must
+    not share one workspace buffer (each plan writes its schedule there). A plan that raises
+    leaves no runnable plan. The wrapper is not thread-safe.
+"""
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
+    r"""Batch prefill/append attention over a paged KV cache, planned once per step and run
+    once per layer.
+
+    Request ``b`` owns query rows ``qo_indptr[b]:qo_indptr[b+1]`` of ``q`` and pages
+    ``paged_kv_indices[paged_kv_indptr[b]:paged_kv_indptr[b+1]]``; its
+    ``kv_len = (num_pages - 1) * page_size + last_page_len[b]`` (0 without pages). Its query
+    rows are the last ``qo_len`` of its ``kv_len`` positions (row ``i`` at position
+    ``i + kv_len - qo_len``; the causal mask is bottom-right aligned; ``qo_len > kv_len`` leaves
+    the first rows with nothing to attend under causal: output 0, LSE ``-inf``).
+
+    Parameters
+    ----------
+    float_workspace_buffer : torch.Tensor
+        Device workspace (any dtype, contiguous, CUDA) for the schedule; :meth:`plan` raises
+        ValueError with the size needed when it is too small (128 MiB is plenty).
+    kv_layout : str
+        ``"NHD"`` (default) or ``"HND"``.
+    use_cuda_graph : bool
+        CUDA graph mode: the page table lives in the buffers below, the kernel grid is fixed,
+        and :meth:`run` can be captured; later plans are honoured by replays.
+    qo_indptr_buf : Optional[torch.Tensor]
+        Graph mode: int32 CUDA buffer of ``max_batch_size + 1`` entries (its length sets the
+        batch capacity; the plan's ``qo_indptr`` is copied there).
+    paged_kv_indptr_buf : Optional[torch.Tensor]
+        Graph mode: int32 CUDA buffer of ``max_batch_size + 1`` entries.
+    paged_kv_indices_buf : Optional[torch.Tensor]
+        Graph mode: int32 CUDA buffer with room for every plan's page indices (the kernels read
+        the page indices from it).
+    paged_kv_last_page_len_buf : Optional[torch.Tensor]
+        Graph mode: int32 CUDA buffer of ``max_batch_size`` entries.
+    custom_mask_buf, mask_indptr_buf : None
+        Custom masks are not supported yet (:class:`cinfer.UnsupportedError`).
+    backend : str
+        ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernels itself.
+    jit_args : None
+        FlashInfer's JIT variants are not supported (:class:`cinfer.UnsupportedError`); pass a
+        :class:`cinfer.Variant` to :meth:`plan` instead.
+    max_total_qo_tokens : Optional[int]
+        cinfer extension (keyword-only), graph mode: the most query rows of any plan (default:
+        the first plan's).
+
+    Raises
+    ------
+    TypeError
+        ``float_workspace_buffer`` is not a tensor.
+    ValueError
+        A CPU or non-contiguous workspace, a bad ``kv_layout``, missing or malformed graph
+        buffers; :class:`cinfer.UnsupportedError` for ``jit_args`` and custom-mask buffers.
+
+    Notes
+    -----""" + _WRAPPER_NOTES
+
+    _STORAGE = _lib.KV_STORAGE_PAGED
+    _NAME = "BatchPrefillWithPagedKVCacheWrapper"
+
+    def __init__(
+        self,
+        float_workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        qo_indptr_buf: Optional[torch.Tensor] = None,
+        paged_kv_indptr_buf: Optional[torch.Tensor] = None,
+        paged_kv_indices_buf: Optional[torch.Tensor] = None,
+        paged_kv_last_page_len_buf: Optional[torch.Tensor] = None,
+        custom_mask_buf: Optional[torch.Tensor] = None,
+        mask_indptr_buf: Optional[torch.Tensor] = None,
+        backend: str = "auto",
+        jit_args=None,
+        *,
+        max_total_qo_tokens: Optional[int] = None,
+    ) -> None:
+        self._init_common(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens)
+        self._qo_indptr_buf = qo_indptr_buf
+        self._paged_kv_indptr_buf = paged_kv_indptr_buf
+        self._paged_kv_indices_buf = paged_kv_indices_buf
+        self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buf
+        self._fixed_batch_size = 0
+        if self._use_cuda_graph:
+            cap = self._graph_buffers({
+                "qo_indptr_buf": qo_indptr_buf,
+                "paged_kv_indptr_buf": paged_kv_indptr_buf,
+                "paged_kv_indices_buf": paged_kv_indices_buf,
+                "paged_kv_last_page_len_buf": paged_kv_last_page_len_buf,
+            }, "qo_indptr_buf")
+            if paged_kv_indptr_buf.shape[0] != cap + 1:
+                raise ArgumentError(f"paged_kv_indptr_buf: {paged_kv_indptr_buf.shape[0]} "
+                                    f"entries, expected {cap + 1} (len(qo_indptr_buf))")
+            if paged_kv_last_page_len_buf.shape[0] != cap:
+                raise ArgumentError(
+                    f"paged_kv_last_page_len_buf: {paged_kv_last_page_len_buf.shape[0]} entries, "
+                    f"expected {cap} (len(qo_indptr_buf) - 1)")
+            self._fixed_batch_size = cap
+
+    def plan(
+        self,
+        qo_indptr: torch.Tensor,
+        paged_kv_indptr: torch.Tensor,
+        paged_kv_indices: torch.Tensor,
+        paged_kv_last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim_qk: int,
+        page_size: int,
+        head_dim_vo: Optional[int] = None,
+        custom_mask: Optional[torch.Tensor] = None,
+        packed_custom_mask: Optional[torch.Tensor] = None,
+        causal: bool = False,
+        pos_encoding_mode: str = "NONE",
+        use_fp16_qk_reduction: bool = False,
+        sm_scale: Optional[float] = None,
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        q_data_type="float16",
+        kv_data_type=None,
+        non_blocking: bool = True,
+        prefix_len_ptr: Optional[torch.Tensor] = None,
+        token_pos_in_items_ptr: Optional[torch.Tensor] = None,
+        token_pos_in_items_len: int = 0,
+        max_item_len_ptr: Optional[torch.Tensor] = None,
+        *,
+        o_data_type=None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        variant: Optional[V.Variant] = None,
+    ) -> None:
+        r"""Plan one step for the batch; every :meth:`run` until the next plan (one per layer)
+        uses it.
+
+        Parameters
+        ----------
+        qo_indptr : torch.Tensor
+            ``[batch_size + 1]`` int32 (CPU or CUDA), non-decreasing: request ``b`` owns query
+            rows ``qo_indptr[b]:qo_indptr[b+1]``.
+        paged_kv_indptr : torch.Tensor
+            ``[batch_size + 1]`` int32, non-decreasing: request ``b`` owns page-table entries
+            ``paged_kv_indptr[b]:paged_kv_indptr[b+1]``.
+        paged_kv_indices : torch.Tensor
+            ``[>= paged_kv_indptr[-1]]`` int32 page indices into the paged cache.
+        paged_kv_last_page_len : torch.Tensor
+            ``[batch_size]`` int32, each in ``1..page_size`` for a request with pages.
+        num_qo_heads, num_kv_heads : int
+            Query and KV heads (``num_qo_heads`` a multiple of ``num_kv_heads``).
+        head_dim_qk : int
+            Head dim of q, k and v: a multiple of 16, at most 256.
+        page_size : int
+            Tokens per page, 1..256.
+        head_dim_vo : Optional[int]
+            None or ``head_dim_qk`` (other values: :class:`cinfer.UnsupportedError`).
+        custom_mask, packed_custom_mask : None
+            Not supported yet (:class:`cinfer.UnsupportedError`).
+        causal : bool
+            Bottom-right aligned causal mask per request. Default False.
+        pos_encoding_mode : str
+            Only ``"NONE"``.
+        use_fp16_qk_reduction : bool
+            Only False.
+        sm_scale : Optional[float]
+            Logit scale; default ``1 / sqrt(head_dim_qk)``.
+        window_left : int
+            Sliding window: row at position ``p`` attends ``p - window_left .. p``; -1 = off.
+        logits_soft_cap : Optional[float]
+            ``c > 0`` applies ``c * tanh(s / c)``; None or 0 = off.
+        rope_scale, rope_theta : Optional[float]
+            Accepted; unused with ``pos_encoding_mode="NONE"``.
+        q_data_type, kv_data_type : str or torch.dtype
+            float16 (default) or bfloat16; ``kv_data_type`` defaults to (and must equal)
+            ``q_data_type``.
+        non_blocking : bool
+            Copy the page indices to the device without blocking the host.
+        prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr
+            Multi-item scoring: not supported (must keep their defaults).
+        o_data_type : optional
+            cinfer extension (keyword-only): None or q's dtype.
+        k_scale, v_scale : Optional[float]
+            cinfer extension (keyword-only): multiply the logits / the output (default 1).
+        variant : Optional[cinfer.Variant]
+            cinfer extension (keyword-only): an attention variant (or a built-in name); its
+            arguments go to :meth:`run`. ``logits_soft_cap`` must then be off; ``batch_idx`` of
+            the hooks is the request's index in this plan.
+
+        Raises
+        ------
+        TypeError
+            An index argument is not a tensor, or ``variant`` is not a Variant.
+        ValueError
+            Index tensors that are not 1-D int32 or disagree in length, non-monotone indptr,
+            ``last_page_len`` out of range (the library's message names the index), a graph-mode
+            plan beyond the buffers, a workspace that is too small;
+            :class:`cinfer.UnsupportedError` for what cinfer does not implement (see the class
+            notes, head dims, page sizes).
+        cinfer.CinferError
+            CUDA or JIT failures (kernels are compiled or loaded here, never in :meth:`run`;
+            :class:`cinfer.CompileError` for a variant's source).
+
+        Notes
+        -----
+        Host copies of the indptr arrays and ``paged_kv_last_page_len`` are taken (a device to
+        host copy, which synchronizes, for CUDA tensors: pass CPU tensors to avoid it). The
+        schedule and the page indices are copied to the device on PyTorch's current stream.
+        """
+        _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
+                                pos_encoding_mode, head_dim_qk, head_dim_vo,
+                                {"prefix_len_ptr": prefix_len_ptr is not None,
+                                 "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
+                                 "token_pos_in_items_len": token_pos_in_items_len,
+                                 "max_item_len_ptr": max_item_len_ptr is not None})
+        indices = T.as_tensor(paged_kv_indices, "paged_kv_indices")
+        torch = T.torch_module()
+        T.check_ndim(indices, "paged_kv_indices", 1, "a 1-D int32 tensor")
+        T.check_dtype(indices, "paged_kv_indices", (torch.int32,), "torch.int32",
+                      unsupported=False)
+
+        def check_kv_end(num_pages: int) -> None:
+            if num_pages > indices.shape[0]:
+                raise ArgumentError(f"paged_kv_indices: {indices.shape[0]} entries, but "
+                                    f"paged_kv_indptr[-1] = {num_pages}")
+            if self._use_cuda_graph and num_pages > self._paged_kv_indices_buf.shape[0]:
+                raise ArgumentError(
+                    f"paged_kv_indices: paged_kv_indptr[-1] = {num_pages} entries do not fit "
+                    f"paged_kv_indices_buf ({self._paged_kv_indices_buf.shape[0]} entries)"
+                )
+
+        p, (qo_indptr, kv_indptr, last_page_len), kv_host = self._common_plan(
+            qo_indptr=qo_indptr, kv_indptr=paged_kv_indptr, last_page_len=paged_kv_last_page_len,
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
+            page_size=page_size, causal=causal, sm_scale=sm_scale, window_left=window_left,
+            logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
+            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
+            check_kv_end=check_kv_end)
+        b = p.batch_size
+        num_pages = int(kv_host[b])
+        if self._use_cuda_graph:
+            self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)
+            self._paged_kv_indptr_buf[: b + 1].copy_(kv_indptr, non_blocking=non_blocking)
+            self._paged_kv_last_page_len_buf[:b].copy_(last_page_len, non_blocking=non_blocking)
+            self._paged_kv_indices_buf[:num_pages].copy_(indices[:num_pages],
+                                                         non_blocking=non_blocking)
+            d_indices = self._paged_kv_indices_buf
+        else:
+            d_indices = indices.to(self.device, non_blocking=non_blocking)
+            if d_indices.numel() == 0:  # an empty tensor has no data pointer
+                d_indices = torch.zeros(1, dtype=torch.int32, device=self.device)
+        p.kv_indices = d_indices
+        p.dl_kv_indices = T.to_dl(d_indices, "paged_kv_indices")
+        self._plan = p
+
+    begin_forward = plan
+
+    def run(
+        self,
+        q: torch.Tensor,
+        paged_kv_cache: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
+        *args,
+        q_scale: Optional[float] = None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        out: Optional[torch.Tensor] = None,
+        lse: Optional[torch.Tensor] = None,
+        return_lse: bool = False,
+        enable_pdl: Optional[bool] = None,
+        variant_args=None,
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        r"""Batch prefill attention of the planned batch for one layer.
+
+        Never allocates device memory of its own (only ``out``/``lse`` when not given, through
+        PyTorch), synchronizes or compiles, so it can be captured in a CUDA graph.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            ``[>= qo_indptr[-1], num_qo_heads, head_dim]`` in the planned dtype; any strides with
+            a contiguous last dim. Rows no request owns are neither read nor written.
+        paged_kv_cache : tuple of two torch.Tensor, or torch.Tensor
+            ``(k_cache, v_cache)``, each ``[max_num_pages, page_size, num_kv_heads, head_dim]``
+            (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]`` (HND) with the same
+            strides; or one combined ``[max_num_pages, 2, ...]`` tensor.
+        *args
+            The planned variant's arguments in declaration order (FlashInfer's way of passing a
+            custom kernel's arguments); or use ``variant_args``.
+        q_scale : None
+            Not supported.
+        k_scale, v_scale : Optional[float]
+            None (the planned values) or the planned values.
+        out : Optional[torch.Tensor]
+            Output buffer of q's shape and dtype; allocated if None.
+        lse : Optional[torch.Tensor]
+            ``[q.shape[0], num_qo_heads]`` float32; written when given, allocated when None and
+            ``return_lse``.
+        return_lse : bool
+            Return ``(out, lse)``.
+        enable_pdl : Optional[bool]
+            Accepted and ignored.
+        variant_args : sequence or mapping, optional
+            cinfer extension: the variant's arguments in declaration order or by name.
+
+        Returns
+        -------
+        out : torch.Tensor
+            q's shape and dtype (0 for rows with nothing to attend).
+        lse : torch.Tensor
+            Only with ``return_lse``: ``[q.shape[0], num_qo_heads]`` float32, **base 2**
+            (``-inf`` for rows with nothing to attend).
+
+        Raises
+        ------
+        TypeError
+            A tensor argument is not a tensor; a variant argument of the wrong Python type.
+        ValueError
+            No plan, shapes or dtypes that contradict the plan, CPU tensors, variant arguments
+            that do not match the declaration (the library's message), a CUDA-graph capture
+            with ``q`` too short; :class:`cinfer.UnsupportedError` for ``q_scale`` or
+            misaligned rows.
+        cinfer.CinferError
+            A CUDA launch failure.
+        """
+        p = self._require_plan()
+        q = T.as_tensor(q, "q")
+        if q_scale is not None:
+            raise UnsupportedError(f"q_scale = {q_scale!r} is not supported (fp8 queries)")
+        self._check_scales(p, k_scale, v_scale)
+        k_cache, v_cache = A.paged_kv_cache(paged_kv_cache, self.device)
+        return self._run(p, q, k_cache, v_cache, p.dl_kv_indices, out, lse, return_lse, args,
+                         variant_args, f"{self._NAME}.run")
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(self, q: torch.Tensor, paged_kv_cache, causal: bool = False,
+                pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+                k_scale: Optional[float] = None, v_scale: Optional[float] = None,
+                window_left: int = -1, logits_soft_cap: Optional[float] = None,
+                sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                rope_theta: Optional[float] = None) -> torch.Tensor:
+        r"""Deprecated FlashInfer entry point: :meth:`run` with the attention options repeated;
+        in cinfer each must equal the planned value (else ValueError)."""
+        self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
+                                    window_left, logits_soft_cap, sm_scale)
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(self, q: torch.Tensor, paged_kv_cache, causal: bool = False,
+                           pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+                           k_scale: Optional[float] = None, v_scale: Optional[float] = None,
+                           window_left: int = -1, logits_soft_cap: Optional[float] = None,
+                           sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                           rope_theta: Optional[float] = None):
+        r"""Deprecated FlashInfer entry point: :meth:`forward` that also returns the LSE."""
+        self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
+                                    window_left, logits_soft_cap, sm_scale)
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
+    r"""Batch prefill/append attention over ragged K/V tensors (every request's K/V rows
+    concatenated), planned once per step and run once per layer.
+
+    Request ``b`` owns query rows ``qo_indptr[b]:qo_indptr[b+1]`` and K/V rows
+    ``kv_indptr[b]:kv_indptr[b+1]``; its query rows are the last ``qo_len`` of its ``kv_len``
+    positions (bottom-right aligned causal mask; ``qo_len > kv_len`` is allowed).
+
+    Parameters
+    ----------
+    float_workspace_buffer : torch.Tensor
+        Device workspace (contiguous, CUDA) for the schedule; :meth:`plan` raises ValueError
+        with the size needed when it is too small.
+    kv_layout : str
+        ``"NHD"`` (K/V ``[total_kv, num_kv_heads, head_dim]``, default) or ``"HND"``
+        (``[num_kv_heads, total_kv, head_dim]``).
+    use_cuda_graph : bool
+        CUDA graph mode (fixed grid; :meth:`run` can be captured, later plans are honoured by
+        replays).
+    qo_indptr_buf, kv_indptr_buf : Optional[torch.Tensor]
+        Graph mode: int32 CUDA buffers of ``max_batch_size + 1`` entries (``qo_indptr_buf``'s
+        length sets the batch capacity; the plan's indptr arrays are copied there, though
+        cinfer's kernels read the lengths from the workspace).
+    custom_mask_buf, mask_indptr_buf : None
+        Custom masks are not supported yet.
+    backend : str
+        ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted and ignored.
+    jit_args : None
+        Not supported; pass a :class:`cinfer.Variant` to :meth:`plan`.
+    max_total_qo_tokens : Optional[int]
+        cinfer extension (keyword-only), graph mode: the most query rows of any plan (default:
+        the first plan's).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`BatchPrefillWithPagedKVCacheWrapper`.
+
+    Notes
+    -----""" + _WRAPPER_NOTES
+
+    _STORAGE = _lib.KV_STORAGE_RAGGED
+    _NAME = "BatchPrefillWithRaggedKVCacheWrapper"
+
+    def __init__(
+        self,
+        float_workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        qo_indptr_buf: Optional[torch.Tensor] = None,
+        kv_indptr_buf: Optional[torch.Tensor] = None,
+        custom_mask_buf: Optional[torch.Tensor] = None,
+        mask_indptr_buf: Optional[torch.Tensor] = None,
+        backend: str = "auto",
+        jit_args=None,
+        *,
+        max_total_qo_tokens: Optional[int] = None,
+    ) -> None:
+        self._init_common(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens)
+        self._qo_indptr_buf = qo_indptr_buf
+        self._kv_indptr_buf = kv_indptr_buf
+        self._fixed_batch_size = 0
+        if self._use_cuda_graph:
+            cap = self._graph_buffers({"qo_indptr_buf": qo_indptr_buf,
+                                       "kv_indptr_buf": kv_indptr_buf}, "qo_indptr_buf")
+            if kv_indptr_buf.shape[0] != cap + 1:
+                raise ArgumentError(f"kv_indptr_buf: {kv_indptr_buf.shape[0]} entries, expected "
+                                    f"{cap + 1} (len(qo_indptr_buf))")
+            self._fixed_batch_size = cap
+
+    def plan(
+        self,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim_qk: int,
+        head_dim_vo: Optional[int] = None,
+        custom_mask: Optional[torch.Tensor] = None,
+        packed_custom_mask: Optional[torch.Tensor] = None,
+        causal: bool = False,
+        pos_encoding_mode: str = "NONE",
+        use_fp16_qk_reduction: bool = False,
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        sm_scale: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        q_data_type="float16",
+        kv_data_type=None,
+        non_blocking: bool = True,
+        prefix_len_ptr: Optional[torch.Tensor] = None,
+        token_pos_in_items_ptr: Optional[torch.Tensor] = None,
+        token_pos_in_items_len: int = 0,
+        max_item_len_ptr: Optional[torch.Tensor] = None,
+        *,
+        o_data_type=None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        variant: Optional[V.Variant] = None,
+    ) -> None:
+        r"""Plan one step for the batch; every :meth:`run` until the next plan uses it.
+
+        Parameters
+        ----------
+        qo_indptr : torch.Tensor
+            ``[batch_size + 1]`` int32 (CPU or CUDA), non-decreasing.
+        kv_indptr : torch.Tensor
+            ``[batch_size + 1]`` int32, non-decreasing: request ``b`` owns K/V rows
+            ``kv_indptr[b]:kv_indptr[b+1]``.
+        num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
+        causal, pos_encoding_mode, use_fp16_qk_reduction, window_left, logits_soft_cap,
+        sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type, non_blocking,
+        prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+        o_data_type, k_scale, v_scale, variant
+            As :meth:`BatchPrefillWithPagedKVCacheWrapper.plan` (note FlashInfer's different
+            order of ``window_left``, ``logits_soft_cap`` and ``sm_scale`` here).
+
+        Raises
+        ------
+        TypeError, ValueError, cinfer.CinferError
+            As :meth:`BatchPrefillWithPagedKVCacheWrapper.plan`.
+        """
+        _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
+                                pos_encoding_mode, head_dim_qk, head_dim_vo,
+                                {"prefix_len_ptr": prefix_len_ptr is not None,
+                                 "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
+                                 "token_pos_in_items_len": token_pos_in_items_len,
+                                 "max_item_len_ptr": max_item_len_ptr is not None})
+        p, (qo_indptr, kv_indptr, _), _ = self._common_plan(
+            qo_indptr=qo_indptr, kv_indptr=kv_indptr, last_page_len=None,
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
+            page_size=16, causal=causal, sm_scale=sm_scale, window_left=window_left,
+            logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
+            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant)
+        if self._use_cuda_graph:
+            b = p.batch_size
+            self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)
+            self._kv_indptr_buf[: b + 1].copy_(kv_indptr, non_blocking=non_blocking)
+        self._plan = p
+
+    begin_forward = plan
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *args,
+        out: Optional[torch.Tensor] = None,
+        lse: Optional[torch.Tensor] = None,
+        return_lse: bool = False,
+        enable_pdl: Optional[bool] = None,
+        variant_args=None,
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        r"""Batch prefill attention of the planned batch for one layer (capturable in a CUDA
+        graph: never allocates of its own, synchronizes or compiles).
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            ``[>= qo_indptr[-1], num_qo_heads, head_dim]`` in the planned dtype.
+        k, v : torch.Tensor
+            ``[>= kv_indptr[-1], num_kv_heads, head_dim]`` (NHD) or
+            ``[num_kv_heads, >= kv_indptr[-1], head_dim]`` (HND), q's dtype, the same shape;
+            any strides with a contiguous last dim (slices of a packed QKV work).
+        *args, out, lse, return_lse, enable_pdl, variant_args
+            As :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
+
+        Returns
+        -------
+        out : torch.Tensor
+            q's shape and dtype.
+        lse : torch.Tensor
+            Only with ``return_lse``: ``[q.shape[0], num_qo_heads]`` float32, **base 2**.
+
+        Raises
+        ------
+        TypeError, ValueError, cinfer.CinferError
+            As :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
+        """
+        p = self._require_plan()
+        q = T.as_tensor(q, "q")
+        k = T.as_tensor(k, "k")
+        v = T.as_tensor(v, "v")
+        T.check_cuda(k, "k", self.device)
+        T.check_cuda(v, "v", self.device)
+        return self._run(p, q, k, v, None, out, lse, return_lse, args, variant_args,
+                         f"{self._NAME}.run")
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+                window_left: int = -1, logits_soft_cap: Optional[float] = None,
+                sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                rope_theta: Optional[float] = None) -> torch.Tensor:
+        r"""Deprecated FlashInfer entry point: :meth:`run` with the attention options repeated;
+        in cinfer each must equal the planned value (else ValueError)."""
+        self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
+                                    window_left, logits_soft_cap, sm_scale)
+        return self.run(q, k, v)
+
+    def forward_return_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           causal: bool = False, pos_encoding_mode: str = "NONE",
+                           use_fp16_qk_reduction: bool = False, window_left: int = -1,
+                           logits_soft_cap: Optional[float] = None,
+                           sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                           rope_theta: Optional[float] = None):
+        r"""Deprecated FlashInfer entry point: :meth:`forward` that also returns the LSE."""
+        self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
+                                    window_left, logits_soft_cap, sm_scale)
+        return self.run(q, k, v, return_lse=True)
+
+
+__all__ = [
+    "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper",
+    "single_prefill_with_kv_cache",
+    "single_prefill_with_kv_cache_return_lse",
+]

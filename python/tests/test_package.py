@@ -117,6 +117,21 @@ int main(void) {
     O("cinfer_rope_options_t.rotary_dim", cinfer_rope_options_t, rotary_dim);
     O("cinfer_rope_options_t.rope_scale", cinfer_rope_options_t, rope_scale);
     O("cinfer_rope_options_t.old_context_len", cinfer_rope_options_t, old_context_len);
+    S("cinfer_param_t", cinfer_param_t);
+    O("cinfer_param_t.kind", cinfer_param_t, kind);
+    O("cinfer_param_t.dtype", cinfer_param_t, dtype);
+    S("cinfer_arg_t", cinfer_arg_t);
+    O("cinfer_arg_t.tensor", cinfer_arg_t, tensor);
+    O("cinfer_arg_t.dtype", cinfer_arg_t, dtype);
+    O("cinfer_arg_t.value", cinfer_arg_t, value);
+    S("cinfer_args_t", cinfer_args_t);
+    O("cinfer_args_t.args", cinfer_args_t, args);
+    printf("KV_STORAGE %d %d\n", (int)CINFER_KV_STORAGE_RAGGED, (int)CINFER_KV_STORAGE_PAGED);
+    printf("PARAM_KIND %d %d\n", (int)CINFER_PARAM_TENSOR, (int)CINFER_PARAM_SCALAR);
+    cinfer_arg_t f = CINFER_ARG_F32(0.5f);
+    printf("ARG_F32 %d %d %d %d\n", (int)f.kind, f.dtype.code, f.dtype.bits, f.dtype.lanes);
+    cinfer_arg_t u = CINFER_ARG_U32(7u);
+    printf("ARG_U32 %d %d %d %d\n", (int)u.kind, u.dtype.code, u.dtype.bits, u.dtype.lanes);
     printf("ATTENTION_OPTIONS_VERSION %d\n", CINFER_ATTENTION_OPTIONS_VERSION);
     printf("CONTEXT_OPTIONS_VERSION %d\n", CINFER_CONTEXT_OPTIONS_VERSION);
     printf("JIT_STATS_VERSION %d\n", CINFER_JIT_STATS_VERSION);
@@ -160,6 +175,10 @@ def test_struct_layout_matches_header(tmp_path):
     assert probe["JIT_STATS_VERSION"] == _lib.JIT_STATS_VERSION
     assert probe["APPEND_OPTIONS_VERSION"] == _lib.APPEND_OPTIONS_VERSION
     assert probe["ROPE_OPTIONS_VERSION"] == _lib.ROPE_OPTIONS_VERSION
+    assert probe["KV_STORAGE"] == [_lib.KV_STORAGE_RAGGED, _lib.KV_STORAGE_PAGED]
+    assert probe["PARAM_KIND"] == [_lib.PARAM_TENSOR, _lib.PARAM_SCALAR]
+    assert probe["ARG_F32"] == [_lib.PARAM_SCALAR, _lib.KDL_FLOAT, 32, 1]
+    assert probe["ARG_U32"] == [_lib.PARAM_SCALAR, _lib.KDL_UINT, 32, 1]
     # The Python defaults are the _INIT macros'.
     a = _lib.append_options()
     assert probe["APPEND_INIT"] == [a.kv_layout, a.page_size, int(a.k_scale * a.v_scale)]
