@@ -73,6 +73,9 @@ typedef struct cinfer_decode_params {
     float q_scale;       /* sm_scale * k_scale * log2(e), or sm_scale * k_scale / cap with cap */
     float soft_cap_log2; /* cap * log2(e) (soft cap only) */
     float v_scale;
+    /* Tensor-core kernel with fp8 KV: q is multiplied by q_in_scale before it is converted to fp16
+     * (and q_scale is divided by it); 1 otherwise. */
+    float q_in_scale;
 } cinfer_decode_params;
 
 #endif

@@ -15,9 +15,15 @@
  * ldmatrix (non-transposed: K stored [token][d] is the "col" B operand). P V: P is rebuilt from
  * the S accumulators as an A fragment (the FA2 register trick) and V comes from ldmatrix.trans.
  *
- * Prelude: CINFER_DTYPE_Q/KV/O (fp16 or bf16; K/V the same as q), CINFER_HEAD_DIM_QK (== VO, a
- * multiple of 16 up to 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC), CINFER_WARPS,
- * CINFER_STAGES.
+ * fp8 KV (e4m3, e5m2): the stages hold the fp8 rows as loaded (half the bytes in flight per
+ * token), and each warp converts its tile to fp16 (by moving bits, kernels/dtype.cuh; e4m3 comes
+ * out divided by 256, which the host folds into the scales) into one fp16 K/V pair of buffers
+ * that ldmatrix reads; both mmas run in fp16, with q converted to fp16 after multiplying it by
+ * q_in_scale (sm_scale, so that |q| up to 65504 / sm_scale stays finite).
+ *
+ * Prelude: CINFER_DTYPE_Q/O (fp16 or bf16), CINFER_DTYPE_KV (the same as q, or e4m3 / e5m2),
+ * CINFER_HEAD_DIM_QK (== VO, 64, 128 or 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC),
+ * CINFER_WARPS, CINFER_STAGES.
  */
 #include "common.cuh"
 #include "decode_kv.cuh"
@@ -34,15 +40,70 @@
 #define CHUNKS   (D / 8)  /* 16-byte chunks per token row */
 #define KSTEPS   (D / 16) /* k16 steps of Q K^T */
 #define NTILES_O (D / 8)  /* n8 tiles of the output */
-/* Bytes of one warp's stage: K and V tiles of TOKENS rows. */
-#define TILE_BYTES  (TOKENS * D * 2)
+#if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
+#define KV_FP8 1
+#define MMA_DT CINFER_DT_F16 /* the dtype both mmas run in */
+#else
+#define KV_FP8 0
+#define MMA_DT CINFER_DTYPE_KV
+#endif
+/* One 16-bit K or V tile of TOKENS rows (what ldmatrix reads). */
+#define TILE_BYTES (TOKENS * D * 2)
+#if KV_FP8
+/* A stage holds the fp8 K and V tiles as loaded; the converted fp16 pair follows the stages. */
+#define RAW_TILE_BYTES (TOKENS * D)
+#define STAGE_BYTES    (2 * RAW_TILE_BYTES)
+#define WARP_BYTES     (STAGES * STAGE_BYTES + 2 * TILE_BYTES)
+#else
 #define STAGE_BYTES (2 * TILE_BYTES)
+#define WARP_BYTES  (STAGES * STAGE_BYTES)
+#endif
 
 /* Shared offset of chunk c of token row t in a tile (swizzled). */
 __device__ __forceinline__ unsigned tile_offset(int t, int c) {
     return (unsigned)(t * D * 2 + ((c ^ (t % 8)) * 16));
 }
 
+#if KV_FP8
+/* fp8: the tile's rows stored as loaded, D bytes each (16-byte chunks, no swizzle: the conversion
+ * reads them in order). Rows past kv_end are zero-filled. */
+__device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
+                                          long long head_offset, int t0, int kv_end, unsigned stage,
+                                          int lane) {
+#pragma unroll
+    for (int i = 0; i < TOKENS * (D / 16) / 32; i++) {
+        const int idx = i * 32 + lane, t = idx / (D / 16), c = idx % (D / 16);
+        const bool valid = t0 + t < kv_end;
+        const unsigned dst = stage + (unsigned)(t * D + c * 16);
+        if (valid) {
+            const long long off =
+                cinfer_decode_token_offset(p, page_begin, t0 + t) + head_offset + c * 16;
+            cinfer_cp_async_16(dst, (const unsigned char *)p.k + off, true);
+            cinfer_cp_async_16(dst + RAW_TILE_BYTES, (const unsigned char *)p.v + off, true);
+        } else {
+            cinfer_cp_async_16(dst, p.q, false);
+            cinfer_cp_async_16(dst + RAW_TILE_BYTES, p.q, false);
+        }
+    }
+}
+
+/* Converts one fp8 stage (K then V) into the warp's fp16 tiles in the swizzled layout. */
+__device__ __forceinline__ void convert_tile(const unsigned char *raw, unsigned char *dst,
+                                             int lane) {
+#pragma unroll
+    for (int i = 0; i < TOKENS * CHUNKS / 32; i++) {
+        const int idx = i * 32 + lane, t = idx / CHUNKS, c = idx % CHUNKS;
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            const uint2 w = *(const uint2 *)(raw + kv * RAW_TILE_BYTES + t * D + c * 8);
+            uint4 h;
+            cinfer_fp8x4_to_f16x4(CINFER_DTYPE_KV, w.x, &h.x, &h.y);
+            cinfer_fp8x4_to_f16x4(CINFER_DTYPE_KV, w.y, &h.z, &h.w);
+            *(uint4 *)(dst + kv * TILE_BYTES + tile_offset(t, c)) = h;
+        }
+    }
+}
+#else
 /* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 15, those < kv_end) into the
  * stage at shared address `stage`; rows past kv_end are zero-filled. */
 __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
@@ -65,6 +126,7 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
         }
     }
 }
+#endif
 
 /* Hooks that need the query's position. */
 #define NEEDS_POS                                                                                  \
@@ -78,7 +140,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int g = lane / 4, tq = lane % 4;
     const int group = p.num_qo_heads / p.num_kv_heads;
     const int num_work = p.header->num_work;
-    const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * STAGES * STAGE_BYTES);
+    const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
+#if KV_FP8
+    unsigned char *const warp_raw = smem + warp * WARP_BYTES;
+    unsigned char *const warp_f16 = warp_raw + STAGES * STAGE_BYTES;
+#endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
         const cinfer_decode_work item = p.work[w];
@@ -106,9 +172,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 qa[ks][3] = q_hi ? q_hi[ks * 8 + 4 + tq] : 0u;
             }
         }
-#if VARIANT_QUERY_TRANSFORM
-        /* Register j of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1.
-         */
+#if VARIANT_QUERY_TRANSFORM || KV_FP8
+        /* Through the query transform and, for fp8 KV, scaled by q_in_scale into fp16. Register j
+         * of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1. */
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks++) {
 #pragma unroll
@@ -116,13 +182,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 const int row = g + 8 * (j % 2), dim = ks * 16 + 8 * (j / 2) + 2 * tq;
                 if (row < HPC) {
                     const unsigned w = qa[ks][j];
-                    const float lo = variant_query_transform(
-                        &vp, cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w & 0xffffu)), b,
-                        qo_pos, qo_head0 + row, dim);
-                    const float hi = variant_query_transform(
-                        &vp, cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w >> 16)), b,
-                        qo_pos, qo_head0 + row, dim + 1);
-                    qa[ks][j] = cinfer_pack_half2(CINFER_DTYPE_Q, lo, hi);
+                    float lo = cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w & 0xffffu));
+                    float hi = cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w >> 16));
+#if VARIANT_QUERY_TRANSFORM
+                    lo = variant_query_transform(&vp, lo, b, qo_pos, qo_head0 + row, dim);
+                    hi = variant_query_transform(&vp, hi, b, qo_pos, qo_head0 + row, dim + 1);
+#endif
+#if KV_FP8
+                    lo *= p.q_in_scale;
+                    hi *= p.q_in_scale;
+#endif
+                    qa[ks][j] = cinfer_pack_half2(MMA_DT, lo, hi);
                 }
             }
         }
@@ -165,7 +235,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                           warp_smem + (next % STAGES) * STAGE_BYTES, lane);
             cinfer_cp_async_commit();
 
+#if KV_FP8
+            /* This tile, converted to fp16 (the last tile's readers passed the barrier above). */
+            convert_tile(warp_raw + (i % STAGES) * STAGE_BYTES, warp_f16, lane);
+            __syncwarp();
+            const unsigned k_tile = warp_smem + STAGES * STAGE_BYTES;
+#else
             const unsigned k_tile = warp_smem + (i % STAGES) * STAGE_BYTES;
+#endif
             const unsigned v_tile = k_tile + TILE_BYTES;
             const int t0 = item.kv_begin + (i * WARPS + warp) * TOKENS;
 
@@ -180,8 +257,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 unsigned kb[4];
                 const int row = (lane / 16) * 8 + lane % 8, chunk = 2 * ks + (lane / 8) % 2;
                 cinfer_ldmatrix_x4(kb, k_tile + tile_offset(row, chunk));
-                cinfer_mma(CINFER_DTYPE_KV, s[0], qa[ks], &kb[0]);
-                cinfer_mma(CINFER_DTYPE_KV, s[1], qa[ks], &kb[2]);
+                cinfer_mma(MMA_DT, s[0], qa[ks], &kb[0]);
+                cinfer_mma(MMA_DT, s[1], qa[ks], &kb[2]);
             }
 
             /* Scale, soft cap and mask; element (n, r) of this lane is row g + 8 (r / 2), token
@@ -244,10 +321,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
             /* P as the A fragment of P V (k = the 16 tokens). */
             unsigned pa[4];
-            pa[0] = cinfer_pack_half2(CINFER_DTYPE_KV, s[0][0], s[0][1]);
-            pa[1] = cinfer_pack_half2(CINFER_DTYPE_KV, s[0][2], s[0][3]);
-            pa[2] = cinfer_pack_half2(CINFER_DTYPE_KV, s[1][0], s[1][1]);
-            pa[3] = cinfer_pack_half2(CINFER_DTYPE_KV, s[1][2], s[1][3]);
+            pa[0] = cinfer_pack_half2(MMA_DT, s[0][0], s[0][1]);
+            pa[1] = cinfer_pack_half2(MMA_DT, s[0][2], s[0][3]);
+            pa[2] = cinfer_pack_half2(MMA_DT, s[1][0], s[1][1]);
+            pa[3] = cinfer_pack_half2(MMA_DT, s[1][2], s[1][3]);
 
             /* O += P V. ldmatrix.x4.trans matrices: (tokens 0-7, chunk n), (tokens 8-15, chunk n),
              * (tokens 0-7, chunk n+1), (tokens 8-15, chunk n+1) -> B of n-tiles n and n+1. */
@@ -256,8 +333,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 unsigned vb[4];
                 const int row = ((lane / 8) % 2) * 8 + lane % 8, chunk = n + lane / 16;
                 cinfer_ldmatrix_x4_trans(vb, v_tile + tile_offset(row, chunk));
-                cinfer_mma(CINFER_DTYPE_KV, o[n], pa, &vb[0]);
-                cinfer_mma(CINFER_DTYPE_KV, o[n + 1], pa, &vb[2]);
+                cinfer_mma(MMA_DT, o[n], pa, &vb[0]);
+                cinfer_mma(MMA_DT, o[n + 1], pa, &vb[2]);
             }
         }
         CINFER_CP_ASYNC_WAIT(0);

@@ -80,6 +80,21 @@ __device__ __forceinline__ cinfer_half_bits cinfer_e5m2_to_f16(unsigned b) {
     return (cinfer_half_bits)((b & 0xffu) << 8);
 }
 
+/* Four fp8 values (a 32-bit word, element 0 in the low byte) as two fp16x2 words, by moving bits
+ * as above (e4m3 divided by 256): lo holds elements 0 and 1, hi elements 2 and 3. */
+__device__ __forceinline__ void cinfer_fp8x4_to_f16x4(int dtype, unsigned w, unsigned *lo,
+                                                      unsigned *hi) {
+    /* Each byte to the top of its 16-bit half: the e5m2 bits, exactly. */
+    unsigned a = __byte_perm(w, 0u, 0x1404u), b = __byte_perm(w, 0u, 0x3424u);
+    if (dtype == CINFER_DT_E4M3) {
+        /* Keep the sign, move the seven magnitude bits down one place (exponent bias 7 -> 15). */
+        a = ((a >> 1) & 0x3f803f80u) | (a & 0x80008000u);
+        b = ((b >> 1) & 0x3f803f80u) | (b & 0x80008000u);
+    }
+    *lo = a;
+    *hi = b;
+}
+
 /* Unpacks 8 fp8 values held in an 8-byte vector (e4m3 values come out divided by 256). */
 __device__ __forceinline__ void cinfer_unpack8_fp8(float *dst, int dtype, uint2 v) {
     const unsigned words[2] = {v.x, v.y};

@@ -477,13 +477,16 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
 }
 
 /* Limits of the tensor-core decode kernel (kernels/decode_tc.cu): q and K/V of one 16-bit type
- * (they meet in one mma), rows of 8..32 swizzled 16-byte chunks, at most 16 heads as mma rows. */
+ * (they meet in one mma), or fp8 K/V converted to fp16 in shared memory; rows of 8..32 swizzled
+ * 16-byte chunks, at most 16 heads as mma rows. */
 static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const family_t *fam) {
-    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+    const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
+    if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
         spec->dtype_o != spec->dtype_q)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: dtype_q %s / dtype_kv %s / dtype_o %s: the tensor-core decode "
-                             "needs one of f16 or bf16 for all three",
+                             "needs q and out of one of f16 or bf16, and K/V of the same dtype or "
+                             "e4m3 / e5m2",
                              fam->name, cinfer__dtype_name(spec->dtype_q),
                              cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
     if (spec->head_dim_qk != spec->head_dim_vo ||

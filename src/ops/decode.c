@@ -25,7 +25,7 @@ typedef struct decode_setup {
     int head_dim, page_size;
     cinfer_kv_layout_t layout;
     cinfer__dtype_t dtype_q, dtype_kv;
-    float q_scale, soft_cap_log2, v_scale;
+    float q_scale, soft_cap_log2, v_scale, q_in_scale;
     cinfer__kernel_t attention, merge;
     const cinfer_variant_t *variant; /* NULL = default attention */
     int tensor_cores;                /* the attention kernel is kernels/decode_tc.cu */
@@ -42,7 +42,8 @@ typedef struct decode_setup {
  */
 static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfer__dtype_t q,
                                       cinfer__dtype_t kv, int *tensor_cores) {
-    const bool possible = q == kv && (q == CINFER__DT_F16 || q == CINFER__DT_BF16) &&
+    const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
+    const bool possible = (q == kv || fp8) && (q == CINFER__DT_F16 || q == CINFER__DT_BF16) &&
                           (o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256);
     if (o->use_tensor_cores < -1 || o->use_tensor_cores > 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -50,8 +51,9 @@ static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfe
                              o->use_tensor_cores);
     if (o->use_tensor_cores == 1 && !possible)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->use_tensor_cores = 1 needs q_dtype == kv_dtype (fp16 or "
-                             "bf16) and head_dim 64, 128 or 256; got q %s, kv %s, head_dim %d",
+                             "options->use_tensor_cores = 1 needs q_dtype fp16 or bf16, kv_dtype "
+                             "the same or fp8 (e4m3, e5m2), and head_dim 64, 128 or 256; got q %s, "
+                             "kv %s, head_dim %d",
                              cinfer__dtype_name(q), cinfer__dtype_name(kv), o->head_dim);
     *tensor_cores = o->use_tensor_cores == 1 || (o->use_tensor_cores == -1 && possible);
     return CINFER_STATUS_SUCCESS;
@@ -95,11 +97,16 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     *attention_smem = 0;
     if (tensor_cores) {
         /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
-         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. */
+         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. fp8 stages hold half
+         * the bytes, so one more stage keeps as many bytes in flight, plus one fp16 K/V pair
+         * per warp for the converted tile (kernels/decode_tc.cu). */
+        const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
-        spec->stages = o->head_dim == 256 ? 2 : 3;
-        const unsigned stage_bytes = 2u * CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * stage_bytes;
+        spec->stages = (o->head_dim == 256 ? 2 : 3) + (fp8 ? 1 : 0);
+        const unsigned tile16 = CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
+        const unsigned stage_bytes = fp8 ? tile16 : 2u * tile16;
+        const unsigned pipeline = CINFER__DECODE_WARPS *
+                                  ((unsigned)spec->stages * stage_bytes + (fp8 ? 2u * tile16 : 0u));
         /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
         const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
@@ -157,6 +164,13 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     if (s->dtype_kv == CINFER__DT_E4M3) {
         q_scale *= 256.0;
         v_scale *= 256.0;
+    }
+    /* The tensor-core kernel with fp8 KV converts q to fp16 after multiplying it by sm_scale
+     * (so large bf16 queries stay finite); the rest of the scale follows the mma. */
+    s->q_in_scale = 1.0f;
+    if (s->tensor_cores && (s->dtype_kv == CINFER__DT_E4M3 || s->dtype_kv == CINFER__DT_E5M2)) {
+        s->q_in_scale = (float)sm_scale;
+        q_scale /= (double)s->q_in_scale;
     }
     s->q_scale = (float)q_scale;
     s->v_scale = (float)v_scale;
@@ -309,6 +323,7 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->q_scale = s->q_scale;
     p->soft_cap_log2 = s->soft_cap_log2;
     p->v_scale = s->v_scale;
+    p->q_in_scale = s->q_in_scale;
 }
 
 /* Launches the attention kernel (with the packed variant parameters) and the merge kernel. */

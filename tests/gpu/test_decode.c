@@ -191,7 +191,9 @@ static cinfer_attention_options_t options_for(const decode_case *c, int max_batc
     o.k_scale = c->k_scale;
     o.v_scale = c->v_scale;
     o.max_batch_size = max_batch;
-    const int tc_possible = c->q_dtype == c->kv_dtype && (c->d == 64 || c->d == 128 || c->d == 256);
+    const int fp8 = c->kv_dtype == CINFER__DT_E4M3 || c->kv_dtype == CINFER__DT_E5M2;
+    const int tc_possible =
+        (c->q_dtype == c->kv_dtype || fp8) && (c->d == 64 || c->d == 128 || c->d == 256);
     o.use_tensor_cores = force_tensor_cores && tc_possible ? 1 : 0;
     return o;
 }
