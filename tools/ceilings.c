@@ -75,8 +75,8 @@ static cinfer_status_t fill_bf16(const cinfer__cuda_t *cu, CUdeviceptr dst, size
     uint64_t state = 0x853c49e6748fea9bull;
     for (size_t i = 0; i < block / 2; i++) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
-        host[i] = cinfer__ref_double_to_bf16((double)(state >> 11) * (2.0 / 9007199254740992.0) -
-                                             1.0);
+        host[i] =
+            cinfer__ref_double_to_bf16((double)(state >> 11) * (2.0 / 9007199254740992.0) - 1.0);
     }
     cinfer_status_t st = CINFER_STATUS_SUCCESS;
     for (size_t off = 0; off < bytes && !st; off += block) {
@@ -247,12 +247,12 @@ cinfer_status_t cli_gemm_ceiling(const cinfer__cuda_t *cu, CUstream stream, doub
     LT_CALL(cublasLtMatmulDescCreate(&j.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate");
     const cublasOperation_t trans = CUBLAS_OP_T, plain = CUBLAS_OP_N;
-    LT_CALL(cublasLtMatmulDescSetAttribute(j.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans,
-                                           sizeof trans),
-            "setting TRANSA");
-    LT_CALL(cublasLtMatmulDescSetAttribute(j.desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain,
-                                           sizeof plain),
-            "setting TRANSB");
+    LT_CALL(
+        cublasLtMatmulDescSetAttribute(j.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans),
+        "setting TRANSA");
+    LT_CALL(
+        cublasLtMatmulDescSetAttribute(j.desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof plain),
+        "setting TRANSB");
     LT_CALL(cublasLtMatrixLayoutCreate(&j.a_layout, CUDA_R_16BF, GEMM_N, GEMM_N, GEMM_N),
             "cublasLtMatrixLayoutCreate");
     LT_CALL(cublasLtMatrixLayoutCreate(&j.b_layout, CUDA_R_16BF, GEMM_N, GEMM_N, GEMM_N),
@@ -266,8 +266,8 @@ cinfer_status_t cli_gemm_ceiling(const cinfer__cuda_t *cu, CUstream stream, doub
     cublasStatus_t hs = lt.cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (hs == CUBLAS_STATUS_SUCCESS)
-        hs = lt.cublasLtMatmulAlgoGetHeuristic(j.handle, j.desc, j.a_layout, j.b_layout,
-                                               j.c_layout, j.c_layout, pref, 1, &j.algo, &found);
+        hs = lt.cublasLtMatmulAlgoGetHeuristic(j.handle, j.desc, j.a_layout, j.b_layout, j.c_layout,
+                                               j.c_layout, pref, 1, &j.algo, &found);
     lt.cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || found < 1) {
         st = cinfer__error(CINFER_STATUS_CUDA_ERROR,
@@ -279,8 +279,8 @@ cinfer_status_t cli_gemm_ceiling(const cinfer__cuda_t *cu, CUstream stream, doub
     if ((st = time_median(cu, stream, gemm_once, &j, &ms)))
         goto out_free;
     *tflops = 2.0 * GEMM_N * (double)GEMM_N * GEMM_N / (ms * 1e-3) / 1e12;
-    snprintf(source, source_cap, "cuBLASLt %d.x, bf16 %d^3, float32 accumulation",
-             CUBLAS_VER_MAJOR, GEMM_N);
+    snprintf(source, source_cap, "cuBLASLt %d.x, bf16 %d^3, float32 accumulation", CUBLAS_VER_MAJOR,
+             GEMM_N);
 out_free:
     if (j.c_layout)
         lt.cublasLtMatrixLayoutDestroy(j.c_layout);

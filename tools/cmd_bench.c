@@ -152,10 +152,10 @@ static int parse_serve_args(int argc, char **argv, serve_args_t *a) {
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        static const char *const known[] = {
-            "--model",  "--trace", "--requests",    "--steps", "--kv-budget-gb",
-            "--prefill-chunk", "--max-batch", "--layers", "--check-every", "--json", "--seed",
-            "--arch"};
+        static const char *const known[] = {"--model",     "--trace",        "--requests",
+                                            "--steps",     "--kv-budget-gb", "--prefill-chunk",
+                                            "--max-batch", "--layers",       "--check-every",
+                                            "--json",      "--seed",         "--arch"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known |= strcmp(name, known[k]) == 0;
@@ -380,8 +380,9 @@ static cinfer_status_t write_json(const char *path, const serve_args_t *a, const
         json_string(f, t->device);
     else
         fputs("null", f);
-    fprintf(f, ",\n  \"model\": {\"name\": \"%s\", \"num_qo_heads\": %d, \"num_kv_heads\": %d, "
-               "\"head_dim\": %d, \"logits_soft_cap\": %g, \"dtype\": \"bf16\"},\n",
+    fprintf(f,
+            ",\n  \"model\": {\"name\": \"%s\", \"num_qo_heads\": %d, \"num_kv_heads\": %d, "
+            "\"head_dim\": %d, \"logits_soft_cap\": %g, \"dtype\": \"bf16\"},\n",
             m->name, m->num_qo_heads, m->num_kv_heads, m->head_dim, (double)m->logits_soft_cap);
     fputs("  \"layer_window_left\": [", f);
     for (int l = 0; l < a->layers; l++)
@@ -393,8 +394,7 @@ static cinfer_status_t write_json(const char *path, const serve_args_t *a, const
             "\"kv_budget_gb\": %g, \"prefill_chunk\": %d, \"max_batch\": %d, \"requests\": %lld, "
             "\"steps\": %lld, \"seed\": %llu},\n",
             a->layers, PAGE_SIZE, (long long)num_pages, a->kv_budget_gb, a->prefill_chunk,
-            a->max_batch, (long long)a->requests, (long long)a->steps,
-            (unsigned long long)a->seed);
+            a->max_batch, (long long)a->requests, (long long)a->steps, (unsigned long long)a->seed);
     fprintf(f,
             "  \"schedule\": {\"steps\": %lld, \"requests\": %lld, \"admitted\": %lld, "
             "\"finished\": %lld, \"prefill_tokens\": %lld, \"decode_tokens\": %lld, "
@@ -484,7 +484,20 @@ static int layer_kinds(const serve_args_t *a, int windows[2], int *kind_of_layer
  * Without a device: the schedule on the host, and the kernels compiled for --arch
  * ------------------------------------------------------------------------------------------- */
 
+/* Specs already compiled by this run (text forms), so kernels shared by the layer kinds (decode
+ * does not depend on the window) are listed once. */
+#define MAX_COMPILED 16
+static char compiled[MAX_COMPILED][1024];
+static int num_compiled;
+
 static int compile_one(const cinfer__spec_t *spec, const char *arch) {
+    char text[1024];
+    cinfer__spec_format(spec, text, sizeof text);
+    for (int i = 0; i < num_compiled; i++)
+        if (strcmp(compiled[i], text) == 0)
+            return CLI_EXIT_OK;
+    if (num_compiled < MAX_COMPILED)
+        memcpy(compiled[num_compiled++], text, sizeof text);
     void *cubin = NULL;
     size_t size = 0;
     cinfer__jit_source_t from;
@@ -564,10 +577,10 @@ typedef struct gpu {
     CUstream stream;
     int num_kinds;
     attn_t attn[2];
-    int *kind_of_layer;                /* [layers] */
-    CUdeviceptr *k_cache, *v_cache;    /* [layers] each [num_pages, 16, Hk, D] */
+    int *kind_of_layer;                 /* [layers] */
+    CUdeviceptr *k_cache, *v_cache;     /* [layers] each [num_pages, 16, Hk, D] */
     CUdeviceptr q_pool, k_pool, v_pool; /* [max_new + layers, H, D] random rows */
-    CUdeviceptr out;                   /* [layers, max_new, Hq, D] */
+    CUdeviceptr out;                    /* [layers, max_new, Hq, D] */
     uint16_t *q_host, *k_host, *v_host;
     CUdeviceptr indptr, indices, last, append_indptr, seq_lens, batch_indices, positions, flag;
     CUevent *events; /* [layers * 4 + 1] */
@@ -607,9 +620,9 @@ static void gpu_free(gpu_t *g, int layers) {
         if (g->v_cache && g->v_cache[l])
             cu->cuMemFree(g->v_cache[l]);
     }
-    CUdeviceptr bufs[] = {g->q_pool,        g->k_pool,   g->v_pool,        g->out,
-                          g->indptr,        g->indices,  g->last,          g->append_indptr,
-                          g->seq_lens,      g->flag,     g->batch_indices, g->positions};
+    CUdeviceptr bufs[] = {g->q_pool,   g->k_pool,  g->v_pool,        g->out,
+                          g->indptr,   g->indices, g->last,          g->append_indptr,
+                          g->seq_lens, g->flag,    g->batch_indices, g->positions};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             cu->cuMemFree(bufs[i]);
@@ -645,8 +658,8 @@ static uint16_t *random_rows(uint64_t *state, size_t elems) {
     uint16_t *h = malloc(sizeof(uint16_t) * (elems ? elems : 1));
     for (size_t i = 0; h && i < elems; i++) {
         *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-        h[i] = cinfer__ref_double_to_bf16((double)(*state >> 11) * (2.0 / 9007199254740992.0) -
-                                          1.0);
+        h[i] =
+            cinfer__ref_double_to_bf16((double)(*state >> 11) * (2.0 / 9007199254740992.0) - 1.0);
     }
     return h;
 }
@@ -683,10 +696,9 @@ static cinfer_status_t gpu_setup(gpu_t *g, const serve_args_t *a, int64_t num_pa
         CINFER__CHECK(cinfer_batch_prefill_workspace_size(g->ctx, &o, CINFER_KV_STORAGE_PAGED, 1,
                                                           a->prefill_chunk, &bytes));
         CINFER__CHECK(device_alloc(cu, &at->prefill_ws, bytes, "the prefill workspace"));
-        CINFER__CHECK(cinfer_batch_prefill_create(g->ctx, &o, CINFER_KV_STORAGE_PAGED, 1,
-                                                  a->prefill_chunk,
-                                                  (void *)(uintptr_t)at->prefill_ws, bytes,
-                                                  &at->prefill));
+        CINFER__CHECK(
+            cinfer_batch_prefill_create(g->ctx, &o, CINFER_KV_STORAGE_PAGED, 1, a->prefill_chunk,
+                                        (void *)(uintptr_t)at->prefill_ws, bytes, &at->prefill));
     }
     const size_t cache_bytes = (size_t)num_pages * g->page_bytes;
     for (int l = 0; l < L; l++) {
@@ -738,12 +750,11 @@ static cinfer_status_t run_step(gpu_t *g, const serve_args_t *a, const serve_ste
     const int64_t nnz = s->append_indptr[batch], ptok = s->qo_indptr[P];
     const int64_t entries = s->kv_indptr[batch];
     CUstream st = g->stream;
+    CINFER__CU(
+        cu, cuMemcpyHtoDAsync(g->indptr, s->kv_indptr, sizeof(int32_t) * (size_t)(batch + 1), st),
+        "uploading kv_indptr");
     CINFER__CU(cu,
-               cuMemcpyHtoDAsync(g->indptr, s->kv_indptr, sizeof(int32_t) * (size_t)(batch + 1),
-                                 st),
-               "uploading kv_indptr");
-    CINFER__CU(cu, cuMemcpyHtoDAsync(g->indices, s->kv_indices, sizeof(int32_t) * (size_t)entries,
-                                     st),
+               cuMemcpyHtoDAsync(g->indices, s->kv_indices, sizeof(int32_t) * (size_t)entries, st),
                "uploading kv_indices");
     CINFER__CU(cu,
                cuMemcpyHtoDAsync(g->last, s->kv_last_page_len, sizeof(int32_t) * (size_t)batch, st),
@@ -754,8 +765,8 @@ static cinfer_status_t run_step(gpu_t *g, const serve_args_t *a, const serve_ste
                "uploading append_indptr");
     for (int k = 0; k < g->num_kinds; k++) {
         if (P)
-            CINFER__CHECK(cinfer_batch_prefill_plan(g->attn[k].prefill, s->qo_indptr,
-                                                    s->kv_indptr, s->kv_last_page_len, P, st));
+            CINFER__CHECK(cinfer_batch_prefill_plan(g->attn[k].prefill, s->qo_indptr, s->kv_indptr,
+                                                    s->kv_last_page_len, P, st));
         if (Dn)
             CINFER__CHECK(cinfer_batch_decode_plan(g->attn[k].decode, s->kv_indptr + P,
                                                    s->kv_last_page_len + P, Dn, st));
@@ -833,8 +844,8 @@ static cinfer_status_t run_step(gpu_t *g, const serve_args_t *a, const serve_ste
 /* Checks request b of step s on layer l: the rows append wrote into the cache equal the k/v pool
  * rows, and the output (the first and last CHECK_ROWS rows of a prefill chunk, the decode row)
  * matches the reference computed from the downloaded pages. */
-static cinfer_status_t check_request(gpu_t *g, const serve_args_t *a, const serve_step_t *s,
-                                     int b, int l, totals_t *t) {
+static cinfer_status_t check_request(gpu_t *g, const serve_args_t *a, const serve_step_t *s, int b,
+                                     int l, totals_t *t) {
     const cinfer__cuda_t *cu = g->cu;
     const serve_model_t *m = a->model;
     const int64_t Hq = m->num_qo_heads, Hk = m->num_kv_heads, D = m->head_dim;
@@ -842,7 +853,8 @@ static cinfer_status_t check_request(gpu_t *g, const serve_args_t *a, const serv
     const int64_t pages = s->kv_indptr[b + 1] - s->kv_indptr[b];
     const int window = g->attn[g->kind_of_layer[l]].window_left;
     cinfer_status_t st = CINFER_STATUS_SUCCESS;
-    uint16_t *kp = malloc(g->page_bytes * (size_t)pages), *vp = malloc(g->page_bytes * (size_t)pages);
+    uint16_t *kp = malloc(g->page_bytes * (size_t)pages),
+             *vp = malloc(g->page_bytes * (size_t)pages);
     uint16_t *out = malloc(g->q_row * (size_t)chunk);
     double *ref = malloc(sizeof(double) * (size_t)(2 * CHECK_ROWS) * (size_t)(Hq * D));
     int32_t *local = malloc(sizeof(int32_t) * (size_t)pages);
@@ -874,8 +886,8 @@ static cinfer_status_t check_request(gpu_t *g, const serve_args_t *a, const serv
     int64_t mismatches = 0;
     for (int64_t i = 0; i < chunk; i++) {
         const int64_t pos = kv - chunk + i, row = l + s->append_indptr[b] + i;
-        const size_t at = (size_t)(pos / PAGE_SIZE) * g->page_bytes + (size_t)(pos % PAGE_SIZE) *
-                                                                          g->kv_row;
+        const size_t at =
+            (size_t)(pos / PAGE_SIZE) * g->page_bytes + (size_t)(pos % PAGE_SIZE) * g->kv_row;
         mismatches += memcmp((char *)kp + at, (char *)g->k_host + row * g->kv_row, g->kv_row) != 0;
         mismatches += memcmp((char *)vp + at, (char *)g->v_host + row * g->kv_row, g->kv_row) != 0;
     }
@@ -914,12 +926,11 @@ static cinfer_status_t check_request(gpu_t *g, const serve_args_t *a, const serv
         const cinfer__ref_page_table_t table = {1, PAGE_SIZE, pages, indptr, local, &last};
         const int32_t qo_indptr[2] = {0, (int32_t)rows};
         cinfer__ref_strided3_t q;
-        cinfer__ref_strided3_packed(&q,
-                                    (char *)g->q_host +
-                                        (size_t)(l + s->append_indptr[b] + first) * g->q_row,
-                                    CINFER__REF_DTYPE_BF16, CINFER__REF_LAYOUT_NHD, rows, Hq, D);
-        if (cinfer__ref_batch_paged(&heads, &q, qo_indptr, &kr, &vr, &table, NULL, NULL, &opts,
-                                    ref, NULL) != CINFER__REF_OK) {
+        cinfer__ref_strided3_packed(
+            &q, (char *)g->q_host + (size_t)(l + s->append_indptr[b] + first) * g->q_row,
+            CINFER__REF_DTYPE_BF16, CINFER__REF_LAYOUT_NHD, rows, Hq, D);
+        if (cinfer__ref_batch_paged(&heads, &q, qo_indptr, &kr, &vr, &table, NULL, NULL, &opts, ref,
+                                    NULL) != CINFER__REF_OK) {
             st = cinfer__error(CINFER_STATUS_INTERNAL,
                                "--check: the CPU reference rejected step %lld request %lld",
                                (long long)s->index, (long long)s->request[b]);
@@ -999,8 +1010,8 @@ static void progress(bool tty, const serve_step_t *s, const serve_sched_stats_t 
 static void print_header(const serve_args_t *a, const char *trace, const serve_trace_t *tr,
                          int64_t num_pages) {
     const serve_model_t *m = a->model;
-    printf("serve replay: %s (%d/%d heads, D=%d, bf16", m->name, m->num_qo_heads,
-           m->num_kv_heads, m->head_dim);
+    printf("serve replay: %s (%d/%d heads, D=%d, bf16", m->name, m->num_qo_heads, m->num_kv_heads,
+           m->head_dim);
     if (m->logits_soft_cap > 0)
         printf(", soft cap %g", (double)m->logits_soft_cap);
     if (m->window_left >= 0)
@@ -1057,8 +1068,8 @@ static void print_table(const totals_t *t, const serve_sched_stats_t *st) {
         else
             snprintf(ratio, sizeof ratio, "n/a");
         printf("| %s | %lld | %.2f | %.0f%% | %s | %s | %s |\n", op_names[op],
-               (long long)t->calls[op], t->ms[op], total > 0 ? 100 * t->ms[op] / total : 0.0,
-               work, rate, ratio);
+               (long long)t->calls[op], t->ms[op], total > 0 ? 100 * t->ms[op] / total : 0.0, work,
+               rate, ratio);
     }
     printf("\nsteps: %lld in %.2f s = %.1f steps/s (wall: scheduling, planning, uploads and "
            "launches included%s); GPU time %.1f ms\n",
@@ -1148,17 +1159,16 @@ static int serve_gpu(cinfer_context_t *ctx, const serve_args_t *a, const char *t
         ok = ok && t.check_failures == 0 && t.append_mismatches == 0;
         printf("check vs float64 CPU reference: %lld steps, %lld request-layers: %s (max relative "
                "L2 error %.2e, tolerance %.0e; max abs error %.2e; %lld appended rows differ)\n",
-               (long long)t.checked_steps, (long long)t.checked_requests,
-               ok ? "passed" : "FAILED", t.max_rel_err, CHECK_REL_TOL, t.max_abs_err,
-               (long long)t.append_mismatches);
+               (long long)t.checked_steps, (long long)t.checked_requests, ok ? "passed" : "FAILED",
+               t.max_rel_err, CHECK_REL_TOL, t.max_abs_err, (long long)t.append_mismatches);
     }
     if (a->json_path) {
         if (steps_json.failed) {
             st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "--json: out of host memory");
             goto out_fail;
         }
-        if ((st = write_json(a->json_path, a, trace_path, num_pages, &stats, &t, true,
-                             &steps_json)))
+        if ((st =
+                 write_json(a->json_path, a, trace_path, num_pages, &stats, &t, true, &steps_json)))
             goto out_fail;
         printf("wrote %s\n", a->json_path);
     }
@@ -1244,8 +1254,8 @@ static int bench_serve(int argc, char **argv) {
     if (serve_trace_load(trace_path, a.requests, &trace) != CINFER_STATUS_SUCCESS)
         return cli_fail();
     /* Pages: the budget over every layer's K and V. */
-    const double page_all_layers = 2.0 * PAGE_SIZE * a.model->num_kv_heads * a.model->head_dim *
-                                   2.0 * a.layers;
+    const double page_all_layers =
+        2.0 * PAGE_SIZE * a.model->num_kv_heads * a.model->head_dim * 2.0 * a.layers;
     const double pages = floor(a.kv_budget_gb * 1e9 / page_all_layers);
     if (pages < 1 || pages > INT32_MAX) {
         serve_trace_free(&trace);
@@ -1255,8 +1265,8 @@ static int bench_serve(int argc, char **argv) {
                       a.kv_budget_gb, pages, page_all_layers, a.layers);
         return cli_fail();
     }
-    const serve_sched_config_t cfg = {PAGE_SIZE, (int64_t)pages, a.prefill_chunk, a.max_batch,
-                                      a.requests, a.steps, a.seed};
+    const serve_sched_config_t cfg = {PAGE_SIZE,  (int64_t)pages, a.prefill_chunk, a.max_batch,
+                                      a.requests, a.steps,        a.seed};
     serve_sched_t *sched = NULL;
     if (serve_sched_create(&cfg, &trace, &sched) != CINFER_STATUS_SUCCESS) {
         serve_trace_free(&trace);

@@ -108,8 +108,8 @@ cinfer_status_t serve_sched_create(const serve_sched_config_t *c, const serve_tr
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "--requests = %lld, --steps = %lld, expected >= 0 (0 = no limit)",
                              (long long)c->max_requests, (long long)c->max_steps);
-    const int64_t n = c->max_requests && c->max_requests < trace->count ? c->max_requests
-                                                                          : trace->count;
+    const int64_t n =
+        c->max_requests && c->max_requests < trace->count ? c->max_requests : trace->count;
     for (int64_t i = 0; i < n; i++) {
         const int64_t need = pages_for(serve_request_final_kv(&trace->requests[i]), c->page_size);
         if (need > c->num_pages)
@@ -118,8 +118,8 @@ cinfer_status_t serve_sched_create(const serve_sched_config_t *c, const serve_tr
                                  "needs %lld pages of %d tokens, the KV pool has %lld: raise "
                                  "--kv-budget-gb or lower --layers",
                                  (long long)i, trace->requests[i].context_tokens,
-                                 trace->requests[i].generated_tokens, (long long)need,
-                                 c->page_size, (long long)c->num_pages);
+                                 trace->requests[i].generated_tokens, (long long)need, c->page_size,
+                                 (long long)c->num_pages);
     }
     serve_sched_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -209,8 +209,8 @@ bool serve_sched_next(serve_sched_t *s, serve_step_t *step) {
         seq_t *q = &s->running[i];
         if (q->prefilled == q->context)
             continue;
-        const int32_t chunk = q->context - q->prefilled < budget ? q->context - q->prefilled
-                                                                 : budget;
+        const int32_t chunk =
+            q->context - q->prefilled < budget ? q->context - q->prefilled : budget;
         q->prefilled += chunk;
         budget -= chunk;
         grow(s, q, chunk);

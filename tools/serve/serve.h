@@ -98,12 +98,12 @@ typedef struct serve_sched_config {
 typedef struct serve_step {
     int64_t index; /* 0, 1, 2, ... */
     int num_prefill, num_decode;
-    const int64_t *request;         /* [batch] trace index of each request */
-    const int32_t *append_indptr;   /* [batch + 1] new tokens of each request (its chunk, or 1) */
-    const int32_t *qo_indptr;       /* [num_prefill + 1] the prefill requests' query rows */
-    const int32_t *kv_len;          /* [batch] KV tokens after the append */
-    const int32_t *kv_indptr;       /* [batch + 1] page-table entries */
-    const int32_t *kv_indices;      /* [kv_indptr[batch]] page indices in [0, num_pages) */
+    const int64_t *request;          /* [batch] trace index of each request */
+    const int32_t *append_indptr;    /* [batch + 1] new tokens of each request (its chunk, or 1) */
+    const int32_t *qo_indptr;        /* [num_prefill + 1] the prefill requests' query rows */
+    const int32_t *kv_len;           /* [batch] KV tokens after the append */
+    const int32_t *kv_indptr;        /* [batch + 1] page-table entries */
+    const int32_t *kv_indices;       /* [kv_indptr[batch]] page indices in [0, num_pages) */
     const int32_t *kv_last_page_len; /* [batch] 1..page_size */
     /* What happened around the step (for progress lines and tests). */
     int admitted;           /* requests admitted by this step */
@@ -140,13 +140,13 @@ bool serve_sched_next(serve_sched_t *sched, serve_step_t *step);
 /* Totals of the replay so far. */
 typedef struct serve_sched_stats {
     int64_t steps;
-    int64_t requests;          /* taken from the trace */
+    int64_t requests; /* taken from the trace */
     int64_t admitted, finished;
-    int64_t prefill_tokens;    /* query rows of every prefill chunk */
-    int64_t decode_tokens;     /* decode query rows */
-    int64_t max_running;       /* most requests running in one step */
-    int64_t max_pages_used;    /* most pages owned at once */
-    int64_t max_step_pages;    /* most page-table entries in one step */
+    int64_t prefill_tokens; /* query rows of every prefill chunk */
+    int64_t decode_tokens;  /* decode query rows */
+    int64_t max_running;    /* most requests running in one step */
+    int64_t max_pages_used; /* most pages owned at once */
+    int64_t max_step_pages; /* most page-table entries in one step */
 } serve_sched_stats_t;
 
 void serve_sched_get_stats(const serve_sched_t *sched, serve_sched_stats_t *stats);

@@ -14,8 +14,7 @@
 
 /* The columns a trace must have, by name. */
 enum { COL_TIMESTAMP, COL_CONTEXT, COL_GENERATED, NUM_COLS };
-static const char *const column_names[NUM_COLS] = {"TIMESTAMP", "ContextTokens",
-                                                   "GeneratedTokens"};
+static const char *const column_names[NUM_COLS] = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"};
 /* Far more columns than a trace has; a line with more is still read (the rest are ignored). */
 #define MAX_FIELDS 64
 
@@ -74,8 +73,8 @@ static int split(char *line, char **fields) {
         while (*p == ' ' || *p == '\t' || *p == '"')
             p++;
         char *end = p + strlen(p);
-        while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '"' ||
-                           end[-1] == '\r' || end[-1] == '\n'))
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '"' || end[-1] == '\r' ||
+                           end[-1] == '\n'))
             *--end = '\0';
         if (n < MAX_FIELDS)
             fields[n++] = p;
