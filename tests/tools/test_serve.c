@@ -75,35 +75,35 @@ static void trace_columns_by_name_and_numeric_times(void **state) {
 static void trace_errors_name_the_line_column_and_value(void **state) {
     (void)state;
     serve_trace_t t;
-    EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,Context,GeneratedTokens\n1,2,3\n"), "a.csv", 0,
-                                   &t),
-                 CINFER_STATUS_INVALID_ARGUMENT, "a.csv", "line 1", "ContextTokens");
+    EXPECT_ERROR(
+        serve_trace_parse(TEXT("TIMESTAMP,Context,GeneratedTokens\n1,2,3\n"), "a.csv", 0, &t),
+        CINFER_STATUS_INVALID_ARGUMENT, "a.csv", "line 1", "ContextTokens");
     EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,abc,3\n"),
                                    "a.csv", 0, &t),
                  CINFER_STATUS_INVALID_ARGUMENT, "line 2", "ContextTokens = \"abc\"", "[1, 2^30)");
-    EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,0,3\n"), "a",
-                                   0, &t),
-                 CINFER_STATUS_INVALID_ARGUMENT, "ContextTokens = \"0\"");
+    EXPECT_ERROR(
+        serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,0,3\n"), "a", 0, &t),
+        CINFER_STATUS_INVALID_ARGUMENT, "ContextTokens = \"0\"");
     EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,5,3\n2,5,-1\n"),
                                    "a", 0, &t),
                  CINFER_STATUS_INVALID_ARGUMENT, "line 3", "GeneratedTokens = \"-1\"");
-    EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\nnoon,5,3\n"),
-                                   "a", 0, &t),
-                 CINFER_STATUS_INVALID_ARGUMENT, "TIMESTAMP = \"noon\"", "YYYY-MM-DD");
+    EXPECT_ERROR(
+        serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\nnoon,5,3\n"), "a", 0, &t),
+        CINFER_STATUS_INVALID_ARGUMENT, "TIMESTAMP = \"noon\"", "YYYY-MM-DD");
     EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                         "2023-13-01 00:00:00,5,3\n"),
                                    "a", 0, &t),
                  CINFER_STATUS_INVALID_ARGUMENT, "TIMESTAMP = \"2023-13-01 00:00:00\"");
-    EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,5\n"), "a", 0,
-                                   &t),
-                 CINFER_STATUS_INVALID_ARGUMENT, "line 2", "2 fields", "GeneratedTokens");
+    EXPECT_ERROR(
+        serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,5\n"), "a", 0, &t),
+        CINFER_STATUS_INVALID_ARGUMENT, "line 2", "2 fields", "GeneratedTokens");
     EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n"), "a", 0, &t),
                  CINFER_STATUS_INVALID_ARGUMENT, "no requests");
     EXPECT_ERROR(serve_trace_parse(TEXT("\n\n"), "a", 0, &t), CINFER_STATUS_INVALID_ARGUMENT,
                  "empty");
-    EXPECT_ERROR(serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n"), "a",
-                                   -1, &t),
-                 CINFER_STATUS_INVALID_ARGUMENT, "max_rows = -1");
+    EXPECT_ERROR(
+        serve_trace_parse(TEXT("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n"), "a", -1, &t),
+        CINFER_STATUS_INVALID_ARGUMENT, "max_rows = -1");
     assert_null(t.requests);
     assert_int_equal(t.count, 0);
     EXPECT_ERROR(serve_trace_load("/nonexistent/cinfer/trace.csv", 0, &t), CINFER_STATUS_IO_ERROR,
@@ -195,8 +195,7 @@ static void sched_rejects_bad_configs(void **state) {
                  "--prefill-chunk = 0");
     c.prefill_chunk = 512;
     c.max_batch = 0;
-    EXPECT_ERROR(serve_sched_create(&c, &t, &s), CINFER_STATUS_INVALID_ARGUMENT,
-                 "--max-batch = 0");
+    EXPECT_ERROR(serve_sched_create(&c, &t, &s), CINFER_STATUS_INVALID_ARGUMENT, "--max-batch = 0");
     c.max_batch = 8;
     c.max_steps = -1;
     EXPECT_ERROR(serve_sched_create(&c, &t, &s), CINFER_STATUS_INVALID_ARGUMENT, "--steps = -1");
@@ -307,7 +306,8 @@ static void replay_and_check(const serve_trace_t *t, const serve_sched_config_t 
             in_step[r] = false;
             shadow_t *q = &sh[r];
             const int32_t g = t->requests[r].generated_tokens;
-            if (q->prefilled == t->requests[r].context_tokens && q->decoded == (g > 1 ? g - 1 : 0)) {
+            if (q->prefilled == t->requests[r].context_tokens &&
+                q->decoded == (g > 1 ? g - 1 : 0)) {
                 q->done = true;
                 done_now++;
                 for (int32_t p = 0; p < q->num_pages; p++)
