@@ -89,10 +89,12 @@ class Sdpa(Peer):
         self.F, self.causal_lower_right = F, causal_lower_right
 
     def decode(self, kvs, window):
+        # GQA without copies: the G query heads of a KV head are G query rows over its keys.
         torch, m = self.torch, self.m
         B, L = len(kvs), max(kvs)
-        q = torch.randn(B, m["num_qo_heads"], 1, m["head_dim"], device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B, m["num_kv_heads"], L, m["head_dim"], device="cuda", dtype=torch.bfloat16)
+        Hk, G = m["num_kv_heads"], m["num_qo_heads"] // m["num_kv_heads"]
+        q = torch.randn(B, Hk, G, m["head_dim"], device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, Hk, L, m["head_dim"], device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
         lens = torch.tensor(kvs, device="cuda")
         pos = torch.arange(L, device="cuda")
@@ -100,13 +102,13 @@ class Sdpa(Peer):
         if window >= 0:
             keep &= pos[None, :] >= (lens[:, None] - 1 - window)
         mask = keep[:, None, None, :]
-        ms = self.timer(lambda: self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                                    enable_gqa=True))
+        ms = self.timer(lambda: self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         del q, k, v
         return ms
 
     def prefill(self, pairs, window):
         torch, m = self.torch, self.m
+        G = m["num_qo_heads"] // m["num_kv_heads"]
         work = []
         for qo, kv in pairs:
             q = torch.randn(1, m["num_qo_heads"], qo, m["head_dim"], device="cuda",
@@ -119,11 +121,24 @@ class Sdpa(Peer):
                 mask = (j <= i) & (j >= i - window)
             else:
                 mask = self.causal_lower_right(qo, kv)
-            work.append((q, k, torch.randn_like(k), mask))
+            work.append([q, k, torch.randn_like(k), mask])
+        # enable_gqa where the chosen backend takes it; else K/V heads repeated (not timed).
+        gqa = True
+        try:
+            q, k, v, mask = work[0]
+            self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        except RuntimeError:
+            gqa = False
+            for w in work:
+                w[1] = w[1].repeat_interleave(G, dim=1)
+                w[2] = w[2].repeat_interleave(G, dim=1)
 
         def run():
             for q, k, v, mask in work:
-                self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                if gqa:
+                    self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                else:
+                    self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
         return self.timer(run)
 
@@ -260,7 +275,16 @@ def main():
     ap.add_argument("--max-steps", type=int, default=32, help="steps timed, spread over the replay")
     ap.add_argument("--iters", type=int, default=5, help="timed runs per measurement (median)")
     ap.add_argument("--png", default=None, help="chart file (default: the json's name + .png)")
+    ap.add_argument("--peers", default="sdpa,flex,flashinfer",
+                    help="comma list of sdpa, flex, flashinfer (FlashInfer JIT-compiles its "
+                         "kernels on first use: up to a minute)")
     args = ap.parse_args()
+    wanted = set(args.peers.split(","))
+    unknown = wanted - {"sdpa", "flex", "flashinfer"}
+    if unknown:
+        log("peers: --peers %s: unknown %s, expected sdpa, flex, flashinfer"
+            % (args.peers, ", ".join(sorted(unknown))))
+        return 2
 
     try:
         run, steps = load(args.json, args.max_steps)
@@ -283,20 +307,41 @@ def main():
         return 0
     timer = Timer(torch, args.iters)
 
-    rows = []  # (name, decode ms, prefill ms, note)
+    rows = []  # (name, decode ms, prefill ms, note), each printed as soon as it is known
+    base = None
+
+    def fmt(x):
+        return "%.2f" % x if x is not None else "n/a"
+
+    def ratio(x, b):
+        return "%.2fx" % (x / b) if x and b else "n/a"
+
+    def add(name, dec, pre, note):
+        rows.append((name, dec, pre, note))
+        log("| %s | %s | %s | %s | %s | %s |" % (
+            name, fmt(dec), fmt(pre), ratio(dec, base[1]) if base else "n/a",
+            ratio(pre, base[2]) if base else "n/a", note))
+
+    log("(sums over the %d steps, every layer; ratios are time / cinfer's time: above 1 = slower)"
+        % len(steps))
+    log("\n| implementation | decode (ms) | prefill (ms) | decode vs cinfer | prefill vs cinfer | note |")
+    log("|---|---|---|---|---|---|")
     if all("ms" in s for s in steps):
-        rows.append(("cinfer", sum(s["ms"]["decode"] for s in steps),
-                     sum(s["ms"]["prefill"] for s in steps), "from the replay's JSON"))
+        add("cinfer", sum(s["ms"]["decode"] for s in steps),
+            sum(s["ms"]["prefill"] for s in steps), "from the replay's JSON")
+        base = rows[0]
     else:
         log("peers: the JSON has no cinfer times (written without a GPU); peers only")
     peers = []
-    for cls in (Sdpa, Flex, FlashInfer):
+    for key, cls in (("sdpa", Sdpa), ("flex", Flex), ("flashinfer", FlashInfer)):
+        if key not in wanted:
+            continue
         try:
             peers.append(cls(torch, model, timer))
         except ImportError as e:
-            rows.append((cls.name, None, None, "not importable: %s" % e))
+            add(cls.name, None, None, "not importable: %s" % e)
         except Exception as e:  # a peer that cannot do this model (e.g. SDPA and soft caps)
-            rows.append((cls.name, None, None, "skipped: %s" % e))
+            add(cls.name, None, None, "skipped: %s" % e)
     for peer in peers:
         t0 = time.time()
         dec = pre = 0.0
@@ -310,29 +355,11 @@ def main():
                         pre += n * peer.prefill([tuple(p) for p in s["prefill"]], w)
                 torch.cuda.empty_cache()
         except Exception as e:
-            rows.append((peer.name, None, None, "failed: %s" % str(e).splitlines()[0][:120]))
+            add(peer.name, None, None, "failed: %s" % (str(e).splitlines() or [""])[0][:120])
             continue
         if isinstance(peer, Flex):
             note = "compiled %d shapes in %.0f s (not timed)" % (len(peer.shapes), peer.compile_s)
-        rows.append((peer.name, dec, pre, (note + "; " if note else "") +
-                     "%.0f s" % (time.time() - t0)))
-
-    base = rows[0] if rows and rows[0][0] == "cinfer" else None
-
-    def fmt(x):
-        return "%.2f" % x if x is not None else "n/a"
-
-    def ratio(x, b):
-        return "%.2fx" % (x / b) if x and b else "n/a"
-
-    log("\n| implementation | decode (ms) | prefill (ms) | decode vs cinfer | prefill vs cinfer | note |")
-    log("|---|---|---|---|---|---|")
-    for name, dec, pre, note in rows:
-        log("| %s | %s | %s | %s | %s | %s |" % (
-            name, fmt(dec), fmt(pre), ratio(dec, base[1]) if base else "n/a",
-            ratio(pre, base[2]) if base else "n/a", note))
-    log("(sums over the %d steps, every layer; ratios are time / cinfer's time: above 1 = slower)"
-        % len(steps))
+        add(peer.name, dec, pre, (note + "; " if note else "") + "%.0f s" % (time.time() - t0))
 
     png = args.png or (args.json.rsplit(".", 1)[0] + ".png")
     try:
