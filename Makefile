@@ -28,8 +28,10 @@ test: build
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 
+# A short serving replay (64 steps of continuous batching over the Azure trace), checked against the
+# CPU reference; without a GPU: the schedule on the host and the kernels compiled for sm_90a.
 demo: build
-	$(BUILD)/cinfer demo
+	$(BUILD)/cinfer bench serve --check --steps 64 --requests 256 --layers 2
 
 # make install [PREFIX=/usr/local]: library, header, tool, pkg-config file, CMake package.
 PREFIX ?= /usr/local

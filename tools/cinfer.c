@@ -44,12 +44,19 @@ static const cli_command_t commands[] = {
      "\n"
      "Each kernel comes from the kernel cache or NVRTC under its usual cache key; one line per\n"
      "kernel (name, arch, seconds), then the bundle's size and the total build time.\n"},
-    {"demo", cli_demo, "run one serving decode step on the GPU, checked against the CPU reference",
+    {"bench", cli_bench, "benchmarks: serve = replay a request trace through continuous batching",
+     "usage: cinfer bench serve [options]\n"
+     "\n"
+     "Replays a request trace (default: the Azure LLM inference trace 2023) through continuous\n"
+     "batching over a paged KV cache and reports decode, prefill and append time against the\n"
+     "device's copy and GEMM ceilings. `cinfer bench serve --help` lists the options.\n"},
+    {"demo", cli_demo, "a short serving replay on the GPU, checked against the CPU reference",
      "usage: cinfer demo\n"
      "\n"
-     "One decode step of 32 requests with trace-shaped lengths (Llama-3-8B heads, bf16, paged KV\n"
-     "cache): time, bandwidth and the check against the float64 CPU reference. Without a GPU it\n"
-     "says so, compiles the step's kernels for sm_90a and exits 0.\n"},
+     "The same as `cinfer bench serve --check --steps 64 --requests 256 --layers 2`: 64 steps of\n"
+     "continuous batching (Llama-3-8B heads, bf16, paged KV cache) over the Azure trace, timed,\n"
+     "with sampled steps checked against the float64 CPU reference. Without a GPU it says so,\n"
+     "replays the schedule on the host, compiles the kernels for sm_90a and exits 0.\n"},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -35,6 +35,7 @@ int cli_cache(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_aot(int argc, char **argv);
 int cli_demo(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 /* Prints "cinfer: error: <cinfer_last_error()>" to stderr and returns CLI_EXIT_FAILED. */
 int cli_fail(void);
@@ -75,5 +76,16 @@ cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], 
 
 /* Queries device `ordinal` through the loaded driver table; CUDA_ERROR on a failed call. */
 cinfer_status_t cli_device_query(const cinfer__cuda_t *cu, int ordinal, cli_device_t *out);
+
+/*
+ * Device ceilings (tools/ceilings.c), measured on stream with the context current:
+ * cli_copy_ceiling: device-to-device copy of `bytes`, TB/s of bytes read plus written;
+ * cli_gemm_ceiling: a bf16 8192^3 GEMM through cuBLASLt (opened with dlopen), TFLOP/s, and a
+ * description of what was measured in source; NOT_FOUND when cuBLASLt cannot be loaded.
+ */
+cinfer_status_t cli_copy_ceiling(const cinfer__cuda_t *cu, CUstream stream, size_t bytes,
+                                 double *tbps);
+cinfer_status_t cli_gemm_ceiling(const cinfer__cuda_t *cu, CUstream stream, double *tflops,
+                                 char *source, size_t source_cap);
 
 #endif

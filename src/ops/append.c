@@ -8,6 +8,7 @@
 #include "append_params.h"
 #include "cinfer.h"
 #include "jit/jit.h"
+#include "ops/append.h"
 #include "ops/tensor.h"
 
 /* The public error bits are the kernel's. */
@@ -65,6 +66,23 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const cinfer__spec_t *spec,
         cuLaunchKernel(k.function, (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream, args, NULL),
         what);
     return CINFER_STATUS_SUCCESS;
+}
+
+void cinfer__append_kernel_spec(cinfer__dtype_t src_dtype, cinfer__dtype_t cache_dtype,
+                                int head_dim, bool vec, cinfer__spec_t *spec) {
+    cinfer__spec_init(spec, CINFER__OP_APPEND_PAGED_KV_CACHE);
+    spec->dtype_o = src_dtype;
+    spec->dtype_kv = cache_dtype;
+    spec->head_dim_vo = (int32_t)head_dim;
+    spec->vec = vec ? 8 : 1;
+}
+
+void cinfer__seq_lens_kernel_spec(cinfer__spec_t *spec) {
+    cinfer__spec_init(spec, CINFER__OP_SEQ_LENS);
+}
+
+void cinfer__batch_indices_positions_kernel_spec(cinfer__spec_t *spec) {
+    cinfer__spec_init(spec, CINFER__OP_BATCH_INDICES_POSITIONS);
 }
 
 static cinfer_status_t check_options(const cinfer_append_options_t *o) {
@@ -236,11 +254,7 @@ cinfer_status_t cinfer_append_paged_kv_cache(
     p.inv_scale[1] = (float)(1.0 / o->v_scale);
 
     cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_APPEND_PAGED_KV_CACHE);
-    spec.dtype_o = src_dtype;
-    spec.dtype_kv = cache_dtype;
-    spec.head_dim_vo = (int32_t)D;
-    spec.vec = vec ? 8 : 1;
+    cinfer__append_kernel_spec(src_dtype, cache_dtype, (int)D, vec, &spec);
     const int64_t blocks =
         (nnz + CINFER_APPEND_TOKENS_PER_BLOCK - 1) / CINFER_APPEND_TOKENS_PER_BLOCK;
     return launch(ctx, &spec, blocks, CINFER_APPEND_BLOCK, &p, stream,
@@ -276,7 +290,7 @@ cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
     p.nnz = nnz;
     p.batch_size = (int)batch_size;
     cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_BATCH_INDICES_POSITIONS);
+    cinfer__batch_indices_positions_kernel_spec(&spec);
     return launch(ctx, &spec, (nnz + CINFER_APPEND_BLOCK - 1) / CINFER_APPEND_BLOCK,
                   CINFER_APPEND_BLOCK, &p, stream,
                   "launching the get_batch_indices_positions kernel");
@@ -309,7 +323,7 @@ cinfer_status_t cinfer_get_seq_lens(cinfer_context_t *ctx, const DLTensor *kv_in
     p.batch_size = (int)batch_size;
     p.page_size = page_size;
     cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_SEQ_LENS);
+    cinfer__seq_lens_kernel_spec(&spec);
     return launch(ctx, &spec, (batch_size + CINFER_APPEND_BLOCK - 1) / CINFER_APPEND_BLOCK,
                   CINFER_APPEND_BLOCK, &p, stream, "launching the get_seq_lens kernel");
 }

@@ -534,17 +534,104 @@ static void demo_without_a_device_compiles_and_succeeds(void **state) {
         show("demo", &r);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "no CUDA device found"));
-    /* The step's attention and merge kernels, compiled into the (empty) cache for sm_90a. */
+    /* The short replay's schedule, replayed on the host. */
+    assert_int_equal(COUNT(r.out, "schedule: 64 steps, "), 1);
+    assert_int_equal(COUNT(r.out, "serve replay: llama3-8b (32/8 heads, D=128, bf16), 2 layers"),
+                     1);
+    /* Its kernels, compiled into the (empty) cache for sm_90a: decode and its merge, the batch
+     * prefill tiles, append and the two page-table helpers. */
+    assert_int_equal(COUNT(r.out, "compiling the replay's kernels for sm_90a"), 1);
     assert_int_equal(COUNT(r.out, "decode_", "compiled in "), 2);
+    assert_true(COUNT(r.out, "prefill_", "_paged_batch_causal_", "compiled in ") >= 1);
+    assert_int_equal(COUNT(r.out, "append_paged_kv_cache_", "compiled in "), 1);
+    assert_int_equal(COUNT(r.out, "seq_lens", "compiled in "), 1);
+    assert_int_equal(COUNT(r.out, "batch_indices_positions", "compiled in "), 1);
+    const int kernels = COUNT(r.out, "compiled in ");
     result_free(&r);
     /* A second run finds them in the cache. */
     r = RUN_ENV(f, ENV(NO_DRIVER), "demo");
     assert_int_equal(r.status, 0);
-    assert_int_equal(COUNT(r.out, "decode_", "cache hit"), 2);
+    assert_int_equal(COUNT(r.out, "cache hit"), kernels);
+    assert_int_equal(COUNT(r.out, "compiled in "), 0);
     result_free(&r);
     r = RUN(f, "demo", "extra");
-    assert_int_equal(r.status, 2);
+    assert_failed_with(&r, 2, "unexpected argument \"extra\"");
     result_free(&r);
+}
+
+/* ---- bench serve ---- */
+
+static void bench_serve_usage_errors_name_the_option(void **state) {
+    fixture_t *f = *state;
+    const struct {
+        const char *const *args;
+        int status;
+        const char *message;
+    } cases[] = {
+        {ARGS("bench"), 2, "no benchmark given, expected \"serve\""},
+        {ARGS("bench", "decode"), 2, "unknown benchmark \"decode\", expected \"serve\""},
+        {ARGS("bench", "serve", "--layers", "0"), 2,
+         "--layers = \"0\", expected an integer in [1,"},
+        {ARGS("bench", "serve", "--prefill-chunk=x"), 2, "--prefill-chunk = \"x\""},
+        {ARGS("bench", "serve", "--max-batch", "-3"), 2, "--max-batch = \"-3\""},
+        {ARGS("bench", "serve", "--model", "gpt-5"), 2, "--model = \"gpt-5\", expected one of"},
+        {ARGS("bench", "serve", "--kv-budget-gb", "-1"), 2, "--kv-budget-gb = \"-1\""},
+        {ARGS("bench", "serve", "--frobnicate"), 2, "unknown option \"--frobnicate\""},
+        {ARGS("bench", "serve", "--steps"), 2, "--steps needs a value"},
+        {ARGS("bench", "serve", "stray"), 2, "unexpected argument \"stray\""},
+        {ARGS("bench", "serve", "--trace", "/nonexistent/cinfer/t.csv"), 1,
+         "--trace /nonexistent/cinfer/t.csv: cannot open"},
+        {ARGS("bench", "serve", "--kv-budget-gb", "0.01"), 1, "raise --kv-budget-gb"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        result_t r = run_env(f, ENV(NO_DRIVER), cases[i].args);
+        assert_failed_with(&r, cases[i].status, cases[i].message);
+        result_free(&r);
+    }
+    /* A bad trace line is named. */
+    char trace[400];
+    snprintf(trace, sizeof trace, "%s/bad.csv", f->root);
+    FILE *file = fopen(trace, "w");
+    assert_non_null(file);
+    fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n1,10,2\n2,ten,2\n", file);
+    fclose(file);
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--trace", trace);
+    assert_failed_with(&r, 1, "line 3: ContextTokens = \"ten\"");
+    result_free(&r);
+    r = RUN(f, "bench", "serve", "--help");
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--kv-budget-gb"));
+    assert_non_null(strstr(r.out, "gemma2-9b"));
+    result_free(&r);
+}
+
+static void bench_serve_without_a_device_replays_on_the_host(void **state) {
+    fixture_t *f = *state;
+    char json[400];
+    snprintf(json, sizeof json, "%s/serve.json", f->root);
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--model", "gemma2-9b", "--steps",
+                         "20", "--requests", "40", "--json", json, "--arch", "sm_80");
+    if (r.status != 0)
+        show("bench serve", &r);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "no CUDA device found"));
+    assert_int_equal(COUNT(r.out, "schedule: 20 steps, "), 1);
+    assert_int_equal(COUNT(r.out, "compiling the replay's kernels for sm_80"), 1);
+    /* gemma2 alternates windowed and global layers: one soft-capped decode kernel (the window
+     * is planned, not compiled), prefill kernels with and without the window. */
+    assert_int_equal(COUNT(r.out, "decode_tc_", "hd256", "softcap", "compiled in "), 1);
+    assert_int_equal(COUNT(r.out, "cache hit"), 0);
+    assert_true(COUNT(r.out, "prefill_", "causal_softcap_window", "compiled in ") >= 1);
+    assert_true(COUNT(r.out, "prefill_", "causal_softcap_q", "compiled in ") >= 1);
+    result_free(&r);
+    char *text = read_all(json);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\"name\": \"gemma2-9b\""));
+    assert_non_null(strstr(text, "\"layer_window_left\": [4095, -1, 4095, -1]"));
+    assert_non_null(strstr(text, "\"device\": null"));
+    assert_non_null(strstr(text, "\"index\": 19, \"prefill\": ["));
+    assert_null(strstr(text, "\"index\": 20,"));
+    free(text);
 }
 
 /* ---- aot ---- */
@@ -708,6 +795,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(compile_defaults_to_sm90a_without_device, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_load_needs_a_device, setup, teardown),
         cmocka_unit_test_setup_teardown(demo_without_a_device_compiles_and_succeeds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(bench_serve_usage_errors_name_the_option, setup, teardown),
+        cmocka_unit_test_setup_teardown(bench_serve_without_a_device_replays_on_the_host, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(aot_help_and_usage_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(aot_checks_arch_and_set_before_compiling, setup, teardown),
