@@ -398,9 +398,9 @@ typedef struct cinfer_attention_options {
     float k_scale, v_scale; /* dequantization scales of fp8 KV; 1 otherwise */
     int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
     int max_batch_size;     /* batch decode: the most requests one plan may hold */
-    /* Decode: 1 = tensor-core kernel (GQA heads as mma rows; q and KV of one 16-bit dtype, head
-     * dim 64, 128 or 256, else UNSUPPORTED), 0 = CUDA-core kernel, -1 (default) = the tensor-core
-     * kernel where it can run, else the CUDA-core one. */
+    /* Decode: 1 = tensor-core kernel (GQA heads as mma rows; KV of q's 16-bit dtype, or fp8
+     * converted to fp16 on the way; head dim 64, 128 or 256; else UNSUPPORTED), 0 = CUDA-core
+     * kernel, -1 (default) = the tensor-core kernel where it can run, else the CUDA-core one. */
     int use_tensor_cores;
     /* The attention variant: NULL = default attention. A custom variant takes its parameters from
      * the run's argument list; logits_soft_cap must then be 0 (the variant transforms logits
@@ -598,8 +598,7 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * options: heads, head_dim (a multiple of 16, at most 256), q_dtype == kv_dtype (fp16 or bf16),
  *   kv_layout, sm_scale, logits_soft_cap, window_left, k_scale, v_scale, max_batch_size (>= 1),
  *   use_cuda_graph; page_size (1..256) for a paged KV (ignored for a ragged one);
- *   use_tensor_cores is ignored; variant must be NULL (variants are not supported by batch
- *   prefill yet: UNSUPPORTED).
+ *   use_tensor_cores is ignored; variant: NULL or any variant (its arguments go to run).
  * storage: CINFER_KV_STORAGE_RAGGED or CINFER_KV_STORAGE_PAGED.
  * causal: 1 = causal mask (bottom-right aligned per request), 0 = none. It selects the kernel;
  *   keep one object per value if both are needed.
