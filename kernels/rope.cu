@@ -88,11 +88,16 @@ __device__ __forceinline__ void pair_cos_sin(const cinfer_rope_params &p, bool v
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK) CINFER_KERNEL_NAME(const cinfer_rope_params p) {
-    const int threads_per_token = BLOCK / p.tokens_per_block;
-    const long long token =
-        (long long)blockIdx.x * p.tokens_per_block + threadIdx.x / threads_per_token;
-    const int t = threadIdx.x % threads_per_token;
-    if (token >= p.nnz || t >= p.lanes * p.rows_per_pass)
+    /* A token's threads are lanes x rows_per_pass, the host's mapping exactly; the block's spare
+     * threads (when that does not divide the block) exit, since they would otherwise repeat the
+     * next block's first token, which in place rotates some of its elements twice. */
+    const int threads_per_token = p.lanes * p.rows_per_pass;
+    const int local = (int)threadIdx.x / threads_per_token;
+    if (local >= p.tokens_per_block)
+        return;
+    const long long token = (long long)blockIdx.x * p.tokens_per_block + local;
+    const int t = (int)threadIdx.x % threads_per_token;
+    if (token >= p.nnz)
         return;
     const int lane = t % p.lanes, row0 = t / p.lanes;
     const int num_rows = p.num_heads[0] + p.num_heads[1];

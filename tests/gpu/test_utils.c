@@ -1294,6 +1294,11 @@ static void test_rope_sweep(void **state) {
         {ROPE_POS_IDS, BF16, 1, 32, 8, 128, 0, 0, 1, &COMPACT, NULL, 8191, 0, 0, 0,
          "one decode token, 32 + 8 heads, in place"},
         {ROPE_POS_IDS, BF16, 0, 4, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 10, 0, 0, 0, "no tokens"},
+        /* 4 units x 9 rows = 36 threads a token: 3 tokens fill 108 of a block's threads, and
+         * the spare ones must not touch the next block's first token (in place, a second
+         * rotation of the same elements). */
+        {ROPE_RAGGED, F16, 90, 8, 1, 128, 64, 0, 1, &COMPACT, NULL, 5000, 0, 0, 0,
+         "ragged f16 partial 64 of 128, in place, 8 + 1 heads (block not a multiple)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_rope_case(&cases[i], cinfer_test_seed() + 4000 + i);
