@@ -16,7 +16,8 @@ deps:
 	@scripts/deps
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCINFER_WERROR=ON $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCINFER_WERROR=ON $(CMAKE_FLAGS) \
+	  $(if $(CINFER_DEPS_DIR),-DCINFER_DEPS_DIR=$(CINFER_DEPS_DIR))
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)

@@ -56,16 +56,20 @@ def table(groups):
     return i32(indptr), i32(indices if indices else [0]), i32(last)
 
 
-@pytest.mark.parametrize("levels,qo_per_request", [(2, 1), (2, 5), (3, 1), (3, 4)])
-def test_cascade_equals_plain_attention(levels, qo_per_request):
+@pytest.mark.parametrize("levels,qo_per_request,prefix_pages_n",
+                         [(2, 1, 40), (2, 5, 40), (3, 1, 40), (3, 4, 40),
+                          (2, 1, 301), (3, 2, 200)])
+def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
+    """A prefix of 40 pages runs as one chunk; of 200 or 301 pages (3200, 4816 tokens: few query
+    rows over a long KV) the wrapper splits it into KV chunks and merges them."""
     hq, hk, page_size, dtype, batch = 32, 8, 16, torch.float16, 6
-    prefix_len = 40 * page_size  # whole pages, so the plain page table can concatenate them
+    prefix_len = prefix_pages_n * page_size  # whole pages, so the plain table can concatenate
     group_len = 3 * page_size  # level 1 of three levels: a prefix per pair of requests
     gen = torch.Generator().manual_seed(levels * 10 + qo_per_request)
     unique = [qo_per_request + int(x) for x in torch.randint(0, 90, (batch,), generator=gen)]
     if qo_per_request == 1:
         unique[2] = 0  # nothing of its own: its query is the prefix's last position
-    pool = Pool(200, page_size, hk, dtype, seed=levels)
+    pool = Pool(prefix_pages_n + 160, page_size, hk, dtype, seed=levels)
     prefix_pages, prefix_last = pool.take(prefix_len)
     group = [pool.take(group_len) for _ in range(batch // 2)] if levels == 3 else []
     own = [pool.take(n) for n in unique]
