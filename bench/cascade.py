@@ -7,8 +7,7 @@ query rows; level 1: each request's own tokens; merged with merge_state_in_place
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the
 cascade can save (the printed "KV read ratio"). The measured speedup also pays for the prefix
-level's prefill (64 query rows over 8k keys, which the wrapper splits into KV chunks merged with
-merge_states) and the merges.
+level's prefill kernel (64 query rows over 8k keys, no split-KV) and the merge.
 
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50]
 

@@ -292,7 +292,6 @@ class MultiLevelCascadeAttentionWrapper:
         self._num_levels = num_levels
         self._kv_layout = kv_layout
         self._use_cuda_graph = bool(use_cuda_graph)
-        self._splits = [1] * num_levels  # KV chunks per level (plan's split-KV)
         slices = self._split(float_workspace_buffer, num_levels)
         if self._use_cuda_graph:
             arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
@@ -406,16 +405,10 @@ class MultiLevelCascadeAttentionWrapper:
                 f"window_left = {window_left} with {self._num_levels} levels: a window relative "
                 "to each level's KV is not the window of the concatenated KV; pass -1"
             )
-        self._splits = [1] * self._num_levels
         for i, w in enumerate(self._wrappers):
-            qo_i, kv_i, idx_i, last_i = (qo_indptr_arr[i], paged_kv_indptr_arr[i],
-                                         paged_kv_indices_arr[i], paged_kv_last_page_len[i])
-            if i < self._num_levels - 1 and not self._use_cuda_graph:
-                split = self._split_level(qo_i, kv_i, idx_i, last_i, num_qo_heads, page_size)
-                if split is not None:
-                    self._splits[i], qo_i, kv_i, idx_i, last_i = split
             try:
-                w.plan(qo_i, kv_i, idx_i, last_i, num_qo_heads, num_kv_heads, head_dim,
+                w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                       paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
                        page_size, causal=bool(causal) and i == self._num_levels - 1,
                        pos_encoding_mode=pos_encoding_mode,
                        use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
@@ -426,64 +419,6 @@ class MultiLevelCascadeAttentionWrapper:
                 raise type(e)(f"level {i}: {e}", e.status) from e
 
     begin_forward = plan
-
-    # Split-KV of a shared level: when its groups give few CTAs (few query rows over a long KV,
-    # the shared prefix of a decode step), each group's pages are cut into `k` chunks, the rows
-    # are repeated once per chunk, and the chunks' states are merged (merge_states): the same
-    # result, k times the parallelism.
-    _SPLIT_MIN_KV = 2048   # tokens: shorter levels are not worth a merge
-    _SPLIT_CHUNK = 512     # tokens: the shortest chunk
-    _SPLIT_TARGET = 264    # CTAs to aim for (two per SM of an H100/H200)
-    _SPLIT_MAX = 16
-
-    def _split_level(self, qo_indptr, kv_indptr, kv_indices, last_page_len, num_qo_heads,
-                     page_size):
-        """(k, qo_indptr, kv_indptr, kv_indices, last_page_len) of the level cut into k KV
-        chunks per group, or None when splitting does not pay."""
-        torch = T.torch_module()
-        qo = [int(x) for x in torch.as_tensor(qo_indptr).cpu().tolist()]
-        kv = [int(x) for x in torch.as_tensor(kv_indptr).cpu().tolist()]
-        last = [int(x) for x in torch.as_tensor(last_page_len).cpu().tolist()]
-        groups = len(qo) - 1
-        if groups < 1 or qo[0] != 0 or kv[0] != 0:
-            return None
-        kv_len = [0 if kv[g + 1] == kv[g] else (kv[g + 1] - kv[g] - 1) * page_size + last[g]
-                  for g in range(groups)]
-        ctas = sum((qo[g + 1] - qo[g] + 127) // 128 for g in range(groups)) * num_qo_heads
-        longest = max(kv_len)
-        if longest < self._SPLIT_MIN_KV or ctas >= self._SPLIT_TARGET:
-            return None
-        k = min(self._SPLIT_MAX, -(-self._SPLIT_TARGET // max(ctas, 1)),
-                longest // self._SPLIT_CHUNK)
-        if k < 2:
-            return None
-        indices = torch.as_tensor(kv_indices)
-        n = qo[-1]
-        new_qo, new_kv, new_last, pieces = [0], [0], [], []
-        for c in range(k):
-            for g in range(groups):
-                pages = kv[g + 1] - kv[g]
-                per = -(-pages // k)
-                begin, end = min(pages, c * per), min(pages, (c + 1) * per)
-                pieces.append((kv[g] + begin, kv[g] + end))
-                new_kv.append(new_kv[-1] + end - begin)
-                new_last.append(last[g] if end == pages and end > begin else page_size)
-                new_qo.append(c * n + qo[g + 1])
-        dev = indices.device
-        idx = torch.cat([indices[a:b] for a, b in pieces]) if pieces else indices[:0]
-        i32 = torch.int32
-        return (k, torch.tensor(new_qo, dtype=i32, device=dev),
-                torch.tensor(new_kv, dtype=i32, device=dev), idx.to(i32),
-                torch.tensor(new_last, dtype=i32, device=dev))
-
-    def _run_level(self, i, q, paged_kv_cache):
-        k = self._splits[i]
-        if k == 1:
-            return self._wrappers[i].run(q, paged_kv_cache, return_lse=True)
-        n = q.shape[0]
-        out, lse = self._wrappers[i].run(q.repeat(k, 1, 1), paged_kv_cache, return_lse=True)
-        return merge_states(out.view(k, n, *out.shape[1:]).transpose(0, 1),
-                            lse.view(k, n, lse.shape[-1]).transpose(0, 1))
 
     def run(self, q: torch.Tensor,
             paged_kv_cache: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], *,
@@ -507,9 +442,9 @@ class MultiLevelCascadeAttentionWrapper:
         out : torch.Tensor
             q's shape and dtype; with ``return_lse``, ``(out, lse)``.
         """
-        out, lse = self._run_level(self._num_levels - 1, q, paged_kv_cache)
-        for i in range(self._num_levels - 1):
-            out_i, lse_i = self._run_level(i, q, paged_kv_cache)
+        out, lse = self._wrappers[-1].run(q, paged_kv_cache, return_lse=True)
+        for w in self._wrappers[:-1]:
+            out_i, lse_i = w.run(q, paged_kv_cache, return_lse=True)
             merge_state_in_place(out, lse, out_i, lse_i)
         return (out, lse) if return_lse else out
 

@@ -60,8 +60,7 @@ def table(groups):
                          [(2, 1, 40), (2, 5, 40), (3, 1, 40), (3, 4, 40),
                           (2, 1, 301), (3, 2, 200)])
 def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
-    """A prefix of 40 pages runs as one chunk; of 200 or 301 pages (3200, 4816 tokens: few query
-    rows over a long KV) the wrapper splits it into KV chunks and merges them."""
+    """Prefixes of 40, 200 and 301 pages (up to 4816 tokens over a few query rows)."""
     hq, hk, page_size, dtype, batch = 32, 8, 16, torch.float16, 6
     prefix_len = prefix_pages_n * page_size  # whole pages, so the plain table can concatenate
     group_len = 3 * page_size  # level 1 of three levels: a prefix per pair of requests
