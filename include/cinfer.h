@@ -484,6 +484,9 @@ CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
  * are not range-checked). out: [batch, Hq, D] q_dtype. lse: NULL or [batch, Hq] float32 (base 2).
  * The kernels read rows with vector loads: q, out, k and v rows must start on 16-byte boundaries
  * (8 bytes for fp8 KV), i.e. the data addresses and the strides of every dimension longer than 1.
+ * args: the arguments of options->variant (NULL for default attention and for variants without
+ * parameters), checked against its declaration; they are passed by value, so a captured graph
+ * replays with the values of the capture.
  * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim, non-contiguous last dim, not
  * on the context's device, index arrays not int32, lse not float32); PLAN_MISMATCH (shapes or
  * dtypes that differ from the options or the plan); UNSUPPORTED (misaligned rows, K and V with
@@ -506,7 +509,8 @@ CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
  * these options). page_size, use_cuda_graph and max_batch_size of options are ignored.
  * Each call validates, loads the kernels (JIT-compiling on first use) and plans on the host, then
  * copies the schedule into the workspace from pageable memory with an asynchronous copy on
- * stream; so it cannot be captured in a CUDA graph (use batch decode for that).
+ * stream; so it cannot be captured in a CUDA graph (use batch decode for that). args: the
+ * arguments of options->variant, as for cinfer_batch_decode_run.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */
@@ -538,7 +542,8 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * v_scale the output, as in decode. Rows are read and written with 16-byte accesses: data
  * addresses and strides must keep every row 16-byte aligned (else UNSUPPORTED); qo_len and
  * kv_len must be below 2^30. One launch, no workspace; asynchronous on stream; never allocates
- * or synchronizes (it compiles the kernel on first use). Thread-safe.
+ * or synchronizes (it compiles the kernel on first use). Thread-safe. args: the arguments of
+ * options->variant, as for cinfer_batch_decode_run.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR,
  * NOT_FOUND, OUT_OF_MEMORY.
  */
