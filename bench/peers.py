@@ -148,6 +148,10 @@ class Flex(Peer):
 
     def __init__(self, torch, model, timer):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        # Inductor compiles in worker subprocesses by default; on the GPU machine (2026-11-29) a
+        # worker failed ("SubprocException"), so compile in this process.
+        import torch._inductor.config as inductor_config
+        inductor_config.compile_threads = 1
         self.torch, self.m, self.timer = torch, model, timer
         self.create_block_mask = create_block_mask
         self.flex = torch.compile(flex_attention, dynamic=False)
