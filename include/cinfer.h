@@ -37,6 +37,11 @@
  *                      kernels come from the AOT bundle or the cache
  *   CINFER_NVRTC_PATH  full path of libnvrtc to load instead of searching for it
  *   CINFER_CUDA_PATH   full path of the CUDA driver library (default libcuda.so.1)
+ *   CINFER_AOT_PATH    the ahead-of-time kernel bundle (`cinfer aot`). Without it the library
+ *                      looks for libcinfer.aot next to libcinfer.so; a program that links the
+ *                      library statically has no such folder and uses no bundle unless this is
+ *                      set. Kernels are looked up in the process's loaded modules, then the
+ *                      bundle, then the disk cache, and compiled last.
  */
 #ifndef CINFER_H
 #define CINFER_H
@@ -277,7 +282,9 @@ typedef enum cinfer_param_kind {
 /* One declared parameter of a variant. Tensors come first, then scalars. dtype: a tensor's
  * element type (float16, bfloat16, float32, float64, int32, int64, uint32, uint8) or a scalar's
  * C type (float32 = float, float64 = double, int32 = int32_t, int64 = int64_t, uint32 =
- * uint32_t). name: a C identifier of at most 63 characters, unique within the variant. */
+ * uint32_t). name: a C identifier of at most 63 characters, unique within the variant, not a
+ * C/C++ keyword, not reserved (__x, _X) and not starting with cinfer_ (it becomes a member of the
+ * generated struct). */
 typedef struct cinfer_param {
     const char *name;
     cinfer_param_kind_t kind;
@@ -331,7 +338,8 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
                                                  cinfer_variant_t **out);
 
 /*
- * The built-in example variants, written like user code (their sources are kernels/variants/):
+ * The built-in example variants, written like user code (cinfer_variant_source gives their
+ * sources):
  *   "sigmoid":     no softmax; w = 1 / (1 + exp(-(logit * scale + bias))). Scalars: float scale,
  *                  float bias.
  *   "sinks":       one learned logit per query head in the softmax denominator (gpt-oss).
@@ -354,7 +362,8 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  */
 CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);
 
-/* The variant's name; its source; its parameter declarations (*num_params receives the count). */
+/* The variant's name; its source; its parameter declarations (*num_params receives the count).
+ * For NULL: NULL, NULL, and NULL with *num_params = 0. */
 CINFER_API const char *cinfer_variant_name(const cinfer_variant_t *variant);
 CINFER_API const char *cinfer_variant_source(const cinfer_variant_t *variant);
 CINFER_API const cinfer_param_t *cinfer_variant_params(const cinfer_variant_t *variant,

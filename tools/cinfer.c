@@ -3,8 +3,10 @@
  * the command table, the help text, dispatch and the helpers the commands share.
  */
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -129,6 +131,35 @@ void cli_format_bytes(uint64_t bytes, char *dst, size_t cap) {
     cinfer__fmt(dst, cap, "%.1f %s", value, units[unit]);
 }
 
+/*
+ * The tool links the library statically, so the library cannot find a bundle "next to
+ * libcinfer.so". For the commands that run kernels (and `info`, which reports the bundle), point
+ * CINFER_AOT_PATH, when unset, at the bundle next to the tool (a build folder) or in ../lib or
+ * ../lib64 (an install), as if the library were the shared one beside it.
+ */
+static void use_bundle_beside_the_tool(void) {
+    if (getenv("CINFER_AOT_PATH"))
+        return;
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    static const char *const places[] = {"", "/../lib", "/../lib64"};
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s%s/libcinfer.aot", exe, places[i]);
+        if (access(path, R_OK) == 0) {
+            setenv("CINFER_AOT_PATH", path, 0);
+            return;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return cli_usage_error(NULL, "no command given");
@@ -153,6 +184,8 @@ int main(int argc, char **argv) {
     const cli_command_t *cmd = find_command(name);
     if (!cmd)
         return cli_usage_error(NULL, "unknown command \"%s\"", name);
+    if (strcmp(name, "demo") == 0 || strcmp(name, "bench") == 0 || strcmp(name, "info") == 0)
+        use_bundle_beside_the_tool();
     int status = cmd->run(argc - 1, argv + 1);
     /* A failed write (full disk, closed pipe) must not pass for success. */
     if ((fflush(stdout) != 0 || ferror(stdout)) && status == CLI_EXIT_OK) {

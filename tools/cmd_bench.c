@@ -1030,10 +1030,10 @@ static void print_header(const serve_args_t *a, const char *trace, const serve_t
     if (m->window_left >= 0)
         printf(", window %d%s", m->window_left + 1,
                m->window_every ? " on even layers" : " on every layer");
-    printf("), %d layers, page %d, KV pool %lld pages (%.2f GB over all layers), prefill chunk "
-           "%d, max batch %d\n",
-           a->layers, PAGE_SIZE, (long long)num_pages, a->kv_budget_gb, a->prefill_chunk,
-           a->max_batch);
+    printf("), %d layer%s, page %d, KV pool %lld pages (%.2f GB over all layers), prefill "
+           "chunk %d, max batch %d\n",
+           a->layers, a->layers == 1 ? "" : "s", PAGE_SIZE, (long long)num_pages, a->kv_budget_gb,
+           a->prefill_chunk, a->max_batch);
     printf("trace: %s (%lld requests%s%s)\n", trace, (long long)tr->count,
            a->requests ? " taken" : "", a->steps ? ", stopping at --steps" : "");
 }

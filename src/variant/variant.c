@@ -59,6 +59,114 @@ static bool is_identifier(const char *s, size_t max) {
     return true;
 }
 
+/* C and C++ keywords (NVRTC compiles C++): a parameter becomes a member of the generated struct,
+ * so its name must not be one, nor a reserved name (two underscores, or underscore and capital),
+ * nor start with cinfer_ (the library's own names). */
+static bool is_reserved_name(const char *s) {
+    static const char *const keywords[] = {
+        "alignas",
+        "alignof",
+        "and",
+        "and_eq",
+        "asm",
+        "auto",
+        "bitand",
+        "bitor",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "class",
+        "compl",
+        "concept",
+        "const",
+        "consteval",
+        "constexpr",
+        "constinit",
+        "const_cast",
+        "continue",
+        "co_await",
+        "co_return",
+        "co_yield",
+        "decltype",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "dynamic_cast",
+        "else",
+        "enum",
+        "explicit",
+        "export",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "mutable",
+        "namespace",
+        "new",
+        "noexcept",
+        "not",
+        "not_eq",
+        "nullptr",
+        "operator",
+        "or",
+        "or_eq",
+        "private",
+        "protected",
+        "public",
+        "register",
+        "reinterpret_cast",
+        "requires",
+        "restrict",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "static_assert",
+        "static_cast",
+        "struct",
+        "switch",
+        "template",
+        "this",
+        "thread_local",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typeid",
+        "typename",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "wchar_t",
+        "while",
+        "xor",
+        "xor_eq",
+        "_Bool",
+        "params",
+    };
+    for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
+        if (strcmp(s, keywords[i]) == 0)
+            return true;
+    return (s[0] == '_' && (s[1] == '_' || (s[1] >= 'A' && s[1] <= 'Z'))) ||
+           strncmp(s, "cinfer_", 7) == 0;
+}
+
 /* ---- hooks the host must know ---- */
 
 /* True when a line of the source is "#define NAME VALUE" (spaces allowed around '#'). */
@@ -123,6 +231,11 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
                                  "1..%d characters",
                                  name, i, p->name ? p->name : "(null)",
                                  CINFER__VARIANT_NAME_MAX - 1);
+        if (is_reserved_name(p->name))
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "variant %s: params[%d].name \"%s\" is a C/C++ keyword or a "
+                                 "reserved name (it becomes a struct member)",
+                                 name, i, p->name);
         for (int j = 0; j < i; j++)
             if (strcmp(params[j].name, p->name) == 0)
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,

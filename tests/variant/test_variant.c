@@ -58,6 +58,12 @@ static void declarations_are_checked(void **state) {
     expect_create_error("v", "", NULL, 1, "params is NULL");
     const cinfer_param_t bad_name[] = {{"a b", CINFER_PARAM_TENSOR, F32}};
     expect_create_error("v", "", bad_name, 1, "params[0].name \"a b\"");
+    const cinfer_param_t keyword[] = {{"float", CINFER_PARAM_TENSOR, F32}};
+    expect_create_error("v", "", keyword, 1, "\"float\" is a C/C++ keyword");
+    const cinfer_param_t reserved[] = {{"__x", CINFER_PARAM_SCALAR, F32}};
+    expect_create_error("v", "", reserved, 1, "reserved name");
+    const cinfer_param_t ours[] = {{"cinfer_unused_", CINFER_PARAM_SCALAR, F32}};
+    expect_create_error("v", "", ours, 1, "reserved name");
     const cinfer_param_t null_name[] = {{NULL, CINFER_PARAM_TENSOR, F32}};
     expect_create_error("v", "", null_name, 1, "params[0].name");
     const cinfer_param_t dup[] = {{"x", CINFER_PARAM_TENSOR, F32}, {"x", CINFER_PARAM_SCALAR, F32}};
