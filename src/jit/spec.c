@@ -201,6 +201,17 @@ static int find_dtype(const char *text, size_t len) {
     for (int i = 1; i < CINFER__DT_COUNT; i++)
         if (strlen(dtype_info[i].name) == len && strncmp(dtype_info[i].name, text, len) == 0)
             return i;
+    /* The names DLPack and PyTorch users write. */
+    static const struct {
+        const char *alias;
+        cinfer__dtype_t dt;
+    } aliases[] = {{"float16", CINFER__DT_F16},     {"bfloat16", CINFER__DT_BF16},
+                   {"float32", CINFER__DT_F32},     {"int32", CINFER__DT_I32},
+                   {"uint8", CINFER__DT_U8},        {"float8_e4m3fn", CINFER__DT_E4M3},
+                   {"float8_e5m2", CINFER__DT_E5M2}};
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strlen(aliases[i].alias) == len && strncmp(aliases[i].alias, text, len) == 0)
+            return (int)aliases[i].dt;
     return -1;
 }
 
@@ -210,7 +221,8 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
         if (dt < 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "spec field %s: unknown dtype \"%.*s\" (expected f16, bf16, f32, "
-                                 "e4m3, e5m2, i32 or u8)",
+                                 "e4m3, e5m2, i32 or u8, or float16, bfloat16, float32, "
+                                 "float8_e4m3fn, float8_e5m2, int32, uint8)",
                                  f->name, (int)len, v);
         *out = dt;
         return CINFER_STATUS_SUCCESS;

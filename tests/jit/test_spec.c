@@ -44,6 +44,12 @@ static void text_form_round_trips(void **state) {
     cinfer__spec_t a = parse("merge_states:dtype=bf16,head_dim=64,vec=8,layout=hnd,tile_q=64");
     cinfer__spec_t b = parse("merge_states:dtype_o=bf16,head_dim_vo=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
+    /* DLPack / PyTorch dtype names parse to the same spec. */
+    cinfer__spec_t c = parse("merge_states:dtype=bfloat16,head_dim=64,vec=8");
+    assert_memory_equal(&b, &c, sizeof b);
+    cinfer__spec_t d = parse("decode:dtype_q=float16,dtype_kv=float8_e4m3fn,dtype_o=float16");
+    assert_int_equal(d.dtype_kv, CINFER__DT_E4M3);
+    assert_int_equal(d.dtype_q, CINFER__DT_F16);
 }
 
 static void bad_text_names_the_problem(void **state) {
