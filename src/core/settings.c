@@ -45,6 +45,12 @@ static void read_settings(void) {
     s.log_level = log && log[0] ? atoi(log) : CINFER__LOG_QUIET;
     const char *jit = getenv("CINFER_JIT");
     s.jit_enabled = !(jit && (strcasecmp(jit, "off") == 0 || strcmp(jit, "0") == 0));
+    if (jit && jit[0] && s.jit_enabled && strcasecmp(jit, "on") != 0 && strcmp(jit, "1") != 0)
+        /* (Not through cinfer__warn: it reads these settings.) */
+        fprintf(stderr,
+                "cinfer: warning: CINFER_JIT = \"%s\" is not on, off, 1 or 0; the JIT "
+                "stays on\n",
+                jit);
     copy_env(s.nvrtc_path, sizeof s.nvrtc_path, "CINFER_NVRTC_PATH");
     copy_env(s.cuda_path, sizeof s.cuda_path, "CINFER_CUDA_PATH");
     copy_env(s.aot_path, sizeof s.aot_path, "CINFER_AOT_PATH");
