@@ -143,9 +143,11 @@ static int cache_ls(void) {
     time_t now = time(NULL);
     uint64_t total = 0;
     unsigned corrupt = 0;
+    /* KEY: the first hex digits of the entry's key hash (its file name's suffix), which tell apart
+     * entries of one kernel name (other library versions, NVRTC versions, variant sources). */
     if (l.count)
-        printf("%-*s  %-*s  %10s  %-19s  %s\n", name_width, "KERNEL", arch_width, "ARCH", "SIZE",
-               "MODIFIED", "AGE");
+        printf("%-*s  %-8s  %-*s  %10s  %-19s  %s\n", name_width, "KERNEL", "KEY", arch_width,
+               "ARCH", "SIZE", "MODIFIED", "AGE");
     for (size_t i = 0; i < l.count; i++) {
         const cinfer__cache_entry_t *e = &l.items[i].entry;
         char size[32], modified[32] = "?", age[32];
@@ -155,8 +157,12 @@ static int cache_ls(void) {
         if (localtime_r(&mtime, &tm))
             strftime(modified, sizeof modified, "%Y-%m-%d %H:%M:%S", &tm);
         age_text(difftime(now, mtime), age, sizeof age);
-        printf("%-*s  %-*s  %10s  %-19s  %s%s\n", name_width, e->name, arch_width, l.items[i].arch,
-               size, modified, age, e->valid_header ? "" : "  corrupt");
+        const char *dash = strrchr(e->file, '-');
+        char key[9] = "?";
+        if (dash)
+            cinfer__fmt(key, sizeof key, "%.8s", dash + 1);
+        printf("%-*s  %-8s  %-*s  %10s  %-19s  %s%s\n", name_width, e->name, key, arch_width,
+               l.items[i].arch, size, modified, age, e->valid_header ? "" : "  corrupt");
         total += e->bytes;
         corrupt += !e->valid_header;
     }
