@@ -66,18 +66,6 @@ static bp_case base_case(const char *desc) {
     return c;
 }
 
-static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
-    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
-    if (cinfer_test_ref_dtype(dt, &r) != 0)
-        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
-    return r;
-}
-
-/* bf16 keeps 8 significant bits, fp16 11; P is rounded to the same dtype before P V. */
-static double value_tolerance(cinfer__dtype_t dt) {
-    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
-}
-
 /* Rows of q/out before the first request and after the last one (never read or written). */
 enum { Q_FRONT = 3, Q_BACK = 5, KV_FRONT = 4, KV_BACK = 9, EXTRA_PAGES = 5 };
 
@@ -331,8 +319,8 @@ static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
 static void reference(const bp_case *c, const bp_data *x, double *o, double *lse) {
     cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
     cinfer__ref_strided3_t q;
-    cinfer__ref_strided3_packed(&q, x->q, ref_dtype(c->dtype), CINFER__REF_LAYOUT_NHD, x->q_rows,
-                                c->hq, c->d);
+    cinfer__ref_strided3_packed(&q, x->q, cinfer_test_ref_dtype_of(c->dtype),
+                                CINFER__REF_LAYOUT_NHD, x->q_rows, c->hq, c->d);
     cinfer__ref_attn_opts_t opts;
     cinfer__ref_attn_opts_init(&opts, c->d);
     if (c->sm_scale > 0)
@@ -359,14 +347,15 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     const kv_strides s = strides_of(c, x);
     int rc;
     if (!c->paged) {
-        cinfer__ref_strided3_t k = {x->k, ref_dtype(c->dtype), s.token, s.head, 1};
-        cinfer__ref_strided3_t v = {x->v, ref_dtype(c->dtype), s.token, s.head, 1};
+        cinfer__ref_strided3_t k = {x->k, cinfer_test_ref_dtype_of(c->dtype), s.token, s.head, 1};
+        cinfer__ref_strided3_t v = {x->v, cinfer_test_ref_dtype_of(c->dtype), s.token, s.head, 1};
         rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
                                       g_tv && g_tv->kind == TV_MASK ? g_tv->mask : mask, NULL,
                                       &opts, o, lse);
     } else {
         const size_t esz = cinfer__dtype_size(c->dtype);
-        cinfer__ref_paged_t k = {x->k, ref_dtype(c->dtype), s.page, s.token, s.head, 1};
+        cinfer__ref_paged_t k = {x->k, cinfer_test_ref_dtype_of(c->dtype), s.page, s.token, s.head,
+                                 1};
         cinfer__ref_paged_t v = k;
         v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
         cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
@@ -418,7 +407,7 @@ static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
     const int64_t n = (r1 - r0) * row_elems;
     CINFER_TEST_ASSERT_CLOSE(
         cinfer_test_compare(c->dtype, out + r0 * row_elems, ref_o + r0 * row_elems, n,
-                            value_tolerance(c->dtype),
+                            cinfer_test_value_tolerance(c->dtype),
                             g_tv ? tv_max_abs_tol(g_tv, ref_o + r0 * row_elems, n) : 0.05, 1e-3),
         "out", c->desc, seed);
     if (c->lse)

@@ -59,19 +59,6 @@ static decode_case base_case(const char *desc) {
     return c;
 }
 
-static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
-    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
-    if (cinfer_test_ref_dtype(dt, &r) != 0)
-        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
-    return r;
-}
-
-static double value_tolerance(cinfer__dtype_t dt) {
-    /* bf16 keeps 8 significant bits (relative rounding 2^-9), fp16 11 (2^-12); the float32
-     * accumulation adds far less. */
-    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
-}
-
 /* Everything one case needs on the host and the device. */
 typedef struct decode_data {
     int batch;
@@ -203,14 +190,19 @@ static void reference(const decode_case *c, const decode_data *x, const tv_state
                       double *lse, double *logits) {
     cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
     cinfer__ref_strided3_t q;
-    cinfer__ref_strided3_packed(&q, x->q, ref_dtype(c->q_dtype), CINFER__REF_LAYOUT_NHD, c->batch,
-                                c->hq, c->d);
+    cinfer__ref_strided3_packed(&q, x->q, cinfer_test_ref_dtype_of(c->q_dtype),
+                                CINFER__REF_LAYOUT_NHD, c->batch, c->hq, c->d);
     int64_t s_page, s_slot, s_head, v_off;
     pool_strides(c, &s_page, &s_slot, &s_head, &v_off, x->max_pages);
     const size_t esz = cinfer__dtype_size(c->kv_dtype);
-    cinfer__ref_paged_t k = {x->cache, ref_dtype(c->kv_dtype), s_page, s_slot, s_head, 1};
-    cinfer__ref_paged_t v = {
-        x->cache + (size_t)v_off * esz, ref_dtype(c->kv_dtype), s_page, s_slot, s_head, 1};
+    cinfer__ref_paged_t k = {
+        x->cache, cinfer_test_ref_dtype_of(c->kv_dtype), s_page, s_slot, s_head, 1};
+    cinfer__ref_paged_t v = {x->cache + (size_t)v_off * esz,
+                             cinfer_test_ref_dtype_of(c->kv_dtype),
+                             s_page,
+                             s_slot,
+                             s_head,
+                             1};
     cinfer__ref_page_table_t table = {c->batch,  c->page_size, x->max_pages,
                                       x->indptr, x->indices,   x->last};
     cinfer__ref_attn_opts_t opts;
@@ -369,7 +361,7 @@ static void check_outputs(const decode_case *c, decode_data *x, uint64_t seed, t
     CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->out_bytes));
     CINFER_TEST_OK(cinfer_test_buf_download(&x->d_lse, 0, lse, x->lse_bytes));
     CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->q_dtype, out, ref_o, n,
-                                                 value_tolerance(c->q_dtype),
+                                                 cinfer_test_value_tolerance(c->q_dtype),
                                                  tv_max_abs_tol(tv, ref_o, n), 1e-3),
                              "out", c->desc, seed);
     if (c->lse)

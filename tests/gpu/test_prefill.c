@@ -61,19 +61,6 @@ static prefill_case base_case(const char *desc) {
     return c;
 }
 
-static cinfer__ref_dtype_t ref_dtype(cinfer__dtype_t dt) {
-    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
-    if (cinfer_test_ref_dtype(dt, &r) != 0)
-        fail_msg("no reference dtype for %s", cinfer__dtype_name(dt));
-    return r;
-}
-
-/* bf16 keeps 8 significant bits (2^-9 relative rounding), fp16 11; P is rounded to the same
- * dtype before P V, the float32 accumulation adds far less. */
-static double value_tolerance(cinfer__dtype_t dt) {
-    return dt == CINFER__DT_BF16 ? 1e-2 : 3e-3;
-}
-
 /* Where a [tokens, heads, D] view lives in its buffer: element (t, h, i) is at
  * off + t * s_tok + h * s_head + i. */
 typedef struct view {
@@ -225,7 +212,7 @@ static cinfer__ref_strided3_t ref_view(const prefill_case *c, const prefill_data
                                        const view_t *v, int64_t h) {
     cinfer__ref_strided3_t r;
     r.data = x->host[v->buf] + (size_t)(v->off + h * v->s_head) * cinfer__dtype_size(c->dtype);
-    r.dtype = ref_dtype(c->dtype);
+    r.dtype = cinfer_test_ref_dtype_of(c->dtype);
     r.stride_token = v->s_tok;
     r.stride_head = v->s_head;
     r.stride_dim = 1;
@@ -343,7 +330,7 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         char what[64];
         snprintf(what, sizeof what, "out of head %lld", (long long)h);
         CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, got, ref_o, qo * d,
-                                                     value_tolerance(c->dtype),
+                                                     cinfer_test_value_tolerance(c->dtype),
                                                      tv_max_abs_tol(tv, ref_o, qo * d), 1e-3),
                                  what, c->desc, seed);
         if (!c->no_lse) {

@@ -335,6 +335,17 @@ int cinfer_test_ref_dtype(cinfer__dtype_t dtype, cinfer__ref_dtype_t *out) {
     }
 }
 
+cinfer__ref_dtype_t cinfer_test_ref_dtype_of(cinfer__dtype_t dtype) {
+    cinfer__ref_dtype_t r = CINFER__REF_DTYPE_F32;
+    if (cinfer_test_ref_dtype(dtype, &r) != 0)
+        fail_msg("no reference dtype for %s", cinfer__dtype_name(dtype));
+    return r;
+}
+
+double cinfer_test_value_tolerance(cinfer__dtype_t dtype) {
+    return dtype == CINFER__DT_BF16 ? 1e-2 : 3e-3;
+}
+
 double cinfer_test_load(cinfer__dtype_t dtype, const void *base, int64_t index) {
     cinfer__ref_dtype_t rd;
 

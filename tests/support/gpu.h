@@ -152,6 +152,13 @@ DLTensor *cinfer_test_tensor_init(cinfer_test_tensor *x, const cinfer_test_buf *
 
 /* The reference's dtype for a float cinfer dtype; returns 0 on success, -1 for I32, U8, NONE. */
 int cinfer_test_ref_dtype(cinfer__dtype_t dtype, cinfer__ref_dtype_t *out);
+/* The same, failing the current test for a dtype the reference does not decode. */
+cinfer__ref_dtype_t cinfer_test_ref_dtype_of(cinfer__dtype_t dtype);
+
+/* Relative L2 tolerance of attention outputs in an fp16/bf16 dtype: bf16 keeps 8 significant
+ * bits (relative rounding 2^-9), fp16 11 (2^-12); P is rounded to that dtype before P V, and the
+ * float32 accumulation adds far less. */
+double cinfer_test_value_tolerance(cinfer__dtype_t dtype);
 
 /* Element index of a raw host buffer as a double: float types through the reference's exact
  * decoders, i32 and u8 as integers; NaN for CINFER__DT_NONE. */
