@@ -851,12 +851,6 @@ static void variants(void **state) {
     }
 }
 
-static int teardown_buffers(void **state) {
-    (void)state;
-    cinfer_test_buf_free_all();
-    return 0;
-}
-
 int main(void) {
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
@@ -867,16 +861,17 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(llama_heads, teardown_buffers),
-        cmocka_unit_test_teardown(page_sizes_and_layouts, teardown_buffers),
-        cmocka_unit_test_teardown(head_dims_dtypes_and_groups, teardown_buffers),
-        cmocka_unit_test_teardown(short_queries, teardown_buffers),
-        cmocka_unit_test_teardown(masks_and_edges, teardown_buffers),
-        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
-        cmocka_unit_test_teardown(page_offsets_need_64_bits, teardown_buffers),
-        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
-        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
-        cmocka_unit_test_teardown(variants, teardown_buffers),
+        cmocka_unit_test_teardown(llama_heads, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(page_sizes_and_layouts, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(head_dims_dtypes_and_groups, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(short_queries, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(masks_and_edges, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
+                                  cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(variants, cinfer_test_teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -956,12 +956,6 @@ static void bad_arguments_are_errors(void **state) {
     free_data(&x);
 }
 
-static int teardown_buffers(void **state) {
-    (void)state;
-    cinfer_test_buf_free_all();
-    return 0;
-}
-
 int main(void) {
     const char *tc = getenv("CINFER_TEST_DECODE_TC");
     force_tensor_cores = tc && tc[0] == '1';
@@ -974,25 +968,26 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(basic_llama_heads, teardown_buffers),
-        cmocka_unit_test_teardown(layouts_and_page_sizes, teardown_buffers),
-        cmocka_unit_test_teardown(gqa_groups_and_head_dims, teardown_buffers),
-        cmocka_unit_test_teardown(dtypes_and_scales, teardown_buffers),
-        cmocka_unit_test_teardown(soft_cap_window_and_scale, teardown_buffers),
-        cmocka_unit_test_teardown(edge_lengths, teardown_buffers),
-        cmocka_unit_test_teardown(one_long_request, teardown_buffers),
-        cmocka_unit_test_teardown(page_indices_need_64_bits, teardown_buffers),
-        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
-        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_buffers),
-        cmocka_unit_test_teardown(single_decode_matches, teardown_buffers),
-        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_SIGMOID, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_SINKS, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_ALIBI, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_ALIBI_DEFAULT, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_DUMP, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_USER, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_MASK, teardown_buffers),
+        cmocka_unit_test_teardown(basic_llama_heads, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(layouts_and_page_sizes, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(gqa_groups_and_head_dims, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(dtypes_and_scales, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(soft_cap_window_and_scale, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(one_long_request, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(page_indices_need_64_bits, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
+                                  cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(single_decode_matches, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI_DEFAULT, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_DUMP, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_USER, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_MASK, cinfer_test_teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -1182,12 +1182,6 @@ static void test_merge_states_errors(void **state) {
  * main
  * ------------------------------------------------------------------------------------------- */
 
-/* Releases the device buffers a failed test left behind (cmocka leaves a test with longjmp). */
-static int free_buffers(void **state) {
-    cinfer_test_buf_free_all();
-    return 0;
-}
-
 int main(void) {
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
@@ -1198,20 +1192,20 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_merge_state_errors, free_buffers),
-        cmocka_unit_test_teardown(test_merge_in_place_errors, free_buffers),
-        cmocka_unit_test_teardown(test_merge_states_errors, free_buffers),
-        cmocka_unit_test_teardown(test_merge_zero_rows, free_buffers),
-        cmocka_unit_test_teardown(test_merge_state_sweep, free_buffers),
-        cmocka_unit_test_teardown(test_merge_state_strided, free_buffers),
-        cmocka_unit_test_teardown(test_merge_state_unaligned, free_buffers),
-        cmocka_unit_test_teardown(test_merge_state_alias, free_buffers),
-        cmocka_unit_test_teardown(test_merge_in_place_sweep, free_buffers),
-        cmocka_unit_test_teardown(test_merge_in_place_mask, free_buffers),
-        cmocka_unit_test_teardown(test_merge_in_place_strided, free_buffers),
-        cmocka_unit_test_teardown(test_merge_states_sweep, free_buffers),
-        cmocka_unit_test_teardown(test_merge_states_strided, free_buffers),
-        cmocka_unit_test_teardown(test_merge_states_zero_states, free_buffers),
+        cmocka_unit_test_teardown(test_merge_state_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_in_place_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_states_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_zero_rows, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_state_sweep, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_state_strided, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_state_unaligned, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_state_alias, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_in_place_sweep, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_in_place_mask, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_in_place_strided, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_states_sweep, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_states_strided, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_merge_states_zero_states, cinfer_test_teardown_buffers),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

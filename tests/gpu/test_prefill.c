@@ -815,12 +815,6 @@ static void variant(void **state) {
     run_variant(*(const tv_kind *)*state);
 }
 
-static int teardown_buffers(void **state) {
-    (void)state;
-    cinfer_test_buf_free_all();
-    return 0;
-}
-
 int main(void) {
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
@@ -830,22 +824,22 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(llama_heads, teardown_buffers),
-        cmocka_unit_test_teardown(head_dims_and_dtypes, teardown_buffers),
-        cmocka_unit_test_teardown(gqa_groups, teardown_buffers),
-        cmocka_unit_test_teardown(layouts_and_strides, teardown_buffers),
-        cmocka_unit_test_teardown(masks_and_scales, teardown_buffers),
-        cmocka_unit_test_teardown(edge_lengths, teardown_buffers),
-        cmocka_unit_test_teardown(all_tile_configs, teardown_buffers),
-        cmocka_unit_test_teardown(randomized_grid, teardown_buffers),
-        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_SIGMOID, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_SINKS, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_ALIBI, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_ALIBI_DEFAULT, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_DUMP, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_USER, teardown_buffers),
-        TV_CMOCKA_TEST(variant, TV_MASK, teardown_buffers),
+        cmocka_unit_test_teardown(llama_heads, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(head_dims_and_dtypes, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(gqa_groups, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(layouts_and_strides, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(masks_and_scales, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(all_tile_configs, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_ALIBI_DEFAULT, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_DUMP, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_USER, cinfer_test_teardown_buffers),
+        TV_CMOCKA_TEST(variant, TV_MASK, cinfer_test_teardown_buffers),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

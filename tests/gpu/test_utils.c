@@ -1695,13 +1695,6 @@ static void test_graph_capture(void **state) {
  * main
  * ------------------------------------------------------------------------------------------- */
 
-/* Releases the device buffers a failed test left behind (cmocka leaves a test with longjmp). */
-static int free_buffers(void **state) {
-    (void)state;
-    cinfer_test_buf_free_all();
-    return 0;
-}
-
 int main(void) {
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
@@ -1712,19 +1705,19 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_append_argument_errors, free_buffers),
-        cmocka_unit_test_teardown(test_append_empty, free_buffers),
-        cmocka_unit_test_teardown(test_append_sweep, free_buffers),
-        cmocka_unit_test_teardown(test_append_error_flags, free_buffers),
-        cmocka_unit_test_teardown(test_append_fp8_special_values, free_buffers),
-        cmocka_unit_test_teardown(test_batch_indices_positions, free_buffers),
-        cmocka_unit_test_teardown(test_seq_lens, free_buffers),
-        cmocka_unit_test_teardown(test_rope_argument_errors, free_buffers),
-        cmocka_unit_test_teardown(test_rope_sweep, free_buffers),
-        cmocka_unit_test_teardown(test_packbits_argument_errors, free_buffers),
-        cmocka_unit_test_teardown(test_packbits, free_buffers),
-        cmocka_unit_test_teardown(test_segment_packbits, free_buffers),
-        cmocka_unit_test_teardown(test_graph_capture, free_buffers),
+        cmocka_unit_test_teardown(test_append_argument_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_append_empty, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_append_sweep, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_append_error_flags, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_append_fp8_special_values, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_batch_indices_positions, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_seq_lens, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_rope_argument_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_rope_sweep, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_packbits_argument_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_packbits, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_segment_packbits, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(test_graph_capture, cinfer_test_teardown_buffers),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

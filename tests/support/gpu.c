@@ -249,6 +249,12 @@ size_t cinfer_test_buf_free_all(void) {
     return freed;
 }
 
+int cinfer_test_teardown_buffers(void **state) {
+    (void)state;
+    cinfer_test_buf_free_all();
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * DLTensor views
  * ------------------------------------------------------------------------------------------- */

@@ -113,6 +113,9 @@ cinfer_status_t cinfer_test_buf_check_canaries(const cinfer_test_buf *buf);
 void cinfer_test_buf_free(cinfer_test_buf *buf);
 /* Frees every buffer not yet freed (cleanup after a failed test). Returns how many it freed. */
 size_t cinfer_test_buf_free_all(void);
+/* A cmocka teardown that frees every buffer the test left (cinfer_test_buf_free_all): a failed
+ * test leaves through longjmp, past its own frees. */
+int cinfer_test_teardown_buffers(void **state);
 
 /* ---------------------------------------------------------------------------------------------
  * DLTensor views
