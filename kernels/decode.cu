@@ -189,13 +189,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     /* Through the hooks in natural-log units (the host's q_scale has no log2(e)
                      * for these kernels); with softmax the result goes to base 2, without it is
                      * the weight itself (0 where dropped). */
-                    float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                    float x = CINFER_VARIANT_DROPPED;
                     if (valid) {
-                        const int t = t0 + u * ROWS + row, head = qo_head0 + g;
-                        const float logit =
-                            variant_logits_transform(&vp, dot, b, qo_pos, t, head, item.kv_head);
-                        if (variant_logits_mask(&vp, b, qo_pos, t, head, item.kv_head))
-                            x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
+                        x = cinfer_variant_logit(&vp, dot, b, qo_pos, t0 + u * ROWS + row,
+                                                 qo_head0 + g, item.kv_head);
+                        if (VARIANT_USE_SOFTMAX)
+                            x *= CINFER_LOG2E; /* -inf stays -inf */
                     }
                     s[u][g] = x;
 #else

@@ -272,12 +272,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     /* Through the hooks in natural-log units (q_scale has no log2(e) here; rows
                      * past HPC are padding). */
                     const int row = g + 8 * (r / 2);
-                    float x = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
+                    float x = CINFER_VARIANT_DROPPED;
                     if (t < item.kv_end && row < HPC) {
-                        const float logit = variant_logits_transform(
-                            &vp, s[n][r] * p.q_scale, b, qo_pos, t, qo_head0 + row, item.kv_head);
-                        if (variant_logits_mask(&vp, b, qo_pos, t, qo_head0 + row, item.kv_head))
-                            x = VARIANT_USE_SOFTMAX ? logit * CINFER_LOG2E : logit;
+                        x = cinfer_variant_logit(&vp, s[n][r] * p.q_scale, b, qo_pos, t,
+                                                 qo_head0 + row, item.kv_head);
+                        if (VARIANT_USE_SOFTMAX)
+                            x *= CINFER_LOG2E; /* -inf stays -inf */
                     }
                     s[n][r] = x;
 #else

@@ -461,7 +461,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
                 edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
 #endif
-                const float dropped = VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f;
                 if (!edge) {
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++)
@@ -471,16 +470,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             for (int e = 0; e < 4; e++) {
                                 const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
                                 const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                                const float logit = variant_logits_transform(
+                                s[mq][n][e] = cinfer_variant_logit(
                                     &vp, s[mq][n][e] * p.q_scale, batch_idx, pos, j, head, kv_head);
-#if VARIANT_LOGITS_MASK
-                                s[mq][n][e] =
-                                    variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head)
-                                        ? logit
-                                        : dropped;
-#else
-                                s[mq][n][e] = logit;
-#endif
                             }
                 } else {
 #pragma unroll
@@ -499,14 +490,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
                                 keep = keep && j >= pos - p.window_left;
 #endif
-                                float x = dropped;
-                                if (keep) {
-                                    const float logit =
-                                        variant_logits_transform(&vp, s[mq][n][e] * p.q_scale,
-                                                                 batch_idx, pos, j, head, kv_head);
-                                    if (variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head))
-                                        x = logit;
-                                }
+                                float x = CINFER_VARIANT_DROPPED;
+                                if (keep)
+                                    x = cinfer_variant_logit(&vp, s[mq][n][e] * p.q_scale,
+                                                             batch_idx, pos, j, head, kv_head);
                                 s[mq][n][e] = x;
                             }
                 }

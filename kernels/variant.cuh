@@ -90,4 +90,21 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
     "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK with plain '#define NAME 1' lines"
 #endif
 
+/* What a dropped position contributes: logit -inf with softmax, weight 0 without. */
+#define CINFER_VARIANT_DROPPED (VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f)
+
+/* A logit (natural-log units) of a position that exists, through the logits transform and the
+ * mask: the transformed logit, or CINFER_VARIANT_DROPPED where the mask drops the position. The
+ * one place every kernel evaluates the two hooks. */
+__device__ __forceinline__ float cinfer_variant_logit(const cinfer_variant_params *params,
+                                                      float logit, int batch_idx, int qo_idx,
+                                                      int kv_idx, int qo_head_idx,
+                                                      int kv_head_idx) {
+    const float x = variant_logits_transform(params, logit, batch_idx, qo_idx, kv_idx, qo_head_idx,
+                                             kv_head_idx);
+    return variant_logits_mask(params, batch_idx, qo_idx, kv_idx, qo_head_idx, kv_head_idx)
+               ? x
+               : CINFER_VARIANT_DROPPED;
+}
+
 #endif
