@@ -147,18 +147,9 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->page_size = batch ? o->page_size : 1;
     s->layout = o->kv_layout;
 
-    /* The kernel works in base-2 logits: q is pre-scaled so that exp2 of its dot products is
-     * exp of the natural logits; with a soft cap the scale also divides by the cap, and the kernel
-     * multiplies tanh by cap * log2(e). */
-    const double log2e = 1.4426950408889634;
-    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)o->head_dim);
-    double q_scale = sm_scale * o->k_scale, v_scale = o->v_scale;
-    if (o->logits_soft_cap > 0) {
-        q_scale /= o->logits_soft_cap;
-        s->soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
-    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
-        q_scale *= log2e; /* (logit hooks take natural-log units) */
-    }
+    /* The kernel works in base-2 logits: q is pre-scaled by q_scale (ops/options.h). */
+    double sm_scale, q_scale, v_scale = o->v_scale;
+    cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &s->soft_cap_log2);
     /* The kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the 256 back
      * into both scales. */
     if (s->dtype_kv == CINFER__DT_E4M3) {

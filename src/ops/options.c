@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ops/options.h"
+#include "variant/variant.h"
 
 cinfer__dtype_t cinfer__dl_dtype(DLDataType d) {
     DLTensor t;
@@ -76,4 +77,18 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
                              "options->v_scale = %g, expected a finite value > 0",
                              (double)o->v_scale);
     return CINFER_STATUS_SUCCESS;
+}
+
+void cinfer__attention_logit_scales(const cinfer_attention_options_t *o, double *sm_scale,
+                                    double *q_scale, float *soft_cap_log2) {
+    const double log2e = 1.4426950408889634;
+    *sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)o->head_dim);
+    *q_scale = *sm_scale * o->k_scale;
+    *soft_cap_log2 = 0.0f;
+    if (o->logits_soft_cap > 0) {
+        *q_scale /= o->logits_soft_cap;
+        *soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
+    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
+        *q_scale *= log2e; /* (logit hooks take natural-log units) */
+    }
 }

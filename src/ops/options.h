@@ -17,4 +17,14 @@ cinfer__dtype_t cinfer__dl_dtype(DLDataType d);
 cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
                                                 uint32_t kv_dtypes, const char *kv_hint);
 
+/*
+ * The logit scales every attention kernel takes (its params struct). *sm_scale: options->sm_scale,
+ * or 1/sqrt(head_dim) for 0. *q_scale: sm_scale * k_scale * log2(e), so exp2 of the scaled dot
+ * product is exp of the natural logit; with a soft cap c, sm_scale * k_scale / c and
+ * *soft_cap_log2 = c * log2(e) (the kernels compute c log2(e) tanh(q . k * q_scale)), else
+ * *soft_cap_log2 = 0; a variant whose logit hooks take natural-log units keeps log2(e) out.
+ */
+void cinfer__attention_logit_scales(const cinfer_attention_options_t *o, double *sm_scale,
+                                    double *q_scale, float *soft_cap_log2);
+
 #endif

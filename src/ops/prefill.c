@@ -244,19 +244,10 @@ static long long stride_of(const DLTensor *t, int i) {
     return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
 }
 
-/* The scale fields of the params: base-2 logits q . k * sm_scale * k_scale * log2(e); with a soft
- * cap c the kernel computes c * log2(e) * tanh(q . k * sm_scale * k_scale / c); a variant's logit
- * hooks take natural-log units (no log2(e)). */
+/* The scale fields of the params (ops/options.h); v_scale multiplies the output. */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
-    const double log2e = 1.4426950408889634;
-    const double sm_scale = o->sm_scale > 0 ? (double)o->sm_scale : 1.0 / sqrt((double)o->head_dim);
-    double q_scale = sm_scale * o->k_scale;
-    if (o->logits_soft_cap > 0) {
-        q_scale /= o->logits_soft_cap;
-        p->soft_cap_log2 = (float)(o->logits_soft_cap * log2e);
-    } else if (!(o->variant && (o->variant->hooks & CINFER__VARIANT_LOGITS))) {
-        q_scale *= log2e; /* (logit hooks take natural-log units) */
-    }
+    double sm_scale, q_scale;
+    cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &p->soft_cap_log2);
     p->q_scale = (float)q_scale;
     p->v_scale = o->v_scale;
 }

@@ -10,10 +10,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "jit/jit.h"
+#include "ops/options.h"
 #include "variant/variant.h"
 
 #define F32                                                                                        \
@@ -374,6 +376,31 @@ static void user_compile_error_points_at_the_line(void **state) {
     cinfer_variant_destroy(x);
 }
 
+/* The kernels' logit scales: base 2 for default attention, the soft cap's form, and natural-log
+ * units for a variant whose hooks see logits. */
+static void logit_scales(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.head_dim = 64;
+    o.k_scale = 2.0f;
+    double sm, q;
+    float cap = -1.0f;
+    cinfer__attention_logit_scales(&o, &sm, &q, &cap);
+    assert_true(sm == 0.125 && fabs(q - 0.25 * 1.4426950408889634) < 1e-15 && cap == 0.0f);
+    o.logits_soft_cap = 30.0f;
+    cinfer__attention_logit_scales(&o, &sm, &q, &cap);
+    assert_true(fabs(q - 0.25 / 30.0) < 1e-15);
+    assert_true(cap == (float)(30.0 * 1.4426950408889634));
+    o.logits_soft_cap = 0.0f;
+    o.sm_scale = 0.5f;
+    o.variant = cinfer_variant_builtin("alibi"); /* logit hooks: natural-log units */
+    cinfer__attention_logit_scales(&o, &sm, &q, &cap);
+    assert_true(sm == 0.5 && q == 1.0 && cap == 0.0f);
+    o.variant = cinfer_variant_builtin("sinks"); /* no logit hooks: base 2 */
+    cinfer__attention_logit_scales(&o, &sm, &q, &cap);
+    assert_true(fabs(q - 1.4426950408889634) < 1e-15);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(declarations_are_checked),
@@ -383,6 +410,7 @@ int main(void) {
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(user_compile_error_points_at_the_line),
+        cmocka_unit_test(logit_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
