@@ -155,6 +155,12 @@ class Flex(Peer):
         self.torch, self.m, self.timer = torch, model, timer
         self.create_block_mask = create_block_mask
         self.flex = torch.compile(flex_attention, dynamic=False)
+        # One compiled kernel per padded shape: allow more than dynamo's default 8 before it
+        # would fall back to the (dense, slow) eager path.
+        import torch._dynamo.config as dynamo_config
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(dynamo_config, name):
+                setattr(dynamo_config, name, 256)
         self.compile_s = 0.0
         self.shapes = set()
         cap = model["logits_soft_cap"]
@@ -173,7 +179,22 @@ class Flex(Peer):
             self.shapes.add(key)
         return self.timer(lambda: self._run(q, k, v, block_mask))
 
+    # Flex's Triton template failed to compile once a K/V tensor passed 2^31 elements (64-bit
+    # offsets; "Ternary expression ... inconsistent types int64 and int32", PyTorch 2.11, seen on
+    # the GPU machine 2026-11-29): a decode batch is timed in groups below that size.
+    MAX_ELEMENTS = 1 << 31
+
     def decode(self, kvs, window):
+        m = self.m
+        L = next_pow2(max(kvs), 1024)
+        per_request = m["num_kv_heads"] * L * m["head_dim"]
+        group = max(1, self.MAX_ELEMENTS // per_request)
+        group = 1 << (group.bit_length() - 1)  # a power of two, as the padding is
+        kvs = sorted(kvs)
+        return sum(self._decode_group(kvs[i:i + group], window)
+                   for i in range(0, len(kvs), group))
+
+    def _decode_group(self, kvs, window):
         torch, m = self.torch, self.m
         B, L = next_pow2(len(kvs)), next_pow2(max(kvs), 1024)
         lens = torch.zeros(B, dtype=torch.int32, device="cuda")
