@@ -47,6 +47,50 @@ static uint64_t rng_next(void) {
     return z ^ (z >> 31);
 }
 
+/*
+ * GPU time of each of `warmup + iters` queued runs, as a CUDA graph replay or an engine's queued
+ * step sees it (the host's argument checks and launch latency left out, which a run of a few
+ * microseconds would otherwise be dominated by): a 4 GiB memset (about a millisecond) holds the
+ * stream while the host queues every run between its own pair of events. run(arg, i) queues run i
+ * (i < 0: warm-up). times_ms gets the `iters` timed runs. Warns when the host fell behind (the
+ * hold ended before the last run was queued), since then launch gaps are counted.
+ */
+#define BENCH_HOLD_BYTES (4ull << 30)
+static inline void bench_time_queued(CUstream stream, int warmup, int iters,
+                                     void (*run)(void *, int), void *arg, float *times_ms) {
+    static CUdeviceptr hold;
+    if (!hold)
+        CU(cuMemAlloc(&hold, BENCH_HOLD_BYTES));
+    const int n = warmup + iters;
+    CUevent *ev = malloc(sizeof(CUevent) * 2 * (size_t)n), held;
+    if (!ev) {
+        fprintf(stderr, "%s: out of host memory\n", bench_name);
+        exit(1);
+    }
+    for (int i = 0; i < 2 * n; i++)
+        CU(cuEventCreate(&ev[i], 0));
+    CU(cuEventCreate(&held, 0));
+    CU(cuMemsetD32Async(hold, 0, BENCH_HOLD_BYTES / 4, stream));
+    CU(cuEventRecord(held, stream));
+    for (int i = 0; i < n; i++) {
+        CU(cuEventRecord(ev[2 * i], stream));
+        run(arg, i - warmup);
+        CU(cuEventRecord(ev[2 * i + 1], stream));
+    }
+    if (cu->cuEventQuery(held) == CUDA_SUCCESS)
+        fprintf(stderr,
+                "%s: warning: the host queued slower than the GPU ran; times include "
+                "launch gaps\n",
+                bench_name);
+    CU(cuEventSynchronize(ev[2 * n - 1]));
+    for (int i = 0; i < iters; i++)
+        CU(cuEventElapsedTime(&times_ms[i], ev[2 * (warmup + i)], ev[2 * (warmup + i) + 1]));
+    for (int i = 0; i < 2 * n; i++)
+        CU(cuEventDestroy(ev[i]));
+    CU(cuEventDestroy(held));
+    free(ev);
+}
+
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);

@@ -6,7 +6,8 @@
  * Bytes counted = the K and V bytes every step must read once (PERF.md). Pages are scattered
  * (a random permutation of a large pool), the data is random (never zeros), and each timed run
  * uses the next of several page tables over disjoint parts of the pool, so that no run finds the
- * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up.
+ * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
+ * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
  *
  * Usage: bench_decode [TRACE.csv] [--quick]. Prints a Markdown table.
  */
@@ -57,6 +58,22 @@ static double copy_ceiling(CUstream stream) {
 typedef struct result {
     double us, tbps;
 } result_t;
+
+/* One queued run of a planned batch decode; run i reads the (i mod rotations)-th page table. */
+typedef struct run_state {
+    cinfer_batch_decode_t *op;
+    const DLTensor *q, *k, *v, *indptr, *indices, *last;
+    DLTensor *out;
+    int rotations;
+    CUstream stream;
+} run_state_t;
+
+static void queue_run(void *arg, int i) {
+    const run_state_t *rs = arg;
+    const int r = ((i % rs->rotations) + rs->rotations) % rs->rotations;
+    CI(cinfer_batch_decode_run(rs->op, rs->q, rs->k, rs->v, rs->indptr, &rs->indices[r], rs->last,
+                               rs->out, NULL, NULL, rs->stream));
+}
 
 /* Times one batch of kv lengths; returns the median microseconds and TB/s of K+V bytes. */
 static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens, int batch,
@@ -142,20 +159,9 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
         tidx[r] = tensor(indices + (CUdeviceptr)r * (CUdeviceptr)pages_needed * sizeof(int32_t),
                          i32, 1, idx_shape, dev);
 
-    CUevent e0, e1;
-    CU(cuEventCreate(&e0, 0));
-    CU(cuEventCreate(&e1, 0));
     float *times = malloc(sizeof(float) * (size_t)iters);
-    for (int i = -5; i < iters; i++) {
-        const DLTensor *ti = &tidx[(i + 5) % rotations];
-        CU(cuEventRecord(e0, stream));
-        CI(cinfer_batch_decode_run(op, &tq, &tk, &tv, &tindptr, ti, &tlast, &tout, NULL, NULL,
-                                   stream));
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        if (i >= 0)
-            CU(cuEventElapsedTime(&times[i], e0, e1));
-    }
+    run_state_t rs = {op, &tq, &tk, &tv, &tindptr, tidx, &tlast, &tout, rotations, stream};
+    bench_time_queued(stream, 5, iters, queue_run, &rs, times);
     qsort(times, (size_t)iters, sizeof(float), cmp_float);
     result_t res;
     res.us = times[iters / 2] * 1e3;
@@ -163,8 +169,6 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
 
     free(times);
     cinfer_batch_decode_destroy(op);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
     CU(cuMemFree(ws));
     CU(cuMemFree(k_cache));
     CU(cuMemFree(v_cache));

@@ -2,7 +2,8 @@
 (cuDNN and FlashAttention-2 backends) on dense KV with the same heads and lengths.
 
 Bytes counted = K and V read once, as in bench_decode. Times are medians of CUDA-event timings
-after warm-up, rotating over several KV copies so the 60 MB L2 never holds the next run's KV.
+after warm-up (runs queued back to back, as bench_decode does), rotating over several KV copies
+so the 60 MB L2 never holds the next run's KV.
 Prints Markdown rows; run: python3 bench/peers_decode.py
 """
 import sys
@@ -21,18 +22,19 @@ def time_sdpa(backend, batch, length, iters=30):
     q = torch.randn(batch, HQ, 1, D, device="cuda", dtype=torch.bfloat16)
     ks = [torch.randn(batch, HK, length, D, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
     vs = [torch.randn(batch, HK, length, D, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    times = []
+    # As bench_decode: runs queued back to back behind a hold (a sleep kernel of ~5 ms), each between
+    # its own events, so the figures are GPU time without the host's launch latency.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(iters + 5)]
     with sdpa_kernel(backend):
-        for i in range(iters + 5):
+        torch.cuda._sleep(10_000_000)
+        for i, (start, end) in enumerate(events):
             k, v = ks[i % copies], vs[i % copies]
             start.record()
             F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
             end.record()
-            end.synchronize()
-            if i >= 5:
-                times.append(start.elapsed_time(end))
+        torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in events[5:]]
     times.sort()
     us = times[len(times) // 2] * 1e3
     return us, kv_bytes / (us * 1e-6) / 1e12

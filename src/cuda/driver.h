@@ -61,6 +61,7 @@
     X(cuEventCreate)                                                                               \
     X(cuEventDestroy)                                                                              \
     X(cuEventRecord)                                                                               \
+    X(cuEventQuery)                                                                                \
     X(cuEventSynchronize)                                                                          \
     X(cuEventElapsedTime)
 
