@@ -9,7 +9,8 @@
  * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
  * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
  *
- * Usage: bench_decode [TRACE.csv] [--quick]. Prints a Markdown table.
+ * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN]. Prints a Markdown table; --case
+ * times one configuration on both kernels (LEN 0: lengths sampled from the trace), e.g. under ncu.
  */
 #include <math.h>
 #include <stdio.h>
@@ -222,10 +223,20 @@ int main(int argc, char **argv) {
     bench_name = "bench_decode";
     const char *trace = NULL;
     int quick = 0;
+    int case_batch = 0, case_len = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
-        else
+        else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d:%d", &case_batch, &case_len) != 2 || case_batch < 1 ||
+                case_batch > 256 || case_len < 0) {
+                fprintf(stderr,
+                        "bench_decode: --case %s, expected BATCH:LEN with BATCH 1..256 and "
+                        "LEN >= 0 (0: lengths sampled from the trace)\n",
+                        argv[i]);
+                return 2;
+            }
+        } else
             trace = argv[i];
     }
     CI(cinfer__cuda_get(&cu));
@@ -241,9 +252,35 @@ int main(int argc, char **argv) {
     printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
     printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
+    int *lens = malloc(sizeof(int) * 256);
+    if (case_batch > 0) {
+        /* One configuration on both kernels (for a profiler): uniform, or sampled from the trace.
+         */
+        int *tc = NULL, *tg = NULL;
+        const int n = case_len == 0 && trace ? load_trace(trace, &tc, &tg) : 0;
+        if (case_len == 0 && n <= 0) {
+            fprintf(stderr, "bench_decode: --case %d:0 needs a trace file\n", case_batch);
+            return 2;
+        }
+        for (int b = 0; b < case_batch; b++) {
+            const int k = n > 0 ? (int)(rng_next() % (uint64_t)n) : 0;
+            lens[b] = n > 0 ? tc[k] + (int)(rng_next() % (uint64_t)(tg[k] + 1)) : case_len;
+        }
+        for (int k = 0; k < 2; k++) {
+            result_t r = run_case(ctx, stream, lens, case_batch, bf16, k, iters);
+            printf("| %s | %s | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n",
+                   n > 0 ? "trace" : "uniform", KERNEL(k), case_batch, case_len, r.us, r.tbps,
+                   100 * r.tbps / ceiling);
+        }
+        free(tc);
+        free(tg);
+        free(lens);
+        cu->cuStreamDestroy(stream);
+        cinfer_context_destroy(ctx);
+        return 0;
+    }
     static const int batches[] = {1, 16, 64, 256};
     static const int lengths[] = {1024, 4096, 8192, 32768};
-    int *lens = malloc(sizeof(int) * 256);
     for (size_t bi = 0; bi < 4; bi++) {
         for (size_t li = 0; li < 4; li++) {
             int batch = batches[bi], len = lengths[li];
