@@ -27,11 +27,8 @@ int cinfer__decode_units(const cinfer__decode_config_t *cfg) {
 }
 
 int cinfer__decode_merge_rows(int head_dim) {
-    const int row_lanes = head_dim / 8;
-    int tx = 1;
-    while (tx < row_lanes && tx < 32)
-        tx *= 2;
-    return CINFER__DECODE_WARPS * 32 / tx;
+    (void)head_dim;
+    return CINFER__DECODE_WARPS;
 }
 
 /* ---- argument checks ---- */

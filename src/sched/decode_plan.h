@@ -93,8 +93,8 @@ int cinfer__decode_tile_kv(int heads_per_cta);
 /* Head slices per request: Hk * (group / HPC). */
 int cinfer__decode_units(const cinfer__decode_config_t *cfg);
 
-/* (request, query head) pairs per block of the merge kernel: 128 / TX, where TX is the power of
- * two >= head_dim / 8 (at most 32) lanes that one pair uses (kernels/decode.cu). */
+/* (request, query head) pairs per block of the merge kernel: one per warp (kernels/decode.cu),
+ * whatever the head dim. */
 int cinfer__decode_merge_rows(int head_dim);
 
 /* ---- argument checks that need no device ---- */

@@ -325,14 +325,11 @@ static void heads_per_cta_is_largest_divisor_up_to_8(void **state) {
     assert_int_equal(cinfer__decode_units(&c), 8);
 }
 
-static void merge_rows_follow_the_kernel_lanes(void **state) {
+static void merge_rows_are_one_pair_per_warp(void **state) {
     (void)state;
-    assert_int_equal(cinfer__decode_merge_rows(128), 8); /* 16 lanes per pair */
-    assert_int_equal(cinfer__decode_merge_rows(64), 16); /* 8 lanes */
-    assert_int_equal(cinfer__decode_merge_rows(256), 4); /* 32 lanes */
-    assert_int_equal(cinfer__decode_merge_rows(192), 4); /* 24 -> 32 lanes */
-    assert_int_equal(cinfer__decode_merge_rows(24), 32); /* 3 -> 4 lanes */
-    assert_int_equal(cinfer__decode_merge_rows(8), 128); /* 1 lane */
+    static const int head_dims[] = {8, 24, 64, 128, 192, 256};
+    for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; i++)
+        assert_int_equal(cinfer__decode_merge_rows(head_dims[i]), CINFER__DECODE_WARPS);
 }
 
 /* ---- workspace ---- */
@@ -808,14 +805,15 @@ static void graph_mode_grids_are_constant(void **state) {
         assert_int_equal(g, grid);
         assert_int_equal(m, merge);
         assert_int_equal(g, 264);
-        assert_int_equal(m, (32 * 32 + 7) / 8);
+        assert_int_equal(m, (32 * 32 + CINFER__DECODE_WARPS - 1) / CINFER__DECODE_WARPS);
         free_plan(&p);
     }
     /* Non-graph grids follow the plan. */
     c.graph = false;
     assert_int_equal(cinfer__decode_attention_grid(&c, 10), 10);
     assert_int_equal(cinfer__decode_attention_grid(&c, 1000), 264);
-    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, true), (3 * 32 + 7) / 8);
+    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, true),
+                     (3 * 32 + CINFER__DECODE_WARPS - 1) / CINFER__DECODE_WARPS);
     assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, false), 0);
 }
 
@@ -933,7 +931,7 @@ static void public_functions_reject_null_handles(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(heads_per_cta_is_largest_divisor_up_to_8),
-        cmocka_unit_test(merge_rows_follow_the_kernel_lanes),
+        cmocka_unit_test(merge_rows_are_one_pair_per_warp),
         cmocka_unit_test(layout_is_exact_and_aligned),
         cmocka_unit_test(batch_layout_capacities),
         cmocka_unit_test(kv_lens_from_the_page_table),
