@@ -96,13 +96,15 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     spec->warps = CINFER__DECODE_WARPS;
     *attention_smem = 0;
     if (tensor_cores) {
-        /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
-         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. fp8 stages hold half
-         * the bytes, so one more stage keeps as many bytes in flight, plus one fp16 K/V pair
+        /* Stages of K+V tiles per warp: 2, i.e. 64 KB per CTA at D = 128 and 3 CTAs per SM.
+         * Measured on the H200 (bench_decode, 2026-11-29): against 3 stages (96 KB, 2 CTAs per
+         * SM) the third CTA hides the other two's per-item start and drain, 80% against 75% of
+         * the copy ceiling on trace batches of 256, 96% against 88% at 16 x 8192. fp8 stages hold
+         * half the bytes, so one more stage keeps as many bytes in flight, plus one fp16 K/V pair
          * per warp for the converted tile (kernels/decode_tc.cu). */
         const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
-        spec->stages = (o->head_dim == 256 ? 2 : 3) + (fp8 ? 1 : 0);
+        spec->stages = 2 + (fp8 ? 1 : 0);
         const unsigned tile16 = CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
         const unsigned stage_bytes = fp8 ? tile16 : 2u * tile16;
         const unsigned pipeline = CINFER__DECODE_WARPS *

@@ -133,7 +133,8 @@ void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_cap
 cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, int head_dim,
                                             cinfer__decode_layout_t *out) {
     const int64_t unsplit = (int64_t)cfg->max_batch_size * cinfer__decode_units(cfg);
-    const int64_t work = unsplit + cfg->max_ctas, slots = 2 * (int64_t)cfg->max_ctas;
+    const int64_t work = unsplit + CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas;
+    const int64_t slots = 2 * CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas;
     if (work > INT32_MAX || slots > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->max_batch_size = %d x %d head slices per request + %d "
@@ -164,6 +165,80 @@ static int64_t count_chunks(const cinfer__decode_config_t *cfg, const int32_t *k
     for (int b = 0; b < batch; b++)
         n += chunks_of(attended(cfg, kv_len[b]), chunk);
     return n;
+}
+
+/* Descending order of int64 values. */
+static int compare_desc(const void *a, const void *b);
+
+/*
+ * The estimated step time of chunk C, in tokens: the largest per-CTA sum of item lengths plus
+ * CINFER__DECODE_ITEM_TOKENS per item, for the order and assignment cinfer__decode_plan_build
+ * gives (items longest first, dealt out in snake order over bands of max_ctas). len[] (batch
+ * entries) and load[] (max_ctas entries) are scratch.
+ */
+static int64_t estimated_step(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
+                              int64_t chunk, int64_t *len, int64_t *load) {
+    const int64_t units = cinfer__decode_units(cfg), band = cfg->max_ctas;
+    int64_t full = 0; /* whole chunks of the split requests: the longest items */
+    for (int b = 0; b < batch; b++) {
+        const int64_t a = attended(cfg, kv_len[b]), n = chunks_of(a, chunk);
+        full += (n - 1) * units;
+        len[b] = a - (n - 1) * chunk; /* the last (or only) chunk */
+    }
+    qsort(len, (size_t)batch, sizeof *len, compare_desc);
+    for (int64_t c = 0; c < band; c++)
+        load[c] = 0;
+    int64_t i = 0, worst = 0;
+    for (int b = -1; b < batch; b++) {
+        const int64_t n = b < 0 ? full : units,
+                      cost = (b < 0 ? chunk : len[b]) + CINFER__DECODE_ITEM_TOKENS;
+        for (int64_t j = 0; j < n; j++, i++) {
+            const int64_t pos = i % band, cta = (i / band) % 2 ? band - 1 - pos : pos;
+            load[cta] += cost;
+            worst = load[cta] > worst ? load[cta] : worst;
+        }
+    }
+    return worst;
+}
+
+/* The chunk of the balanced regime: k * ALIGN for the k in [k_lo, k_max] with the shortest
+ * estimated step among the chunks that cut the longest request into 1, 2, ... pieces, each CTA's
+ * share of the step (k_share) and the lower limit; ties go to the longer chunk (fewer partial
+ * states to merge). Host cost: about 20 estimates of O(work items + batch log batch + max_ctas). */
+static cinfer_status_t choose_balanced(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
+                                       int batch, int64_t k_lo, int64_t k_share, int64_t k_max,
+                                       int64_t *k_out) {
+    int64_t *len = malloc(sizeof(int64_t) * ((size_t)batch + (size_t)cfg->max_ctas));
+    if (!len)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "decode plan: no host memory for the chunk choice (%d requests)",
+                             batch);
+    int64_t *load = len + batch;
+    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
+    int64_t best_k = k_max, best = estimated_step(cfg, kv_len, batch, k_max * align, len, load);
+    if (k_share < k_max) {
+        const int64_t t = estimated_step(cfg, kv_len, batch, k_share * align, len, load);
+        if (t < best) {
+            best = t;
+            best_k = k_share;
+        }
+    }
+    /* Pieces 2..8, then 25% more each time (at most about 20 candidates in all). */
+    for (int64_t pieces = 2;; pieces = pieces < 8 ? pieces + 1 : pieces + pieces / 4) {
+        int64_t k = (k_max + pieces - 1) / pieces;
+        const bool last = k <= k_lo;
+        k = last ? k_lo : k;
+        const int64_t t = estimated_step(cfg, kv_len, batch, k * align, len, load);
+        if (t < best) {
+            best = t;
+            best_k = k;
+        }
+        if (last)
+            break;
+    }
+    free(len);
+    *k_out = best_k;
+    return CINFER_STATUS_SUCCESS;
 }
 
 cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
@@ -198,16 +273,17 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
         }
         k = hi;
     } else {
-        /* Balanced regime: C = each CTA's share of the step (decode_plan.h). */
+        /* Balanced regime: the candidate chunk with the shortest estimated step (decode_plan.h). */
         double total = 0;
         for (int b = 0; b < batch_size; b++)
             total += (double)attended(cfg, kv_len[b]);
         const double share = total * (double)units / (double)cfg->max_ctas;
-        const double want =
-            share > CINFER__DECODE_BALANCED_MIN ? share : CINFER__DECODE_BALANCED_MIN;
-        const double kb = ceil(want / (double)align);
-        if (kb < (double)k_max)
-            k = (int64_t)kb;
+        const double lo = fmax(share / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN);
+        const int64_t k_lo = (int64_t)ceil(lo / (double)align);
+        const int64_t k_share =
+            (int64_t)ceil(fmax(share, CINFER__DECODE_BALANCED_MIN) / (double)align);
+        if (k_lo < k_max)
+            CINFER__CHECK(choose_balanced(cfg, kv_len, batch_size, k_lo, k_share, k_max, &k));
     }
     const int64_t chunk = k * align;
     int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;

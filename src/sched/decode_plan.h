@@ -27,20 +27,25 @@
  *   items is non-increasing in C), so the whole step is one wave of resident CTAs and the longest
  *   item is as short as one wave allows.
  * - batch_size * units > max_ctas (one chunk per request already fills a wave): the persistent
- *   grid walks the items, so what matters is that no item is much longer than a CTA's fair share
- *   of the step. C = the share, T * units / max_ctas tokens with T = sum_b a_b, rounded up to the
- *   alignment and at least CINFER__DECODE_BALANCED_MIN: requests longer than that are split, the
- *   rest are one chunk. Uniform batches split nothing (the share is at least the common length);
- *   a batch of short requests with a few long ones (real traffic) splits only the long ones, which
- *   otherwise run on their few CTAs long after the rest have finished.
+ *   grid walks the items (longest first, dealt to the CTAs in snake order), so what matters is
+ *   that the busiest CTA has little more than its fair share, S = T * units / max_ctas tokens
+ *   with T = sum_b a_b. The planner estimates the step as the busiest CTA's sum of (item length
+ *   + CINFER__DECODE_ITEM_TOKENS) under that order, for S rounded up to the alignment and the
+ *   chunks that cut the longest request into 1, 2, ... pieces, down to the lower limit
+ *   max(S / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN) rounded up to the
+ *   alignment, and takes the shortest (ties: the longer chunk). A batch of short requests with a
+ *   few long ones (real traffic) splits the long ones, which otherwise run on their few CTAs long
+ *   after the rest have finished; a uniform batch of 1.3 waves of items is cut rather than leave
+ *   70% of the CTAs idle during the second wave.
  *
- * Consequences the workspace relies on, for a batch of at most max_batch_size requests: in the
- * first regime items <= max_ctas and partial slots <= items. In the second, C >= T * units /
- * max_ctas gives units * T / C <= max_ctas, so items <= units * (batch + T / C) <=
- * max_batch_size * units + max_ctas, and, since each split request has a_b > C (so their number
- * is below T / C), slots <= units * (T / C + split requests) < 2 * max_ctas. Hence:
- *   work items    <= max_batch_size * units + max_ctas
- *   partial slots <= 2 * max_ctas
+ * Consequences the workspace relies on, for a batch of at most max_batch_size requests (with
+ * F = CINFER__DECODE_BALANCED_SPLIT): in the first regime items <= max_ctas and partial slots <=
+ * items. In the second, C >= S / F gives units * T / C <= F * max_ctas, so items <= units *
+ * (batch + T / C) <= max_batch_size * units + F * max_ctas, and, since each split request has
+ * a_b > C (so their number is below T / C), slots <= units * (T / C + split requests) <
+ * 2 * F * max_ctas. Hence:
+ *   work items    <= max_batch_size * units + F * max_ctas
+ *   partial slots <= 2 * F * max_ctas
  */
 #ifndef CINFER_SCHED_DECODE_PLAN_H
 #define CINFER_SCHED_DECODE_PLAN_H
@@ -59,6 +64,13 @@
 /* The shortest chunk of the balanced regime: 256 tokens keep the partial-state write and merge
  * (4 heads x D floats per item) under 2% of the item's KV bytes at D = 128. */
 #define CINFER__DECODE_BALANCED_MIN 256
+
+/* The balanced regime's chunks are at least 1 / this of a CTA's share of the step. */
+#define CINFER__DECODE_BALANCED_SPLIT 4
+/* What one work item costs besides its tokens, in tokens, in the balanced regime's estimate: the
+ * item's start (work item, page table and first tiles, a DRAM round trip or two) and the partial
+ * state's write, about 2 us at a CTA's share of the bandwidth with 3 CTAs per SM. */
+#define CINFER__DECODE_ITEM_TOKENS 64
 
 /* Warps of both decode kernels (4 x 32 = 128 threads per block). */
 #define CINFER__DECODE_WARPS 4

@@ -113,6 +113,45 @@ static int compare_items(const void *a, const void *b) {
     return (x->kv_begin > y->kv_begin) - (x->kv_begin < y->kv_begin);
 }
 
+static int compare_i64_desc(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* decode_plan.h's estimate of a balanced step, computed from every item: the busiest CTA's sum of
+ * (length + CINFER__DECODE_ITEM_TOKENS) when the items, longest first, are dealt out in snake order
+ * over bands of max_ctas. */
+static int64_t step_estimate(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
+                             int64_t chunk) {
+    const int64_t units = cinfer__decode_units(cfg), band = cfg->max_ctas;
+    const int64_t n = items_for(cfg, kv_len, batch, chunk);
+    int64_t *len = malloc(sizeof(int64_t) * (size_t)n), *load = calloc((size_t)band, 8);
+    assert_non_null(len);
+    assert_non_null(load);
+    int64_t i = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t a = attended_len(cfg, kv_len[b]);
+        for (int64_t begin = 0; begin < a || (a == 0 && begin == 0); begin += chunk) {
+            const int64_t l = a - begin < chunk ? a - begin : chunk;
+            for (int64_t u = 0; u < units; u++)
+                len[i++] = l;
+            if (a == 0)
+                break;
+        }
+    }
+    assert_int_equal(i, n);
+    qsort(len, (size_t)n, sizeof *len, compare_i64_desc);
+    int64_t worst = 0;
+    for (i = 0; i < n; i++) {
+        const int64_t pos = i % band, cta = (i / band) % 2 ? band - 1 - pos : pos;
+        load[cta] += len[i] + CINFER__DECODE_ITEM_TOKENS;
+        worst = load[cta] > worst ? load[cta] : worst;
+    }
+    free(len);
+    free(load);
+    return worst;
+}
+
 /* Checks every invariant of a plan (see decode_plan.h). */
 static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
                         const plan_t *p) {
@@ -155,22 +194,26 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             }
         }
     } else {
-        /* Balanced: the chunk is each CTA's share of the step, rounded up to the alignment and at
-         * least the minimum; when that reaches the longest request nothing is split. */
-        double want = total * units / cfg->max_ctas;
-        if (want < CINFER__DECODE_BALANCED_MIN)
-            want = CINFER__DECODE_BALANCED_MIN;
-        const int64_t share = (int64_t)ceil(want / (double)align) * align;
-        if (share < max_att) {
-            assert_int_equal(chunk, share);
-            assert_true(ch->split);
-        } else {
+        /* Balanced: a chunk no shorter than the lower limit, whose estimated step is no longer
+         * than that of splitting nothing or of cutting at each CTA's share (the rule before the
+         * estimate), within the bounds the workspace is sized by. */
+        const double share = total * units / cfg->max_ctas;
+        const double lo = fmax(share / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN);
+        const int64_t k_max = max_att > align ? (max_att + align - 1) / align : 1;
+        const int64_t k_lo = (int64_t)ceil(lo / (double)align);
+        if (k_lo >= k_max) {
             assert_false(ch->split);
-            assert_int_equal(n, (int64_t)batch * units);
+        } else {
+            assert_true(chunk >= k_lo * align && chunk <= k_max * align);
+            const int64_t t = step_estimate(cfg, kv_len, batch, chunk);
+            assert_true(t <= step_estimate(cfg, kv_len, batch, k_max * align));
+            const int64_t at_share =
+                (int64_t)ceil(fmax(share, CINFER__DECODE_BALANCED_MIN) / (double)align) * align;
+            if (at_share < max_att)
+                assert_true(t <= step_estimate(cfg, kv_len, batch, at_share));
         }
-        /* The bounds the workspace is sized by. */
-        assert_true(n <= (int64_t)batch * units + cfg->max_ctas);
-        assert_true(ch->num_slots < 2 * (int64_t)cfg->max_ctas);
+        assert_true(n <= (int64_t)batch * units + CINFER__DECODE_BALANCED_SPLIT * cfg->max_ctas);
+        assert_true(ch->num_slots < 2 * CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas);
     }
 
     /* Request infos and partial slots. */
@@ -379,17 +422,19 @@ static void layout_is_exact_and_aligned(void **state) {
 static void batch_layout_capacities(void **state) {
     (void)state;
     cinfer__decode_layout_t l;
-    /* Work items: unsplit items plus the balanced regime's extra chunks; slots: twice a wave. */
+    /* Work items: unsplit items plus the balanced regime's extra chunks (F waves); slots: 2F
+     * waves (F = CINFER__DECODE_BALANCED_SPLIT). */
+    const int f = CINFER__DECODE_BALANCED_SPLIT;
     cinfer__decode_config_t c = config(32, 8, 528, 4, -1, false); /* group 4: HPC 4, 8 units */
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 4 * 8 + 528);
+    assert_int_equal(l.work_capacity, 4 * 8 + f * 528);
     assert_int_equal(l.request_capacity, 4);
-    assert_int_equal(l.slot_capacity, 2 * 528);
+    assert_int_equal(l.slot_capacity, 2 * f * 528);
     c = config(32, 8, 528, 256, -1, true);
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 256 * 8 + 528);
+    assert_int_equal(l.work_capacity, 256 * 8 + f * 528);
     assert_int_equal(l.request_capacity, 256);
-    assert_int_equal(l.slot_capacity, 2 * 528);
+    assert_int_equal(l.slot_capacity, 2 * f * 528);
     /* Too many items for an int. */
     c = config(1024, 1024, 528, 1 << 30, -1, false);
     assert_error(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_UNSUPPORTED,
@@ -684,22 +729,25 @@ static void long_requests_split_beyond_one_wave(void **state) {
     (void)state;
     plan_t p;
     /* 64 requests of 1000 tokens and one of 20000, 8 slices, 264 CTAs: 520 items exceed a wave.
-     * The share is 84000 * 8 / 264 = 2545.5 tokens, rounded up to 2560: the long request becomes
-     * 8 chunks (7 of 2560 and one of 2080), the others stay whole. */
+     * Cutting at each CTA's share (84000 * 8 / 264 = 2545.5 -> 2560 tokens) leaves the busiest
+     * CTA 4752 tokens' worth (items and their starts, decode_plan.h); 640-token chunks (the long
+     * request in 32, the others in 640 + 360) leave it 2960, against a mean of 2545 + 64 x 4.8. */
     int32_t lens[65];
     for (int b = 0; b < 64; b++)
         lens[b] = 1000;
     lens[64] = 20000;
     cinfer__decode_config_t c = config(32, 8, 264, 65, -1, false);
     plan_and_verify(&c, lens, 65, &p);
-    assert_int_equal(p.chunking.chunk_size, 2560);
+    assert_int_equal(p.chunking.chunk_size, 640);
     assert_true(p.chunking.split);
-    assert_int_equal(p.requests[64].num_chunks, 8);
-    assert_int_equal(p.requests[0].num_chunks, 1);
-    assert_int_equal(p.header->num_work, (64 + 8) * 8);
-    assert_int_equal(p.chunking.num_slots, 8 * 8);
+    assert_int_equal(p.requests[64].num_chunks, 32);
+    assert_int_equal(p.requests[0].num_chunks, 2);
+    assert_int_equal(p.header->num_work, (64 * 2 + 32) * 8);
+    assert_int_equal(p.chunking.num_slots, (64 * 2 + 32) * 8);
+    assert_int_equal(step_estimate(&c, lens, 65, 640), 2960);
+    assert_int_equal(step_estimate(&c, lens, 65, 2560), 4752);
     /* The longest items lead (the snake order relies on it). */
-    assert_int_equal(p.work[0].kv_end - p.work[0].kv_begin, 2560);
+    assert_int_equal(p.work[0].kv_end - p.work[0].kv_begin, 640);
     free_plan(&p);
     /* The same batch with uniform lengths splits nothing. */
     lens[64] = 1000;
@@ -723,15 +771,31 @@ static void chunk_size_is_the_smallest_that_fits_one_wave(void **state) {
     assert_int_equal(p.chunking.num_slots, 66 * 8);
     free_plan(&p);
 
-    /* Big batch: one chunk per request is already more than one wave, so nothing splits. */
+    /* Big batch: one chunk per request is already more than one wave; the longest requests are
+     * cut only because that shortens the busiest CTA's work (the balanced regime). */
     int32_t lens[64];
     for (int b = 0; b < 64; b++)
         lens[b] = 1000 + 977 * b;
     c = config(32, 8, 132, 64, -1, false);
     plan_and_verify(&c, lens, 64, &p);
+    assert_true(p.chunking.split);
+    assert_true(step_estimate(&c, lens, 64, p.chunking.chunk_size) <
+                step_estimate(&c, lens, 64, 62592));
+    free_plan(&p);
+
+    /* A uniform batch of 1.94 waves of items splits nothing (the second wave is nearly full); one
+     * of 1.29 waves (64 x 4096 tokens, 8 slices, 396 CTAs) is cut into pieces. */
+    for (int b = 0; b < 64; b++)
+        lens[b] = 4096;
+    c = config(32, 8, 264, 64, -1, false);
+    plan_and_verify(&c, lens, 64, &p);
     assert_false(p.chunking.split);
-    assert_int_equal(p.header->num_work, 64 * 8);
-    assert_int_equal(p.chunking.num_slots, 0);
+    free_plan(&p);
+    c = config(32, 8, 396, 64, -1, false);
+    plan_and_verify(&c, lens, 64, &p);
+    assert_true(p.chunking.split);
+    assert_true(step_estimate(&c, lens, 64, p.chunking.chunk_size) <
+                step_estimate(&c, lens, 64, 4096) * 3 / 4);
     free_plan(&p);
 
     /* Short requests never split below the minimum chunk. */
