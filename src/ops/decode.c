@@ -114,11 +114,16 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
     }
     CINFER__CHECK(cinfer__spec_validate(spec));
-    cinfer__spec_init(merge, CINFER__OP_DECODE_MERGE);
-    merge->dtype_o = q;
-    merge->head_dim_vo = o->head_dim;
-    merge->warps = CINFER__DECODE_WARPS;
-    return cinfer__spec_validate(merge);
+    return cinfer__decode_merge_spec(q, o->head_dim, merge);
+}
+
+cinfer_status_t cinfer__decode_merge_spec(cinfer__dtype_t dtype, int head_dim,
+                                          cinfer__spec_t *spec) {
+    cinfer__spec_init(spec, CINFER__OP_DECODE_MERGE);
+    spec->dtype_o = dtype;
+    spec->head_dim_vo = head_dim;
+    spec->warps = CINFER__DECODE_WARPS;
+    return cinfer__spec_validate(spec);
 }
 
 /*

@@ -13,4 +13,12 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
                                             cinfer__spec_t *attention, cinfer__spec_t *merge,
                                             unsigned *attention_smem);
 
+/*
+ * The spec of the split-KV merge kernel (kernels/decode.cu, CINFER_OP_DECODE_MERGE) for outputs of
+ * dtype (fp16 or bf16) and head_dim (a multiple of 8, at most 256). Batch decode and batch prefill
+ * both fold their float32 partial states with it.
+ */
+cinfer_status_t cinfer__decode_merge_spec(cinfer__dtype_t dtype, int head_dim,
+                                          cinfer__spec_t *spec);
+
 #endif

@@ -41,14 +41,27 @@ cinfer_status_t cinfer__staging_next(const cinfer_context_t *ctx, cinfer__stagin
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__staging_copy_range(const cinfer_context_t *ctx, const cinfer__staging_t *s,
+                                           void *dst, size_t offset, size_t bytes, CUstream stream,
+                                           const char *what) {
+    CINFER__CU(ctx->cu,
+               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)((char *)dst + offset),
+                                 s->host + (size_t)s->next * s->stride + offset, bytes, stream),
+               what);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__staging_copy(const cinfer_context_t *ctx, cinfer__staging_t *s, void *dst,
                                      size_t bytes, CUstream stream, const char *what) {
     const int i = s->next;
-    CINFER__CU(ctx->cu,
-               cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, s->host + (size_t)i * s->stride,
-                                 bytes, stream),
-               what);
-    CUresult res = ctx->cu->cuEventRecord(s->copied[i], stream);
+    CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst,
+                                              s->host + (size_t)i * s->stride, bytes, stream);
+    if (res != CUDA_SUCCESS) {
+        /* A range copy of this plan (cinfer__staging_copy_range) may still read the mirror. */
+        ctx->cu->cuStreamSynchronize(stream);
+        return cinfer__cu_error(res, what);
+    }
+    res = ctx->cu->cuEventRecord(s->copied[i], stream);
     if (res != CUDA_SUCCESS) {
         /* Without the event the mirror's copy cannot be tracked: let it finish here. */
         ctx->cu->cuStreamSynchronize(stream);

@@ -30,6 +30,14 @@ cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__stag
 cinfer_status_t cinfer__staging_next(const cinfer_context_t *ctx, cinfer__staging_t *s,
                                      char **host);
 
+/* Copies bytes [offset, offset + bytes) of the mirror returned by cinfer__staging_next to the
+ * same offsets of device memory dst on stream, without finishing the plan: a schedule of several
+ * regions copies all but the first this way, then calls cinfer__staging_copy, whose event is
+ * recorded behind every copy of the stream. */
+cinfer_status_t cinfer__staging_copy_range(const cinfer_context_t *ctx, const cinfer__staging_t *s,
+                                           void *dst, size_t offset, size_t bytes, CUstream stream,
+                                           const char *what);
+
 /* Copies the first `bytes` of the mirror returned by cinfer__staging_next to device memory dst on
  * stream, records the mirror's event behind the copy and moves on to the other mirror. */
 cinfer_status_t cinfer__staging_copy(const cinfer_context_t *ctx, cinfer__staging_t *s, void *dst,
