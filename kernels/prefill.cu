@@ -36,7 +36,9 @@
  * (CINFER_BATCH) reads them from the planned work list, then rebases q, out, lse and a ragged
  * K/V onto its request, so the pipeline, the softmax and the epilogue below are the same code
  * for both. A paged K/V (CINFER_PAGED) differs only in where a KV row is copied from: each row's
- * page comes from the page table (load_kv_paged).
+ * page comes from the page table (load_kv_paged). Split-KV (batch): an item may cover one chunk
+ * of its tile's KV range; the CTA then visits only that chunk's KV tiles and ends by writing
+ * float32 partial states to the workspace, which the decode merge kernel folds into out/lse.
  *
  * Prelude: CINFER_DTYPE_Q (== KV == O), CINFER_HEAD_DIM_QK (== VO), CINFER_MASK (0 none,
  * 1 causal), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS,
@@ -295,6 +297,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
     kv_begin = CINFER_MAX(0, q0 + delta - p.window_left);
 #endif
+#if CINFER_BATCH
+    /* A split tile visits only its chunk, whose edges are KV-tile edges (prefill_params.h). */
+    kv_begin = CINFER_MAX(kv_begin, w.chunk_begin);
+    kv_end = CINFER_MIN(kv_end, w.chunk_end);
+#endif
     const int tile_begin = kv_begin / TILE_KV;
     const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
 
@@ -329,13 +336,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
 #if VARIANT_STATE_INIT
     /* The variant's initial state (e.g. a sink logit); the denominator is kept per lane and
-     * summed over the quad at the end, so one lane of the four holds it. */
+     * summed over the quad at the end, so one lane of the four holds it. A split tile's rows take
+     * it in their first chunk only (the merge adds up the chunks' denominators). */
 #pragma unroll
     for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row_base + mq * 16 + h * 8;
+#if CINFER_BATCH
+            if (row < q_rows && w.chunk == 0) {
+#else
             if (row < q_rows) {
+#endif
                 float mi = -CINFER_INF, di = 0.0f;
                 variant_state_init(&vp, batch_idx, q0 + row + delta, head, &mi, &di);
                 m[mq][h] = mi;
@@ -605,6 +617,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
         CINFER_CP_ASYNC_WAIT(0);
     }
+
+#if CINFER_BATCH && VARIANT_USE_SOFTMAX && !VARIANT_OUTPUT_TRANSFORM
+    if (w.partial >= 0) {
+        /* One chunk of a split tile: float32 partial states (normalized output, base-2 LSE) of its
+         * rows for the merge kernel (prefill_params.h). A row that keeps nothing in this chunk
+         * writes output 0 and LSE -inf. The host never splits variants without softmax or with an
+         * output transform. Each quad stores 32 contiguous bytes per n tile: whole sectors. */
+#pragma unroll
+        for (int mq = 0; mq < MMA_Q; mq++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float sum = d[mq][h];
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                const int row = row_base + mq * 16 + h * 8;
+                if (row >= q_rows)
+                    continue;
+                const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
+                const long long slot =
+                    (long long)w.partial +
+                    ((long long)row * p.num_qo_heads + head) * (long long)w.num_chunks;
+                float *po = p.partial_o + slot * D + 2 * (lane % 4);
+#pragma unroll
+                for (int n = 0; n < O_TILES; n++)
+                    *(float2 *)(po + n * 8) =
+                        make_float2(o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv);
+                if (lane % 4 == 0)
+                    p.partial_lse[slot] = sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+            }
+        }
+        return;
+    }
+#endif
 
     /* Normalize, write LSE, and stage O (as fp16/bf16) in this warp's own rows of the Q tile,
      * which no other warp reads, so only the warp has to synchronize. */

@@ -10,10 +10,18 @@
  *
  * Batch kernels (CINFER_BATCH) read a work list that the planner (src/sched/prefill_plan.c) wrote
  * into the workspace: CTA i computes query head i % num_qo_heads of work item i / num_qo_heads,
- * one tile of TILE_Q query rows of one request; CTAs past header->num_work items exit at once
- * (CUDA-graph mode launches a fixed grid). K/V are a ragged [total_kv, Hk, D] tensor (token t of
- * request b at row kv_begin + t) or, with CINFER_PAGED, a paged cache: token t of request b lives
- * in page kv_indices[kv_begin + t / page_size], slot t % page_size.
+ * one tile of TILE_Q query rows of one request over one chunk of its KV positions; CTAs past
+ * header->num_work items exit at once (CUDA-graph mode launches a fixed grid). K/V are a ragged
+ * [total_kv, Hk, D] tensor (token t of request b at row kv_begin + t) or, with CINFER_PAGED, a
+ * paged cache: token t of request b lives in page kv_indices[kv_begin + t / page_size], slot
+ * t % page_size.
+ *
+ * Split-KV: an item whose query tile was split into several KV chunks writes, per (row, head), a
+ * float32 partial state (output normalized by its own denominator, base-2 LSE; an empty chunk of a
+ * row gives output 0 and LSE -inf) into the workspace instead of out/lse. The decode merge kernel
+ * (kernels/decode.cu, CINFER_OP_DECODE_MERGE, with heads_per_cta = 1) then folds them: its
+ * "requests" are the plan's query rows, and row r's state for head h and chunk c is in slot
+ * partial_base_r + h * num_chunks_r + c.
  *
  * Strides are in elements; every address is computed in 64 bits.
  */
@@ -24,8 +32,9 @@
  * p_i - window_left) then fit a 32-bit int. */
 #define CINFER_PREFILL_MAX_LEN ((1 << 30) - 1)
 
-/* One tile of query rows of one request (all query heads: the grid multiplies by num_qo_heads).
- * The request's description is repeated in every item, so a CTA reads one 24-byte record. */
+/* One tile of query rows of one request over one chunk of its KV positions (all query heads: the
+ * grid multiplies by num_qo_heads). The request's description is repeated in every item, so a
+ * CTA reads one 44-byte record. */
 typedef struct cinfer_prefill_work {
     int request;  /* batch index */
     int q_begin;  /* first query row of the tile, within the request */
@@ -34,6 +43,17 @@ typedef struct cinfer_prefill_work {
     int kv_begin; /* ragged: its first K/V row (kv_indptr[request]); paged: its first page-table
                      entry (kv_indptr[request]) */
     int kv_len;   /* its KV length */
+    /* The KV positions [chunk_begin, chunk_end) this item may visit, further limited by the causal
+     * mask and the window: [0, kv_len) when the tile is not split; else chunk_begin is a multiple
+     * of the kernel's TILE_KV and chunk_end one too or the end of the tile's KV range, so chunks
+     * share no KV tile. */
+    int chunk_begin, chunk_end;
+    int chunk;      /* index of this chunk among its tile's (0 = first: a variant's initial state
+                       joins there, once per row) */
+    int num_chunks; /* chunks of the tile (1 = not split) */
+    int partial;    /* -1: write out and lse; else the slot of (row 0, head 0) of this chunk: row i
+                       of the tile, head h writes slot partial + (i * num_qo_heads + h) *
+                       num_chunks */
 } cinfer_prefill_work;
 
 /* Written by plan into the workspace in front of the work list; read by run's kernel, so a
@@ -58,9 +78,12 @@ typedef struct cinfer_prefill_params {
     const int *kv_indices; /* paged: the page table's page indices */
     int page_size;         /* paged: tokens per page */
     int page_shift;        /* paged: log2(page_size) when it is a power of two, else -1 */
-    /* batch: the schedule in the workspace */
+    /* batch: the schedule in the workspace, and the split-KV partial states: [slots, D] outputs
+     * and [slots] base-2 LSEs (float32) */
     const cinfer_prefill_header *header;
     const cinfer_prefill_work *work;
+    float *partial_o;
+    float *partial_lse;
     /* out: [qo_len, Hq, D]; lse: [qo_len, Hq] float32 base 2, may be NULL */
     void *out;
     long long out_stride_n, out_stride_h;

@@ -531,7 +531,7 @@ static int compile_kernels(const serve_args_t *a) {
     for (int k = 0; k < kinds; k++) {
         cinfer_attention_options_t o;
         attention_options(a, windows[k], &o);
-        cinfer__spec_t specs[3];
+        cinfer__spec_t specs[CINFER__BATCH_PREFILL_MAX_SPECS];
         unsigned smem;
         if (cinfer__decode_kernel_specs(&o, true, &specs[0], &specs[1], &smem))
             return cli_fail();

@@ -73,8 +73,9 @@ static const layer_t ci_layers[] = {
 
 /* ---- the operations ---- */
 
-/* The most specs one operation yields for one layer (batch prefill: one per query tile). */
-#define MAX_OP_SPECS 3
+/* The most specs one operation yields for one layer (batch prefill: one per query tile and the
+ * split-KV merge kernel). */
+#define MAX_OP_SPECS CINFER__BATCH_PREFILL_MAX_SPECS
 
 /* Fills out with the specs the operation loads for options o on a device allowing
  * max_smem_optin bytes of shared memory per block. */
@@ -122,8 +123,10 @@ static const operation_t operations[] = {
     {"batch decode, paged KV (attention + split-KV merge)", batch_decode},
     {"single decode, contiguous KV (attention + split-KV merge)", single_decode},
     {"single prefill, causal", single_prefill_causal},
-    {"batch prefill, ragged KV, causal (one kernel per query tile)", batch_prefill_ragged},
-    {"batch prefill, paged KV, causal (one kernel per query tile)", batch_prefill_paged},
+    {"batch prefill, ragged KV, causal (one kernel per query tile, split-KV merge)",
+     batch_prefill_ragged},
+    {"batch prefill, paged KV, causal (one kernel per query tile, split-KV merge)",
+     batch_prefill_paged},
 };
 
 /* ---- the sets ---- */

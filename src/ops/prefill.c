@@ -2,18 +2,23 @@
  * Prefill: options and tensor checks, tile choice, specs and launches of the sm80 tensor-core
  * kernel (kernels/prefill.cu). Single prefill is workspace-free: one launch writes out and lse
  * directly. Batch prefill (ragged or paged K/V) follows batch decode's create / plan / run: the
- * planner (src/sched/prefill_plan.c) writes a work list into a caller-owned workspace.
+ * planner (src/sched/prefill_plan.c) writes a work list into a caller-owned workspace, splitting
+ * the KV of a few long query tiles into chunks (split-KV) when they alone would leave most of the
+ * GPU idle; run then folds the chunks' float32 partial states with batch decode's merge kernel.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_params.h"
 #include "jit/jit.h"
+#include "ops/decode.h"
 #include "ops/options.h"
 #include "ops/prefill.h"
 #include "ops/staging.h"
 #include "ops/tensor.h"
 #include "prefill_params.h"
+#include "sched/decode_plan.h"
 #include "sched/prefill_plan.h"
 #include "variant/variant.h"
 
@@ -406,8 +411,8 @@ cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * Batch prefill
  * ------------------------------------------------------------------------------------------- */
 
-/* What the options and create's arguments decide (shared by workspace_size and create, so the
- * size one reports is the layout the other uses). */
+/* What the options, create's arguments and the device decide (shared by workspace_size and
+ * create, so the size one reports is the layout the other uses). */
 typedef struct batch_setup {
     cinfer__prefill_plan_config_t cfg;
     cinfer__prefill_config_t tiles[CINFER__PREFILL_MAX_TILES];
@@ -416,9 +421,22 @@ typedef struct batch_setup {
     int head_dim;
     cinfer_kv_layout_t kv_layout;
     const cinfer_variant_t *variant; /* NULL = default attention */
+    /* The kernels (load_kernels): the tiles create promises and, when plans may split, the merge
+     * kernel. */
+    cinfer__kernel_t kernels[CINFER__PREFILL_MAX_TILES], merge;
+    size_t smem[CINFER__PREFILL_MAX_TILES];
 } batch_setup_t;
 
-/* batch_setup for a device allowing max_smem_optin bytes of shared memory per block. */
+/* Whether plans of these options may split the KV: not in CUDA-graph mode (prefill_plan.h says
+ * why), and not for variants whose partial states cannot be merged (no softmax: no LSE to weigh
+ * them by; an output transform: it applies to the merged output, not to each part). */
+static bool splittable(const cinfer__prefill_plan_config_t *cfg) {
+    return !cfg->graph && !cfg->no_split;
+}
+
+/* batch_setup's device-free part for a device allowing max_smem_optin bytes of shared memory per
+ * block: the checks, the planner's configuration without max_ctas, and the layout of unsplit
+ * plans (which is the final one when plans cannot split). */
 static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attention_options_t *o,
                                         cinfer_kv_storage_t storage, int causal,
                                         int64_t max_total_qo, batch_setup_t *s) {
@@ -456,6 +474,7 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     cinfer__prefill_plan_config_t *c = &s->cfg;
     c->num_qo_heads = o->num_qo_heads;
     c->num_kv_heads = o->num_kv_heads;
+    c->head_dim = o->head_dim;
     c->causal = causal;
     c->window_left = o->window_left;
     c->paged = paged;
@@ -463,23 +482,94 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     c->max_batch_size = o->max_batch_size;
     c->max_total_qo = max_total_qo;
     c->graph = o->use_cuda_graph;
+    c->no_split = o->variant && (o->variant->hooks &
+                                 (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM));
     /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
     cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, s->tiles, &c->num_tiles);
-    for (int i = 0; i < c->num_tiles; i++)
+    for (int i = 0; i < c->num_tiles; i++) {
         c->tile_q[i] = s->tiles[i].tile_q;
+        c->tile_kv[i] = s->tiles[i].tile_kv;
+    }
     s->dtype = cinfer__dl_dtype(o->q_dtype);
     s->head_dim = o->head_dim;
     s->kv_layout = o->kv_layout;
     return cinfer__prefill_batch_layout(c, &s->layout);
 }
 
-static cinfer_status_t batch_setup(const cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+/*
+ * Loads the kernels create promises (all tiles, or graph mode's one) and opts them in to their
+ * shared memory; when plans may split, also the merge kernel, and measures each tile's resident
+ * CTAs on the device (max_ctas, which the split rule and the workspace bounds use), then lays the
+ * workspace out again with them.
+ */
+static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                    int causal, batch_setup_t *s) {
+    const int fixed = s->cfg.graph ? cinfer__prefill_choose_tile(&s->cfg, 0, 0) : -1;
+    for (int i = 0; i < s->cfg.num_tiles; i++) {
+        if (fixed >= 0 && i != fixed)
+            continue;
+        const cinfer__prefill_config_t *t = &s->tiles[i];
+        s->smem[i] = cinfer__prefill_smem_bytes(s->head_dim, t);
+        if (s->smem[i] > (size_t)ctx->max_smem_per_block_optin)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
+                                 "bytes of shared memory; the device allows %d per block",
+                                 t->tile_q, t->tile_kv, t->stages, s->smem[i],
+                                 ctx->max_smem_per_block_optin);
+        cinfer__spec_t spec;
+        CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, &spec));
+        CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->kernels[i]));
+        CINFER__CHECK(prepare_kernel(ctx, &s->kernels[i], t, s->smem[i]));
+        if (splittable(&s->cfg)) {
+            int per_sm = 0;
+            CINFER__CU(ctx->cu,
+                       cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernels[i].function,
+                                                                   t->warps * 32, s->smem[i]),
+                       "cuOccupancyMaxActiveBlocksPerMultiprocessor (batch prefill kernel)");
+            const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
+            s->cfg.max_ctas[i] = ctas > INT32_MAX ? INT32_MAX : (int)ctas;
+        }
+    }
+    if (!splittable(&s->cfg))
+        return CINFER_STATUS_SUCCESS;
+    cinfer__spec_t merge;
+    CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim, &merge));
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
+    if (s->merge.max_threads < CINFER__DECODE_WARPS * 32)
+        return cinfer__error(CINFER_STATUS_INTERNAL,
+                             "the merge kernel allows %d threads per block, the launch needs %d",
+                             s->merge.max_threads, CINFER__DECODE_WARPS * 32);
+    return cinfer__prefill_batch_layout(&s->cfg, &s->layout);
+}
+
+/* The options checked and the planner configured for ctx's device; when plans may split, the
+ * kernels are loaded too (their occupancy sizes the workspace). */
+static cinfer_status_t batch_setup(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                    cinfer_kv_storage_t storage, int causal, int64_t max_total_qo,
                                    batch_setup_t *s) {
     memset(s, 0, sizeof *s);
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
-    return batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, s);
+    CINFER__CHECK(
+        batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, s));
+    if (splittable(&s->cfg))
+        CINFER__CHECK(load_kernels(ctx, o, causal, s));
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* The specs of batch_setup's kernels: the tiles (or graph mode's one), then the merge kernel when
+ * plans may split. */
+static cinfer_status_t setup_specs(const cinfer_attention_options_t *o, int causal,
+                                   const batch_setup_t *s, cinfer__spec_t *specs, int *num_specs) {
+    const int fixed = s->cfg.graph ? cinfer__prefill_choose_tile(&s->cfg, 0, 0) : -1;
+    int n = 0;
+    for (int i = 0; i < s->cfg.num_tiles; i++)
+        if (fixed < 0 || i == fixed)
+            CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, &s->tiles[i], &specs[n++]));
+    if (splittable(&s->cfg))
+        CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim, &specs[n++]));
+    *num_specs = n;
+    return CINFER_STATUS_SUCCESS;
 }
 
 cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
@@ -488,11 +578,8 @@ cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t
                                                 int *num_specs) {
     batch_setup_t s;
     CINFER__CHECK(batch_setup_smem(max_smem_optin, o, storage, causal, 1, &s));
-    int n = 0;
-    for (int i = 0; i < s.cfg.num_tiles; i++)
-        CINFER__CHECK(build_spec(o, causal, true, s.cfg.paged, &s.tiles[i], &specs[n++]));
-    *num_specs = n;
-    return CINFER_STATUS_SUCCESS;
+    s.cfg.graph = false; /* every tile */
+    return setup_specs(o, causal, &s, specs, num_specs);
 }
 
 cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
@@ -500,15 +587,12 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    cinfer_kv_storage_t storage, int causal,
                                                    int64_t max_total_qo, cinfer__spec_t *specs,
                                                    int *num_specs) {
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     batch_setup_t s;
-    CINFER__CHECK(batch_setup(ctx, o, storage, causal, max_total_qo, &s));
-    const int fixed = s.cfg.graph ? cinfer__prefill_choose_tile(&s.cfg, 0, 0) : -1;
-    int n = 0;
-    for (int i = 0; i < s.cfg.num_tiles; i++)
-        if (fixed < 0 || i == fixed)
-            CINFER__CHECK(build_spec(o, causal, true, s.cfg.paged, &s.tiles[i], &specs[n++]));
-    *num_specs = n;
-    return CINFER_STATUS_SUCCESS;
+    CINFER__CHECK(
+        batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, &s));
+    return setup_specs(o, causal, &s, specs, num_specs);
 }
 
 cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
@@ -528,11 +612,8 @@ cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
 struct cinfer_batch_prefill {
     cinfer_context_t *ctx;
     batch_setup_t setup;
-    cinfer__kernel_t kernels[CINFER__PREFILL_MAX_TILES];
-    bool loaded[CINFER__PREFILL_MAX_TILES];
-    size_t smem[CINFER__PREFILL_MAX_TILES];
     void *workspace;            /* device */
-    cinfer_prefill_params base; /* the scale and head fields of every launch */
+    cinfer_prefill_params base; /* the scale, head and workspace fields of every launch */
 
     /* Plan's host side: scratch of max_batch_size requests and the pinned mirrors of the
      * workspace's schedule (ops/staging.h). */
@@ -542,9 +623,17 @@ struct cinfer_batch_prefill {
     /* The current plan (what run checks its arguments against). */
     bool planned;
     int batch_size, num_work, tile;
-    int64_t qo_end; /* qo_indptr[batch_size]: q and out need this many rows */
-    int64_t kv_end; /* kv_indptr[batch_size]: K/V rows (ragged) or kv_indices entries (paged) */
+    bool split;       /* the merge kernel runs after the attention kernel */
+    int chunk_size;   /* split: KV positions per chunk */
+    int merge_rows;   /* split: query rows the merge covers, from qo_indptr[0] */
+    int64_t qo_first; /* qo_indptr[0] */
+    int64_t qo_end;   /* qo_indptr[batch_size]: q and out need this many rows */
+    int64_t kv_end;   /* kv_indptr[batch_size]: K/V rows (ragged) or kv_indices entries (paged) */
 };
+
+int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op) {
+    return op && op->planned && op->split ? op->chunk_size : 0;
+}
 
 static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need) {
     if (!workspace)
@@ -563,32 +652,6 @@ static cinfer_status_t check_workspace(const void *workspace, size_t workspace_b
     return CINFER_STATUS_SUCCESS;
 }
 
-/* Loads the kernels create promises (all tiles, or graph mode's one) and opts them in to their
- * shared memory. */
-static cinfer_status_t load_kernels(cinfer_batch_prefill_t *op, const cinfer_attention_options_t *o,
-                                    int causal) {
-    const batch_setup_t *s = &op->setup;
-    const int fixed = s->cfg.graph ? cinfer__prefill_choose_tile(&s->cfg, 0, 0) : -1;
-    for (int i = 0; i < s->cfg.num_tiles; i++) {
-        if (fixed >= 0 && i != fixed)
-            continue;
-        const cinfer__prefill_config_t *t = &s->tiles[i];
-        op->smem[i] = cinfer__prefill_smem_bytes(s->head_dim, t);
-        if (op->smem[i] > (size_t)op->ctx->max_smem_per_block_optin)
-            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                                 "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
-                                 "bytes of shared memory; the device allows %d per block",
-                                 t->tile_q, t->tile_kv, t->stages, op->smem[i],
-                                 op->ctx->max_smem_per_block_optin);
-        cinfer__spec_t spec;
-        CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, &spec));
-        CINFER__CHECK(cinfer__jit_kernel(op->ctx, &spec, &op->kernels[i]));
-        CINFER__CHECK(prepare_kernel(op->ctx, &op->kernels[i], t, op->smem[i]));
-        op->loaded[i] = true;
-    }
-    return CINFER_STATUS_SUCCESS;
-}
-
 cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
                                             const cinfer_attention_options_t *options,
                                             cinfer_kv_storage_t storage, int causal,
@@ -603,9 +666,11 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
     op->ctx = ctx;
     op->workspace = workspace;
     cinfer_status_t st;
+    /* Unsplittable objects load their kernels after the workspace check (their size needs no
+     * device); the others have loaded them to size the workspace. */
     if ((st = batch_setup(ctx, options, storage, causal, max_total_qo_tokens, &op->setup)) ||
         (st = check_workspace(workspace, workspace_bytes, op->setup.layout.total_bytes)) ||
-        (st = load_kernels(op, options, causal)))
+        (!splittable(&op->setup.cfg) && (st = load_kernels(ctx, options, causal, &op->setup))))
         goto out_free_op;
 
     const batch_setup_t *s = &op->setup;
@@ -626,6 +691,10 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
     char *ws = workspace;
     p->header = (const cinfer_prefill_header *)ws;
     p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
+    if (s->layout.state_capacity > 0) {
+        p->partial_o = (float *)(ws + s->layout.partial_o_offset);
+        p->partial_lse = (float *)(ws + s->layout.partial_lse_offset);
+    }
 
     op->requests = malloc(sizeof *op->requests * (size_t)s->cfg.max_batch_size);
     if (!op->requests) {
@@ -663,27 +732,45 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
     const int tile =
         cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch_size] - qo_indptr[0], requests);
 
+    cinfer__prefill_chunking_t chunking;
+    CINFER__CHECK(cinfer__prefill_plan_chunks(cfg, op->requests, batch_size, tile, &chunking));
+
     cinfer_context_t *ctx = op->ctx;
     CINFER__CHECK(cinfer__context_activate(ctx));
     char *host = NULL;
     CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
+    const cinfer__prefill_layout_t *l = &op->setup.layout;
     const cinfer__prefill_schedule_t dst = {
         .header = (cinfer_prefill_header *)host,
-        .work = (cinfer_prefill_work *)(host + op->setup.layout.work_offset),
-        .work_capacity = op->setup.layout.work_capacity,
+        .work = (cinfer_prefill_work *)(host + l->work_offset),
+        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
+        .rows = (cinfer_decode_request *)(host + l->rows_offset),
+        .work_capacity = l->work_capacity,
+        .row_capacity = l->row_capacity,
+        .state_capacity = l->state_capacity,
     };
-    CINFER__CHECK(
-        cinfer__prefill_plan_build(cfg, op->requests, batch_size, cfg->tile_q[tile], &dst));
-    const size_t bytes =
-        op->setup.layout.work_offset + (size_t)dst.header->num_work * sizeof(cinfer_prefill_work);
+    CINFER__CHECK(cinfer__prefill_plan_build(cfg, op->requests, batch_size, tile, &chunking, &dst));
+    /* The used parts of the schedule: the merge header and rows (split plans), then the header
+     * and the work list, whose copy finishes the plan. */
+    if (chunking.split)
+        CINFER__CHECK(cinfer__staging_copy_range(
+            ctx, &op->staging, op->workspace, l->merge_offset,
+            l->rows_offset - l->merge_offset +
+                (size_t)chunking.num_rows * sizeof(cinfer_decode_request),
+            stream, "copying the batch prefill merge rows to the workspace"));
+    const size_t bytes = l->work_offset + (size_t)chunking.num_work * sizeof(cinfer_prefill_work);
     CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
                                        "copying the batch prefill schedule to the workspace"));
 
     op->planned = true;
     op->batch_size = batch_size;
-    op->num_work = dst.header->num_work;
+    op->num_work = chunking.num_work;
     op->tile = tile;
+    op->split = chunking.split;
+    op->chunk_size = chunking.chunk_size;
+    op->merge_rows = chunking.num_rows;
+    op->qo_first = qo_indptr[0];
     op->qo_end = qo_indptr[batch_size];
     op->kv_end = kv_indptr[batch_size];
     return CINFER_STATUS_SUCCESS;
@@ -876,10 +963,40 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     CINFER__CHECK(cinfer__context_activate(op->ctx));
     void *params[] = {&p, variant_blob};
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(op->kernels[tile].function, (unsigned)blocks, 1, 1,
-                              (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)op->smem[tile],
+               cuLaunchKernel(s->kernels[tile].function, (unsigned)blocks, 1, 1,
+                              (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)s->smem[tile],
                               stream, params, NULL),
                "launching the batch prefill kernel");
+    if (!op->split)
+        return CINFER_STATUS_SUCCESS;
+
+    /* Split-KV: the decode merge kernel folds the partial states into out and lse; its requests
+     * are the plan's query rows from qo_indptr[0], one query head per slot (prefill_plan.h). */
+    cinfer_decode_params m;
+    memset(&m, 0, sizeof m);
+    const char *ws = op->workspace;
+    const size_t esz = cinfer__dtype_size(s->dtype);
+    m.out = (char *)p.out + (size_t)op->qo_first * (size_t)p.out_stride_n * esz;
+    m.out_stride_n = p.out_stride_n;
+    m.out_stride_h = p.out_stride_h;
+    if (p.lse) {
+        m.lse = p.lse + op->qo_first * p.lse_stride_n;
+        m.lse_stride_n = p.lse_stride_n;
+        m.lse_stride_h = p.lse_stride_h;
+    }
+    m.header = (const cinfer_decode_header *)(ws + s->layout.merge_offset);
+    m.requests = (const cinfer_decode_request *)(ws + s->layout.rows_offset);
+    m.partial_o = p.partial_o;
+    m.partial_lse = p.partial_lse;
+    m.num_qo_heads = s->cfg.num_qo_heads;
+    m.num_kv_heads = s->cfg.num_kv_heads;
+    m.heads_per_cta = 1;
+    const int64_t merge_blocks = cinfer__prefill_merge_grid(&s->cfg, op->merge_rows);
+    void *merge_params[] = {&m};
+    CINFER__CU(ctx->cu,
+               cuLaunchKernel(s->merge.function, (unsigned)merge_blocks, 1, 1,
+                              CINFER__DECODE_WARPS * 32, 1, 1, 0, stream, merge_params, NULL),
+               "launching the batch prefill merge kernel");
     return CINFER_STATUS_SUCCESS;
 }
 

@@ -37,10 +37,14 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
 void cinfer__prefill_batch_configs(int head_dim, int max_smem, cinfer__prefill_config_t *cfgs,
                                    int *num);
 
+/* The most specs a batch prefill object loads: three query tiles and the split-KV merge kernel. */
+#define CINFER__BATCH_PREFILL_MAX_SPECS 4
+
 /*
  * The specs of the kernels cinfer_batch_prefill_create loads for these arguments on ctx's device
- * (one per candidate tile, or graph mode's one): *num_specs (1..3) entries of specs[3]. Validates
- * the arguments like create; needs no device beyond ctx's properties.
+ * (one per candidate tile, or graph mode's one, then the split-KV merge kernel when plans may
+ * split): *num_specs (1..4) entries of specs[CINFER__BATCH_PREFILL_MAX_SPECS]. Validates the
+ * arguments like create; needs no device beyond ctx's properties.
  */
 cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    const cinfer_attention_options_t *o,
@@ -49,12 +53,17 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    int *num_specs);
 
 /* The specs a batch prefill object (not in CUDA-graph mode) may load on a device allowing
- * max_smem_optin bytes of shared memory per block: one per candidate tile, *num_specs (1..3)
- * entries of specs[3]. What ahead-of-time builds compile. */
+ * max_smem_optin bytes of shared memory per block: one per candidate tile and the merge kernel
+ * (unless the variant's states cannot be merged), *num_specs (1..4) entries of
+ * specs[CINFER__BATCH_PREFILL_MAX_SPECS]. What ahead-of-time builds compile. */
 cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
                                                 cinfer_kv_storage_t storage, int causal,
                                                 int max_smem_optin, cinfer__spec_t *specs,
                                                 int *num_specs);
+
+/* The chunk size of op's current plan in KV positions when it split some query tile's KV
+ * (split-KV), else 0 (no plan, or nothing split). For tests and benchmarks. */
+int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
 
 /* The default tiles for head_dim on the context's device (what cinfer_single_prefill uses). */
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,

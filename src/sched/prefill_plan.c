@@ -1,9 +1,11 @@
 /*
  * The batch prefill planner (see prefill_plan.h for the rules): argument checks, the tile
- * choice, the work list and the workspace layout. No CUDA calls.
+ * choice, split-KV chunking, the work list with its merge rows, and the workspace layout. No CUDA
+ * calls.
  */
 #include <stdlib.h>
 
+#include "sched/decode_plan.h"
 #include "sched/prefill_plan.h"
 
 /* ---- argument checks ---- */
@@ -107,6 +109,15 @@ int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int
     return (cfg->max_total_qo + (int64_t)cfg->max_batch_size * (tile_q - 1)) / tile_q;
 }
 
+bool cinfer__prefill_may_split(const cinfer__prefill_plan_config_t *cfg) {
+    if (cfg->graph || cfg->no_split)
+        return false;
+    for (int i = 0; i < cfg->num_tiles; i++)
+        if (cfg->max_ctas[i] > 0)
+            return true;
+    return false;
+}
+
 /* ---- workspace ---- */
 
 static size_t align_up(size_t n) {
@@ -115,7 +126,7 @@ static size_t align_up(size_t n) {
 
 cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t *cfg,
                                              cinfer__prefill_layout_t *out) {
-    const int64_t work = cinfer__prefill_work_bound(cfg, cfg->tile_q[0]);
+    int64_t work = cinfer__prefill_work_bound(cfg, cfg->tile_q[0]);
     if (work > INT32_MAX || work * cfg->num_qo_heads > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "max_total_qo_tokens = %lld and options->max_batch_size = %d allow "
@@ -123,26 +134,165 @@ cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t
                              "one launch allows (2^31 - 1)",
                              (long long)cfg->max_total_qo, cfg->max_batch_size, (long long)work,
                              cfg->tile_q[0], cfg->num_qo_heads);
+    /* A split plan with tile i has at most items = floor(max_ctas / Hq) work items (its CTAs fit
+     * one wave), each writing at most min(tile_q, max_total_qo) rows x Hq partial states, and, as
+     * every row is in one of at most `items` unsplit tiles, items x tile_q merge rows
+     * (prefill_plan.h). */
+    int64_t rows = 0, states = 0;
+    if (cinfer__prefill_may_split(cfg)) {
+        for (int i = 0; i < cfg->num_tiles; i++) {
+            const int64_t items = cfg->max_ctas[i] / cfg->num_qo_heads;
+            work = items > work ? items : work;
+            rows = items * cfg->tile_q[i] > rows ? items * cfg->tile_q[i] : rows;
+            const int64_t t_states =
+                items * cfg->num_qo_heads *
+                (cfg->tile_q[i] < cfg->max_total_qo ? cfg->tile_q[i] : cfg->max_total_qo);
+            states = t_states > states ? t_states : states;
+        }
+        rows = rows < cfg->max_total_qo ? rows : cfg->max_total_qo;
+    }
+    if (states > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "split-KV: %lld partial states exceed 2^31 - 1", (long long)states);
     out->work_capacity = (int)work;
+    out->row_capacity = (int)rows;
+    out->state_capacity = (int)states;
     out->work_offset = align_up(sizeof(cinfer_prefill_header));
-    out->schedule_bytes = out->work_offset + (size_t)work * sizeof(cinfer_prefill_work);
-    out->total_bytes = align_up(out->schedule_bytes);
+    out->merge_offset = out->work_offset + align_up((size_t)work * sizeof(cinfer_prefill_work));
+    out->rows_offset = out->merge_offset + (rows > 0 ? align_up(sizeof(cinfer_decode_header)) : 0);
+    out->schedule_bytes = rows > 0 ? out->rows_offset + (size_t)rows * sizeof(cinfer_decode_request)
+                                   : out->work_offset + (size_t)work * sizeof(cinfer_prefill_work);
+    out->partial_o_offset = align_up(out->schedule_bytes);
+    out->partial_lse_offset =
+        out->partial_o_offset + align_up((size_t)states * (size_t)cfg->head_dim * sizeof(float));
+    out->total_bytes = out->partial_lse_offset + align_up((size_t)states * sizeof(float));
     return CINFER_STATUS_SUCCESS;
 }
 
 /* ---- planning ---- */
 
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+void cinfer__prefill_tile_range(const cinfer__prefill_plan_config_t *cfg, int32_t qo_len,
+                                int32_t kv_len, int32_t q_begin, int tile_q, int64_t *begin,
+                                int64_t *end) {
+    const int64_t rows = min64((int64_t)qo_len - q_begin, tile_q);
+    const int64_t delta = (int64_t)kv_len - qo_len;
+    *end = kv_len;
+    *begin = 0;
+    if (cfg->causal)
+        *end = min64(*end, q_begin + rows + delta);
+    if (cfg->window_left >= 0)
+        *begin = max64(*begin, q_begin + delta - cfg->window_left);
+}
+
 int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
                                   const cinfer_prefill_work *item, int tile_q) {
-    const int64_t rows =
-        item->qo_len - item->q_begin < tile_q ? item->qo_len - item->q_begin : tile_q;
-    const int64_t delta = (int64_t)item->kv_len - item->qo_len;
-    int64_t end = item->kv_len, begin = 0;
-    if (cfg->causal && item->q_begin + rows + delta < end)
-        end = item->q_begin + rows + delta;
-    if (cfg->window_left >= 0 && item->q_begin + delta - cfg->window_left > begin)
-        begin = item->q_begin + delta - cfg->window_left;
+    int64_t begin, end;
+    cinfer__prefill_tile_range(cfg, item->qo_len, item->kv_len, item->q_begin, tile_q, &begin,
+                               &end);
+    begin = max64(begin, item->chunk_begin);
+    end = min64(end, item->chunk_end);
     return end > begin ? end - begin : 0;
+}
+
+/* The chunk alignment of tile index `tile`: A = max(CINFER__PREFILL_CHUNK_ALIGN, tile_kv). */
+static int64_t chunk_align(const cinfer__prefill_plan_config_t *cfg, int tile) {
+    return cfg->tile_kv[tile] > CINFER__PREFILL_CHUNK_ALIGN ? cfg->tile_kv[tile]
+                                                            : CINFER__PREFILL_CHUNK_ALIGN;
+}
+
+/* A tile's chunked range: [b', e) with b' = b rounded down to align; empty (length 0) when the
+ * tile keeps nothing. */
+static int64_t chunked_length(const cinfer__prefill_plan_config_t *cfg,
+                              const cinfer__prefill_request_t *r, int32_t q, int tile_q,
+                              int64_t align, int64_t *first) {
+    int64_t begin, end;
+    cinfer__prefill_tile_range(cfg, r->qo_len, r->kv_len, q, tile_q, &begin, &end);
+    *first = begin / align * align;
+    return end > begin ? end - *first : 0;
+}
+
+/* Chunks of a tile whose chunked range has `len` positions: max(1, ceil(len / chunk)); chunk 0
+ * stands for "not split". */
+static int64_t chunks_of(int64_t len, int64_t chunk) {
+    return chunk <= 0 || len <= chunk ? 1 : (len + chunk - 1) / chunk;
+}
+
+/* Work items with chunk size `chunk` (0: unsplit). */
+static int64_t count_items(const cinfer__prefill_plan_config_t *cfg,
+                           const cinfer__prefill_request_t *req, int batch, int tile,
+                           int64_t chunk) {
+    const int tile_q = cfg->tile_q[tile];
+    const int64_t align = chunk_align(cfg, tile);
+    int64_t n = 0, first;
+    for (int b = 0; b < batch; b++)
+        for (int32_t q = 0; q < req[b].qo_len; q += tile_q)
+            n += chunks_of(chunked_length(cfg, &req[b], q, tile_q, align, &first), chunk);
+    return n;
+}
+
+cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t *cfg,
+                                            const cinfer__prefill_request_t *req, int batch_size,
+                                            int tile, cinfer__prefill_chunking_t *out) {
+    const int tile_q = cfg->tile_q[tile];
+    const int64_t align = chunk_align(cfg, tile), heads = cfg->num_qo_heads;
+    const int64_t unsplit = count_items(cfg, req, batch_size, tile, 0);
+    int64_t chunk = 0;
+    if (!cfg->graph && !cfg->no_split && unsplit * heads < cfg->max_ctas[tile]) {
+        int64_t max_len = 0, first;
+        for (int b = 0; b < batch_size; b++)
+            for (int32_t q = 0; q < req[b].qo_len; q += tile_q)
+                max_len = max64(max_len, chunked_length(cfg, &req[b], q, tile_q, align, &first));
+        /* Candidates C = k * align, k in [lo, hi]; at hi every tile is one chunk, so
+         * items(hi * align) x Hq = unsplit x Hq <= max_ctas holds throughout the search. */
+        int64_t lo = (CINFER__PREFILL_CHUNK_MIN + align - 1) / align;
+        const int64_t k_max = (max_len + align - 1) / align;
+        int64_t hi = k_max;
+        if (lo < hi) {
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (count_items(cfg, req, batch_size, tile, mid * align) * heads <=
+                    cfg->max_ctas[tile])
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            if (hi < k_max)
+                chunk = hi * align;
+        }
+    }
+    int64_t work = 0, states = 0, max_chunks = 0, first;
+    for (int b = 0; b < batch_size; b++)
+        for (int32_t q = 0; q < req[b].qo_len; q += tile_q) {
+            const int64_t n =
+                chunks_of(chunked_length(cfg, &req[b], q, tile_q, align, &first), chunk);
+            work += n;
+            if (n > 1)
+                states += min64((int64_t)req[b].qo_len - q, tile_q) * heads * n;
+            max_chunks = max64(max_chunks, n);
+        }
+    if (work > INT32_MAX || states > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_INTERNAL,
+                             "prefill plan: %lld work items / %lld partial states exceed 2^31 - 1",
+                             (long long)work, (long long)states);
+    const bool split = max_chunks > 1;
+    const int64_t rows = split && batch_size > 0 ? (int64_t)req[batch_size - 1].qo_begin +
+                                                       req[batch_size - 1].qo_len - req[0].qo_begin
+                                                 : 0;
+    out->chunk_size = split ? (int)chunk : 0;
+    out->num_work = (int)work;
+    out->num_states = (int)states;
+    out->num_rows = (int)rows;
+    out->max_chunks = (int)max_chunks;
+    out->split = split;
+    return CINFER_STATUS_SUCCESS;
 }
 
 /* The sort key of qsort's comparator, which cannot take extra arguments: items are sorted on
@@ -158,36 +308,79 @@ static int compare_items(const void *a, const void *b) {
         return x->cost > y->cost ? -1 : 1;
     if (x->item.request != y->item.request)
         return x->item.request < y->item.request ? -1 : 1;
-    return (x->item.q_begin > y->item.q_begin) - (x->item.q_begin < y->item.q_begin);
+    if (x->item.q_begin != y->item.q_begin)
+        return x->item.q_begin < y->item.q_begin ? -1 : 1;
+    return (x->item.chunk > y->item.chunk) - (x->item.chunk < y->item.chunk);
 }
 
 cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *cfg,
                                            const cinfer__prefill_request_t *req, int batch_size,
-                                           int tile_q, const cinfer__prefill_schedule_t *dst) {
-    int64_t num_work = 0;
-    for (int b = 0; b < batch_size; b++)
-        num_work += ceil_div(req[b].qo_len, tile_q);
-    if (num_work > dst->work_capacity)
+                                           int tile, const cinfer__prefill_chunking_t *chunking,
+                                           const cinfer__prefill_schedule_t *dst) {
+    if (chunking->num_work > dst->work_capacity ||
+        (chunking->split && (chunking->num_rows > dst->row_capacity ||
+                             chunking->num_states > dst->state_capacity || !dst->merge)))
         return cinfer__error(CINFER_STATUS_INTERNAL,
-                             "prefill plan: %lld work items exceed the workspace capacity %d",
-                             (long long)num_work, dst->work_capacity);
+                             "prefill plan: %d work items / %d merge rows / %d partial states "
+                             "exceed the workspace capacities %d / %d / %d",
+                             chunking->num_work, chunking->split ? chunking->num_rows : 0,
+                             chunking->num_states, dst->work_capacity, dst->row_capacity,
+                             dst->state_capacity);
+    const int tile_q = cfg->tile_q[tile];
+    const int64_t align = chunk_align(cfg, tile), heads = cfg->num_qo_heads;
+    const int64_t chunk = chunking->split ? chunking->chunk_size : 0;
+    const int num_work = chunking->num_work;
     keyed_item_t *keyed = malloc(sizeof *keyed * (size_t)(num_work > 0 ? num_work : 1));
     if (!keyed)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                             "prefill plan: out of memory for %lld work items",
-                             (long long)num_work);
-    int64_t n = 0;
+                             "prefill plan: out of memory for %d work items", num_work);
+    const int32_t row0 = batch_size > 0 ? req[0].qo_begin : 0;
+    int64_t n = 0, slot = 0;
     for (int b = 0; b < batch_size; b++) {
         for (int32_t q = 0; q < req[b].qo_len; q += tile_q) {
-            keyed_item_t *k = &keyed[n++];
-            k->item = (cinfer_prefill_work){.request = b,
-                                            .q_begin = q,
-                                            .qo_begin = req[b].qo_begin,
-                                            .qo_len = req[b].qo_len,
-                                            .kv_begin = req[b].kv_begin,
-                                            .kv_len = req[b].kv_len};
-            k->cost = cinfer__prefill_item_cost(cfg, &k->item, tile_q);
+            int64_t first;
+            const int64_t len = chunked_length(cfg, &req[b], q, tile_q, align, &first);
+            const int64_t chunks = chunks_of(len, chunk);
+            const int64_t rows = min64((int64_t)req[b].qo_len - q, tile_q);
+            if (n + chunks > num_work)
+                break; /* reported below */
+            for (int64_t c = 0; c < chunks; c++) {
+                keyed_item_t *k = &keyed[n++];
+                k->item = (cinfer_prefill_work){
+                    .request = b,
+                    .q_begin = q,
+                    .qo_begin = req[b].qo_begin,
+                    .qo_len = req[b].qo_len,
+                    .kv_begin = req[b].kv_begin,
+                    .kv_len = req[b].kv_len,
+                    .chunk_begin = chunks > 1 ? (int)(first + c * chunk) : 0,
+                    .chunk_end = chunks > 1 ? (int)min64(first + (c + 1) * chunk, first + len)
+                                            : req[b].kv_len,
+                    .chunk = (int)c,
+                    .num_chunks = (int)chunks,
+                    .partial = chunks > 1 ? (int)(slot + c) : -1,
+                };
+                k->cost = cinfer__prefill_item_cost(cfg, &k->item, tile_q);
+            }
+            if (chunking->split) {
+                /* Merge rows of the tile: split ones name their slots, the others are skipped. */
+                for (int64_t i = 0; i < rows; i++) {
+                    cinfer_decode_request *r = &dst->rows[req[b].qo_begin - row0 + q + i];
+                    r->kv_len = req[b].kv_len;
+                    r->num_chunks = (int)chunks;
+                    r->partial_base = chunks > 1 ? (int)(slot + i * heads * chunks) : -1;
+                }
+            }
+            if (chunks > 1)
+                slot += rows * heads * chunks;
         }
+    }
+    if (n != num_work || (chunking->split && slot != chunking->num_states)) {
+        free(keyed);
+        return cinfer__error(CINFER_STATUS_INTERNAL,
+                             "prefill plan: wrote %lld items / %lld partial states, the chunking "
+                             "counted %d / %d",
+                             (long long)n, (long long)slot, num_work, chunking->num_states);
     }
     qsort(keyed, (size_t)n, sizeof *keyed, compare_items);
     for (int64_t i = 0; i < n; i++)
@@ -195,13 +388,22 @@ cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *
     free(keyed);
     dst->header->num_work = (int)n;
     dst->header->batch_size = batch_size;
+    if (chunking->split) {
+        dst->merge->num_work = chunking->num_states;
+        dst->merge->batch_size = chunking->num_rows;
+    }
     return CINFER_STATUS_SUCCESS;
 }
 
-/* ---- grid ---- */
+/* ---- grids ---- */
 
 int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_q, int num_work) {
     if (cfg->graph)
         return cinfer__prefill_work_bound(cfg, tile_q) * cfg->num_qo_heads;
     return (int64_t)num_work * cfg->num_qo_heads;
+}
+
+int64_t cinfer__prefill_merge_grid(const cinfer__prefill_plan_config_t *cfg, int num_rows) {
+    const int64_t per_block = cinfer__decode_merge_rows(cfg->head_dim);
+    return ((int64_t)num_rows * cfg->num_qo_heads + per_block - 1) / per_block;
 }

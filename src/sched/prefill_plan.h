@@ -2,9 +2,10 @@
  * The batch prefill planner: pure host code (no CUDA calls), unit-tested in CI without a GPU.
  *
  * From the host copies of the indptr arrays (and, for a paged KV, kv_last_page_len) it checks
- * the batch, chooses the query tile and writes the work list the batch prefill kernel reads
- * (kernels/prefill_params.h): one item per (request, tile of tile_q query rows); the grid runs
- * every item for every query head. It also computes the exact workspace layout.
+ * the batch, chooses the query tile, splits long KV ranges into chunks when the batch alone would
+ * leave most of the GPU idle (split-KV), and writes the work list the batch prefill kernel reads
+ * (kernels/prefill_params.h): one item per (request, tile of tile_q query rows, KV chunk); the
+ * grid runs every item for every query head. It also computes the exact workspace layout.
  *
  * The tile rule (cinfer__prefill_choose_tile)
  * -------------------------------------------
@@ -17,17 +18,56 @@
  * captured kernel cannot change, so the tile is fixed when the object is created, by the same rule
  * applied to avg = ceil(max_total_qo / max_batch_size).
  *
- * The work list
- * -------------
- * A request of qo_len rows has ceil(qo_len / tile_q) items (none when qo_len is 0), so a plan has
- *   items = sum_b ceil(qo_len_b / T) <= floor((total_qo + batch * (T - 1)) / T)
- * and the workspace, sized for the smallest candidate tile at max_total_qo and max_batch_size,
- * holds any plan. Items are sorted by the KV positions their CTA visits (causal and window
- * limits applied as the kernel applies them), longest first, ties in (request, row) order: the
- * long CTAs start first and the short ones fill the tail of the last wave.
+ * The KV range of a query tile
+ * ----------------------------
+ * The tile of rows [q, q + r) of a request visits the KV positions [b, e) that some of its rows
+ * keep: e = min(kv_len, q + r + kv_len - qo_len) under the bottom-right causal mask, else kv_len;
+ * b = max(0, q + kv_len - qo_len - window_left) with a window, else 0 (the kernel's own limits,
+ * not rounded to KV tiles; e <= b: nothing kept, the CTA only writes zeros and LSE -inf).
  *
- * Split-KV (several CTAs per query tile over parts of a long KV, merged afterwards) is not done
- * yet: a request with few query rows and a long KV runs on ceil(qo_len / T) x Hq CTAs.
+ * The split-KV rule (cinfer__prefill_plan_chunks)
+ * -----------------------------------------------
+ * Unsplit, a plan runs items x Hq CTAs (items = sum_b ceil(qo_len_b / T)). A few tiles over a
+ * long KV (a cascade's shared prefix: 64 query rows of one group over 8192 positions, 32 heads:
+ * 32 CTAs) leave most SMs idle. With max_ctas = the chosen kernel's resident CTAs on the device
+ * (SMs x blocks per SM, from the occupancy API when the object is sized and created):
+ * - never in CUDA-graph mode (the grid and the merge launch are fixed at capture, and the merge
+ *   writes rows relative to qo_indptr[0], which a replay after a new plan may move), nor for
+ *   variants whose partial states cannot be merged (no softmax, output transform), nor when
+ *   items x Hq >= max_ctas (one chunk per tile already fills a wave);
+ * - else all tiles share one chunk size C, a multiple of A = max(CINFER__PREFILL_CHUNK_ALIGN,
+ *   tile_kv) and at least CINFER__PREFILL_CHUNK_MIN: the tile with range [b, e) has
+ *   n = max(1, ceil((e - b') / C)) chunks with b' = b rounded down to A, chunk c covering
+ *   [b' + c C, min(b' + (c + 1) C, e)), and C is the smallest such size with
+ *   sum_tiles n x Hq <= max_ctas (binary search; the sum is non-increasing in C). When that C
+ *   leaves every tile one chunk, nothing is split.
+ * So a split plan runs at most one wave of resident CTAs, its longest CTA is as short as that
+ * allows, and chunk edges are KV-tile edges (no KV tile is visited by two chunks; the causal and
+ * window masks stay where they were). A row that keeps none of a chunk's positions (causal: a
+ * chunk past the row's position) gets an empty partial state (0, LSE -inf): weight 0 in the merge.
+ *
+ * Partial states and the merge
+ * ----------------------------
+ * A split tile of r rows and n chunks takes r x Hq x n consecutive slots from partial_base P
+ * (tiles in work-list creation order): row i, head h, chunk c is slot P + (i Hq + h) n + c. Its
+ * items carry partial = P + c; items of unsplit tiles carry -1 and write out/lse directly. The
+ * decode merge kernel (kernels/decode.cu, heads_per_cta = 1) folds the slots: its "requests" are
+ * the plan's query rows, relative to qo_indptr[0] (entry {kv_len, n, P + i Hq n} for a split row,
+ * {kv_len, 1, -1}, which it skips, for the others), and its header's batch_size is the number of
+ * rows.
+ *
+ * The work list and the workspace bound
+ * -------------------------------------
+ * Unsplit, a request of qo_len rows has ceil(qo_len / tile_q) items (none when qo_len is 0), so
+ *   items = sum_b ceil(qo_len_b / T) <= floor((total_qo + batch * (T - 1)) / T),
+ * the work bound of the smallest candidate tile. A split plan has at most I = floor(max_ctas / Hq)
+ * items (its CTAs fit one wave), so at most I x Hq x min(tile_q, max_total_qo) partial states
+ * (each CTA writes at most that many rows of its head) and, since every row is in one of its at
+ * most I unsplit tiles, at most min(I x tile_q, max_total_qo) merge rows. The workspace holds the
+ * larger of the bounds over the candidate tiles, so any plan fits.
+ * Items are sorted by the KV positions their CTA visits (the range above, cut to the item's
+ * chunk), longest first, ties in (request, row, chunk) order: the long CTAs start first and the
+ * short ones fill the tail of the last wave.
  */
 #ifndef CINFER_SCHED_PREFILL_PLAN_H
 #define CINFER_SCHED_PREFILL_PLAN_H
@@ -37,26 +77,42 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "decode_params.h"
 #include "prefill_params.h"
 
 /* Every region of the workspace starts on this boundary (the cudaMalloc alignment). */
 #define CINFER__PREFILL_ALIGN 256
 /* Candidate query tiles of one object (kernels loaded at create). */
 #define CINFER__PREFILL_MAX_TILES 3
+/* Chunk edges are multiples of this many KV positions (and of the kernel's tile_kv, when larger):
+ * 64 is a multiple of every KV tile the batch kernels use (16, 32, 64), so no KV tile straddles
+ * two chunks. */
+#define CINFER__PREFILL_CHUNK_ALIGN 64
+/* The shortest chunk: 512 positions are 8 to 32 KV tiles, so what a CTA pays besides its KV tiles
+ * (the Q tile load and pipeline fill, worth a tile or two; the partial state of tile_q x D floats
+ * it writes and the merge reads back) stays a small part of its time. An estimate, not yet a
+ * measurement: bench/cascade.py with other --prefix lengths shows where splitting stops paying. */
+#define CINFER__PREFILL_CHUNK_MIN 512
 
-/* The fixed part of a batch prefill planner: from the options. */
+/* The fixed part of a batch prefill planner: from the options and the device. */
 typedef struct cinfer__prefill_plan_config {
     int num_qo_heads;     /* Hq >= 1 */
     int num_kv_heads;     /* Hk >= 1 */
+    int head_dim;         /* D of the output (partial states are D floats) */
     bool causal;          /* bottom-right aligned causal mask */
     int window_left;      /* -1 = off */
     bool paged;           /* kv_indptr counts pages (else K/V rows) */
     int page_size;        /* paged: tokens per page, 1..256 */
     int max_batch_size;   /* requests a plan may hold, >= 1 */
     int64_t max_total_qo; /* query rows a plan may hold (qo_indptr[batch] - qo_indptr[0]), >= 1 */
-    bool graph;           /* CUDA-graph mode: one tile, grid fixed for the maxima */
+    bool graph;           /* CUDA-graph mode: one tile, grid fixed for the maxima, no split-KV */
+    bool no_split;        /* the variant's partial states cannot be merged (no softmax, output
+                             transform): no split-KV */
     int num_tiles;        /* candidate tiles, 1..CINFER__PREFILL_MAX_TILES */
-    int tile_q[CINFER__PREFILL_MAX_TILES]; /* ascending, each a multiple of 16 */
+    int tile_q[CINFER__PREFILL_MAX_TILES];   /* ascending, each a multiple of 16 */
+    int tile_kv[CINFER__PREFILL_MAX_TILES];  /* each tile's KV rows per pipeline step */
+    int max_ctas[CINFER__PREFILL_MAX_TILES]; /* each tile's resident CTAs on the device (0: never
+                                                split with that tile) */
 } cinfer__prefill_plan_config_t;
 
 /* One request as planned (host side). */
@@ -89,60 +145,107 @@ cinfer_status_t cinfer__prefill_requests(const cinfer__prefill_plan_config_t *cf
 int cinfer__prefill_choose_tile(const cinfer__prefill_plan_config_t *cfg, int64_t total_qo,
                                 int64_t requests);
 
-/* The most work items any plan of at most max_total_qo rows and max_batch_size requests can
- * have with tile_q rows per item: floor((max_total_qo + max_batch_size * (tile_q - 1)) /
+/* The most unsplit work items any plan of at most max_total_qo rows and max_batch_size requests
+ * can have with tile_q rows per item: floor((max_total_qo + max_batch_size * (tile_q - 1)) /
  * tile_q). */
 int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int tile_q);
+
+/* Whether plans of cfg may split the KV at all (not graph mode, not no_split, and some tile has
+ * max_ctas > 0). */
+bool cinfer__prefill_may_split(const cinfer__prefill_plan_config_t *cfg);
 
 /* ---- workspace ---- */
 
 /*
- * Byte layout of the workspace: the header, then the work list; both are the schedule plan
- * copies (the header and the items it wrote, one contiguous prefix). Regions start on
- * CINFER__PREFILL_ALIGN bytes:
- *   header @ 0            align(sizeof(cinfer_prefill_header))
- *   work   @ work_offset  align(work_capacity * sizeof(cinfer_prefill_work))
+ * Byte layout of the workspace. The schedule comes first: the header, the work list, the merge
+ * header (a cinfer_decode_header whose batch_size is the plan's merge rows) and the merge rows
+ * (cinfer_decode_request, one per query row of a split plan); plan writes them into a host mirror
+ * of schedule_bytes and copies the used parts. The float32 partial states follow. Regions start on
+ * CINFER__PREFILL_ALIGN bytes; the merge and partial regions are empty when no plan can split:
+ *   header      @ 0                   align(sizeof(cinfer_prefill_header))
+ *   work        @ work_offset         align(work_capacity * sizeof(cinfer_prefill_work))
+ *   merge       @ merge_offset        align(sizeof(cinfer_decode_header)), or 0 bytes
+ *   rows        @ rows_offset         align(row_capacity * sizeof(cinfer_decode_request))
+ *   partial_o   @ partial_o_offset    align(state_capacity * head_dim * 4)
+ *   partial_lse @ partial_lse_offset  align(state_capacity * 4)
+ *   total_bytes = partial_lse_offset + its aligned size
  */
 typedef struct cinfer__prefill_layout {
     int work_capacity;
-    size_t work_offset;
-    size_t schedule_bytes; /* work_offset + work_capacity * sizeof(cinfer_prefill_work) */
+    int row_capacity;   /* merge rows: query rows of a split plan */
+    int state_capacity; /* partial states: (row, head, chunk) of split tiles */
+    size_t work_offset, merge_offset, rows_offset, partial_o_offset, partial_lse_offset;
+    size_t schedule_bytes; /* rows_offset + row_capacity * sizeof(cinfer_decode_request), or
+                              work_offset + work_capacity * sizeof(cinfer_prefill_work) when
+                              row_capacity is 0 */
     size_t total_bytes;
 } cinfer__prefill_layout_t;
 
-/* The layout that holds any plan of cfg (capacity = the work bound of the smallest tile).
- * UNSUPPORTED when the capacity, or the grid of capacity x num_qo_heads CTAs, exceeds
- * 2^31 - 1. */
+/* The layout that holds any plan of cfg (the bounds at the top of this file). UNSUPPORTED when a
+ * capacity, or a grid of work_capacity x num_qo_heads CTAs, exceeds 2^31 - 1. */
 cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t *cfg,
                                              cinfer__prefill_layout_t *out);
 
 /* ---- planning ---- */
 
-/* Where plan writes the schedule (the host mirror of the workspace's schedule). */
+/* What the split-KV rule chose for one batch. */
+typedef struct cinfer__prefill_chunking {
+    int chunk_size; /* C in KV positions; 0 when nothing is split */
+    int num_work;   /* work items */
+    int num_states; /* partial states: sum over split tiles of rows x Hq x chunks */
+    int num_rows;   /* merge rows: qo_indptr[batch] - qo_indptr[0] when split, else 0 */
+    int max_chunks; /* chunks of the most split tile (1 = nothing split; 0 = no items) */
+    bool split;     /* some tile has more than one chunk: the merge kernel must run */
+} cinfer__prefill_chunking_t;
+
+/* Applies the split-KV rule (top of this file) to req[batch_size] with tile index `tile`. Pure and
+ * cheap: O(tiles x log(max_len / 64)). INTERNAL when a count exceeds 2^31 - 1 (the layout's
+ * bounds prevent it for plans of cfg). */
+cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t *cfg,
+                                            const cinfer__prefill_request_t *req, int batch_size,
+                                            int tile, cinfer__prefill_chunking_t *out);
+
+/* Where plan writes the schedule (the host mirror of the workspace's schedule regions). */
 typedef struct cinfer__prefill_schedule {
     cinfer_prefill_header *header;
-    cinfer_prefill_work *work; /* [work_capacity] */
-    int work_capacity;
+    cinfer_prefill_work *work;   /* [work_capacity] */
+    cinfer_decode_header *merge; /* NULL when row_capacity is 0 */
+    cinfer_decode_request *rows; /* [row_capacity] */
+    int work_capacity, row_capacity, state_capacity;
 } cinfer__prefill_schedule_t;
 
 /*
- * Writes the work list of req[batch_size] with tile_q rows per item into dst (sorted as the top
- * of this file says) and header = {num_work, batch_size}. INTERNAL when the items do not fit
- * work_capacity (the layout prevents it).
+ * Writes the work list of req[batch_size] with tile index `tile`, chunked as `chunking` (from
+ * cinfer__prefill_plan_chunks with the same arguments), into dst, sorted as the top of this file
+ * says, with header = {num_work, batch_size}; when split, also the merge header {num_states,
+ * num_rows} and the merge rows. INTERNAL when the counts do not fit the capacities (the layout
+ * prevents it) or disagree with the chunking.
  */
 cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *cfg,
                                            const cinfer__prefill_request_t *req, int batch_size,
-                                           int tile_q, const cinfer__prefill_schedule_t *dst);
+                                           int tile, const cinfer__prefill_chunking_t *chunking,
+                                           const cinfer__prefill_schedule_t *dst);
 
-/* KV positions the CTA of an item visits (what the sort orders by): the kernel's causal and
- * window limits, not rounded to KV tiles. */
+/* The KV range [*begin, *end) of the query tile of rows [q_begin, q_begin + tile_q) of a request
+ * (the rule at the top: the kernel's causal and window limits, not rounded to KV tiles; empty
+ * when *end <= *begin). */
+void cinfer__prefill_tile_range(const cinfer__prefill_plan_config_t *cfg, int32_t qo_len,
+                                int32_t kv_len, int32_t q_begin, int tile_q, int64_t *begin,
+                                int64_t *end);
+
+/* KV positions the CTA of an item visits (what the sort orders by): its tile's range cut to its
+ * chunk. */
 int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
                                   const cinfer_prefill_work *item, int tile_q);
 
-/* ---- grid ---- */
+/* ---- grids ---- */
 
-/* Blocks of the kernel: graph mode work_bound(fixed tile) x Hq (constant; CTAs past the plan's
- * items exit), else num_work x Hq. */
+/* Blocks of the attention kernel: graph mode work_bound(fixed tile) x Hq (constant; CTAs past the
+ * plan's items exit), else num_work x Hq. */
 int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_q, int num_work);
+
+/* Blocks of the merge kernel for a plan with num_rows merge rows: ceil(num_rows x Hq / rows per
+ * block), rows per block = cinfer__decode_merge_rows(head_dim); 0 when nothing was split. */
+int64_t cinfer__prefill_merge_grid(const cinfer__prefill_plan_config_t *cfg, int num_rows);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "cuda/context.h"
 #include "ops/prefill.h"
+#include "sched/decode_plan.h"
 #include "sched/prefill_plan.h"
 
 /* ---- helpers ---- */
@@ -32,6 +33,7 @@ static cinfer__prefill_plan_config_t config(int hq, int hk, bool causal, int win
     memset(&c, 0, sizeof c);
     c.num_qo_heads = hq;
     c.num_kv_heads = hk;
+    c.head_dim = 128;
     c.causal = causal;
     c.window_left = window;
     c.paged = paged;
@@ -43,7 +45,18 @@ static cinfer__prefill_plan_config_t config(int hq, int hk, bool causal, int win
     c.tile_q[0] = 32;
     c.tile_q[1] = 64;
     c.tile_q[2] = 128;
+    c.tile_kv[0] = 32;
+    c.tile_kv[1] = 64;
+    c.tile_kv[2] = 64;
     return c;
+}
+
+/* The H200's resident CTAs of the D = 128 batch kernels (132 SMs x 4, 2 and 1 per SM: registers
+ * bound the two small tiles, shared memory and registers the large one). */
+static void h200_ctas(cinfer__prefill_plan_config_t *c) {
+    c->max_ctas[0] = 132 * 4;
+    c->max_ctas[1] = 132 * 2;
+    c->max_ctas[2] = 132;
 }
 
 static void assert_error(cinfer_status_t st, cinfer_status_t want, const char *needle) {
@@ -58,6 +71,7 @@ typedef struct plan {
     cinfer__prefill_request_t *req;
     unsigned char *host;
     cinfer__prefill_schedule_t dst;
+    cinfer__prefill_chunking_t chunking;
     int tile; /* index into cfg->tile_q */
 } plan_t;
 
@@ -69,12 +83,18 @@ static cinfer_status_t make_plan(const cinfer__prefill_plan_config_t *cfg, const
     if (st)
         return st;
     p->req = calloc((size_t)cfg->max_batch_size + 1, sizeof *p->req);
-    p->host = calloc(1, p->layout.total_bytes);
+    p->host = calloc(1, p->layout.schedule_bytes);
     assert_non_null(p->req);
     assert_non_null(p->host);
     p->dst.header = (cinfer_prefill_header *)p->host;
     p->dst.work = (cinfer_prefill_work *)(p->host + p->layout.work_offset);
+    p->dst.merge = p->layout.row_capacity > 0
+                       ? (cinfer_decode_header *)(p->host + p->layout.merge_offset)
+                       : NULL;
+    p->dst.rows = (cinfer_decode_request *)(p->host + p->layout.rows_offset);
     p->dst.work_capacity = p->layout.work_capacity;
+    p->dst.row_capacity = p->layout.row_capacity;
+    p->dst.state_capacity = p->layout.state_capacity;
     st = cinfer__prefill_requests(cfg, qo_indptr, kv_indptr, last, batch, p->req);
     if (st)
         return st;
@@ -82,7 +102,10 @@ static cinfer_status_t make_plan(const cinfer__prefill_plan_config_t *cfg, const
     for (int b = 0; b < batch; b++)
         requests += p->req[b].qo_len > 0;
     p->tile = cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch] - qo_indptr[0], requests);
-    return cinfer__prefill_plan_build(cfg, p->req, batch, cfg->tile_q[p->tile], &p->dst);
+    st = cinfer__prefill_plan_chunks(cfg, p->req, batch, p->tile, &p->chunking);
+    if (st)
+        return st;
+    return cinfer__prefill_plan_build(cfg, p->req, batch, p->tile, &p->chunking, &p->dst);
 }
 
 static void free_plan(plan_t *p) {
@@ -91,20 +114,58 @@ static void free_plan(plan_t *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* A half-open interval of KV positions that one item visits for one query row. */
+typedef struct span {
+    int64_t row, begin, end;
+} span_t;
+
+static int compare_spans(const void *a, const void *b) {
+    const span_t *x = a, *y = b;
+    if (x->row != y->row)
+        return x->row < y->row ? -1 : 1;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
 /*
- * Every (request, query row) is in exactly one item (so, with the grid multiplying by Hq, every
- * (request, row, head) in exactly one CTA), items carry their request's description, tiles start
- * on multiples of tile_q, costs never increase, and the grid is what the launch uses.
+ * Every (request, query row) is in the items of exactly one query tile (so, with the grid
+ * multiplying by Hq, every (request, row, head) in that tile's CTAs), and every KV position a row
+ * keeps (causal, window, kv_len) is visited by exactly one of them (the kernel visits whole KV
+ * tiles from its range cut to its chunk, and masks elements); items carry their request's
+ * description, tiles start on multiples of tile_q, chunks on multiples of the alignment, costs
+ * never increase, split tiles have distinct partial slots below num_states that the merge rows
+ * name, and the grid is what the launch uses.
  */
 static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t *qo_indptr,
                         const int32_t *kv_indptr, const int32_t *last, int batch, const plan_t *p) {
-    const int tile_q = cfg->tile_q[p->tile];
+    const int tile_q = cfg->tile_q[p->tile], tile_kv = cfg->tile_kv[p->tile];
+    const int64_t align = tile_kv > 64 ? tile_kv : 64, heads = cfg->num_qo_heads;
+    const cinfer__prefill_chunking_t *ch = &p->chunking;
     const int n = p->dst.header->num_work;
+    assert_int_equal(n, ch->num_work);
     assert_int_equal(p->dst.header->batch_size, batch);
     assert_true(n <= p->layout.work_capacity);
-    assert_true(n <= cinfer__prefill_work_bound(cfg, tile_q));
+    assert_true(ch->split || n <= cinfer__prefill_work_bound(cfg, tile_q));
+    assert_int_equal(ch->split, ch->max_chunks > 1);
+    if (ch->split) {
+        assert_false(cfg->graph);
+        assert_false(cfg->no_split);
+        assert_true((int64_t)n * heads <= cfg->max_ctas[p->tile]);
+        assert_true(ch->chunk_size >= CINFER__PREFILL_CHUNK_MIN && ch->chunk_size % align == 0);
+        assert_true(ch->num_rows <= p->layout.row_capacity);
+        assert_true(ch->num_states <= p->layout.state_capacity);
+        assert_int_equal(ch->num_rows, qo_indptr[batch] - qo_indptr[0]);
+        assert_int_equal(p->dst.merge->batch_size, ch->num_rows);
+    } else {
+        assert_int_equal(ch->chunk_size, 0);
+        assert_int_equal(ch->num_states, 0);
+    }
     const int64_t rows = (int64_t)qo_indptr[batch] - qo_indptr[0];
-    unsigned char *seen = calloc((size_t)rows + 1, 1);
+    int64_t *tile_of_row = malloc(sizeof(int64_t) * ((size_t)rows + 1));
+    for (int64_t r = 0; r < rows; r++)
+        tile_of_row[r] = -1;
+    unsigned char *slot_used = calloc((size_t)ch->num_states + 1, 1);
+    int64_t num_spans = 0, cap_spans = 64;
+    span_t *spans = malloc(sizeof *spans * (size_t)cap_spans);
     int64_t prev_cost = INT64_MAX;
     for (int i = 0; i < n; i++) {
         const cinfer_prefill_work *w = &p->dst.work[i];
@@ -118,19 +179,114 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
             kv_len = (kv_len - 1) * cfg->page_size + last[b];
         assert_int_equal(w->kv_len, kv_len);
         assert_true(w->q_begin >= 0 && w->q_begin < w->qo_len && w->q_begin % tile_q == 0);
-        for (int r = w->q_begin; r < w->qo_len && r < w->q_begin + tile_q; r++) {
-            const int64_t row = (int64_t)w->qo_begin + r - qo_indptr[0];
-            if (seen[row]++)
-                fail_msg("request %d row %d is covered twice", b, r);
+        assert_true(w->chunk >= 0 && w->chunk < w->num_chunks);
+        const int q_rows = w->qo_len - w->q_begin < tile_q ? w->qo_len - w->q_begin : tile_q;
+        const int64_t row0 = (int64_t)w->qo_begin + w->q_begin - qo_indptr[0];
+        /* The tile's rows belong to it alone (the chunk items of a tile name the same first row).
+         */
+        for (int r = 0; r < q_rows; r++) {
+            if (tile_of_row[row0 + r] >= 0 && tile_of_row[row0 + r] != row0)
+                fail_msg("request %d row %d is in two query tiles", b, w->q_begin + r);
+            tile_of_row[row0 + r] = row0;
+        }
+        int64_t tb, te;
+        cinfer__prefill_tile_range(cfg, w->qo_len, w->kv_len, w->q_begin, tile_q, &tb, &te);
+        if (w->num_chunks == 1) {
+            assert_int_equal(w->chunk_begin, 0);
+            assert_int_equal(w->chunk_end, w->kv_len);
+            assert_int_equal(w->partial, -1);
+        } else {
+            /* Chunks start on the alignment, end on it or at the tile's range end, and each
+             * holds some of the range. */
+            assert_true(ch->split);
+            assert_int_equal(w->chunk_begin % align, 0);
+            assert_true(w->chunk_end % align == 0 || w->chunk_end == te);
+            assert_true(w->chunk_end - w->chunk_begin <= ch->chunk_size);
+            assert_true(w->chunk_begin < te && w->chunk_end > tb && w->chunk_end <= te);
+            assert_true(w->partial >= 0);
+            for (int r = 0; r < q_rows; r++)
+                for (int h = 0; h < heads; h++) {
+                    const int64_t slot = w->partial + ((int64_t)r * heads + h) * w->num_chunks;
+                    assert_true(slot < ch->num_states);
+                    if (slot_used[slot]++)
+                        fail_msg("partial slot %lld is used twice", (long long)slot);
+                }
+        }
+        if (ch->split) {
+            for (int r = 0; r < q_rows; r++) {
+                const cinfer_decode_request *m = &p->dst.rows[row0 + r];
+                assert_int_equal(m->kv_len, w->kv_len);
+                assert_int_equal(m->num_chunks, w->num_chunks);
+                if (w->num_chunks > 1)
+                    assert_int_equal(m->partial_base + w->chunk,
+                                     w->partial + (int64_t)r * heads * w->num_chunks);
+                else
+                    assert_int_equal(m->partial_base, -1);
+            }
+        }
+        /* What the kernel visits: its range cut to the chunk, widened to whole KV tiles. */
+        const int64_t lo = (tb > w->chunk_begin ? tb : w->chunk_begin) / tile_kv * tile_kv;
+        const int64_t hi_raw = te < w->chunk_end ? te : w->chunk_end;
+        const int64_t hi = (hi_raw + tile_kv - 1) / tile_kv * tile_kv;
+        const int64_t delta = w->kv_len - w->qo_len;
+        for (int r = 0; r < q_rows; r++) {
+            const int64_t pos = w->q_begin + r + delta;
+            int64_t keep_lo = 0, keep_hi = w->kv_len;
+            if (cfg->causal && pos + 1 < keep_hi)
+                keep_hi = pos + 1;
+            if (cfg->window_left >= 0 && pos - cfg->window_left > keep_lo)
+                keep_lo = pos - cfg->window_left;
+            const int64_t sb = lo > keep_lo ? lo : keep_lo, se = hi < keep_hi ? hi : keep_hi;
+            if (se <= sb)
+                continue;
+            if (num_spans == cap_spans) {
+                cap_spans *= 2;
+                spans = realloc(spans, sizeof *spans * (size_t)cap_spans);
+            }
+            spans[num_spans++] = (span_t){row0 + r, sb, se};
         }
         const int64_t cost = cinfer__prefill_item_cost(cfg, w, tile_q);
         assert_true(cost <= prev_cost);
         prev_cost = cost;
     }
     for (int64_t r = 0; r < rows; r++)
-        if (seen[r] != 1)
-            fail_msg("row %lld is covered %d times", (long long)r, seen[r]);
-    free(seen);
+        if (tile_of_row[r] < 0)
+            fail_msg("row %lld is in no query tile", (long long)r);
+    for (int64_t i = 0; i < ch->num_states; i++)
+        if (!slot_used[i])
+            fail_msg("partial slot %lld is never written", (long long)i);
+    /* Per row, the visited spans of kept positions tile the row's kept range exactly. */
+    qsort(spans, (size_t)num_spans, sizeof *spans, compare_spans);
+    int64_t at = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t qo_len = (int64_t)qo_indptr[b + 1] - qo_indptr[b];
+        int64_t kv_len = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+        if (cfg->paged && kv_len > 0)
+            kv_len = (kv_len - 1) * cfg->page_size + last[b];
+        for (int64_t i = 0; i < qo_len; i++) {
+            const int64_t row = (int64_t)qo_indptr[b] - qo_indptr[0] + i, pos = i + kv_len - qo_len;
+            int64_t keep_lo = 0, keep_hi = kv_len;
+            if (cfg->causal && pos + 1 < keep_hi)
+                keep_hi = pos + 1;
+            if (cfg->window_left >= 0 && pos - cfg->window_left > keep_lo)
+                keep_lo = pos - cfg->window_left;
+            int64_t next = keep_lo;
+            for (; at < num_spans && spans[at].row == row; at++) {
+                if (spans[at].begin != next)
+                    fail_msg("request %d row %lld: KV positions from %lld visited %s", b,
+                             (long long)i, (long long)next,
+                             spans[at].begin < next ? "twice" : "by no item");
+                next = spans[at].end;
+            }
+            if (keep_hi > keep_lo && next != keep_hi)
+                fail_msg("request %d row %lld: KV positions %lld..%lld visited by no item", b,
+                         (long long)i, (long long)next, (long long)keep_hi);
+        }
+    }
+    assert_int_equal(at, num_spans);
+    free(spans);
+    free(slot_used);
+    free(tile_of_row);
     const int64_t grid = cinfer__prefill_grid(cfg, tile_q, n);
     if (cfg->graph)
         assert_int_equal(grid, cinfer__prefill_work_bound(cfg, tile_q) * cfg->num_qo_heads);
@@ -243,7 +399,42 @@ static void layout_is_exact_and_aligned(void **state) {
     assert_int_equal(l.total_bytes % CINFER__PREFILL_ALIGN, 0);
     assert_true(l.total_bytes >= l.schedule_bytes &&
                 l.total_bytes < l.schedule_bytes + CINFER__PREFILL_ALIGN);
-    assert_int_equal(sizeof(cinfer_prefill_work), 24);
+    assert_int_equal(sizeof(cinfer_prefill_work), 44);
+    assert_int_equal(l.row_capacity, 0);
+    assert_int_equal(l.state_capacity, 0);
+    /* Graph mode and unmergeable variants never split, whatever the device: the same layout. */
+    h200_ctas(&c);
+    c.graph = true;
+    cinfer__prefill_layout_t g;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
+    assert_memory_equal(&g, &l, sizeof g);
+    c.graph = false;
+    c.no_split = true;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
+    assert_memory_equal(&g, &l, sizeof g);
+    /* Split plans: the largest bound over the tiles. Tile 32: 528 / 32 = 16 items, 16 x 32 x 32
+     * states, 16 x 32 rows; tile 64: 8 items, 8 x 32 x 64 states, 8 x 64 rows; tile 128: 4, ...
+     * all 16384 states and 512 rows; items max(work bound, 16). */
+    c.no_split = false;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(l.work_capacity, (10000 + 64 * 31) / 32);
+    assert_int_equal(l.row_capacity, 512);
+    assert_int_equal(l.state_capacity, 16384);
+    assert_int_equal(l.merge_offset,
+                     CINFER__PREFILL_ALIGN +
+                         (l.work_capacity * sizeof(cinfer_prefill_work) + 255) / 256 * 256);
+    assert_int_equal(l.rows_offset, l.merge_offset + CINFER__PREFILL_ALIGN);
+    assert_int_equal(l.schedule_bytes, l.rows_offset + 512 * sizeof(cinfer_decode_request));
+    assert_int_equal(l.partial_o_offset, (l.schedule_bytes + 255) / 256 * 256);
+    assert_int_equal(l.partial_lse_offset, l.partial_o_offset + 16384 * 128 * 4);
+    assert_int_equal(l.total_bytes, l.partial_lse_offset + 16384 * 4);
+    /* Few rows: the states and rows shrink with max_total_qo, the items do not. */
+    c.max_total_qo = 3;
+    c.max_batch_size = 1;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(l.work_capacity, 16);
+    assert_int_equal(l.row_capacity, 3);
+    assert_int_equal(l.state_capacity, 16 * 32 * 3);
     /* Too many CTAs for one launch. */
     c = config(128, 8, true, -1, false, 1, 1, INT32_MAX, false);
     assert_error(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_UNSUPPORTED, "2^31 - 1");
@@ -345,6 +536,7 @@ static void empty_batches_and_requests(void **state) {
 static void graph_mode_grid_is_constant(void **state) {
     (void)state;
     cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 16 * 20, true);
+    h200_ctas(&c); /* measured or not, graph mode never splits */
     const int fixed = cinfer__prefill_choose_tile(&c, 0, 0);
     const int64_t grid = cinfer__prefill_grid(&c, c.tile_q[fixed], 0);
     assert_true(grid > 0);
@@ -365,10 +557,166 @@ static void graph_mode_grid_is_constant(void **state) {
         plan_t p;
         assert_int_equal(make_plan(&c, qo, kv, last, batch, &p), CINFER_STATUS_SUCCESS);
         assert_int_equal(p.tile, fixed);
+        assert_false(p.chunking.split);
         assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.dst.header->num_work), grid);
         verify_plan(&c, qo, kv, last, batch, &p);
         free_plan(&p);
     }
+}
+
+/* ---- split-KV ---- */
+
+/* The cascade's shared prefix (bench/cascade.py): 64 query rows of one group over 8192 positions,
+ * 32/8 heads, D = 128, not causal. Unsplit: one 64-row tile, 32 CTAs on 132 SMs. Split: the
+ * 64-row kernel holds 264 CTAs, so 8 chunks of 1024 positions, 256 CTAs. */
+static void cascade_prefix_fills_the_gpu(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, false, -1, true, 16, 1, 64, false);
+    const int32_t qo[] = {0, 64}, kv[] = {0, 512}, last[] = {16};
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    assert_false(p.chunking.split); /* no max_ctas: never split */
+    assert_int_equal(p.dst.header->num_work, 1);
+    free_plan(&p);
+    h200_ctas(&c);
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, last, 1, &p);
+    assert_int_equal(p.tile, 1);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.chunk_size, 1024);
+    assert_int_equal(p.chunking.num_work, 8);
+    assert_int_equal(p.chunking.max_chunks, 8);
+    assert_int_equal(p.chunking.num_rows, 64);
+    assert_int_equal(p.chunking.num_states, 64 * 32 * 8);
+    assert_int_equal(cinfer__prefill_grid(&c, 64, p.dst.header->num_work), 256);
+    const int per_block = cinfer__decode_merge_rows(128); /* (row, head) pairs per merge block */
+    assert_int_equal(cinfer__prefill_merge_grid(&c, p.chunking.num_rows),
+                     (64 * 32 + per_block - 1) / per_block);
+    for (int i = 0; i < 8; i++) {
+        const cinfer_prefill_work *w = &p.dst.work[i];
+        assert_int_equal(w->chunk_end - w->chunk_begin, 1024);
+        assert_int_equal(w->chunk_begin, w->chunk * 1024);
+        assert_int_equal(w->partial, w->chunk);
+        assert_int_equal(w->num_chunks, 8);
+    }
+    /* Row 5's states for head 3: slots 5 x 32 x 8 + 3 x 8 + c. */
+    assert_int_equal(p.dst.rows[5].partial_base, 5 * 32 * 8);
+    assert_int_equal(p.dst.rows[5].num_chunks, 8);
+    assert_int_equal(p.dst.merge->batch_size, 64);
+    free_plan(&p);
+}
+
+/* C is the smallest multiple of the alignment (>= the minimum) that keeps the CTAs within one
+ * wave; a batch that fills the wave, or short KV, is not split; only long tiles are. */
+static void chunk_size_is_the_smallest_that_fits(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, false, -1, false, 1, 16, 4096, false);
+    h200_ctas(&c);
+    plan_t p;
+    /* One long request among short ones: 4 x 32 CTAs unsplit, room for 8 items, so the long one
+     * takes 5 chunks: ceil(16384 / C) <= 5 first holds at C = 52 x 64 = 3328. */
+    const int32_t qo[] = {0, 64, 128, 192, 256}, kv[] = {0, 16384, 16484, 16584, 16684};
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, NULL, 4, &p);
+    assert_int_equal(p.tile, 1);
+    assert_int_equal(p.chunking.chunk_size, 3328);
+    assert_int_equal(p.chunking.num_work, 8);
+    assert_int_equal(p.chunking.max_chunks, 5);
+    assert_int_equal(p.chunking.num_states, 64 * 32 * 5);
+    assert_int_equal(p.dst.rows[64].partial_base, -1); /* request 1's rows are not split */
+    assert_int_equal(p.dst.rows[64].num_chunks, 1);
+    /* Minimal: one alignment step less needs more CTAs than a wave. */
+    assert_true((4 * 64 + 3 + 3) * 32 > c.max_ctas[1]); /* ceil(16384 / 3264) = 6 chunks */
+    free_plan(&p);
+    /* The KV range at or below the minimum chunk: not split. */
+    const int32_t kv_short[] = {0, 512, 1024, 1536, 2048};
+    assert_int_equal(make_plan(&c, qo, kv_short, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    assert_false(p.chunking.split);
+    free_plan(&p);
+    /* Just past it: the minimum chunk. */
+    const int32_t kv_600[] = {0, 600, 1200, 1800, 2400};
+    assert_int_equal(make_plan(&c, qo, kv_600, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv_600, NULL, 4, &p);
+    assert_int_equal(p.chunking.chunk_size, CINFER__PREFILL_CHUNK_MIN);
+    assert_int_equal(p.chunking.num_work, 8);
+    free_plan(&p);
+    /* Nine 64-row tiles x 32 heads = 288 CTAs: more than a wave of 264, not split. */
+    const int32_t qo9[] = {0, 64, 128, 192, 256, 320, 384, 448, 512, 576};
+    const int32_t kv9[] = {0,         16384,     2 * 16384, 3 * 16384, 4 * 16384,
+                           5 * 16384, 6 * 16384, 7 * 16384, 8 * 16384, 9 * 16384};
+    assert_int_equal(make_plan(&c, qo9, kv9, NULL, 9, &p), CINFER_STATUS_SUCCESS);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.dst.header->num_work, 9);
+    free_plan(&p);
+    /* A variant whose states cannot be merged: never split. */
+    c.no_split = true;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    assert_false(p.chunking.split);
+    free_plan(&p);
+}
+
+/* Causal chunks past some rows' positions (rows that keep nothing in a chunk), qo_len > kv_len
+ * (rows that keep nothing at all), windows (ranges starting inside a chunk), small tiles. */
+static void split_masks_and_edges(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(4, 2, true, -1, false, 1, 8, 4096, false);
+    h200_ctas(&c);
+    plan_t p;
+    /* 128 rows over 2112 positions: the last chunk [2048, 2112) is empty for rows 0..63. */
+    const int32_t qo[] = {0, 128}, kv[] = {0, 2112};
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, NULL, 1, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.chunk_size, 512);
+    assert_int_equal(p.chunking.max_chunks, 5);
+    int empty_rows = 0;
+    for (int i = 0; i < p.dst.header->num_work; i++) {
+        const cinfer_prefill_work *w = &p.dst.work[i];
+        if (w->chunk_begin == 2048) {
+            assert_int_equal(w->chunk_end, 2112);
+            for (int r = 0; r < 128; r++)
+                empty_rows += r + 2112 - 128 < 2048;
+        }
+    }
+    assert_int_equal(empty_rows, 64);
+    free_plan(&p);
+    /* qo_len > kv_len, causal: the first tiles keep nothing (one unsplit item each), the last
+     * are long enough to split. */
+    const int32_t qo2[] = {0, 1100}, kv2[] = {0, 1000};
+    assert_int_equal(make_plan(&c, qo2, kv2, NULL, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo2, kv2, NULL, 1, &p);
+    assert_true(p.chunking.split);
+    free_plan(&p);
+    /* A window: the range starts inside an aligned chunk; the first chunk starts below it. */
+    c.window_left = 700;
+    const int32_t qo3[] = {0, 64, 65}, kv3[] = {0, 8192, 8192 + 3000};
+    assert_int_equal(make_plan(&c, qo3, kv3, NULL, 2, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo3, kv3, NULL, 2, &p);
+    assert_true(p.chunking.split);
+    for (int i = 0; i < p.dst.header->num_work; i++) {
+        const cinfer_prefill_work *w = &p.dst.work[i];
+        if (w->request == 0 && w->chunk == 0)
+            assert_int_equal(w->chunk_begin, (8128 - 700) / 64 * 64);
+    }
+    free_plan(&p);
+    /* Not causal with a window, and the two-warp tile of 32 rows (kv tiles of 32). */
+    c.causal = false;
+    c.window_left = 1500;
+    const int32_t qo4[] = {0, 20, 40}, kv4[] = {0, 5000, 5100};
+    assert_int_equal(make_plan(&c, qo4, kv4, NULL, 2, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo4, kv4, NULL, 2, &p);
+    assert_int_equal(p.tile, 0);
+    assert_true(p.chunking.split);
+    free_plan(&p);
+    /* Paged, odd page size, qo_indptr starting past 0: merge rows count from qo_indptr[0]. */
+    c = config(8, 8, true, -1, true, 7, 4, 100, false);
+    h200_ctas(&c);
+    const int32_t qo5[] = {9, 10, 12, 12}, kv5[] = {3, 703, 1003, 1004}, last5[] = {5, 7, 1};
+    assert_int_equal(make_plan(&c, qo5, kv5, last5, 3, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo5, kv5, last5, 3, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.num_rows, 3);
+    free_plan(&p);
 }
 
 static uint64_t lcg(uint64_t *s) {
@@ -379,6 +727,7 @@ static uint64_t lcg(uint64_t *s) {
 static void random_batches(void **state) {
     (void)state;
     uint64_t s = 0x5eed;
+    int splits = 0;
 #define NEXT() lcg(&s)
     for (int it = 0; it < 300; it++) {
         const bool paged = NEXT() % 2, causal = NEXT() % 2, graph = NEXT() % 4 == 0;
@@ -393,7 +742,7 @@ static void random_batches(void **state) {
         const int short_queries = NEXT() % 2;
         for (int b = 0; b < batch; b++) {
             const int qo_len = short_queries ? (int)(NEXT() % 20) : (int)(NEXT() % 1100);
-            const int kv_len = (int)(NEXT() % 4100);
+            const int kv_len = (int)(NEXT() % (NEXT() % 4 == 0 ? 20000 : 4100));
             qo[b + 1] = qo[b] + qo_len;
             if (paged) {
                 const int pages = (kv_len + page - 1) / page;
@@ -408,16 +757,25 @@ static void random_batches(void **state) {
             config(1 + (int)(NEXT() % 8), 1, causal, window, paged, page, max_batch,
                    total + (int64_t)(NEXT() % 100) + 1, graph);
         c.num_tiles = 1 + (int)(NEXT() % 3);
+        /* Devices from one SM to an H200's worth of resident CTAs; some variants cannot split. */
+        for (int t = 0; t < 3; t++)
+            c.max_ctas[t] = (int)(NEXT() % 600);
+        c.no_split = NEXT() % 8 == 0;
+        if (NEXT() % 2)
+            c.tile_kv[2] = 128; /* chunks then align to 128 */
         plan_t p;
         if (make_plan(&c, qo, kv, paged ? last : NULL, batch, &p) != CINFER_STATUS_SUCCESS)
             fail_msg("iteration %d: %s", it, cinfer_last_error());
         verify_plan(&c, qo, kv, paged ? last : NULL, batch, &p);
+        splits += p.chunking.split;
         free_plan(&p);
         free(qo);
         free(kv);
         free(last);
     }
 #undef NEXT
+    /* The split path is exercised, and most batches are not split. */
+    assert_true(splits >= 30 && splits <= 200);
 }
 
 /* ---- argument errors ---- */
@@ -488,27 +846,40 @@ static cinfer_context_t fake_context(void) {
     return ctx;
 }
 
+/*
+ * Objects whose plans cannot split (CUDA-graph mode, variants without softmax or with an output
+ * transform) size their workspace without a device; the others load their kernels to measure
+ * max_ctas (the GPU suite allocates exactly what they report).
+ */
 static void workspace_size_is_the_layout(void **state) {
     (void)state;
     cinfer_context_t ctx = fake_context();
     cinfer_attention_options_t o = good_options();
+    o.use_cuda_graph = 1;
     size_t bytes = 0;
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, &bytes),
         CINFER_STATUS_SUCCESS);
-    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, false);
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, true);
     cinfer__prefill_layout_t l;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
     assert_int_equal(bytes, l.total_bytes);
-    /* The size does not depend on storage, causal or graph mode. */
+    /* The unsplit size does not depend on storage or causal, nor on the variant. */
     size_t other = 0;
-    o.use_cuda_graph = 1;
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
         CINFER_STATUS_SUCCESS);
     assert_int_equal(other, bytes);
-    /* The kernels create loads: three tiles, or graph mode's one. */
-    cinfer__spec_t specs[3];
+    o.use_cuda_graph = 0;
+    o.variant = cinfer_variant_builtin("sigmoid");
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(other, bytes);
+    o.variant = NULL;
+    o.use_cuda_graph = 1;
+    /* The kernels create loads: three tiles and the merge kernel, or graph mode's one tile. */
+    cinfer__spec_t specs[CINFER__BATCH_PREFILL_MAX_SPECS];
     int n = 0;
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, specs, &n),
@@ -522,12 +893,22 @@ static void workspace_size_is_the_layout(void **state) {
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
-    assert_int_equal(n, 3);
-    for (int i = 0; i < n; i++) {
+    assert_int_equal(n, 4);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(specs[i].op, CINFER__OP_PREFILL);
         assert_int_equal(specs[i].paged, 0);
         assert_int_equal(specs[i].mask, CINFER__MASK_NONE);
         assert_int_equal(cinfer__spec_validate(&specs[i]), CINFER_STATUS_SUCCESS);
     }
+    assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
+    assert_int_equal(specs[3].head_dim_vo, 128);
+    assert_int_equal(specs[3].dtype_o, specs[0].dtype_o);
+    /* A variant whose states cannot be merged needs no merge kernel. */
+    o.variant = cinfer_variant_builtin("sigmoid");
+    assert_int_equal(
+        cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(n, 3);
 }
 
 static void options_rejected_naming_the_field(void **state) {
@@ -535,6 +916,7 @@ static void options_rejected_naming_the_field(void **state) {
     cinfer_context_t ctx = fake_context();
     size_t bytes = 1;
     cinfer_attention_options_t o = good_options();
+    o.use_cuda_graph = 1; /* accepted options are then sized without a device */
 #define SIZE(opts, storage, causal, total)                                                         \
     cinfer_batch_prefill_workspace_size(&ctx, (opts), (storage), (causal), (total), &bytes)
     assert_error(SIZE(&o, CINFER_KV_STORAGE_PAGED, 2, 100), CINFER_STATUS_INVALID_ARGUMENT,
@@ -604,8 +986,10 @@ static void public_functions_reject_null_handles(void **state) {
     assert_error(
         cinfer_batch_prefill_create(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, NULL),
         CINFER_STATUS_INVALID_ARGUMENT, "out is NULL");
-    /* The workspace is checked before anything is loaded. */
+    /* The workspace is checked before anything is loaded (graph mode: its size needs no
+     * device). */
     cinfer_context_t ctx = fake_context();
+    o.use_cuda_graph = 1;
     assert_error(
         cinfer_batch_prefill_create(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, &op),
         CINFER_STATUS_INVALID_ARGUMENT, "workspace is NULL");
@@ -634,6 +1018,9 @@ int main(void) {
         cmocka_unit_test(items_sorted_longest_first),
         cmocka_unit_test(empty_batches_and_requests),
         cmocka_unit_test(graph_mode_grid_is_constant),
+        cmocka_unit_test(cascade_prefix_fills_the_gpu),
+        cmocka_unit_test(chunk_size_is_the_smallest_that_fits),
+        cmocka_unit_test(split_masks_and_edges),
         cmocka_unit_test(random_batches),
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(workspace_size_is_the_layout),
