@@ -4,7 +4,9 @@
  * batches of a few rows, which take the small tile), KV lengths 0..~4k with qo_len > kv_len too,
  * page sizes 1..256 (odd ones included), NHD/HND, combined K/V caches, fp16/bf16, head dims
  * 64/128/256 and the padded 80 and 208, GQA 1..8, causal on and off, sliding window, soft cap,
- * LSE, CUDA-graph capture and replay after re-planning, and argument errors.
+ * LSE, CUDA-graph capture and replay after re-planning, argument errors, and split-KV (few query
+ * rows over 4k-16k positions: chunks merged by the merge kernel, rows empty in a chunk or in all,
+ * windows, variants, an exact workspace).
  *
  * Every output is poisoned (NaN) and surrounded by canaries; q rows that no request owns (the
  * plan starts at qo_indptr[0] > 0 and leaves rows after the last request) must keep the poison in
@@ -13,6 +15,7 @@
  * query tiles each) compile in about 30 s on first use; the reference dominates the rest, so
  * each case keeps sum(qo_len x kv_len) x Hq x D below a budget.
  */
+#include "ops/prefill.h"
 #include "support/gpu.h"
 #include "support/variants.h"
 
@@ -43,7 +46,8 @@ typedef struct bp_case {
     float soft_cap, sm_scale;
     int window_left;
     int lse;
-    int high_pages; /* paged: the requests own the last pages of the pool, in reverse order */
+    int high_pages;   /* paged: the requests own the last pages of the pool, in reverse order */
+    int expect_split; /* 1: the plan must split the KV (split-KV), -1: it must not, 0: either */
 } bp_case;
 
 static bp_case base_case(const char *desc) {
@@ -460,8 +464,14 @@ static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
         make_op(c, &x, c->batch > 0 ? c->batch : 1, total > 0 ? total : 1, 0);
     CINFER_TEST_OK(cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, c->paged ? x.last : NULL,
                                              c->batch, stream));
+    const int chunk = cinfer__batch_prefill_chunk_size(op);
+    if ((c->expect_split > 0 && chunk == 0) || (c->expect_split < 0 && chunk != 0))
+        fail_msg("%s: the plan %s the KV (chunk size %d)", c->desc,
+                 chunk ? "split" : "did not split", chunk);
     CINFER_TEST_OK(run_op(op, c, &t));
     CINFER_TEST_SYNC(stream);
+    /* The workspace is exactly what workspace_size reported: nothing past it is written. */
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x.d_ws));
     check_outputs(c, &x, seed);
     cinfer_batch_prefill_destroy(op);
     free_data(&x);
@@ -628,6 +638,175 @@ static void randomized_grid(void **state) {
     }
 }
 
+/*
+ * Split-KV: few query rows over a long KV, where the query tiles alone fill a small part of the
+ * GPU, so the plan splits each tile's KV into chunks and the merge kernel folds their float32
+ * partial states into out and lse. Every case checks that the plan split (few heads keep the
+ * unsplit grid far below one wave of an H200) and compares with the reference like every other
+ * case: poisoned out/lse/workspace, canaries around each (the workspace's too), NaN scan.
+ */
+static void split_kv(void **state) {
+    (void)state;
+    /* qo_len 1..64 over 4k-16k positions, ragged and paged (odd page size), causal or not. */
+    static const int qo[] = {1, 17, 64, 40}, kv[] = {4096, 16384, 9000, 12000};
+    for (int paged = 0; paged < 2; paged++)
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "split-KV: qo 1..64 over kv 4k-16k, %s, causal %d",
+                     paged ? "paged" : "ragged", causal);
+            bp_case c = base_case(desc);
+            c.batch = 4;
+            c.qo_lens = qo;
+            c.kv_lens = kv;
+            c.hq = 4;
+            c.hk = 1;
+            c.paged = paged;
+            c.page_size = 17;
+            c.causal = causal;
+            c.expect_split = 1;
+            run_case(&c, cinfer_test_seed() + 1000 + 2 * (uint64_t)paged + (uint64_t)causal);
+        }
+    /* The cascade's shared prefix: 64 rows of one group over 8192 positions, 32/8 heads, not
+     * causal, paged (bench/cascade.py's level 0). */
+    {
+        static const int qo_c[] = {64}, kv_c[] = {8192};
+        bp_case c = base_case("split-KV: cascade prefix, 64 rows over 8192, 32/8 heads");
+        c.batch = 1;
+        c.qo_lens = qo_c;
+        c.kv_lens = kv_c;
+        c.causal = 0;
+        c.expect_split = 1;
+        run_case(&c, cinfer_test_seed() + 1010);
+    }
+    /* Rows that keep nothing: qo_len > kv_len under causal next to a split request (its first
+     * rows keep no position: 0, LSE -inf), and 128 rows over 4160 positions, whose chunk
+     * [4096, 4160) holds nothing for its first 64 rows (empty partial states to merge). */
+    static const int qo_m[] = {64, 30}, kv_m[] = {40, 8000};
+    static const int qo_t[] = {128}, kv_t[] = {4160};
+    for (int i = 0; i < 4; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "split-KV: %s, %s",
+                 i < 2 ? "qo_len > kv_len next to a long request" : "rows empty in the last chunk",
+                 i % 2 ? "paged" : "ragged");
+        bp_case c = base_case(desc);
+        c.batch = i < 2 ? 2 : 1;
+        c.qo_lens = i < 2 ? qo_m : qo_t;
+        c.kv_lens = i < 2 ? kv_m : kv_t;
+        c.hq = 4;
+        c.hk = 2;
+        c.paged = i % 2;
+        c.expect_split = 1;
+        run_case(&c, cinfer_test_seed() + 1020 + (uint64_t)i);
+    }
+    /* Sliding windows (causal and not), no LSE with a soft cap, and other head dims, dtypes
+     * and GQA groups (the merge's lanes per row change with D). */
+    static const int qo_w[] = {64, 8}, kv_w[] = {12000, 5000};
+    for (int causal = 0; causal < 2; causal++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "split-KV: window %d, causal %d", causal ? 1000 : 3000, causal);
+        bp_case c = base_case(desc);
+        c.batch = 2;
+        c.qo_lens = qo_w;
+        c.kv_lens = kv_w;
+        c.hq = 4;
+        c.hk = 1;
+        c.causal = causal;
+        c.window_left = causal ? 1000 : 3000;
+        c.paged = causal;
+        c.expect_split = 1;
+        run_case(&c, cinfer_test_seed() + 1030 + (uint64_t)causal);
+    }
+    {
+        static const int qo_s[] = {33}, kv_s[] = {10000};
+        bp_case c = base_case("split-KV: soft cap 30, no lse");
+        c.batch = 1;
+        c.qo_lens = qo_s;
+        c.kv_lens = kv_s;
+        c.hq = 4;
+        c.hk = 2;
+        c.soft_cap = 30.0f;
+        c.lse = 0;
+        c.expect_split = 1;
+        run_case(&c, cinfer_test_seed() + 1040);
+    }
+    static const int dims[] = {64, 256, 80};
+    static const int groups[][2] = {{8, 1}, {4, 2}, {2, 1}};
+    static const int qo_d[] = {20, 50}, kv_d[] = {6000, 7000};
+    for (size_t i = 0; i < 3; i++) {
+        char desc[96];
+        bp_case c = base_case("");
+        c.batch = 2;
+        c.qo_lens = qo_d;
+        c.kv_lens = kv_d;
+        c.d = dims[i];
+        c.hq = groups[i][0];
+        c.hk = groups[i][1];
+        c.dtype = i == 0 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.paged = i != 1;
+        c.layout = i == 2 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.expect_split = 1;
+        snprintf(desc, sizeof desc, "split-KV: D %d %s heads %d/%d", c.d,
+                 cinfer__dtype_name(c.dtype), c.hq, c.hk);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1050 + i);
+    }
+    /* Variants: the initial state (sinks) joins once per row, in its first chunk; ALiBi and the
+     * custom mask see absolute positions in every chunk. Without softmax (sigmoid) or with an
+     * output transform (the user variant) nothing is split. */
+    static const tv_kind kinds[] = {TV_SINKS, TV_ALIBI,   TV_ALIBI_DEFAULT,
+                                    TV_MASK,  TV_SIGMOID, TV_USER};
+    static const int qo_v[] = {40, 3}, kv_v[] = {6000, 9000};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "split-KV: variant %s", tv_name(kinds[k]));
+        bp_case c = base_case(desc);
+        c.batch = 2;
+        c.qo_lens = qo_v;
+        c.kv_lens = kv_v;
+        c.hq = 8;
+        c.hk = 2;
+        c.paged = (int)(k % 2);
+        c.lse = tv_has_lse(kinds[k]);
+        c.expect_split = kinds[k] == TV_SIGMOID || kinds[k] == TV_USER ? -1 : 1;
+        const uint64_t seed = cinfer_test_seed() + 1060 + k;
+        cinfer_test_rng rng;
+        cinfer_test_rng_init(&rng, seed ^ 0x77);
+        tv_state tv;
+        tv_setup(&tv, kinds[k], c.hq, &rng, 0, 0, NULL, 0, 0);
+        g_tv = &tv;
+        run_case(&c, seed);
+        g_tv = NULL;
+        tv_free(&tv);
+    }
+}
+
+/* A splitting object's workspace holds the partial states: one byte less than workspace_size
+ * is refused by create, before anything runs. */
+static void split_kv_workspace_is_exact(void **state) {
+    (void)state;
+    bp_case c = base_case("split-KV workspace");
+    cinfer_attention_options_t o = options_for(&c, 4);
+    size_t ws = 0, graph_ws = 0;
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &ws));
+    o.use_cuda_graph = 1;
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &graph_ws));
+    assert_true(ws > graph_ws); /* graph mode never splits: no partial states */
+    o.use_cuda_graph = 0;
+    cinfer_test_buf buf;
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&buf, ws));
+    cinfer_batch_prefill_t *op = NULL;
+    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
+                                                 (void *)(uintptr_t)buf.ptr, ws - 1, &op),
+                     CINFER_STATUS_WORKSPACE_TOO_SMALL);
+    assert_null(op);
+    CINFER_TEST_OK(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
+                                               (void *)(uintptr_t)buf.ptr, ws, &op));
+    cinfer_batch_prefill_destroy(op);
+    cinfer_test_buf_free(&buf);
+}
+
 /* Element offsets above 2^31: a combined cache of 4200 pages of 256 x 8 x 128 elements (1 MiB
  * each, 4.2 GiB), the requests owning the last pages, so every K and V row they read lies more
  * than 2^31 elements past the pool's start. */
@@ -670,6 +849,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
     cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
     CINFER_TEST_OK(
         cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
+    assert_int_equal(cinfer__batch_prefill_chunk_size(op), 0); /* graph mode never splits */
     CUgraph graph;
     CUgraphExec exec;
     assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
@@ -700,6 +880,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
         upload(&c, &y);
         CINFER_TEST_OK(
             cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
+        assert_int_equal(cinfer__batch_prefill_chunk_size(op), 0);
         assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
         CINFER_TEST_SYNC(stream);
         check_outputs(&c, &y, cinfer_test_seed() + 710 + (uint64_t)r);
@@ -867,6 +1048,8 @@ int main(void) {
         cmocka_unit_test_teardown(short_queries, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(masks_and_edges, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
                                   cinfer_test_teardown_buffers),
