@@ -14,7 +14,13 @@
  * to about 16k and 64k tokens, over a ragged K/V and over the paged cache (page 16, pages of a
  * request scattered), causal; FLOPs are the kept causal pairs of every request.
  *
- * Usage: bench_prefill [--quick] [--sweep] [--trace FILE]. --sweep also times the tile
+ * With --split, batch prefill of one request with few query rows over a long KV (ragged): the
+ * split-KV plan (the KV cut into chunks so the step fills one wave of CTAs, partial states merged
+ * by a second kernel) against the unsplit one of a CUDA-graph-mode object (which never splits and
+ * runs the same kernels), both timed in this run, with the chunk size the planner chose. The first
+ * row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys, not causal).
+ *
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--trace FILE]. --sweep also times the tile
  * configurations of the sm80 kernel at S = 16k (the default's choice should be the fastest).
  * Prints Markdown tables.
  */
@@ -261,19 +267,79 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
     return ms;
 }
 
+/* Median milliseconds of one batch prefill run of a single request, qo_len rows over kv_len
+ * positions (ragged); graph = 1 uses a CUDA-graph-mode object, whose plans are never split.
+ * *chunk: the plan's split-KV chunk size (0 = unsplit); *flop: 4 D Hq per kept (row, key). */
+static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
+                        int kv_len, int causal, int graph, int iters, int *chunk, double *flop) {
+    const DLDataType bf16 = {kDLBfloat, 16, 1};
+    int dev = 0;
+    cinfer_context_get_device(ctx, &dev, NULL);
+    const int32_t qo[2] = {0, qo_len}, kv[2] = {0, kv_len};
+    *flop = 0;
+    for (int i = 0; i < qo_len; i++) {
+        const int64_t keep = causal ? (int64_t)kv_len - qo_len + i + 1 : kv_len;
+        *flop += 4.0 * HQ * HD * (double)(keep < 0 ? 0 : keep > kv_len ? kv_len : keep);
+    }
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = HQ;
+    o.num_kv_heads = HK;
+    o.head_dim = HD;
+    o.max_batch_size = 1;
+    o.use_cuda_graph = graph;
+    size_t ws_bytes = 0;
+    CI(cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
+                                           &ws_bytes));
+    CUdeviceptr ws;
+    CU(cuMemAlloc(&ws, ws_bytes));
+    cinfer_batch_prefill_t *op;
+    CI(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
+                                   (void *)(uintptr_t)ws, ws_bytes, &op));
+    CI(cinfer_batch_prefill_plan(op, qo, kv, NULL, 1, stream));
+    *chunk = cinfer__batch_prefill_chunk_size(op);
+    int64_t q_shape[3] = {qo_len, HQ, HD}, kv_shape[3] = {kv_len, HK, HD};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    /* Back-to-back groups, so the host's checks and launches overlap the previous kernels. */
+    const int reps = 10;
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        for (int r = 0; r < reps; r++)
+            CI(cinfer_batch_prefill_run(op, &tq, &tk, &tv, NULL, &tout, NULL, NULL, stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double ms = times[iters / 2] / reps;
+    free(times);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    cinfer_batch_prefill_destroy(op);
+    CU(cuMemFree(ws));
+    return ms;
+}
+
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
-    int quick = 0, sweep = 0;
+    int quick = 0, sweep = 0, split = 0;
     const char *trace = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--sweep") == 0)
             sweep = 1;
+        else if (strcmp(argv[i], "--split") == 0)
+            split = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--trace FILE]\n");
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--trace FILE]\n");
             return 2;
         }
     }
@@ -372,6 +438,32 @@ int main(int argc, char **argv) {
         }
     }
     free(trace_lens);
+
+    if (split) {
+        /* qo_len, kv_len, causal: the cascade prefix, then causal chunks of a long context. */
+        static const int shapes[][3] = {
+            {64, 8192, 0},  {1, 16384, 1},   {16, 16384, 1},  {64, 4096, 1},
+            {64, 16384, 1}, {128, 16384, 1}, {256, 16384, 1}, {512, 16384, 1},
+        };
+        printf("\nbatch prefill, one request of few rows over a long KV (ragged, %d/%d heads, D = "
+               "%d, bf16): split-KV against unsplit (graph-mode object), same run\n\n",
+               HQ, HK, HD);
+        printf("| qo_len | kv_len | causal | chunk | split (us) | TFLOP/s | unsplit (us) | TFLOP/s "
+               "| speedup |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int chunk = 0, unused = 0;
+            double flop = 0;
+            const int iters = quick ? 5 : 20;
+            const double ms = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
+                                        0, iters, &chunk, &flop);
+            const double ms1 = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
+                                         1, iters, &unused, &flop);
+            printf("| %d | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shapes[i][0],
+                   shapes[i][1], shapes[i][2] ? "yes" : "no", chunk, ms * 1e3,
+                   flop / (ms * 1e-3) / 1e12, ms1 * 1e3, flop / (ms1 * 1e-3) / 1e12, ms1 / ms);
+            fflush(stdout);
+        }
+    }
 
     if (sweep) {
         /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages. */
