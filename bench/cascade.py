@@ -7,7 +7,8 @@ query rows; level 1: each request's own tokens; merged with merge_state_in_place
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the
 cascade can save (the printed "KV read ratio"). The measured speedup also pays for the prefix
-level's prefill kernel (64 query rows over 8k keys, no split-KV) and the merge.
+level's prefill (64 query rows over 8k keys, split-KV: 8 chunks of 1024 keys x 32 heads = 256 CTAs
+on an H200, then their merge) and the merge of the levels.
 
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50]
 
