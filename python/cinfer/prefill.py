@@ -370,18 +370,18 @@ class _BatchPrefillBase:
         self._mask_row_stride_buf = None
         if self._use_cuda_graph:
             torch = T.torch_module()
+            checked = []
             for name, buf, dtype in (("custom_mask_buf", custom_mask_buf, torch.uint8),
                                      ("mask_indptr_buf", mask_indptr_buf, torch.int32)):
-                if buf is None:
-                    continue
-                buf = T.as_tensor(buf, name)
-                T.check_cuda(buf, name, self.device)
-                T.check_ndim(buf, name, 1, f"a 1-D {dtype} buffer")
-                T.check_dtype(buf, name, (dtype,), str(dtype), unsupported=False)
-                if not buf.is_contiguous():
-                    raise ArgumentError(f"{name}: must be contiguous")
-            self._custom_mask_buf = custom_mask_buf
-            self._mask_indptr_buf = mask_indptr_buf
+                if buf is not None:
+                    buf = T.as_tensor(buf, name)
+                    T.check_cuda(buf, name, self.device)
+                    T.check_ndim(buf, name, 1, f"a 1-D {dtype} buffer")
+                    T.check_dtype(buf, name, (dtype,), str(dtype), unsupported=False)
+                    if not buf.is_contiguous():
+                        raise ArgumentError(f"{name}: must be contiguous")
+                checked.append(buf)
+            self._custom_mask_buf, self._mask_indptr_buf = checked
         self._graph_key = None
         self._max_total_qo = None
         if max_total_qo_tokens is not None:
