@@ -40,18 +40,21 @@ def kv_layout(value) -> int:
     return LAYOUTS[value]
 
 
-def pos_encoding_mode(mode) -> None:
-    """*Pure.* Only ``"NONE"``: in-kernel RoPE and ALiBi raise UnsupportedError."""
+def pos_encoding_mode(mode) -> str:
+    """*Pure.* ``mode`` checked: ``"NONE"`` or ``"ALIBI"`` (the ``"alibi"`` built-in variant
+    with FlashInfer's default slopes); ``"ROPE_LLAMA"`` (in-kernel RoPE) raises
+    UnsupportedError, anything else ArgumentError."""
     if mode not in POS_ENCODING_MODES:
         raise ArgumentError(
             f"pos_encoding_mode = {mode!r}, expected one of {', '.join(POS_ENCODING_MODES)}"
         )
-    if mode != "NONE":
+    if mode == "ROPE_LLAMA":
         raise UnsupportedError(
-            f"pos_encoding_mode = {mode!r} is not supported yet (no in-kernel RoPE or ALiBi): "
-            "apply the position encoding to q and k before attention (e.g. cinfer.apply_rope) "
+            "pos_encoding_mode = 'ROPE_LLAMA' is not supported yet (no in-kernel RoPE): "
+            "apply the rotary embedding to q and k before attention (e.g. cinfer.apply_rope) "
             "and pass pos_encoding_mode='NONE'"
         )
+    return mode
 
 
 def f32(x: float) -> float:

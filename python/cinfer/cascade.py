@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
+from . import _args as A
 from . import _dispatch
 from . import _lib
 from . import _tensor as T
@@ -381,9 +382,12 @@ class MultiLevelCascadeAttentionWrapper:
             As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`.
         causal : bool
             Causal mask on the last level (the other levels are never masked).
-        pos_encoding_mode, use_fp16_qk_reduction, sm_scale, logits_soft_cap, rope_scale,
-        rope_theta, q_data_type, kv_data_type
+        use_fp16_qk_reduction, sm_scale, logits_soft_cap, rope_scale, rope_theta,
+        q_data_type, kv_data_type
             As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`.
+        pos_encoding_mode : str
+            As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`; ``"ALIBI"`` only when
+            ``num_levels == 1`` (:class:`cinfer.UnsupportedError` otherwise).
         window_left : int
             -1 only when ``num_levels > 1`` (:class:`cinfer.UnsupportedError` otherwise).
 
@@ -400,6 +404,12 @@ class MultiLevelCascadeAttentionWrapper:
             if len(arr) != self._num_levels:
                 raise ArgumentError(f"{name}: {len(arr)} items, expected num_levels = "
                                     f"{self._num_levels}")
+        if self._num_levels > 1 and A.pos_encoding_mode(pos_encoding_mode) == "ALIBI":
+            raise UnsupportedError(
+                f"pos_encoding_mode = 'ALIBI' with {self._num_levels} levels: the bias of each "
+                "level would use positions relative to that level's KV, not to the concatenated "
+                "KV; pass 'NONE' (or use one level)"
+            )
         if self._num_levels > 1 and int(window_left) != -1:
             raise UnsupportedError(
                 f"window_left = {window_left} with {self._num_levels} levels: a window relative "

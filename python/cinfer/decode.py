@@ -6,7 +6,8 @@ Semantics (shared with the C library, ``SEMANTICS.md``): the logit of KV positio
 ``logits_soft_cap = c > 0``; with ``window_left = w >= 0`` only the last ``w + 1`` positions are
 attended. The output is ``softmax(s) @ V * v_scale``, accumulated in float32, and the log-sum-exp
 ``log2(sum_j exp(s_j))`` is returned **in base 2**. A request with no KV gives output 0 and LSE
-``-inf``.
+``-inf``. ``pos_encoding_mode="ALIBI"`` adds ``slope_h * (j - (kv_len - 1))`` to the scaled logit
+(FlashInfer's default slopes), through the library's built-in variant ``"alibi"``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Optional, Tuple, Union
 from . import _args as A
 from . import _dispatch
 from . import _lib
+from . import _masks as M
 from . import _tensor as T
 from . import variant as V
 from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
@@ -108,7 +110,12 @@ def single_decode_with_kv_cache(
     kv_layout : str
         ``"NHD"`` (default) or ``"HND"``.
     pos_encoding_mode : str
-        Only ``"NONE"`` is supported; ``"ROPE_LLAMA"`` and ``"ALIBI"`` raise
+        ``"NONE"`` (default) or ``"ALIBI"``: adds ``slope_h * (j - (kv_len - 1))`` to the scaled
+        logit of query head ``h`` with FlashInfer's default slopes (the ALiBi paper's:
+        ``2^(-8 (h + 1) / n)`` for the first ``n`` heads, ``n`` the largest power of two not
+        above ``num_qo_heads``, then ``2^(-4 (2 (h - n) + 1) / n)``), through the built-in
+        variant ``"alibi"``; not with ``logits_soft_cap`` or ``variant``
+        (:class:`cinfer.UnsupportedError`). ``"ROPE_LLAMA"`` raises
         :class:`cinfer.UnsupportedError`.
     use_tensor_cores : bool
         Accepted for compatibility and ignored: cinfer chooses its kernels itself.
@@ -130,10 +137,12 @@ def single_decode_with_kv_cache(
         Also return the log-sum-exp.
     variant : Optional[cinfer.Variant]
         cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
-        built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off.
+        built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off and
+        ``pos_encoding_mode`` ``"NONE"``.
     variant_args : sequence or mapping, optional
         cinfer extension (keyword-only): the variant's arguments, in declaration order or by
-        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0.
+        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0. None with ALiBi
+        (TypeError otherwise).
 
     Returns
     -------
@@ -146,11 +155,12 @@ def single_decode_with_kv_cache(
     Raises
     ------
     TypeError
-        ``q``, ``k`` or ``v`` is not a tensor.
+        ``q``, ``k`` or ``v`` is not a tensor; ``variant_args`` with ALiBi.
     ValueError
         Wrong shape, dtype or device (e.g. a CPU tensor), naming the argument;
         :class:`cinfer.UnsupportedError` for what cinfer does not implement (a head dim that is
-        not a multiple of 8 or above 256, RoPE/ALiBi, ``q_scale``, misaligned rows).
+        not a multiple of 8 or above 256, in-kernel RoPE, ALiBi with ``logits_soft_cap`` or a
+        variant, ``q_scale``, misaligned rows).
     cinfer.CinferError
         CUDA or JIT failures (:class:`cinfer.CompileError`, :class:`cinfer.NoDeviceError`).
 
@@ -159,13 +169,19 @@ def single_decode_with_kv_cache(
     ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (grouped-query attention). Runs on
     PyTorch's current CUDA stream; the split-KV workspace is allocated with PyTorch's caching
     allocator for each call. Not CUDA-graph capturable: each call uploads its schedule from host
-    memory (use :class:`BatchDecodeWithPagedKVCacheWrapper` in graphs).
+    memory (use :class:`BatchDecodeWithPagedKVCacheWrapper` in graphs). Calls with ALiBi are
+    not torch.compile operators (they break the graph, like calls with a variant).
     """
-    A.pos_encoding_mode(pos_encoding_mode)
+    where = "single_decode_with_kv_cache"
+    feature = M.feature(None, None, A.pos_encoding_mode(pos_encoding_mode))
     _no_q_scale(q_scale)
-    variant = V.check_variant(variant, "single_decode_with_kv_cache")
-    # Calls with a variant are not operators (a Variant is no schema type): under torch.compile
-    # they break the graph, like the wrappers.
+    variant = V.check_variant(variant, where)
+    M.check_combination(feature, variant, logits_soft_cap, where)
+    if feature is not None:
+        M.refuse_variant_args(feature, variant_args is not None, where)
+        variant, variant_args = M.alibi(T.as_tensor(q, "q").shape[0])
+    # Calls with a variant (a user's, or ALiBi's built-in) are not operators (a Variant is no
+    # schema type): under torch.compile they break the graph, like the wrappers.
     if _dispatch.compiling() and variant is None and variant_args is None:
         out, lse = _dispatch.op("single_decode")(
             q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap, sm_scale,
@@ -251,7 +267,7 @@ class _Plan:
     __slots__ = ("batch_size", "num_qo_heads", "head_dim", "q_dtype", "kv_dtype", "k_scale",
                  "v_scale", "sm_scale", "logits_soft_cap", "window_left", "variant", "indptr_host",
                  "last_page_len_host", "indptr", "indices", "last_page_len", "dl_indptr",
-                 "dl_indices", "dl_last_page_len")
+                 "dl_indices", "dl_last_page_len", "pos_encoding_mode", "feature", "builtin_args")
 
 
 def _next_pow2(n: int) -> int:
@@ -457,7 +473,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         page_size : int
             Tokens per page, 1..256.
         pos_encoding_mode : str
-            Only ``"NONE"``; others raise :class:`cinfer.UnsupportedError`.
+            ``"NONE"`` (default) or ``"ALIBI"`` (``slope_h * (j - (kv_len - 1))`` added to the
+            scaled logit, FlashInfer's default slopes, as in
+            :func:`cinfer.single_decode_with_kv_cache`; not with ``logits_soft_cap`` or
+            ``variant``); ``"ROPE_LLAMA"`` raises :class:`cinfer.UnsupportedError`.
         window_left : int
             Sliding window (last ``window_left + 1`` positions); ``-1`` = off.
         logits_soft_cap : Optional[float]
@@ -483,7 +502,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         variant : Optional[cinfer.Variant]
             cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant` or a
             built-in name); its arguments are given to :meth:`run`. ``logits_soft_cap`` must
-            then be off. A compile error in its source raises :class:`cinfer.CompileError` here.
+            then be off and ``pos_encoding_mode`` ``"NONE"``. A compile error in its source
+            raises :class:`cinfer.CompileError` here.
 
         Raises
         ------
@@ -520,7 +540,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 f"indptr: {indptr.shape[0]} entries, expected {batch_size + 1} "
                 "(len(last_page_len) + 1)"
             )
-        A.pos_encoding_mode(pos_encoding_mode)
+        mode = A.pos_encoding_mode(pos_encoding_mode)
+        feature = M.feature(None, None, mode)
         if data_type is not None:  # the deprecated alias fills what is not given
             if q_data_type is None:
                 q_data_type = data_type
@@ -540,7 +561,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         wl = A.window_left(window_left)
         ks = A.positive(k_scale, "k_scale", 1.0)
         vs = A.positive(v_scale, "v_scale", 1.0)
-        variant = V.check_variant(variant, "BatchDecodeWithPagedKVCacheWrapper.plan")
+        where = "BatchDecodeWithPagedKVCacheWrapper.plan"
+        variant = V.check_variant(variant, where)
+        M.check_combination(feature, variant, logits_soft_cap, where)
+        alibi_args = None
+        if feature is not None:
+            variant, alibi_args = M.alibi(num_qo_heads)
 
         graph = self._use_cuda_graph
         if graph and batch_size > self._fixed_batch_size:
@@ -621,6 +647,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.dl_indptr = T.to_dl(d_indptr, "indptr")
         p.dl_indices = T.to_dl(d_indices, "indices")
         p.dl_last_page_len = T.to_dl(d_last, "last_page_len")
+        p.pos_encoding_mode = mode
+        p.feature = feature
+        p.builtin_args = (V.pack_args(variant, alibi_args, where) if alibi_args is not None
+                          else None)
         self._plan = p
 
     begin_forward = plan
@@ -658,7 +688,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             Dtype ``kv_data_type``.
         *args
             The planned variant's arguments in declaration order (FlashInfer passes a custom
-            kernel's extra arguments the same way); or use ``variant_args``.
+            kernel's extra arguments the same way); or use ``variant_args``. None after a plan
+            with ALiBi (cinfer passes the built-in variant's arguments; TypeError otherwise).
         q_scale : Optional[float]
             Not supported (fp8 queries); must be None.
         k_scale, v_scale : Optional[float]
@@ -735,7 +766,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
             lse = T.as_tensor(lse, "lse")
             T.check_cuda(lse, "lse", self.device)
         where = "BatchDecodeWithPagedKVCacheWrapper.run"
-        packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
+        if p.builtin_args is not None:
+            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
+            packed = p.builtin_args
+        else:
+            packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
         dl_v = T.to_dl(v_cache, "paged_kv_cache[1]") if v_cache is not None else None
         dl_lse = T.to_dl(lse, "lse") if lse is not None else None
         _lib.check(
@@ -799,11 +834,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def _check_forward_options(self, pos_encoding_mode, window_left, logits_soft_cap,
                                sm_scale) -> None:
         """forward()'s attention options must be the planned ones (see :meth:`forward`)."""
-        A.pos_encoding_mode(pos_encoding_mode)
+        mode = A.pos_encoding_mode(pos_encoding_mode)
         p = self._plan
         if p is None:
             raise ArgumentError("forward() before plan(): call plan() (or begin_forward()) first")
         given = {
+            "pos_encoding_mode": mode,
             "window_left": A.window_left(window_left),
             "logits_soft_cap": A.soft_cap(logits_soft_cap),
             "sm_scale": (A.positive(sm_scale, "sm_scale", None) if sm_scale is not None

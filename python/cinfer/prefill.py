@@ -8,6 +8,11 @@ The logit is ``s_ij = (q_i . k_j) * sm_scale``, then ``c * tanh(s_ij / c)`` when
 ``logits_soft_cap = c > 0``; ``window_left = w >= 0`` also masks ``j < p_i - w``. The output is
 ``softmax(s) @ V`` accumulated in float32, and the log-sum-exp ``log2(sum_j exp(s_ij))`` is
 **base 2**. A row without any kept position gives output 0 and LSE ``-inf``.
+
+FlashInfer's ``custom_mask`` / ``packed_custom_mask`` (a boolean ``[qo_len, kv_len]`` matrix per
+request that replaces the causal mask) and ``pos_encoding_mode="ALIBI"`` (``slope_h * (j - p_i)``
+added to the scaled logit, FlashInfer's default slopes) run as the library's built-in variants
+``"custom_mask"`` and ``"alibi"`` (:mod:`cinfer._masks` has the layouts).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Optional, Tuple, Union
 from . import _args as A
 from . import _dispatch
 from . import _lib
+from . import _masks as M
 from . import _tensor as T
 from . import variant as V
 from .errors import WORKSPACE_TOO_SMALL, ArgumentError, UnsupportedError
@@ -31,14 +37,8 @@ if TYPE_CHECKING:  # annotations only: torch is imported lazily
 _BACKENDS = ("auto", "fa2", "fa3")
 
 
-def _check_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction, backend) -> None:
+def _check_unsupported(use_fp16_qk_reduction, backend) -> None:
     """*Pure* checks of the FlashInfer arguments cinfer's single prefill cannot honour."""
-    if custom_mask is not None or packed_custom_mask is not None:
-        which = "custom_mask" if custom_mask is not None else "packed_custom_mask"
-        raise UnsupportedError(
-            f"{which}: custom masks are not supported by cinfer's single prefill yet; use "
-            "causal=True and/or window_left, or apply the mask outside attention"
-        )
     if use_fp16_qk_reduction:
         raise UnsupportedError(
             "use_fp16_qk_reduction = True is not supported: cinfer always accumulates q . k in "
@@ -81,16 +81,31 @@ def single_prefill_with_kv_cache(
         ``[num_kv_heads, kv_len, head_dim]`` (``HND``), the dtype of ``q``.
     v : torch.Tensor
         The values, the shape and dtype of ``k`` (strides may differ).
-    custom_mask, packed_custom_mask : Optional[torch.Tensor]
-        Not supported yet: anything but None raises :class:`cinfer.UnsupportedError`.
+    custom_mask : Optional[torch.Tensor]
+        Boolean mask, shape ``[qo_len, kv_len]`` (or flattened, ``[qo_len * kv_len]``),
+        torch.bool, CUDA on q's device: ``custom_mask[i, j]`` True keeps KV position ``j`` for
+        query row ``i`` (row ``i`` is position ``i + kv_len - qo_len``, bottom-right aligned).
+        It replaces the causal mask (``causal`` is then ignored, as in FlashInfer);
+        ``window_left`` still applies. Packed on the device at each call
+        (:func:`cinfer.packbits`, ``bitorder="little"``).
+    packed_custom_mask : Optional[torch.Tensor]
+        The mask already packed: 1-D torch.uint8 on q's device with at least
+        ``ceil(qo_len * kv_len / 8)`` bytes, as
+        ``cinfer.packbits(custom_mask.flatten(), bitorder="little")`` writes it (bit ``e % 8`` of
+        byte ``e // 8`` is element ``e = i * kv_len + j``). Read in place, no copy. Takes
+        precedence over ``custom_mask`` (which is then ignored, as in FlashInfer).
     causal : bool
         Mask KV position ``j`` for query row ``i`` unless ``j <= i + kv_len - qo_len``
-        (bottom-right aligned). Default False.
+        (bottom-right aligned). Default False. Ignored with a custom mask.
     kv_layout : str
         ``"NHD"`` (default) or ``"HND"``.
     pos_encoding_mode : str
-        Only ``"NONE"``; ``"ROPE_LLAMA"`` and ``"ALIBI"`` raise :class:`cinfer.UnsupportedError`
-        (rotate q and k first, e.g. with :func:`cinfer.apply_rope_pos_ids`).
+        ``"NONE"`` (default) or ``"ALIBI"``: adds ``slope_h * (j - p_i)`` to the scaled logit of
+        query head ``h``, with FlashInfer's default slopes (the ALiBi paper's:
+        ``2^(-8 (h + 1) / n)`` for the first ``n`` heads, ``n`` the largest power of two not
+        above ``num_qo_heads``, then ``2^(-4 (2 (h - n) + 1) / n)``). ``"ROPE_LLAMA"`` raises
+        :class:`cinfer.UnsupportedError` (rotate q and k first, e.g. with
+        :func:`cinfer.apply_rope_pos_ids`).
     use_fp16_qk_reduction : bool
         Only False (cinfer accumulates in float32); True raises
         :class:`cinfer.UnsupportedError`.
@@ -109,11 +124,13 @@ def single_prefill_with_kv_cache(
         Also return the log-sum-exp (not with a variant without softmax).
     variant : Optional[cinfer.Variant]
         cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
-        built-in name such as ``"alibi"``); ``logits_soft_cap`` must then be off. A compile
-        error in its source raises :class:`cinfer.CompileError` with NVRTC's log.
+        built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off, and there
+        must be no custom mask and no ALiBi. A compile error in its source raises
+        :class:`cinfer.CompileError` with NVRTC's log.
     variant_args : sequence or mapping, optional
         cinfer extension (keyword-only): the variant's arguments, in declaration order or by
-        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0.
+        name (:mod:`cinfer.variant`). ``batch_idx`` of the hooks is 0. None with a custom mask
+        or ALiBi (cinfer fills their built-in variants' arguments; TypeError otherwise).
 
     Returns
     -------
@@ -126,12 +143,15 @@ def single_prefill_with_kv_cache(
     Raises
     ------
     TypeError
-        ``q``, ``k`` or ``v`` is not a tensor.
+        ``q``, ``k``, ``v`` or a mask is not a tensor; ``variant_args`` with a custom mask or
+        ALiBi.
     ValueError
         Wrong shape, dtype or device, naming the argument (heads that do not divide, k and v
-        of different shapes, a CPU tensor); :class:`cinfer.UnsupportedError` for what cinfer
-        does not implement: a head dim that is not a multiple of 16 up to 256, fp8 K/V, custom
-        masks, RoPE/ALiBi in the kernel, rows not 16-byte aligned.
+        of different shapes, a CPU tensor, a mask that is not ``[qo_len, kv_len]`` torch.bool,
+        a packed mask that is not uint8 or too short); :class:`cinfer.UnsupportedError` for
+        what cinfer does not implement: a head dim that is not a multiple of 16 up to 256,
+        fp8 K/V, in-kernel RoPE, a custom mask or ALiBi together with each other, with
+        ``variant`` or with ``logits_soft_cap``, rows not 16-byte aligned.
     cinfer.CinferError
         CUDA or JIT failures (:class:`cinfer.CompileError`, :class:`cinfer.NoDeviceError`).
 
@@ -139,22 +159,36 @@ def single_prefill_with_kv_cache(
     -----
     ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (GQA). Any strides with a
     contiguous last dim work (slices of a packed QKV tensor). One kernel launch on PyTorch's
-    current CUDA stream, no workspace; it compiles the kernel on first use and is otherwise
-    CUDA-graph capturable. ``qo_len`` and ``kv_len`` must be below 2^30.
+    current CUDA stream (plus, for ``custom_mask``, the packing kernel), no workspace; it
+    compiles the kernel on first use and is otherwise CUDA-graph capturable (a captured call
+    reads the mask tensor it was captured with: keep it alive and refill it in place).
+    ``qo_len`` and ``kv_len`` must be below 2^30. A custom mask or ALiBi runs the library's
+    built-in variant ``"custom_mask"`` or ``"alibi"`` (JIT-compiled on first use unless the
+    kernel bundle has it); with a custom mask every KV tile is computed, none skipped as under
+    ``causal``. Such calls are not torch.compile operators (they break the graph, like calls
+    with a variant).
     """
-    _check_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction, backend)
-    A.pos_encoding_mode(pos_encoding_mode)
-    variant = V.check_variant(variant, "single_prefill_with_kv_cache")
-    # Calls with a variant are not operators (a Variant is no schema type): under torch.compile
-    # they break the graph, like the wrappers.
-    if _dispatch.compiling() and variant is None and variant_args is None:
+    where = "single_prefill_with_kv_cache"
+    _check_unsupported(use_fp16_qk_reduction, backend)
+    feature = M.feature(custom_mask, packed_custom_mask, A.pos_encoding_mode(pos_encoding_mode))
+    variant = V.check_variant(variant, where)
+    M.check_combination(feature, variant, logits_soft_cap, where)
+    if feature is not None:
+        M.refuse_variant_args(feature, variant_args is not None, where)
+    # Calls with a variant (a user's or the built-in of a mask or ALiBi) are not operators (a
+    # Variant is no schema type): under torch.compile they break the graph, like the wrappers.
+    if (_dispatch.compiling() and variant is None and variant_args is None
+            and feature is None):
         out, lse = _dispatch.op("single_prefill")(
             q, k, v, bool(causal), kv_layout, sm_scale, window_left, logits_soft_cap,
             bool(return_lse))
     else:
         _dispatch.ensure_registered()
         out, lse = single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left,
-                                       logits_soft_cap, return_lse, variant, variant_args)
+                                       logits_soft_cap, return_lse, variant, variant_args,
+                                       custom_mask=custom_mask,
+                                       packed_custom_mask=packed_custom_mask,
+                                       alibi=pos_encoding_mode == "ALIBI")
     return (out, lse) if return_lse else out
 
 
@@ -188,9 +222,11 @@ def single_prefill_with_kv_cache_return_lse(
 
 
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
-                        return_lse, variant=None, variant_args=None):
+                        return_lse, variant=None, variant_args=None, *, custom_mask=None,
+                        packed_custom_mask=None, alibi=False):
     """The eager implementation (also the ``cinfer::single_prefill`` operator's, without a
-    variant): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
+    variant, mask or ALiBi): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``.
+    The combination of variant, mask and ALiBi was checked by the caller."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -216,6 +252,14 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
 
     qo_len, num_qo_heads, head_dim = q.shape
     nhd = layout == _lib.KV_LAYOUT_NHD
+    if custom_mask is not None or packed_custom_mask is not None:
+        kv_len = int(k.shape[0] if nhd else k.shape[1])
+        variant = M.mask_variant()
+        variant_args = M.single_mask(custom_mask, packed_custom_mask, int(qo_len), kv_len,
+                                     q.device)
+        causal = False  # the custom mask replaces the causal one (FlashInfer's rule)
+    elif alibi:
+        variant, variant_args = M.alibi(num_qo_heads)
     opts = _lib.attention_options(
         num_qo_heads=int(num_qo_heads),
         num_kv_heads=int(k.shape[1] if nhd else k.shape[0]),
@@ -259,26 +303,21 @@ class _Op:
 class _PrefillPlan:
     """What one plan() decided, kept for run()."""
 
+    # builtin_args: the packed arguments of the built-in variant of a custom mask or ALiBi
+    # (feature names which), filled at plan and given to every run; None otherwise.
     __slots__ = ("op", "batch_size", "qo_end", "num_qo_heads", "num_kv_heads", "head_dim",
                  "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale", "logits_soft_cap",
-                 "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices")
+                 "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices",
+                 "pos_encoding_mode", "feature", "builtin_args")
 
 
-def _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
-                            pos_encoding_mode, head_dim_qk, head_dim_vo, extras) -> None:
+def _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo, extras) -> None:
     """The FlashInfer plan arguments cinfer's batch prefill cannot honour."""
-    if custom_mask is not None or packed_custom_mask is not None:
-        which = "custom_mask" if custom_mask is not None else "packed_custom_mask"
-        raise UnsupportedError(
-            f"{which}: custom masks are not supported by cinfer's batch prefill yet; use "
-            "causal=True and/or window_left, or a variant with a logits mask (cinfer.Variant)"
-        )
     if use_fp16_qk_reduction:
         raise UnsupportedError(
             "use_fp16_qk_reduction = True is not supported: cinfer always accumulates q . k in "
             "float32; pass False"
         )
-    A.pos_encoding_mode(pos_encoding_mode)
     if head_dim_vo is not None and int(head_dim_vo) != int(head_dim_qk):
         raise UnsupportedError(
             f"head_dim_vo = {head_dim_vo} differs from head_dim_qk = {head_dim_qk}: batch "
@@ -317,14 +356,32 @@ class _BatchPrefillBase:
         if backend not in ("auto", "fa2", "fa3"):
             raise ArgumentError(f"backend = {backend!r}, expected 'auto', 'fa2' or 'fa3' "
                                 "(accepted for compatibility; cinfer chooses its own kernels)")
-        if custom_mask_buf is not None or mask_indptr_buf is not None:
-            raise UnsupportedError("custom_mask_buf / mask_indptr_buf: custom masks are not "
-                                   "supported by cinfer's batch prefill yet")
         ws = T.as_tensor(float_workspace_buffer, "float_workspace_buffer")
         self._check_workspace(ws)
         self._float_workspace_buffer = ws
         self.device = ws.device
         self._use_cuda_graph = bool(use_cuda_graph)
+        # Graph mode with a custom mask: each plan copies the packed mask into custom_mask_buf
+        # and its per-request offsets into two buffers of the wrapper, so captured runs read
+        # fixed addresses. Outside graph mode the buffers are ignored, as in FlashInfer.
+        self._custom_mask_buf = None
+        self._mask_indptr_buf = None
+        self._mask_row_offset_buf = None
+        self._mask_row_stride_buf = None
+        if self._use_cuda_graph:
+            torch = T.torch_module()
+            checked = []
+            for name, buf, dtype in (("custom_mask_buf", custom_mask_buf, torch.uint8),
+                                     ("mask_indptr_buf", mask_indptr_buf, torch.int32)):
+                if buf is not None:
+                    buf = T.as_tensor(buf, name)
+                    T.check_cuda(buf, name, self.device)
+                    T.check_ndim(buf, name, 1, f"a 1-D {dtype} buffer")
+                    T.check_dtype(buf, name, (dtype,), str(dtype), unsupported=False)
+                    if not buf.is_contiguous():
+                        raise ArgumentError(f"{name}: must be contiguous")
+                checked.append(buf)
+            self._custom_mask_buf, self._mask_indptr_buf = checked
         self._graph_key = None
         self._max_total_qo = None
         if max_total_qo_tokens is not None:
@@ -383,11 +440,15 @@ class _BatchPrefillBase:
     def _common_plan(self, *, qo_indptr, kv_indptr, last_page_len, num_qo_heads, num_kv_heads,
                      head_dim, page_size, causal, sm_scale, window_left, logits_soft_cap,
                      q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant,
+                     custom_mask, packed_custom_mask, pos_encoding_mode, non_blocking,
                      check_kv_end=None):
         """Validates (``check_kv_end(kv_indptr[batch])`` too, when given), creates or reuses
-        the C object, plans; returns (plan, the index tensors, kv_host) with the plan's device
-        page table still to be filled by the caller."""
+        the C object, plans, lays out a custom mask; returns (plan, the index tensors,
+        kv_host) with the plan's device page table still to be filled by the caller."""
         where = f"{self._NAME}.plan"
+        mode = A.pos_encoding_mode(pos_encoding_mode)
+        feature = M.feature(custom_mask, packed_custom_mask, mode)
+        masked = feature is not None and feature != M.ALIBI
         qo_indptr, qo_host = A.host_index(qo_indptr, "qo_indptr")
         kv_name = "paged_kv_indptr" if self._STORAGE == _lib.KV_STORAGE_PAGED else "kv_indptr"
         kv_indptr, kv_host = A.host_index(kv_indptr, kv_name)
@@ -422,7 +483,15 @@ class _BatchPrefillBase:
         ks = A.positive(k_scale, "k_scale", 1.0)
         vs = A.positive(v_scale, "v_scale", 1.0)
         variant = V.check_variant(variant, where)
+        M.check_combination(feature, variant, logits_soft_cap, where)
         causal = bool(causal)
+        # The kernels' causal mask: a custom mask replaces it (FlashInfer's rule).
+        kernel_causal = causal and not masked
+        alibi_args = None
+        if masked:
+            variant = M.mask_variant()
+        elif feature is not None:
+            variant, alibi_args = M.alibi(num_qo_heads)
 
         total_qo = int(qo_host[batch_size]) - int(qo_host[0]) if batch_size > 0 else 0
         if check_kv_end is not None:
@@ -441,8 +510,14 @@ class _BatchPrefillBase:
                     f"qo_indptr: {total_qo} query rows exceed the {self._max_total_qo} of the "
                     "CUDA graph mode (the first plan's, or max_total_qo_tokens)"
                 )
+            if masked and self._custom_mask_buf is None:
+                raise ArgumentError(
+                    f"custom_mask_buf: None, but a CUDA-graph mode plan with {feature} needs "
+                    "it: pass the wrapper a uint8 CUDA buffer with room for the largest packed "
+                    "mask (sum over requests of ceil(qo_len * kv_len / 8) bytes)"
+                )
 
-        key = (causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
+        key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
                self._kv_layout_code, q_dtype, sm, cap, wl, ks, vs,
                variant.handle if variant is not None else None)
         options = functools.partial(
@@ -456,7 +531,7 @@ class _BatchPrefillBase:
         # A failed create or plan leaves no runnable plan (creating may touch the workspace
         # the previous plan's schedule lives in).
         self._plan = None
-        op = self._ensure_op(key, options, causal, batch_size, total_qo, variant)
+        op = self._ensure_op(key, options, kernel_causal, batch_size, total_qo, variant)
 
         p_i32 = ctypes.POINTER(ctypes.c_int32)
         _lib.check(
@@ -487,7 +562,57 @@ class _BatchPrefillBase:
         p.variant = variant
         p.kv_indices = None
         p.dl_kv_indices = None
+        p.pos_encoding_mode = mode
+        p.feature = feature
+        p.builtin_args = None
+        if masked:
+            args = self._mask_args(custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
+                                   int(page_size), batch_size, non_blocking)
+            p.builtin_args = V.pack_args(variant, args, where)
+        elif alibi_args is not None:
+            p.builtin_args = V.pack_args(variant, alibi_args, where)
         return p, (qo_indptr, kv_indptr, last_page_len), kv_host
+
+    def _mask_args(self, custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
+                   page_size: int, batch_size: int, non_blocking: bool):
+        """The "custom_mask" variant's arguments for the planned lengths (validated by the C
+        plan): the packed mask and per-request row offsets and strides, on the device; in
+        graph mode copied into the wrapper's fixed buffers."""
+        torch = T.torch_module()
+        qo_lens = (qo_host[1:] - qo_host[:-1]).to(torch.int64)
+        kv_lens = (kv_host[1:] - kv_host[:-1]).to(torch.int64)
+        if last_host is not None:  # paged: the entries are pages
+            kv_lens = torch.where(kv_lens > 0, (kv_lens - 1) * page_size + last_host.long(),
+                                  torch.zeros_like(kv_lens))
+        packed, mask_indptr, row_offset, row_stride = M.batch_mask(
+            custom_mask, packed_custom_mask, qo_lens, kv_lens, self.device)
+        if not self._use_cuda_graph:
+            return (packed, row_offset.to(self.device, non_blocking=non_blocking),
+                    row_stride.to(self.device, non_blocking=non_blocking))
+        need = int(mask_indptr[-1])
+        buf = self._custom_mask_buf
+        if need > buf.shape[0] or buf.shape[0] == 0:
+            raise ArgumentError(
+                f"custom_mask_buf: {buf.shape[0]} bytes, the plan's packed mask needs {need} "
+                "(sum over requests of ceil(qo_len * kv_len / 8)); give the wrapper a larger "
+                "buffer"
+            )
+        if self._mask_indptr_buf is not None and self._mask_indptr_buf.shape[0] < batch_size + 1:
+            raise ArgumentError(
+                f"mask_indptr_buf: {self._mask_indptr_buf.shape[0]} entries, expected at least "
+                f"{batch_size + 1} (batch_size + 1)"
+            )
+        if self._mask_row_offset_buf is None:
+            cap = max(self._fixed_batch_size, 1)
+            self._mask_row_offset_buf = torch.zeros(cap, dtype=torch.int64, device=self.device)
+            self._mask_row_stride_buf = torch.zeros(cap, dtype=torch.int32, device=self.device)
+        buf[:need].copy_(packed[:need], non_blocking=non_blocking)
+        self._mask_row_offset_buf[:batch_size].copy_(row_offset, non_blocking=non_blocking)
+        self._mask_row_stride_buf[:batch_size].copy_(row_stride, non_blocking=non_blocking)
+        if self._mask_indptr_buf is not None:  # FlashInfer's buffer, for compatibility only
+            self._mask_indptr_buf[: batch_size + 1].copy_(mask_indptr.to(torch.int32),
+                                                          non_blocking=non_blocking)
+        return buf, self._mask_row_offset_buf, self._mask_row_stride_buf
 
     def _ensure_op(self, key, options, causal: bool, batch_size: int, total_qo: int,
                    variant) -> _Op:
@@ -590,11 +715,12 @@ class _BatchPrefillBase:
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
                                window_left, logits_soft_cap, sm_scale) -> None:
         """forward()'s attention options must be the planned ones."""
-        A.pos_encoding_mode(pos_encoding_mode)
+        mode = A.pos_encoding_mode(pos_encoding_mode)
         if use_fp16_qk_reduction:
             raise UnsupportedError("use_fp16_qk_reduction = True is not supported")
         p = self._require_plan("forward")
         given = {
+            "pos_encoding_mode": mode,
             "causal": bool(causal),
             "window_left": A.window_left(window_left),
             "logits_soft_cap": A.soft_cap(logits_soft_cap),
@@ -634,7 +760,11 @@ class _BatchPrefillBase:
         else:
             lse = T.as_tensor(lse, "lse")
             T.check_cuda(lse, "lse", self.device)
-        packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
+        if p.builtin_args is not None:
+            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
+            packed = p.builtin_args
+        else:
+            packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
         if q.shape[0] == 0 and p.qo_end <= 0 and not graph:
             # No rows (an empty tensor has no data pointer for the library to check).
             return (out, lse) if return_lse else out
@@ -658,8 +788,16 @@ _WRAPPER_NOTES = """
     graph mode. In CUDA graph mode the options must stay those of the first plan, the batch may
     be smaller than the buffers' capacity (FlashInfer requires it equal), and the most query
     rows of any plan is the first plan's (FlashInfer's rule) or ``max_total_qo_tokens``;
-    :meth:`run` must be captured with ``q`` of at least that many rows. Custom masks,
-    in-kernel RoPE/ALiBi (use the ``"alibi"`` variant), ``use_fp16_qk_reduction``, fp8 K/V and
+    :meth:`run` must be captured with ``q`` of at least that many rows. A custom mask
+    (``custom_mask`` / ``packed_custom_mask``) or ``pos_encoding_mode="ALIBI"`` runs the
+    library's built-in variant ``"custom_mask"`` or ``"alibi"``, so it is a create-time option
+    too (a graph-mode wrapper planned with a mask needs one at every plan), it cannot be
+    combined with the other, with ``variant`` or with ``logits_soft_cap``
+    (:class:`cinfer.UnsupportedError`), and :meth:`run` takes no variant arguments then. In
+    graph mode each plan copies the packed mask into ``custom_mask_buf``, which must stay
+    alive as long as the captured graphs; outside graph mode the plan keeps the packed mask
+    (the caller's ``packed_custom_mask`` itself when it is contiguous on the device: do not
+    change it before the next plan). In-kernel RoPE, ``use_fp16_qk_reduction``, fp8 K/V and
     ``head_dim_vo != head_dim_qk`` raise :class:`cinfer.UnsupportedError`. Two wrappers must
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
@@ -697,8 +835,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         the page indices from it).
     paged_kv_last_page_len_buf : Optional[torch.Tensor]
         Graph mode: int32 CUDA buffer of ``max_batch_size`` entries.
-    custom_mask_buf, mask_indptr_buf : None
-        Custom masks are not supported yet (:class:`cinfer.UnsupportedError`).
+    custom_mask_buf : Optional[torch.Tensor]
+        Graph mode with a custom mask (required then): 1-D uint8 CUDA buffer with room for the
+        largest packed mask of any plan (``sum(ceil(qo_len[i] * kv_len[i] / 8))`` bytes); each
+        plan copies its packed mask there, so captured runs read it. Ignored outside graph
+        mode (as in FlashInfer).
+    mask_indptr_buf : Optional[torch.Tensor]
+        Graph mode, optional: 1-D int32 CUDA buffer of ``max_batch_size + 1`` entries; each
+        plan with a custom mask writes its ``mask_indptr`` (bytes) there, for compatibility
+        (cinfer's kernels do not read it).
     backend : str
         ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernels itself.
     jit_args : None
@@ -714,7 +859,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         ``float_workspace_buffer`` is not a tensor.
     ValueError
         A CPU or non-contiguous workspace, a bad ``kv_layout``, missing or malformed graph
-        buffers; :class:`cinfer.UnsupportedError` for ``jit_args`` and custom-mask buffers.
+        buffers, a ``custom_mask_buf`` that is not 1-D uint8 or a ``mask_indptr_buf`` that is
+        not 1-D int32 (graph mode); :class:`cinfer.UnsupportedError` for ``jit_args``.
 
     Notes
     -----""" + _WRAPPER_NOTES
@@ -818,12 +964,32 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             Tokens per page, 1..256.
         head_dim_vo : Optional[int]
             None or ``head_dim_qk`` (other values: :class:`cinfer.UnsupportedError`).
-        custom_mask, packed_custom_mask : None
-            Not supported yet (:class:`cinfer.UnsupportedError`).
+        custom_mask : Optional[torch.Tensor]
+            FlashInfer's flattened boolean mask: the ``[qo_len, kv_len]`` row-major matrices of
+            all requests concatenated in request order,
+            ``sum(qo_len[i] * kv_len[i])`` torch.bool elements (CPU or CUDA); True keeps
+            the element. Row ``i`` of request ``b``'s matrix is its position
+            ``i + kv_len - qo_len`` (bottom-right aligned). It replaces the causal mask
+            (``causal`` is then ignored, as in FlashInfer); ``window_left`` still applies.
+            Packed here with :func:`cinfer.segment_packbits` (``bitorder="little"``; it reads
+            the packed size back, a synchronization).
+        packed_custom_mask : Optional[torch.Tensor]
+            The same masks already packed, as
+            ``segment_packbits(custom_mask, bit_indptr, bitorder="little")`` writes them: 1-D
+            torch.uint8, request ``b``'s bits starting at byte ``mask_indptr[b]`` with
+            ``mask_indptr[b+1] - mask_indptr[b] = ceil(qo_len[b] * kv_len[b] / 8)`` (for one
+            request, ``packbits(mask.flatten(), bitorder="little")``). Outside graph mode a
+            contiguous tensor on the wrapper's device is read in place by every :meth:`run`
+            of this plan (no copy): keep it alive and unchanged until the next plan. Takes
+            precedence over ``custom_mask``.
         causal : bool
-            Bottom-right aligned causal mask per request. Default False.
+            Bottom-right aligned causal mask per request. Default False. Ignored with a custom
+            mask.
         pos_encoding_mode : str
-            Only ``"NONE"``.
+            ``"NONE"`` (default) or ``"ALIBI"`` (``slope_h * (j - p_i)`` added to the scaled
+            logit, FlashInfer's default slopes, as in
+            :func:`cinfer.single_prefill_with_kv_cache`); ``"ROPE_LLAMA"`` raises
+            :class:`cinfer.UnsupportedError`.
         use_fp16_qk_reduction : bool
             Only False.
         sm_scale : Optional[float]
@@ -847,17 +1013,21 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             cinfer extension (keyword-only): multiply the logits / the output (default 1).
         variant : Optional[cinfer.Variant]
             cinfer extension (keyword-only): an attention variant (or a built-in name); its
-            arguments go to :meth:`run`. ``logits_soft_cap`` must then be off; ``batch_idx`` of
-            the hooks is the request's index in this plan.
+            arguments go to :meth:`run`. ``logits_soft_cap`` must then be off, and there must
+            be no custom mask and no ALiBi; ``batch_idx`` of the hooks is the request's index in
+            this plan.
 
         Raises
         ------
         TypeError
-            An index argument is not a tensor, or ``variant`` is not a Variant.
+            An index argument or a mask is not a tensor, or ``variant`` is not a Variant.
         ValueError
             Index tensors that are not 1-D int32 or disagree in length, non-monotone indptr,
             ``last_page_len`` out of range (the library's message names the index), a graph-mode
-            plan beyond the buffers, a workspace that is too small;
+            plan beyond the buffers (``custom_mask_buf`` missing or too small included), a
+            workspace that is too small, a ``custom_mask`` that is not torch.bool with
+            ``sum(qo_len[i] * kv_len[i])`` elements, a ``packed_custom_mask`` that is not 1-D
+            uint8 or shorter than ``sum(ceil(qo_len[i] * kv_len[i] / 8))`` bytes;
             :class:`cinfer.UnsupportedError` for what cinfer does not implement (see the class
             notes, head dims, page sizes).
         cinfer.CinferError
@@ -870,8 +1040,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         host copy, which synchronizes, for CUDA tensors: pass CPU tensors to avoid it). The
         schedule and the page indices are copied to the device on PyTorch's current stream.
         """
-        _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
-                                pos_encoding_mode, head_dim_qk, head_dim_vo,
+        _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo,
                                 {"prefix_len_ptr": prefix_len_ptr is not None,
                                  "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
                                  "token_pos_in_items_len": token_pos_in_items_len,
@@ -898,6 +1067,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             page_size=page_size, causal=causal, sm_scale=sm_scale, window_left=window_left,
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
+            custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
+            pos_encoding_mode=pos_encoding_mode, non_blocking=non_blocking,
             check_kv_end=check_kv_end)
         b = p.batch_size
         num_pages = int(kv_host[b])
@@ -948,7 +1119,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             strides; or one combined ``[max_num_pages, 2, ...]`` tensor.
         *args
             The planned variant's arguments in declaration order (FlashInfer's way of passing a
-            custom kernel's arguments); or use ``variant_args``.
+            custom kernel's arguments); or use ``variant_args``. None after a plan with a custom
+            mask or ALiBi (cinfer passes their built-in variants' arguments; TypeError).
         q_scale : None
             Not supported.
         k_scale, v_scale : Optional[float]
@@ -1043,8 +1215,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         Graph mode: int32 CUDA buffers of ``max_batch_size + 1`` entries (``qo_indptr_buf``'s
         length sets the batch capacity; the plan's indptr arrays are copied there, though
         cinfer's kernels read the lengths from the workspace).
-    custom_mask_buf, mask_indptr_buf : None
-        Custom masks are not supported yet.
+    custom_mask_buf, mask_indptr_buf : Optional[torch.Tensor]
+        Graph mode with a custom mask: as :class:`BatchPrefillWithPagedKVCacheWrapper`
+        (``custom_mask_buf`` required then).
     backend : str
         ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted and ignored.
     jit_args : None
@@ -1144,8 +1317,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         TypeError, ValueError, cinfer.CinferError
             As :meth:`BatchPrefillWithPagedKVCacheWrapper.plan`.
         """
-        _check_plan_unsupported(custom_mask, packed_custom_mask, use_fp16_qk_reduction,
-                                pos_encoding_mode, head_dim_qk, head_dim_vo,
+        _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo,
                                 {"prefix_len_ptr": prefix_len_ptr is not None,
                                  "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
                                  "token_pos_in_items_len": token_pos_in_items_len,
@@ -1155,7 +1327,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
             page_size=16, causal=causal, sm_scale=sm_scale, window_left=window_left,
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
-            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant)
+            o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
+            custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
+            pos_encoding_mode=pos_encoding_mode, non_blocking=non_blocking)
         if self._use_cuda_graph:
             b = p.batch_size
             self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)

@@ -37,7 +37,10 @@ call) as :class:`cinfer.CompileError` with NVRTC's log, lines numbered from 1 un
 The built-in example variants (:func:`variant_builtin`): ``"sigmoid"`` (no softmax; scalars
 ``scale``, ``bias``), ``"sinks"`` (tensor ``sinks`` [num_qo_heads] float32, natural-log units),
 ``"alibi"`` (tensor ``maybe_alibi_slopes`` [num_qo_heads] float32 or None, scalar int32
-``num_heads``), ``"dump_logits"``.
+``num_heads``), ``"dump_logits"``, ``"custom_mask"`` (tensors uint8 ``packed_mask``, int64
+``row_offset`` [batch], int32 ``row_stride`` [batch]). FlashInfer's ``pos_encoding_mode="ALIBI"``
+and ``custom_mask`` / ``packed_custom_mask`` arguments run ``"alibi"`` and ``"custom_mask"`` with
+arguments cinfer fills itself (:mod:`cinfer._masks`).
 """
 
 from __future__ import annotations
@@ -219,8 +222,10 @@ def variant_builtin(name: str) -> Variant:
         float ``scale``, float ``bias``; no LSE), ``"sinks"`` (one logit per query head in the
         softmax denominator: tensor float32 ``sinks`` ``[num_qo_heads]``), ``"alibi"``
         (``logit + slope[h] * (kv_idx - qo_idx)``: tensor float32 ``maybe_alibi_slopes``
-        ``[num_qo_heads]`` or None for the paper's slopes, scalar int32 ``num_heads``) or
-        ``"dump_logits"``.
+        ``[num_qo_heads]`` or None for the paper's slopes, scalar int32 ``num_heads``),
+        ``"dump_logits"`` or ``"custom_mask"`` (bit ``row_offset[b] + qo_idx * row_stride[b] +
+        kv_idx`` of the little-bit-order ``packed_mask`` keeps a position; tensors uint8
+        ``packed_mask``, int64 ``row_offset`` and int32 ``row_stride`` ``[batch]``).
 
     Raises
     ------
@@ -233,7 +238,7 @@ def variant_builtin(name: str) -> Variant:
         if not handle:
             raise ArgumentError(
                 f"variant_builtin: no built-in variant {name!r} (sigmoid, sinks, alibi, "
-                "dump_logits)"
+                "dump_logits, custom_mask)"
             )
         v = _builtins.setdefault(name, Variant._wrap_builtin(handle))
     return v

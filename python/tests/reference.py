@@ -1,5 +1,6 @@
 """float64 PyTorch references of the attention semantics (shared/design/SEMANTICS.md), written from
-the formulas, independent of cinfer. LSE is base 2; an empty row gives output 0 and LSE -inf."""
+the formulas, independent of cinfer. LSE is base 2; an empty row gives output 0 and LSE -inf
+(also a row that a custom mask empties)."""
 
 import math
 
@@ -30,9 +31,21 @@ def merge_many(v: torch.Tensor, s: torch.Tensor):
     return out, lse
 
 
+def alibi_slopes(num_heads, device="cpu"):
+    """The ALiBi paper's slopes (Press et al. 2022), float64 [num_heads]: for n, the largest
+    power of two <= num_heads, the geometric series 2^(-8/n), 2^(-16/n), ... for the first n
+    heads; the heads beyond take the odd terms of the 2n-head series, 2^(-8/(2n)) * (2^(-8/(2n))
+    raised to 0, 2, 4, ...)."""
+    n = 2 ** math.floor(math.log2(num_heads))
+    slopes = [(2.0 ** (-8.0 / n)) ** (h + 1) for h in range(n)]
+    slopes += [(2.0 ** (-8.0 / (2 * n))) ** (2 * m + 1) for m in range(num_heads - n)]
+    return torch.tensor(slopes, dtype=torch.float64, device=device)
+
+
 def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_scale=1.0,
-           v_scale=1.0):
-    """One request: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [Hq, D], lse [Hq] (base 2)."""
+           v_scale=1.0, alibi_slopes=None):
+    """One request: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [Hq, D], lse [Hq] (base 2).
+    alibi_slopes [Hq]: adds slope_h * (j - (kv_len - 1)) to the scaled logit."""
     q, k, v = f64(q), f64(k), f64(v)
     hq, d = q.shape
     kv_len, hk, _ = k.shape
@@ -42,6 +55,9 @@ def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_sc
     kk = k.repeat_interleave(group, dim=1)  # [kv_len, Hq, D]
     vv = v.repeat_interleave(group, dim=1)
     s = torch.einsum("hd,lhd->hl", q, kk) * (sm_scale * k_scale)
+    if alibi_slopes is not None:
+        j = torch.arange(kv_len, device=q.device, dtype=torch.float64)
+        s = s + f64(alibi_slopes)[:, None] * (j - (kv_len - 1))[None, :]
     if logits_soft_cap:
         s = logits_soft_cap * torch.tanh(s / logits_soft_cap)
     if window_left >= 0:
@@ -62,9 +78,13 @@ def tolerance(dtype):
     return 2e-3, 2e-3
 
 
-def prefill(q, k, v, *, causal=False, sm_scale=None, logits_soft_cap=None, window_left=-1):
+def prefill(q, k, v, *, causal=False, sm_scale=None, logits_soft_cap=None, window_left=-1,
+            mask=None, alibi_slopes=None):
     """One request: q [qo_len, Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [qo_len, Hq, D], lse
-    [qo_len, Hq] (base 2). Query row i is at position i + kv_len - qo_len (bottom-right)."""
+    [qo_len, Hq] (base 2). Query row i is at position p_i = i + kv_len - qo_len (bottom-right).
+    mask: bool [qo_len, kv_len], False drops the element (on top of causal and window, which the
+    caller turns off where a custom mask replaces them); alibi_slopes [Hq]: adds
+    slope_h * (j - p_i) to the scaled logit."""
     q, k, v = f64(q), f64(k), f64(v)
     qo_len, hq, d = q.shape
     kv_len, hk, _ = k.shape
@@ -74,15 +94,19 @@ def prefill(q, k, v, *, causal=False, sm_scale=None, logits_soft_cap=None, windo
     kk = k.repeat_interleave(group, dim=1)  # [kv_len, Hq, D]
     vv = v.repeat_interleave(group, dim=1)
     s = torch.einsum("ihd,jhd->hij", q, kk) * sm_scale  # [Hq, qo_len, kv_len]
-    if logits_soft_cap:
-        s = logits_soft_cap * torch.tanh(s / logits_soft_cap)
     pos = torch.arange(qo_len, device=q.device)[:, None] + (kv_len - qo_len)  # p_i
     j = torch.arange(kv_len, device=q.device)[None, :]
+    if alibi_slopes is not None:
+        s = s + f64(alibi_slopes)[:, None, None] * (j - pos).to(torch.float64)[None]
+    if logits_soft_cap:
+        s = logits_soft_cap * torch.tanh(s / logits_soft_cap)
     keep = torch.ones((qo_len, kv_len), dtype=torch.bool, device=q.device)
     if causal:
         keep &= j <= pos
     if window_left >= 0:
         keep &= j >= pos - window_left
+    if mask is not None:
+        keep &= mask.to(device=q.device, dtype=torch.bool)
     s = s.masked_fill(~keep[None], -math.inf)
     lse = torch.logsumexp(s, dim=2)  # -inf for rows without a kept position
     p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])

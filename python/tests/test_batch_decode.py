@@ -1,5 +1,6 @@
 """BatchDecodeWithPagedKVCacheWrapper against a float64 reference: random batches, page sizes,
-layouts, combined caches, fp8 KV, LSE, CUDA graph capture and replay, errors."""
+layouts, combined caches, fp8 KV, LSE, ALiBi (also under CUDA graph capture), CUDA graph capture
+and replay, errors."""
 
 import math
 
@@ -234,6 +235,64 @@ def test_batch_decode_cuda_graph(layout):
         w.plan(indptr, indices, last, hq, hk, d, page_size, q_data_type=dtype)
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda_graph"])
+@pytest.mark.parametrize("heads", [(32, 8), (12, 4)], ids=["h32_8", "h12_4"])
+def test_batch_decode_alibi(heads, graph):
+    hq, hk = heads
+    d, page_size, cap, dtype, max_pages = 128, 16, 12, torch.float16, 2000
+    gen = torch.Generator(DEV).manual_seed(hq)
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=DEV)
+    cache = _cache(max_pages, page_size, hk, d, dtype, "NHD", False, gen)
+    slopes = reference.alibi_slopes(hq, DEV)
+    bufs = {}
+    if graph:
+        bufs = dict(use_cuda_graph=True,
+                    paged_kv_indptr_buffer=torch.empty(cap + 1, dtype=torch.int32, device=DEV),
+                    paged_kv_indices_buffer=torch.empty(max_pages, dtype=torch.int32,
+                                                        device=DEV),
+                    paged_kv_last_page_len_buffer=torch.empty(cap, dtype=torch.int32,
+                                                              device=DEV))
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", **bufs)
+    q = torch.randn(cap, hq, d, generator=gen, device=DEV).to(dtype)
+    lens = _lens(cap, page_size, seed=hq)
+    indptr, indices, last = _page_table(lens, page_size, max_pages, seed=hq)
+    w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ALIBI",
+           q_data_type=dtype)
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            w.run(q, cache, return_lse=True)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out, lse = w.run(q, cache, return_lse=True)
+        g.replay()
+        torch.cuda.synchronize()
+    else:
+        out, lse = w.run(q, cache, return_lse=True)
+    ref_out, ref_lse = _reference(q, cache, "NHD", indptr, indices, lens, page_size,
+                                  alibi_slopes=slopes)
+    _check(out, lse, ref_out, ref_lse, dtype)
+    # Another step: other lengths, a smaller batch (replayed in graph mode).
+    lens = _lens(5, page_size, seed=hq + 1, long_len=9000)
+    indptr, indices, last = _page_table(lens, page_size, max_pages, seed=hq + 1)
+    w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ALIBI",
+           q_data_type=dtype)
+    if graph:
+        g.replay()
+        torch.cuda.synchronize()
+    else:
+        out, lse = w.run(q[:5], cache, return_lse=True)
+    ref_out, ref_lse = _reference(q[:5], cache, "NHD", indptr, indices, lens, page_size,
+                                  alibi_slopes=slopes)
+    _check(out[:5], lse[:5], ref_out, ref_lse, dtype)
+    with pytest.raises(TypeError, match="ALIBI"):
+        w.run(q[:5], cache, None, hq)
+    with pytest.raises(ValueError, match="pos_encoding_mode"):
+        w.forward(q[:5], cache)  # the planned mode is ALIBI
+
+
 def test_batch_decode_errors(workspace):
     hq, hk, d, page_size = 8, 2, 128, 16
     lens = [10, 40]
@@ -253,7 +312,10 @@ def test_batch_decode_errors(workspace):
     with pytest.raises(ValueError, match="last_page_len"):
         w.plan(indptr, indices, last + page_size, hq, hk, d, page_size)
     with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
-        w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ALIBI")
+        w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
+        w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ALIBI",
+               logits_soft_cap=30.0)
     with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
         w.plan(indptr, indices, last, hq, hk, 100, page_size)
     with pytest.raises(ValueError, match="q_data_type"):

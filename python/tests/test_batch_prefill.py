@@ -1,7 +1,8 @@
 """BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper against the
 float64 reference: random batches with empty requests, qo_len > kv_len under causal, page sizes 1
 and 16, GQA, NHD/HND, soft cap, window, sm_scale, LSE, re-plans that grow the C object, CUDA-graph
-capture and replay after re-plans, errors."""
+capture and replay after re-plans, custom masks (FlashInfer's flattened bool layout and
+segment_packbits' packed one, fully masked rows, also under CUDA graphs), ALiBi, errors."""
 
 import math
 
@@ -91,8 +92,9 @@ class Ragged:
         return k, v
 
 
-def reference_batch(q, qo_indptr, kv, batch, hq, **kw):
-    """Per-request float64 reference, concatenated: out [rows, Hq, D], lse [rows, Hq]."""
+def reference_batch(q, qo_indptr, kv, batch, hq, masks=None, **kw):
+    """Per-request float64 reference, concatenated: out [rows, Hq, D], lse [rows, Hq]. masks:
+    each request's bool [qo_len, kv_len] custom mask."""
     rows = q.shape[0]
     out = torch.zeros(rows, hq, D, dtype=torch.float64, device=DEV)
     lse = torch.full((rows, hq), -math.inf, dtype=torch.float64, device=DEV)
@@ -101,7 +103,8 @@ def reference_batch(q, qo_indptr, kv, batch, hq, **kw):
         if e == s:
             continue
         k, v = kv.request(b)
-        o, l_ = reference.prefill(q[s:e], k, v, **kw)
+        mask = masks[b] if masks is not None else None
+        o, l_ = reference.prefill(q[s:e], k, v, mask=mask, **kw)
         out[s:e], lse[s:e] = o, l_
     return out, lse
 
@@ -270,6 +273,167 @@ def test_batch_prefill_cuda_graph(storage):
         step(cap + 1, seed=1)
 
 
+def random_masks(qo_lens, kv_lens, seed):
+    """Per request a random bool [qo_len, kv_len] mask (about half kept), its first row fully
+    masked and its last fully kept; and FlashInfer's flattened layout of them (concatenated)."""
+    gen = torch.Generator(DEV).manual_seed(seed)
+    masks = []
+    for qo, kv in zip(qo_lens, kv_lens):
+        m = torch.rand(qo, kv, generator=gen, device=DEV) < 0.5
+        if qo > 1:
+            m[0] = False
+            m[-1] = True
+        masks.append(m)
+    flat = (torch.cat([m.flatten() for m in masks]) if masks
+            else torch.zeros(0, dtype=torch.bool, device=DEV))
+    return masks, flat
+
+
+def packed_masks(qo_lens, kv_lens, flat):
+    """segment_packbits' packing of the flattened masks (what FlashInfer's plan does)."""
+    bit_indptr = indptr([a * b for a, b in zip(qo_lens, kv_lens)]).to(DEV)
+    packed, _ = cinfer.segment_packbits(flat, bit_indptr, bitorder="little")
+    return packed
+
+
+@pytest.mark.parametrize("storage,layout,page_size,heads,dtype,batch,window", [
+    ("paged", "NHD", 16, (32, 8), torch.float16, 9, -1),
+    ("paged", "HND", 1, (8, 2), torch.bfloat16, 5, 30),
+    ("ragged", "NHD", None, (16, 4), torch.bfloat16, 7, -1),
+    ("ragged", "HND", None, (8, 8), torch.float16, 5, 20),
+])
+def test_batch_prefill_custom_mask(workspace, storage, layout, page_size, heads, dtype, batch,
+                                   window):
+    hq, hk = heads
+    qo_lens, kv_lens = lengths(batch, seed=batch + 100)
+    kv = make(storage, kv_lens, page_size, hk, dtype, layout, seed=batch)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, D, device=DEV).to(dtype)
+    masks, flat = random_masks(qo_lens, kv_lens, seed=batch)
+    w = wrapper(storage, workspace, layout)
+    # causal=True is ignored: the custom mask replaces the causal mask (FlashInfer's rule).
+    plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, custom_mask=flat, causal=True,
+         window_left=window)
+    out, lse = run(w, storage, q, kv, return_lse=True)
+    ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, masks=masks,
+                                       window_left=window)
+    check(out, lse, ref_out, ref_lse, dtype)
+    empty = ref_lse.isneginf()  # fully masked rows (and rows of requests without KV)
+    assert empty.any() and torch.isneginf(lse[empty]).all()
+    assert (out[empty.all(dim=1)] == 0).all()
+    # Packed with segment_packbits (each request from a byte of its own): bit-identical.
+    plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, window_left=window,
+         packed_custom_mask=packed_masks(qo_lens, kv_lens, flat))
+    out_p, lse_p = run(w, storage, q, kv, return_lse=True)
+    assert torch.equal(out_p, out) and torch.equal(lse_p, lse)
+
+
+@pytest.mark.parametrize("storage", ["paged", "ragged"])
+def test_batch_prefill_custom_mask_is_causal_when_lower_triangular(workspace, storage):
+    # FlashInfer's own example: tril(ones(qo_len, kv_len), kv_len - qo_len) per request is the
+    # bottom-right aligned causal mask.
+    hq, hk, dtype, page_size, batch = 16, 4, torch.float16, 16, 6
+    qo_lens, kv_lens = lengths(batch, seed=7)
+    kv = make(storage, kv_lens, page_size, hk, dtype, "NHD", seed=7)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, D, device=DEV).to(dtype)
+    flat = torch.cat([torch.ones(a, b, dtype=torch.bool, device=DEV).tril(b - a).flatten()
+                      for a, b in zip(qo_lens, kv_lens)])
+    w = wrapper(storage, workspace, "NHD")
+    plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, custom_mask=flat)
+    out, lse = run(w, storage, q, kv, return_lse=True)
+    check(out, lse, *reference_batch(q, qo_indptr, kv, batch, hq, causal=True), dtype)
+
+
+@pytest.mark.parametrize("storage,heads", [("paged", (32, 8)), ("ragged", (12, 4))])
+def test_batch_prefill_alibi(workspace, storage, heads):
+    hq, hk = heads
+    dtype, page_size, batch = torch.float16, 16, 8
+    qo_lens, kv_lens = lengths(batch, seed=hq)
+    kv = make(storage, kv_lens, page_size, hk, dtype, "NHD", seed=hq)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, D, device=DEV).to(dtype)
+    w = wrapper(storage, workspace, "NHD")
+    slopes = reference.alibi_slopes(hq, DEV)
+    for causal in (True, False):
+        plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, causal=causal,
+             pos_encoding_mode="ALIBI")
+        out, lse = run(w, storage, q, kv, return_lse=True)
+        ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, causal=causal,
+                                           alibi_slopes=slopes)
+        check(out, lse, ref_out, ref_lse, dtype)
+
+
+@pytest.mark.parametrize("storage", ["paged", "ragged"])
+def test_batch_prefill_custom_mask_cuda_graph(storage):
+    """Capture run() with a custom mask, re-plan other lengths and masks, replay: each plan
+    copies its packed mask into custom_mask_buf, which the captured kernel reads."""
+    cap, hq, hk, dtype, page_size, max_rows = 6, 16, 4, torch.bfloat16, 16, 300
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=DEV)
+    qo_buf = torch.empty(cap + 1, dtype=torch.int32, device=DEV)
+    kv_buf = torch.empty(cap + 1, dtype=torch.int32, device=DEV)
+    # Room for any step below (at most 6 requests of 49 x 248 bits: 9.1 KiB packed).
+    mask_buf = torch.empty(16384, dtype=torch.uint8, device=DEV)
+    mask_indptr_buf = torch.empty(cap + 1, dtype=torch.int32, device=DEV)
+    if storage == "paged":
+        max_pages = 400
+        w = cinfer.BatchPrefillWithPagedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo_buf,
+            paged_kv_indptr_buf=kv_buf,
+            paged_kv_indices_buf=torch.empty(max_pages, dtype=torch.int32, device=DEV),
+            paged_kv_last_page_len_buf=torch.empty(cap, dtype=torch.int32, device=DEV),
+            custom_mask_buf=mask_buf, mask_indptr_buf=mask_indptr_buf,
+            max_total_qo_tokens=max_rows)
+        pool = Paged([max_pages * page_size - 7 * page_size], page_size, hk, dtype, "NHD",
+                     True, seed=4)
+    else:
+        w = cinfer.BatchPrefillWithRaggedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo_buf, kv_indptr_buf=kv_buf,
+            custom_mask_buf=mask_buf, mask_indptr_buf=mask_indptr_buf,
+            max_total_qo_tokens=max_rows)
+        pool = Ragged([5000], hk, dtype, "NHD", seed=4)
+    q = torch.randn(max_rows, hq, D, device=DEV).to(dtype)
+
+    def step(batch, seed):
+        qo_lens, kv_lens = lengths(batch, seed, max_qo=max_rows // cap, max_kv=200)
+        if storage == "paged":
+            kv = Paged(kv_lens, page_size, hk, dtype, "NHD", True, seed)
+            kv.cache, kv.k, kv.v = pool.cache, pool.k, pool.v
+            perm = torch.randperm(pool.max_pages - 7,
+                                  generator=torch.Generator().manual_seed(seed))
+            kv.indices = perm[: kv.indices.numel()].to(torch.int32)
+        else:
+            kv = Ragged([], hk, dtype, "NHD", seed)
+            kv.k, kv.v, kv.indptr = pool.k, pool.v, indptr(kv_lens)
+        qo_indptr = indptr(qo_lens)
+        masks, flat = random_masks(qo_lens, kv_lens, seed)
+        plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, custom_mask=flat)
+        return kv, qo_indptr, masks
+
+    kv, qo_indptr, masks = step(cap, seed=30)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(w, storage, q, kv, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run(w, storage, q, kv, return_lse=True)
+    for i, batch in enumerate([cap, 2, cap, 4]):
+        kv, qo_indptr, masks = step(batch, seed=40 + i)
+        q.copy_(torch.randn(max_rows, hq, D, device=DEV).to(dtype))
+        graph.replay()
+        torch.cuda.synchronize()
+        rows = slice(0, int(qo_indptr[-1]))
+        ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, masks=masks)
+        check(out, lse, ref_out, ref_lse, dtype, rows)
+    with pytest.raises(ValueError, match="custom_mask_buf"):
+        qo_lens, kv_lens = [60], [2400]  # 18000 bytes packed, more than custom_mask_buf
+        kv = make(storage, kv_lens, page_size, hk, dtype, "NHD", seed=1)
+        plan(w, storage, indptr(qo_lens), kv, hq, hk, page_size, dtype,
+             custom_mask=torch.ones(60 * 2400, dtype=torch.bool, device=DEV))
+
+
 def test_batch_prefill_errors(workspace):
     hq, hk, page_size, dtype = 8, 2, 16, torch.float16
     kv = Paged([10, 40], page_size, hk, dtype, "NHD", False, seed=9)
@@ -287,9 +451,22 @@ def test_batch_prefill_errors(workspace):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, 72, page_size)
     with pytest.raises(ValueError, match="num_qo_heads|num_kv_heads"):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, 6, 4, D, page_size)
-    with pytest.raises(cinfer.UnsupportedError, match="custom_mask"):
+    with pytest.raises(ValueError, match="custom_mask.*elements"):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
                custom_mask=torch.ones(100, dtype=torch.bool, device=DEV))
+    with pytest.raises(ValueError, match="packed_custom_mask.*bytes"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
+               packed_custom_mask=torch.ones(10, dtype=torch.uint8, device=DEV))
+    with pytest.raises(cinfer.UnsupportedError, match="ALIBI"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
+               custom_mask=torch.ones(4 * 10 + 6 * 40, dtype=torch.bool, device=DEV),
+               pos_encoding_mode="ALIBI")
+    with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
+               pos_encoding_mode="ALIBI", logits_soft_cap=30.0)
+    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
+               pos_encoding_mode="ROPE_LLAMA")
     w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size)
     w.run(q, kv.cache)
     with pytest.raises(ValueError, match="q"):

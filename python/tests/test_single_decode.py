@@ -1,4 +1,5 @@
-"""single_decode_with_kv_cache against a float64 reference."""
+"""single_decode_with_kv_cache against a float64 reference (ALiBi with FlashInfer's default
+slopes included)."""
 
 import math
 
@@ -95,6 +96,26 @@ def test_single_decode_fp8(kv_dtype):
     _check(out, lse, ref_out, ref_lse, torch.float16)
 
 
+@pytest.mark.parametrize("kv_len", [0, 1, 700, 20000])
+@pytest.mark.parametrize("heads", [(32, 8), (12, 4), (8, 1)], ids=["h32_8", "h12_4", "h8_1"])
+def test_single_decode_alibi(heads, kv_len):
+    # 12 heads are not a power of two: the paper's interleaved slopes for heads 8..11.
+    hq, hk = heads
+    layout = "HND" if hk == 4 else "NHD"
+    q, k, v = _make(kv_len, hq, hk, 128, torch.float16, torch.float16, layout, seed=hq + kv_len)
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout,
+                                                  pos_encoding_mode="ALIBI", return_lse=True)
+    ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout),
+                                        alibi_slopes=reference.alibi_slopes(hq, DEV))
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+    # With a window: the bias and the window's mask together.
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout, window_left=50,
+                                                  pos_encoding_mode="ALIBI", return_lse=True)
+    ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout), window_left=50,
+                                        alibi_slopes=reference.alibi_slopes(hq, DEV))
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
 def test_single_decode_errors():
     q, k, v = _make(10, 8, 2, 128, torch.float16, torch.float16, "NHD", seed=17)
     with pytest.raises(TypeError, match="k"):
@@ -111,6 +132,16 @@ def test_single_decode_errors():
         cinfer.single_decode_with_kv_cache(q, k, v, kv_layout="NDH")
     with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
         cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(ValueError, match="pos_encoding_mode"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="alibi")
+    with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ALIBI",
+                                           logits_soft_cap=30.0)
+    with pytest.raises(cinfer.UnsupportedError, match="variant"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ALIBI", variant="alibi")
+    with pytest.raises(TypeError, match="ALIBI"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ALIBI",
+                                           variant_args=(None, 8))
     with pytest.raises(cinfer.UnsupportedError, match="q_scale"):
         cinfer.single_decode_with_kv_cache(q, k, v, q_scale=0.5)
     with pytest.raises(ValueError, match="sm_scale"):

@@ -1,6 +1,7 @@
 """single_prefill_with_kv_cache (and _return_lse) against a float64 reference: causal and not,
 qo_len above and below kv_len, empty sides, GQA, head dims, NHD/HND, packed QKV strides, soft
-cap, sliding window, sm_scale, errors."""
+cap, sliding window, sm_scale, custom masks (bool and packed, fully masked rows, bottom-right
+alignment), ALiBi with FlashInfer's default slopes, errors."""
 
 import math
 import random
@@ -128,15 +129,105 @@ def test_single_prefill_window_matches_decode():
     torch.testing.assert_close(lse[-1], d_lse, atol=2e-3, rtol=1e-4)
 
 
+def random_mask(qo_len, kv_len, seed, empty_rows=(0,)):
+    """A random bool [qo_len, kv_len] mask (about half kept) with the rows in empty_rows fully
+    masked and the last row fully kept."""
+    gen = torch.Generator(DEV).manual_seed(seed)
+    mask = torch.rand(qo_len, kv_len, generator=gen, device=DEV) < 0.5
+    if qo_len:
+        mask[-1] = True
+        for r in empty_rows:
+            if r < qo_len - 1:
+                mask[r] = False
+    return mask
+
+
+@pytest.mark.parametrize("lens", [(1, 1), (7, 100), (128, 1000), (333, 200), (64, 64),
+                                  (17, 0)], ids=lambda x: f"qo{x[0]}_kv{x[1]}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_single_prefill_custom_mask(dtype, lens):
+    qo_len, kv_len = lens
+    layout = "HND" if qo_len % 2 else "NHD"
+    q, k, v = _make(qo_len, kv_len, 16, 4, 128, dtype, layout, seed=qo_len + 3 * kv_len)
+    mask = random_mask(qo_len, kv_len, seed=qo_len, empty_rows=(0, qo_len // 2))
+    # causal=True is ignored: the custom mask replaces the causal mask (FlashInfer's rule).
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, custom_mask=mask, causal=True,
+                                                   kv_layout=layout, return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, _nhd(k, layout), _nhd(v, layout), mask=mask)
+    _check(out, lse, ref_out, ref_lse, dtype)
+    empty = ~mask.any(dim=1)  # fully masked rows: exact zeros and -inf
+    assert (out[empty] == 0).all() and torch.isneginf(lse[empty]).all()
+    # The same mask packed (little bit order, FlashInfer's packbits of the flattened mask), or
+    # flattened: the same kernel on the same bits, bit-identical.
+    packed = cinfer.packbits(mask.flatten(), bitorder="little")
+    out_p, lse_p = cinfer.single_prefill_with_kv_cache(
+        q, k, v, packed_custom_mask=packed, kv_layout=layout, return_lse=True)
+    assert torch.equal(out_p, out) and torch.equal(lse_p, lse)
+    assert torch.equal(cinfer.single_prefill_with_kv_cache(
+        q, k, v, custom_mask=mask.flatten(), kv_layout=layout), out)
+
+
+def test_single_prefill_custom_mask_alignment_and_window():
+    # qo_len < kv_len: the mask's rows are the last qo_len positions. A lower-triangular mask
+    # aligned bottom-right is the causal mask; with a window both apply.
+    qo_len, kv_len = 100, 700
+    q, k, v = _make(qo_len, kv_len, 8, 2, 128, torch.bfloat16, "NHD", seed=23)
+    tril = torch.ones(qo_len, kv_len, dtype=torch.bool, device=DEV).tril(kv_len - qo_len)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, custom_mask=tril, return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, k, v, causal=True)
+    _check(out, lse, ref_out, ref_lse, torch.bfloat16)
+    c_out, c_lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    atol, rtol = reference.tolerance(torch.bfloat16)
+    torch.testing.assert_close(out.float(), c_out.float(), atol=atol, rtol=rtol)
+    mask = random_mask(qo_len, kv_len, seed=29)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, custom_mask=mask, window_left=40,
+                                                   return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, k, v, mask=mask, window_left=40)
+    _check(out, lse, ref_out, ref_lse, torch.bfloat16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lens,heads", [((1, 500), (32, 8)), ((200, 200), (12, 4)),
+                                        ((64, 1000), (8, 8)), ((300, 100), (6, 2))],
+                         ids=["qo1_kv500_h32", "qo200_kv200_h12", "qo64_kv1000_h8",
+                              "qo300_kv100_h6"])
+def test_single_prefill_alibi(lens, heads, causal):
+    # Head counts that are not powers of two take the paper's interleaved slopes.
+    (qo_len, kv_len), (hq, hk) = lens, heads
+    q, k, v = _make(qo_len, kv_len, hq, hk, 128, torch.float16, "NHD", seed=hq + qo_len)
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=causal,
+                                                   pos_encoding_mode="ALIBI", return_lse=True)
+    ref_out, ref_lse = reference.prefill(q, k, v, causal=causal,
+                                         alibi_slopes=reference.alibi_slopes(hq, DEV))
+    _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
 def test_single_prefill_errors():
     q, k, v = _make(16, 32, 8, 2, 128, torch.float16, "NHD", seed=17)
     f = cinfer.single_prefill_with_kv_cache
+    mask = torch.ones(16, 32, dtype=torch.bool, device=DEV)
     with pytest.raises(TypeError, match="k"):
         f(q, "k", v)
-    with pytest.raises(cinfer.UnsupportedError, match="custom_mask"):
-        f(q, k, v, custom_mask=torch.ones(16, 32, dtype=torch.bool, device=DEV))
-    with pytest.raises(cinfer.UnsupportedError, match="packed_custom_mask"):
-        f(q, k, v, packed_custom_mask=torch.ones(64, dtype=torch.uint8, device=DEV))
+    with pytest.raises(ValueError, match="custom_mask.*shape"):
+        f(q, k, v, custom_mask=mask[:, :31])
+    with pytest.raises(ValueError, match="custom_mask.*bool"):
+        f(q, k, v, custom_mask=mask.to(torch.uint8))
+    with pytest.raises(ValueError, match="custom_mask.*cpu"):
+        f(q, k, v, custom_mask=mask.cpu())
+    with pytest.raises(ValueError, match="packed_custom_mask.*bytes"):
+        f(q, k, v, packed_custom_mask=torch.ones(63, dtype=torch.uint8, device=DEV))
+    with pytest.raises(ValueError, match="packed_custom_mask.*uint8"):
+        f(q, k, v, packed_custom_mask=torch.ones(64, dtype=torch.int32, device=DEV))
+    with pytest.raises(cinfer.UnsupportedError, match="ALIBI"):
+        f(q, k, v, custom_mask=mask, pos_encoding_mode="ALIBI")
+    with pytest.raises(cinfer.UnsupportedError, match="variant"):
+        f(q, k, v, custom_mask=mask, variant="sinks", variant_args=(torch.zeros(8, device=DEV),))
+    with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
+        f(q, k, v, custom_mask=mask, logits_soft_cap=30.0)
+    with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
+        f(q, k, v, pos_encoding_mode="ALIBI", logits_soft_cap=30.0)
+    with pytest.raises(TypeError, match="ALIBI"):
+        f(q, k, v, pos_encoding_mode="ALIBI", variant_args=(None, 8))
     with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
         f(q, k, v, pos_encoding_mode="ROPE_LLAMA")
     with pytest.raises(ValueError, match="pos_encoding_mode"):

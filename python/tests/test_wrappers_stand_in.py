@@ -1,9 +1,12 @@
 """The batch prefill and cascade wrappers' Python logic against a stand-in library, on the CPU:
 when C objects are created, reused, grown and evicted, CUDA-graph mode rules, argument checks
-made before the library, what run passes. The attention itself is checked by the GPU suites
-(test_batch_prefill.py, test_cascade.py)."""
+made before the library, what run passes (the custom-mask layout read back the way the
+"custom_mask" variant reads it, ALiBi's arguments). The attention itself is checked by the GPU
+suites (test_batch_prefill.py, test_cascade.py)."""
 
 import ctypes
+import math
+import struct
 
 import pytest
 
@@ -13,10 +16,42 @@ import cinfer  # noqa: E402
 from cinfer import _lib, _tensor, errors  # noqa: E402
 
 
-class StandIn:
-    """Records the batch prefill calls; workspace sizes are 4096 + max_total_qo_tokens bytes."""
+_TORCH_OF = {(_lib.KDL_UINT, 8): torch.uint8, (_lib.KDL_INT, 32): torch.int32,
+             (_lib.KDL_INT, 64): torch.int64, (_lib.KDL_BOOL, 8): torch.bool}
 
-    def __init__(self):
+
+def _read(dl):
+    """A copy of the CPU tensor a DLTensor describes (contiguous)."""
+    n = math.prod(dl.shape[i] for i in range(dl.ndim))
+    dtype = _TORCH_OF[(dl.dtype.code, dl.dtype.bits)]
+    nbytes = n * torch.empty(0, dtype=dtype).element_size()
+    raw = bytearray(ctypes.string_at(dl.data, nbytes)) if n else bytearray()
+    return torch.frombuffer(raw, dtype=dtype) if n else torch.empty(0, dtype=dtype)
+
+
+def _decode_args(args):
+    """A run's variant arguments: tensors read back (None for NULL), scalars as int32."""
+    if not args:
+        return []
+    a = args._obj
+    out = []
+    for i in range(a.num_args):
+        arg = a.args[i]
+        if arg.kind == _lib.PARAM_TENSOR:
+            out.append(_read(arg.tensor.contents) if arg.tensor else None)
+        else:
+            out.append(arg.value.i32)
+    return out
+
+
+class StandIn:
+    """Records the batch prefill calls; workspace sizes are 4096 + max_total_qo_tokens bytes.
+    segment_packbits is computed on the host; the variant functions are the real library's."""
+
+    def __init__(self, real):
+        self.real = real
+        self.run_args = []  # the decoded variant arguments of each run
+        self.run_ptrs = []  # and the data pointers of its tensor arguments
         self.calls = []
         self.live = set()
         self.next_handle = 1000
@@ -43,7 +78,30 @@ class StandIn:
     def cinfer_batch_prefill_run(self, op, q, k, v, idx, out, lse, args, stream):
         self.calls.append(("run", op.value if hasattr(op, "value") else op, bool(v), bool(idx),
                            bool(lse), args._obj.num_args if args else 0))
+        self.run_args.append(_decode_args(args))
+        self.run_ptrs.append([a.tensor.contents.data if a.tensor else None
+                              for a in (args._obj.args[i] for i in range(args._obj.num_args))
+                              if a.kind == _lib.PARAM_TENSOR] if args else [])
         return 0
+
+    def cinfer_segment_packbits(self, ctx, x, indptr, order, y, new_indptr, stream):
+        assert order == 0  # little
+        bits, ind = _read(x._obj), _read(indptr._obj).tolist()
+        out, new = [], [0]
+        for s, e in zip(ind[:-1], ind[1:]):
+            seg = bits[s:e].tolist()
+            seg += [False] * (-len(seg) % 8)
+            out += [sum(int(b) << k for k, b in enumerate(seg[i:i + 8]))
+                    for i in range(0, len(seg), 8)]
+            new.append(len(out))
+        ctypes.memmove(y._obj.data, bytes(out), len(out))
+        ctypes.memmove(new_indptr._obj.data, struct.pack(f"<{len(new)}i", *new), 4 * len(new))
+        return 0
+
+    def __getattr__(self, name):
+        if name.startswith("cinfer_variant_"):
+            return getattr(self.real, name)
+        raise AttributeError(name)
 
     def cinfer_batch_prefill_destroy(self, op):
         h = op.value if hasattr(op, "value") else op
@@ -63,7 +121,7 @@ class StandIn:
 
 @pytest.fixture
 def fake(monkeypatch):
-    f = StandIn()
+    f = StandIn(_lib.lib())
     monkeypatch.setattr(_lib, "lib", lambda: f)
     monkeypatch.setattr(_tensor, "check_cuda", lambda *a, **k: None)
     monkeypatch.setattr(_tensor, "stream_of", lambda device: 0)
@@ -129,10 +187,6 @@ def test_paged_plan_and_run_errors(fake):
     with pytest.raises(ValueError, match="plan"):
         w.run(q, cache)
     for kw, cls, match in [
-        (dict(custom_mask=torch.ones(3, dtype=torch.bool)), cinfer.UnsupportedError,
-         "custom_mask"),
-        (dict(packed_custom_mask=torch.ones(3, dtype=torch.uint8)), cinfer.UnsupportedError,
-         "packed_custom_mask"),
         (dict(head_dim_vo=64), cinfer.UnsupportedError, "head_dim_vo"),
         (dict(pos_encoding_mode="ROPE_LLAMA"), cinfer.UnsupportedError, "pos_encoding_mode"),
         (dict(use_fp16_qk_reduction=True), cinfer.UnsupportedError, "fp16_qk"),
@@ -179,7 +233,6 @@ def test_paged_plan_and_run_errors(fake):
         w2.plan(*args, 8, 2, 128, 16)
     assert info.value.status == errors.WORKSPACE_TOO_SMALL
     for kw, cls in [(dict(jit_args=["x"]), cinfer.UnsupportedError),
-                    (dict(custom_mask_buf=torch.ones(1)), cinfer.UnsupportedError),
                     (dict(backend="cudnn"), ValueError), (dict(use_cuda_graph=True), ValueError)]:
         with pytest.raises(cls):
             cinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8), **kw)
@@ -269,3 +322,181 @@ def test_cascade_levels(fake):
         cinfer.MultiLevelCascadeAttentionWrapper(0, ws)
     with pytest.raises(ValueError, match="qo_indptr_buf_arr"):
         cinfer.MultiLevelCascadeAttentionWrapper(2, ws, use_cuda_graph=True)
+
+
+# ---- custom masks and ALiBi: the built-in variants' arguments ----
+
+def _masks(qo_lens, kv_lens, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(a, b, generator=g) < 0.5 for a, b in zip(qo_lens, kv_lens)]
+
+
+def _pack_little(m):
+    """numpy.packbits(m.flatten(), bitorder="little") of one request's mask, on the host."""
+    bits = m.flatten().tolist()
+    bits += [False] * (-len(bits) % 8)
+    return [sum(int(b) << k for k, b in enumerate(bits[i:i + 8]))
+            for i in range(0, len(bits), 8)]
+
+
+def _check_mask_args(args, masks):
+    """What the "custom_mask" variant reads (bit row_offset[b] + p * row_stride[b] + j of the
+    packed mask, p = i + kv_len - qo_len) is each request's mask."""
+    packed, row_offset, row_stride = args
+    assert packed.dtype == torch.uint8 and row_offset.dtype == torch.int64
+    assert row_stride.dtype == torch.int32
+    for b, m in enumerate(masks):
+        qo, kv = m.shape
+        for i in range(qo):
+            for j in range(kv):
+                bit = int(row_offset[b]) + (i + kv - qo) * int(row_stride[b]) + j
+                assert (int(packed[bit >> 3]) >> (bit & 7)) & 1 == int(m[i, j]), (b, i, j)
+
+
+def _paged_lens(qo_lens, kv_lens, page):
+    pages = [math.ceil(n / page) for n in kv_lens]
+    last = [n - (p - 1) * page if p else 1 for n, p in zip(kv_lens, pages)]
+    qo = [0]
+    for n in qo_lens:
+        qo.append(qo[-1] + n)
+    return _paged_args(qo, pages, last)
+
+
+def test_custom_mask_layout(fake):
+    page = 4
+    qo_lens, kv_lens = [3, 2, 5, 7, 1], [10, 0, 4, 3, 9]  # kv_len 0, qo_len > kv_len
+    args = _paged_lens(qo_lens, kv_lens, page)
+    masks = _masks(qo_lens, kv_lens, seed=1)
+    flat = torch.cat([m.flatten() for m in masks])
+    own = torch.tensor(sum((_pack_little(m) for m in masks), []), dtype=torch.uint8)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    q = torch.zeros(18, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(8, 2, page, 2, 128, dtype=torch.float16)
+    w.plan(*args, 8, 2, 128, page, custom_mask=flat, causal=True)
+    create = fake.of("create")[-1]
+    assert create[3] == 0  # the custom mask replaces the causal one
+    assert create[8] == cinfer.variant_builtin("custom_mask").handle
+    w.run(q, cache)
+    _check_mask_args(fake.run_args[-1], masks)
+    assert torch.equal(fake.run_args[-1][0][: len(own)], own)  # segment_packbits' layout
+    # Packed by the caller (it wins over custom_mask): the same bits, read in place.
+    w.plan(*args, 8, 2, 128, page, custom_mask=~flat, packed_custom_mask=own, causal=True)
+    w.run(q, cache)
+    _check_mask_args(fake.run_args[-1], masks)
+    assert fake.run_ptrs[-1][0] == own.data_ptr()
+    assert len(fake.of("create")) == 1  # the same create-time options
+    w.forward(q, cache, causal=True)  # forward() compares the causal given to plan
+    with pytest.raises(TypeError, match="custom_mask"):
+        w.run(q, cache, 1.0)
+    with pytest.raises(TypeError, match="custom_mask"):
+        w.run(q, cache, variant_args=())
+
+    for kw, cls, match in [
+        (dict(custom_mask=flat[:-1]), ValueError, "custom_mask.*elements"),
+        (dict(custom_mask=flat.to(torch.uint8)), ValueError, "custom_mask.*bool"),
+        (dict(custom_mask=flat.tolist()), TypeError, "custom_mask"),
+        (dict(packed_custom_mask=own[:-1]), ValueError, "packed_custom_mask.*bytes"),
+        (dict(packed_custom_mask=own.int()), ValueError, "packed_custom_mask.*uint8"),
+        (dict(custom_mask=flat, pos_encoding_mode="ALIBI"), cinfer.UnsupportedError, "ALIBI"),
+        (dict(custom_mask=flat, variant="sinks"), cinfer.UnsupportedError, "variant"),
+        (dict(packed_custom_mask=own, logits_soft_cap=5.0), cinfer.UnsupportedError,
+         "logits_soft_cap"),
+    ]:
+        with pytest.raises(cls, match=match):
+            w.plan(*args, 8, 2, 128, page, **kw)
+    with pytest.raises(ValueError, match="plan"):  # a plan that raised left none
+        w.run(q, cache)
+
+    # Ragged: the same layout from kv_indptr.
+    r = cinfer.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    r.plan(_i32([0, 3, 5, 10, 17, 18]), _i32([0, 10, 10, 14, 17, 26]), 8, 2, 128,
+           custom_mask=flat)
+    kv = torch.zeros(26, 2, 128, dtype=torch.float16)
+    r.run(q, kv, kv)
+    _check_mask_args(fake.run_args[-1], masks)
+
+
+def test_alibi_arguments(fake):
+    args = _paged_args([0, 3, 10], [1, 2], [5, 16])
+    q = torch.zeros(10, 12, 128, dtype=torch.float16)
+    cache = torch.zeros(4, 2, 16, 4, 128, dtype=torch.float16)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    w.plan(*args, 12, 4, 128, 16, causal=True, pos_encoding_mode="ALIBI")
+    create = fake.of("create")[-1]
+    assert create[3] == 1 and create[8] == cinfer.variant_builtin("alibi").handle
+    w.run(q, cache)
+    assert fake.run_args[-1] == [None, 12]  # default slopes for num_qo_heads heads
+    w.forward(q, cache, causal=True, pos_encoding_mode="ALIBI")
+    with pytest.raises(ValueError, match="pos_encoding_mode"):
+        w.forward(q, cache, causal=True)
+    with pytest.raises(TypeError, match="ALIBI"):
+        w.run(q, cache, None, 12)
+    for kw, match in [(dict(logits_soft_cap=30.0), "logits_soft_cap"),
+                      (dict(variant="sinks"), "variant"),
+                      (dict(pos_encoding_mode="ROPE_LLAMA"), "ROPE_LLAMA")]:
+        with pytest.raises(cinfer.UnsupportedError, match=match):
+            w.plan(*args, 12, 4, 128, 16, **dict(dict(pos_encoding_mode="ALIBI"), **kw))
+
+
+def test_graph_mode_custom_mask(fake):
+    cap, page = 3, 16
+    bufs = dict(qo_indptr_buf=torch.zeros(cap + 1, dtype=torch.int32),
+                paged_kv_indptr_buf=torch.zeros(cap + 1, dtype=torch.int32),
+                paged_kv_indices_buf=torch.zeros(64, dtype=torch.int32),
+                paged_kv_last_page_len_buf=torch.zeros(cap, dtype=torch.int32))
+    steps = [([3, 5, 2], [9, 5, 16]), ([4], [4]), ([1, 6], [20, 6])]
+    masks = _masks(*steps[0], seed=2)
+    flat = torch.cat([m.flatten() for m in masks])
+    ws = torch.empty(WS, dtype=torch.uint8)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", True, **bufs)
+    with pytest.raises(ValueError, match="custom_mask_buf"):
+        w.plan(*_paged_lens(*steps[0], page), 8, 2, 128, page, custom_mask=flat)
+    with pytest.raises(ValueError, match="custom_mask_buf.*uint8"):
+        cinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", True, **bufs,
+                                                   custom_mask_buf=torch.zeros(8))
+    mask_buf = torch.zeros(40, dtype=torch.uint8)
+    indptr_buf = torch.zeros(cap + 1, dtype=torch.int32)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", True, **bufs,
+                                                   custom_mask_buf=mask_buf,
+                                                   mask_indptr_buf=indptr_buf)
+    q = torch.zeros(10, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(64, 2, page, 2, 128, dtype=torch.float16)
+    ptrs = None
+    for step, (qo_lens, kv_lens) in enumerate(steps):
+        masks = _masks(qo_lens, kv_lens, seed=step)
+        w.plan(*_paged_lens(qo_lens, kv_lens, page), 8, 2, 128, page, causal=True,
+               custom_mask=torch.cat([m.flatten() for m in masks]))
+        w.run(q, cache)
+        _check_mask_args(fake.run_args[-1], masks)
+        # Fixed addresses for captured graphs: the packed mask in custom_mask_buf.
+        assert fake.run_ptrs[-1][0] == mask_buf.data_ptr()
+        assert ptrs is None or fake.run_ptrs[-1] == ptrs
+        ptrs = fake.run_ptrs[-1]
+        nbytes = [0]
+        for a, b in zip(qo_lens, kv_lens):
+            nbytes.append(nbytes[-1] + (a * b + 7) // 8)
+        assert indptr_buf[: len(nbytes)].tolist() == nbytes  # FlashInfer's mask_indptr
+    assert len(fake.of("create")) == 1
+    big = ([8], [60])  # 480 bits: 60 bytes, more than custom_mask_buf holds
+    with pytest.raises(ValueError, match="custom_mask_buf.*60"):
+        w.plan(*_paged_lens(*big, page), 8, 2, 128, page, causal=True,
+               custom_mask=torch.ones(480, dtype=torch.bool))
+    with pytest.raises(ValueError, match="first plan"):  # no mask: another kernel
+        w.plan(*_paged_lens(*steps[1], page), 8, 2, 128, page, causal=True)
+
+
+def test_cascade_alibi(fake):
+    ws = torch.empty(3 * WS + 100, dtype=torch.uint8)
+    c = cinfer.MultiLevelCascadeAttentionWrapper(3, ws)
+    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
+    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
+    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
+    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    with pytest.raises(cinfer.UnsupportedError, match="ALIBI"):
+        c.plan(qo, kv, idx, last, 8, 2, 128, 16, pos_encoding_mode="ALIBI")
+    one = cinfer.MultiLevelCascadeAttentionWrapper(1, torch.empty(WS, dtype=torch.uint8))
+    one.plan(qo[2:], kv[2:], idx[2:], last[2:], 8, 2, 128, 16, causal=True,
+             pos_encoding_mode="ALIBI")
+    one.run(torch.zeros(4, 8, 128, dtype=torch.float16),
+            torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16))
+    assert fake.run_args[-1] == [None, 8]
