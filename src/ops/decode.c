@@ -97,16 +97,15 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     *attention_smem = 0;
     if (tensor_cores) {
         /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
-         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. fp8 stages hold half
-         * the bytes, so one more stage keeps as many bytes in flight, plus one fp16 K/V pair
-         * per warp for the converted tile (kernels/decode_tc.cu). */
+         * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. An fp8 tile has twice
+         * the tokens of a 16-bit one and as many bytes (kernels/decode_tc.cu), so the stages and
+         * the bytes in flight are the same for every KV dtype. */
         const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
-        spec->stages = (o->head_dim == 256 ? 2 : 3) + (fp8 ? 1 : 0);
-        const unsigned tile16 = CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned stage_bytes = fp8 ? tile16 : 2u * tile16;
-        const unsigned pipeline = CINFER__DECODE_WARPS *
-                                  ((unsigned)spec->stages * stage_bytes + (fp8 ? 2u * tile16 : 0u));
+        spec->stages = o->head_dim == 256 ? 2 : 3;
+        const unsigned tile_bytes = fp8 ? CINFER_DECODE_TC_TOKENS_FP8 * (unsigned)o->head_dim
+                                        : CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
+        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * 2u * tile_bytes;
         /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
         const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
@@ -150,9 +149,9 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     /* The kernel works in base-2 logits: q is pre-scaled by q_scale (ops/options.h). */
     double sm_scale, q_scale, v_scale = o->v_scale;
     cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &s->soft_cap_log2);
-    /* The kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the 256 back
-     * into both scales. */
-    if (s->dtype_kv == CINFER__DT_E4M3) {
+    /* The CUDA-core kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the
+     * 256 back into both scales. The tensor-core kernel converts exactly. */
+    if (s->dtype_kv == CINFER__DT_E4M3 && !s->tensor_cores) {
         q_scale *= 256.0;
         v_scale *= 256.0;
     }
