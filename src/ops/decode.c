@@ -265,9 +265,10 @@ static cinfer_status_t check_aligned(const char *arg, const DLTensor *t, int64_t
     return CINFER_STATUS_SUCCESS;
 }
 
-/* Bytes per vector load of K/V: 8 elements, so 16 bytes of fp16/bf16 or 8 bytes of fp8. */
+/* Bytes per vector load of K/V: the CUDA-core kernel loads 8 elements (16 bytes of fp16/bf16, 8 of
+ * fp8); the tensor-core kernel copies 16-byte chunks of every dtype (kernels/decode_tc.cu). */
 static int64_t kv_align(const decode_setup_t *s) {
-    return 8 * (int64_t)cinfer__dtype_size(s->dtype_kv);
+    return s->tensor_cores ? 16 : 8 * (int64_t)cinfer__dtype_size(s->dtype_kv);
 }
 
 static cinfer_status_t check_lse(const cinfer_context_t *ctx, const DLTensor *lse, int ndim,

@@ -514,6 +514,47 @@ static void dtypes_and_scales(void **state) {
     }
 }
 
+/* The tensor-core kernel copies fp8 rows in 16-byte chunks: a cache 8 bytes off a 16-byte
+ * boundary is refused there (the CUDA-core kernel reads fp8 in 8-byte pieces and takes it). */
+static void fp8_rows_on_tensor_cores_need_16_bytes(void **state) {
+    (void)state;
+    decode_case c = base_case("fp8 cache 8 bytes off a 16-byte boundary, tensor cores");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.batch = 2;
+    c.hq = 8;
+    c.hk = 2;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 3700);
+    decode_data x;
+    make_data(&c, &rng, &x);
+    upload(&c, &x, 1);
+    cinfer_attention_options_t o = options_for(&c, c.batch);
+    o.use_tensor_cores = 1;
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, c.batch, stream));
+    decode_tensors t;
+    make_tensors(&c, &x, &t);
+    t.k.t.byte_offset += 8;
+    t.v.t.byte_offset += 8;
+    assert_int_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t,
+                                             &t.last.t, &t.out.t, &t.lse.t, NULL, stream),
+                     CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "16-byte aligned"));
+    CINFER_TEST_SYNC(stream);
+    unsigned char *out = malloc(x.out_bytes);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x.d_out, 0, out, x.out_bytes));
+    for (size_t i = 0; i < x.out_bytes; i++)
+        assert_int_equal(out[i], CINFER_TEST_POISON_BYTE);
+    free(out);
+    cinfer_batch_decode_destroy(op);
+    free_data(&x);
+}
+
 static void soft_cap_window_and_scale(void **state) {
     (void)state;
     decode_case c = base_case("soft cap 30");
@@ -972,6 +1013,8 @@ int main(void) {
         cmocka_unit_test_teardown(layouts_and_page_sizes, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(gqa_groups_and_head_dims, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(dtypes_and_scales, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_rows_on_tensor_cores_need_16_bytes,
+                                  cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(soft_cap_window_and_scale, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(one_long_request, cinfer_test_teardown_buffers),
