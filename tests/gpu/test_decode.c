@@ -514,6 +514,54 @@ static void dtypes_and_scales(void **state) {
     }
 }
 
+/* fp8 KV (e4m3 and e5m2, with k_scale and v_scale) over both layouts, page sizes 1 to 64, GQA
+ * groups 4 and 8 and head dims 64, 128 and 256, plus one long request (split-KV); with
+ * CINFER_TEST_DECODE_TC=1 they run on the tensor-core kernel's fp8 path, whose 32-token tiles the
+ * random lengths end anywhere inside. */
+static void fp8_layouts_pages_groups_and_head_dims(void **state) {
+    (void)state;
+    static const cinfer__dtype_t kvs[] = {CINFER__DT_E4M3, CINFER__DT_E5M2};
+    static const int pages[] = {1, 3, 16, 64};
+    static const int groups[] = {4, 8};
+    static const int dims[] = {64, 128, 256};
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        for (int layout = 0; layout < 2; layout++) {
+            for (int gi = 0; gi < 2; gi++) {
+                for (int di = 0; di < 3; di++, n++) {
+                    char desc[128];
+                    decode_case c = base_case(desc);
+                    c.kv_dtype = kvs[k];
+                    c.q_dtype = n % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+                    c.layout = (cinfer_kv_layout_t)layout;
+                    c.combined = n % 3 == 0;
+                    c.page_size = pages[n % 4];
+                    c.hk = 2;
+                    c.hq = c.hk * groups[gi];
+                    c.d = dims[di];
+                    c.k_scale = 0.6f;
+                    c.v_scale = 1.4f;
+                    c.batch = 3;
+                    c.max_len = 700;
+                    snprintf(desc, sizeof desc, "q %s kv %s %s%s page %d Hq %d Hk %d D %d",
+                             cinfer__dtype_name(c.q_dtype), cinfer__dtype_name(c.kv_dtype),
+                             layout ? "HND" : "NHD", c.combined ? " combined" : "", c.page_size,
+                             c.hq, c.hk, c.d);
+                    run_case(&c, cinfer_test_seed() + 3500 + (uint64_t)n);
+                }
+            }
+        }
+    }
+    static const int lens[] = {50000, 7, 33};
+    decode_case l = base_case("kv e4m3, one long request (split-KV) and two short ones");
+    l.kv_dtype = CINFER__DT_E4M3;
+    l.k_scale = 0.8f;
+    l.v_scale = 1.2f;
+    l.batch = 3;
+    l.lens = lens;
+    run_case(&l, cinfer_test_seed() + 3600);
+}
+
 /* The tensor-core kernel copies fp8 rows in 16-byte chunks: a cache 8 bytes off a 16-byte
  * boundary is refused there (the CUDA-core kernel reads fp8 in 8-byte pieces and takes it). */
 static void fp8_rows_on_tensor_cores_need_16_bytes(void **state) {
@@ -876,7 +924,7 @@ static void single_decode_matches(void **state) {
  * an empty request, split-KV (one long request among short ones), a sliding window. */
 static void run_variant(tv_kind k) {
     static const int mixed[] = {0, 3000, 17, 1, 30000, 250};
-    for (int shape = 0; shape < 3; shape++) {
+    for (int shape = 0; shape < 4; shape++) {
         char desc[96];
         snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name(k), shape);
         decode_case c = base_case(desc);
@@ -892,10 +940,17 @@ static void run_variant(tv_kind k) {
             c.max_len = 1500;
             c.window_left = 100;
             c.layout = CINFER_KV_LAYOUT_HND;
-        } else {
+        } else if (shape == 2) {
             c.batch = 40;
             c.max_len = 600;
             c.page_size = 1;
+        } else {
+            /* fp8 KV: the tensor-core kernel's 32-token tiles through every hook. */
+            c.batch = 5;
+            c.max_len = 900;
+            c.kv_dtype = CINFER__DT_E4M3;
+            c.k_scale = 0.7f;
+            c.v_scale = 1.3f;
         }
         run_case(&c, cinfer_test_seed() + 20000 + (uint64_t)(k * 10 + shape));
     }
@@ -1013,6 +1068,8 @@ int main(void) {
         cmocka_unit_test_teardown(layouts_and_page_sizes, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(gqa_groups_and_head_dims, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(dtypes_and_scales, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_layouts_pages_groups_and_head_dims,
+                                  cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(fp8_rows_on_tensor_cores_need_16_bytes,
                                   cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(soft_cap_window_and_scale, cinfer_test_teardown_buffers),
