@@ -27,6 +27,8 @@
  *    split them into the B fragments of two n8 tiles, one of the chunk's even dims (16 c + 2 g)
  *    and one of its odd dims (16 c + 2 g + 1). The output columns are permuted the same way and
  *    put back in order by the final merge.
+ * At D = 256 Q's A fragments wait in shared memory (Q_BYTES) rather than registers, which the 128
+ * output accumulators need.
  * The 16-byte chunk c of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at
  * D = 64, where two 64-byte rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped):
  * the eight rows an ldmatrix phase reads, and the four rows x two chunks a cp.async phase writes
@@ -67,6 +69,8 @@
 #define TILE_BYTES  (TOKENS * ROW_BYTES)
 #define STAGE_BYTES (2 * TILE_BYTES)
 #define WARP_BYTES  (STAGES * STAGE_BYTES)
+/* Q's A fragments in shared memory (per warp, after every warp's stages), or 0: in registers. */
+#define Q_BYTES CINFER_DECODE_TC_Q_BYTES(KV_FP8, D)
 
 /* Shared offset of 16-byte chunk c of token row t in a tile (swizzled, see above). */
 __device__ __forceinline__ unsigned tile_offset(int t, int c) {
@@ -180,6 +184,11 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const int group = p.num_qo_heads / p.num_kv_heads;
     const int num_work = p.header->num_work;
     const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
+#if Q_BYTES
+    /* Lane l's 16 bytes of k step ks: only that lane writes and reads them, so no barrier. */
+    const unsigned q_smem =
+        cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + warp * Q_BYTES + lane * 16);
+#endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
         const cinfer_decode_work item = p.work[w];
@@ -244,6 +253,12 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                 }
             }
         }
+#endif
+#if Q_BYTES
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks++)
+            cinfer_st_shared_v4(q_smem + ks * 512,
+                                make_uint4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]));
 #endif
 
         float o[NTILES_O][4];
@@ -326,11 +341,17 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                  * lane l addresses token l; register n -> the B fragment of n-tile n. */
                 unsigned kr[4];
                 cinfer_ldmatrix_x4(kr, k_tile + tile_offset(lane, ks));
+#if Q_BYTES
+                const uint4 qv = cinfer_ld_shared_v4(q_smem + ks * 512);
+                const unsigned a[4] = {qv.x, qv.y, qv.z, qv.w};
+#else
+                const unsigned *a = qa[ks];
+#endif
 #pragma unroll
                 for (int n = 0; n < NTILES_S; n++) {
                     unsigned kb[2];
                     cinfer_fp8x4_to_f16x2x2(CINFER_DTYPE_KV, kr[n], &kb[0], &kb[1]);
-                    cinfer_mma(MMA_DT, s[n], qa[ks], kb);
+                    cinfer_mma(MMA_DT, s[n], a, kb);
                 }
 #else
                 /* ldmatrix.x4 matrices: (tokens 0-7, chunk 2ks), (tokens 0-7, chunk 2ks+1),
