@@ -515,9 +515,9 @@ static void dtypes_and_scales(void **state) {
 }
 
 /* fp8 KV (e4m3 and e5m2, with k_scale and v_scale) over both layouts, page sizes 1 to 64, GQA
- * groups 4 and 8 and head dims 64, 128 and 256, plus one long request (split-KV); with
- * CINFER_TEST_DECODE_TC=1 they run on the tensor-core kernel's fp8 path, whose 32-token tiles the
- * random lengths end anywhere inside. */
+ * groups 4 and 8 and head dims 64, 128 and 256, plus 16 query heads a KV head at D = 256 and one
+ * long request (split-KV); with CINFER_TEST_DECODE_TC=1 they run on the tensor-core kernel's fp8
+ * path, whose 32-token tiles the random lengths end anywhere inside. */
 static void fp8_layouts_pages_groups_and_head_dims(void **state) {
     (void)state;
     static const cinfer__dtype_t kvs[] = {CINFER__DT_E4M3, CINFER__DT_E5M2};
@@ -552,6 +552,14 @@ static void fp8_layouts_pages_groups_and_head_dims(void **state) {
             }
         }
     }
+    decode_case w = base_case("kv e5m2, 16 query heads on one KV head, D 256");
+    w.kv_dtype = CINFER__DT_E5M2;
+    w.hq = 16;
+    w.hk = 1;
+    w.d = 256;
+    w.batch = 3;
+    w.max_len = 900;
+    run_case(&w, cinfer_test_seed() + 3599);
     static const int lens[] = {50000, 7, 33};
     decode_case l = base_case("kv e4m3, one long request (split-KV) and two short ones");
     l.kv_dtype = CINFER__DT_E4M3;
