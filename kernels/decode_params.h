@@ -17,11 +17,9 @@
  * fp8 KV, twice as many, so that a tile has as many bytes (and a stage as many in flight). */
 #define CINFER_DECODE_TC_TOKENS     16
 #define CINFER_DECODE_TC_TOKENS_FP8 32
-/* Shared memory per warp that holds Q's mma A fragments (16 bytes per lane per k step of 16 dims)
- * instead of registers: with fp8 KV at head dim 256, whose 128 output accumulators and 32-token
- * tiles leave no room for them (ptxas spilled 56-144 bytes); 0 otherwise. */
-#define CINFER_DECODE_TC_Q_BYTES(fp8, head_dim)                                                    \
-    ((fp8) && (head_dim) == 256 ? (head_dim) / 16 * 512 : 0)
+/* Shared memory per CTA that holds Q's mma A fragments with fp8 KV (16 bytes per lane per k step
+ * of 16 dims; the fp8 path reads them there instead of keeping them in registers); 0 otherwise. */
+#define CINFER_DECODE_TC_Q_BYTES(fp8, head_dim) ((fp8) ? (head_dim) / 16 * 512 : 0)
 
 typedef struct cinfer_decode_work {
     int request;    /* batch index */

@@ -27,12 +27,13 @@
  *    split them into the B fragments of two n8 tiles, one of the chunk's even dims (16 c + 2 g)
  *    and one of its odd dims (16 c + 2 g + 1). The output columns are permuted the same way and
  *    put back in order by the final merge.
- * At D = 256 Q's A fragments wait in shared memory (Q_BYTES) rather than registers, which the 128
- * output accumulators need.
- * The 16-byte chunk c of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at
- * D = 64, where two 64-byte rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped):
- * the eight rows an ldmatrix phase reads, and the four rows x two chunks a cp.async phase writes
- * (lane pairs copy whole 32-byte sectors, see load_tile), fall in eight different bank groups.
+ * Q's A fragments wait in shared memory (Q_BYTES, one copy for the CTA) rather than in registers:
+ * with them in registers ptxas rebuilt the fragments around the mmas (60-90 moves a tile at D =
+ * 128) and spilled at D = 256, where the 128 output accumulators leave no room. The 16-byte chunk c
+ * of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at D = 64, where two 64-byte
+ * rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped): the eight rows an ldmatrix
+ * phase reads, and the four rows x two chunks a cp.async phase writes (lane pairs copy whole
+ * 32-byte sectors, see load_tile), fall in eight different bank groups.
  *
  * Prelude: CINFER_DTYPE_Q/O (fp16 or bf16), CINFER_DTYPE_KV (the same as q, or e4m3 / e5m2),
  * CINFER_HEAD_DIM_QK (== VO, 64, 128 or 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC),
@@ -69,7 +70,7 @@
 #define TILE_BYTES  (TOKENS * ROW_BYTES)
 #define STAGE_BYTES (2 * TILE_BYTES)
 #define WARP_BYTES  (STAGES * STAGE_BYTES)
-/* Q's A fragments in shared memory (per warp, after every warp's stages), or 0: in registers. */
+/* Q's A fragments in shared memory (after every warp's stages), or 0: in registers. */
 #define Q_BYTES CINFER_DECODE_TC_Q_BYTES(KV_FP8, D)
 
 /* Shared offset of 16-byte chunk c of token row t in a tile (swizzled, see above). */
@@ -168,9 +169,10 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
      VARIANT_OUTPUT_TRANSFORM)
 
-/* fp8 KV: shared memory allows 2 CTAs per SM at D = 128; without that hint ptxas holds the
- * kernel to 168 registers (room for 3) by spilling. */
-#if KV_FP8
+/* fp8 KV below D = 256: registers for 2 CTAs per SM (what shared memory allows at D = 128);
+ * without the hint ptxas aims at more CTAs and spills at D = 64. At D = 256 (one CTA per SM) the
+ * hint made it spill instead. */
+#if KV_FP8 && D < 256
 #define LAUNCH_BOUNDS __launch_bounds__(THREADS, 2)
 #else
 #define LAUNCH_BOUNDS __launch_bounds__(THREADS)
@@ -185,9 +187,8 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const int num_work = p.header->num_work;
     const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
 #if Q_BYTES
-    /* Lane l's 16 bytes of k step ks: only that lane writes and reads them, so no barrier. */
-    const unsigned q_smem =
-        cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + warp * Q_BYTES + lane * 16);
+    /* Lane l's 16 bytes of k step ks (the same in every warp). */
+    const unsigned q_smem = cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + lane * 16);
 #endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
@@ -255,10 +256,14 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
         }
 #endif
 #if Q_BYTES
+        /* Warp 0's copy serves every warp; the previous item's readers passed its final barrier. */
+        if (warp == 0) {
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++)
-            cinfer_st_shared_v4(q_smem + ks * 512,
-                                make_uint4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]));
+            for (int ks = 0; ks < KSTEPS; ks++)
+                cinfer_st_shared_v4(q_smem + ks * 512,
+                                    make_uint4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]));
+        }
+        __syncthreads();
 #endif
 
         float o[NTILES_O][4];

@@ -99,16 +99,15 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
         /* Stages of K+V tiles per warp: 3 keep two tiles in flight while one is computed; at
          * D = 256 a stage is 16 KB per warp, so 2 keep a CTA within 128 KB. An fp8 tile has twice
          * the tokens of a 16-bit one and as many bytes (kernels/decode_tc.cu), so the stages and
-         * the bytes in flight are the same for every KV dtype; fp8 at D = 256 adds Q's fragments
+         * the bytes in flight are the same for every KV dtype; fp8 adds Q's fragments
          * (kernels/decode_params.h). */
         const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
         spec->stages = o->head_dim == 256 ? 2 : 3;
         const unsigned tile_bytes = fp8 ? CINFER_DECODE_TC_TOKENS_FP8 * (unsigned)o->head_dim
                                         : CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned pipeline =
-            CINFER__DECODE_WARPS * ((unsigned)spec->stages * 2u * tile_bytes +
-                                    CINFER_DECODE_TC_Q_BYTES(fp8, (unsigned)o->head_dim));
+        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * 2u * tile_bytes +
+                                  CINFER_DECODE_TC_Q_BYTES(fp8, (unsigned)o->head_dim);
         /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
         const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
