@@ -70,7 +70,7 @@
 #define TILE_BYTES  (TOKENS * ROW_BYTES)
 #define STAGE_BYTES (2 * TILE_BYTES)
 #define WARP_BYTES  (STAGES * STAGE_BYTES)
-/* Q's A fragments in shared memory (after every warp's stages), or 0: in registers. */
+/* fp8: Q's A fragments in shared memory (after every warp's stages); 16-bit KV: 0, in registers. */
 #define Q_BYTES CINFER_DECODE_TC_Q_BYTES(KV_FP8, D)
 
 /* Shared offset of 16-byte chunk c of token row t in a tile (swizzled, see above). */
@@ -346,12 +346,8 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                  * lane l addresses token l; register n -> the B fragment of n-tile n. */
                 unsigned kr[4];
                 cinfer_ldmatrix_x4(kr, k_tile + tile_offset(lane, ks));
-#if Q_BYTES
                 const uint4 qv = cinfer_ld_shared_v4(q_smem + ks * 512);
                 const unsigned a[4] = {qv.x, qv.y, qv.z, qv.w};
-#else
-                const unsigned *a = qa[ks];
-#endif
 #pragma unroll
                 for (int n = 0; n < NTILES_S; n++) {
                     unsigned kb[2];
