@@ -27,13 +27,13 @@
  *    split them into the B fragments of two n8 tiles, one of the chunk's even dims (16 c + 2 g)
  *    and one of its odd dims (16 c + 2 g + 1). The output columns are permuted the same way and
  *    put back in order by the final merge.
- * Q's A fragments wait in shared memory (Q_BYTES, one copy for the CTA) rather than in registers:
- * with them in registers ptxas rebuilt the fragments around the mmas (60-90 moves a tile at D =
- * 128) and spilled at D = 256, where the 128 output accumulators leave no room. The 16-byte chunk c
- * of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at D = 64, where two 64-byte
- * rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped): the eight rows an ldmatrix
- * phase reads, and the four rows x two chunks a cp.async phase writes (lane pairs copy whole
- * 32-byte sectors, see load_tile), fall in eight different bank groups.
+ * Q's A fragments wait in shared memory (Q_BYTES, one copy for the CTA), not in registers: from
+ * registers ptxas rebuilt them around the mmas (60-90 moves a tile at D = 128) and spilled at
+ * D = 256, where the 128 output accumulators leave no room.
+ * The 16-byte chunk c of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at
+ * D = 64, where two 64-byte rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped):
+ * the eight rows an ldmatrix phase reads, and the four rows x two chunks a cp.async phase writes
+ * (lane pairs copy whole 32-byte sectors, see load_tile), fall in eight different bank groups.
  *
  * Prelude: CINFER_DTYPE_Q/O (fp16 or bf16), CINFER_DTYPE_KV (the same as q, or e4m3 / e5m2),
  * CINFER_HEAD_DIM_QK (== VO, 64, 128 or 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC),
