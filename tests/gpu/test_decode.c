@@ -836,33 +836,39 @@ static void cuda_graph_replays_after_replanning(void **state) {
 static void single_decode_matches(void **state) {
     (void)state;
     static const int64_t lens[] = {0, 1, 7, 5000, 70000};
-    for (int layout = 0; layout < 2; layout++) {
+    /* NHD and HND with bf16 KV, then with e4m3 (the tensor-core kernel's fp8 path over contiguous
+     * KV). */
+    for (int run = 0; run < 4; run++) {
+        const int layout = run % 2, kvi = run / 2;
+        const cinfer__dtype_t kvt = kvi ? CINFER__DT_E4M3 : CINFER__DT_BF16;
+        const size_t esz = cinfer__dtype_size(kvt);
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             const int hq = 32, hk = 8, d = 128;
             const int64_t len = lens[li];
             char desc[64];
-            snprintf(desc, sizeof desc, "single %s kv_len %lld", layout ? "HND" : "NHD",
-                     (long long)len);
+            snprintf(desc, sizeof desc, "single %s kv %s kv_len %lld", layout ? "HND" : "NHD",
+                     cinfer__dtype_name(kvt), (long long)len);
             cinfer_test_rng rng;
-            cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)layout);
+            cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)run);
             const int64_t kv_elems = len * hk * d, q_elems = (int64_t)hq * d;
-            unsigned char *k = malloc((size_t)kv_elems * 2 + 2),
-                          *v = malloc((size_t)kv_elems * 2 + 2);
+            unsigned char *k = malloc((size_t)kv_elems * esz + 2),
+                          *v = malloc((size_t)kv_elems * esz + 2);
             unsigned char *q = malloc((size_t)q_elems * 2);
-            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, k, NULL);
-            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, v, NULL);
+            cinfer_test_fill_uniform(&rng, kvt, kv_elems, -1, 1, k, NULL);
+            cinfer_test_fill_uniform(&rng, kvt, kv_elems, -1, 1, v, NULL);
             cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, q_elems, -1, 1, q, NULL);
             cinfer_test_buf dk, dv, dq, dout, dlse, dws;
-            CINFER_TEST_OK(cinfer_test_buf_alloc(&dk, (size_t)kv_elems * 2));
-            CINFER_TEST_OK(cinfer_test_buf_alloc(&dv, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dk, (size_t)kv_elems * esz));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dv, (size_t)kv_elems * esz));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dq, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dout, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dlse, (size_t)hq * 4));
-            CINFER_TEST_OK(cinfer_test_buf_upload(&dk, 0, k, (size_t)kv_elems * 2));
-            CINFER_TEST_OK(cinfer_test_buf_upload(&dv, 0, v, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dk, 0, k, (size_t)kv_elems * esz));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dv, 0, v, (size_t)kv_elems * esz));
             CINFER_TEST_OK(cinfer_test_buf_upload(&dq, 0, q, (size_t)q_elems * 2));
             decode_case c = base_case(desc);
             c.layout = (cinfer_kv_layout_t)layout;
+            c.kv_dtype = kvt;
             cinfer_attention_options_t o = options_for(&c, 1);
             /* HND runs alternate two variants: sinks (split-KV on long KV) and the user one
              * (never split: it has an output transform). */
@@ -881,8 +887,8 @@ static void single_decode_matches(void **state) {
             cinfer_test_tensor_init(&tq, &dq, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
             cinfer_test_tensor_init(&tout, &dout, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
             cinfer_test_tensor_init(&tlse, &dlse, 0, 0, CINFER__DT_F32, 1, lse_shape, NULL);
-            cinfer_test_tensor_init(&tk, &dk, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
-            cinfer_test_tensor_init(&tv, &dv, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
+            cinfer_test_tensor_init(&tk, &dk, 0, 0, kvt, 3, kv_shape, NULL);
+            cinfer_test_tensor_init(&tv, &dv, 0, 0, kvt, 3, kv_shape, NULL);
             CINFER_TEST_OK(cinfer_single_decode(ctx, &o, &tq.t, &tk.t, &tv.t, &tout.t, &tlse.t,
                                                 tv_args(&var), (void *)(uintptr_t)dws.ptr, ws_bytes,
                                                 stream));
@@ -892,9 +898,9 @@ static void single_decode_matches(void **state) {
             cinfer__ref_strided3_t rq, rk, rv;
             cinfer__ref_strided3_packed(&rq, q, CINFER__REF_DTYPE_BF16, CINFER__REF_LAYOUT_NHD, 1,
                                         hq, d);
-            cinfer__ref_strided3_packed(&rk, k, CINFER__REF_DTYPE_BF16,
+            cinfer__ref_strided3_packed(&rk, k, cinfer_test_ref_dtype_of(kvt),
                                         (cinfer__ref_layout_t)layout, len, hk, d);
-            cinfer__ref_strided3_packed(&rv, v, CINFER__REF_DTYPE_BF16,
+            cinfer__ref_strided3_packed(&rv, v, cinfer_test_ref_dtype_of(kvt),
                                         (cinfer__ref_layout_t)layout, len, hk, d);
             cinfer__ref_attn_opts_t opts;
             cinfer__ref_attn_opts_init(&opts, d);
@@ -911,7 +917,7 @@ static void single_decode_matches(void **state) {
             float lse[64];
             CINFER_TEST_OK(cinfer_test_buf_download(&dout, 0, out, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_download(&dlse, 0, lse, (size_t)hq * 4));
-            uint64_t seed = cinfer_test_seed() + 10000 + li;
+            uint64_t seed = cinfer_test_seed() + 10000 + li + 100 * (uint64_t)run;
             CINFER_TEST_ASSERT_CLOSE(
                 cinfer_test_compare(CINFER__DT_BF16, out, ro, q_elems, 1e-2, 0.05, 1e-3), "out",
                 desc, seed);
