@@ -1,7 +1,7 @@
 /*
  * Batch decode benchmark: Llama-3-8B attention heads (32 query / 8 KV heads, D = 128), bf16 (and
- * fp8 e4m3) paged KV cache with 16-token pages, against the device's copy bandwidth measured in
- * the same run.
+ * fp8 e4m3 / e5m2) paged KV cache with 16-token pages, against the device's copy bandwidth measured
+ * in the same run.
  *
  * Bytes counted = the K and V bytes every step must read once (PERF.md). Pages are scattered
  * (a random permutation of a large pool), the data is random (never zeros), and each timed run
@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     const double ceiling = copy_ceiling(stream);
     const int iters = quick ? 10 : 30;
-    const DLDataType bf16 = {kDLBfloat, 16, 1}, e4m3 = {10, 8, 1};
+    const DLDataType bf16 = {kDLBfloat, 16, 1}, e4m3 = {10, 8, 1}, e5m2 = {12, 8, 1};
 
     printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
     printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
@@ -302,14 +302,19 @@ int main(int argc, char **argv) {
     result_t base_tc = run_case(ctx, stream, lens, 64, bf16, 1, iters);
     result_t f8 = run_case(ctx, stream, lens, 64, e4m3, 0, iters);
     result_t f8_tc = run_case(ctx, stream, lens, 64, e4m3, 1, iters);
+    result_t e5_tc = run_case(ctx, stream, lens, 64, e5m2, 1, iters);
     printf("| uniform | %s | e4m3 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(0), f8.us,
            f8.tbps, 100 * f8.tbps / ceiling);
     printf("| uniform | %s | e4m3 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(1), f8_tc.us,
            f8_tc.tbps, 100 * f8_tc.tbps / ceiling);
+    printf("| uniform | %s | e5m2 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(1), e5_tc.us,
+           e5_tc.tbps, 100 * e5_tc.tbps / ceiling);
     printf("\nfp8 e4m3 vs bf16 at B=64 L=4096: %.2fx (CUDA cores) and %.2fx (tensor cores) the "
            "steps per second of the same kernel; the faster fp8 kernel %.2fx the faster bf16 one\n",
            base.us / f8.us, base_tc.us / f8_tc.us,
            (base.us < base_tc.us ? base.us : base_tc.us) / (f8.us < f8_tc.us ? f8.us : f8_tc.us));
+    printf("fp8 e5m2 vs bf16 at B=64 L=4096, tensor cores: %.2fx the steps per second\n",
+           base_tc.us / e5_tc.us);
 
     int *tc = NULL, *tg = NULL;
     int n = trace ? load_trace(trace, &tc, &tg) : 0;

@@ -492,7 +492,8 @@ CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
  * kv_last_page_len [batch]: int32 on the device, the same values that were planned (page indices
  * are not range-checked). out: [batch, Hq, D] q_dtype. lse: NULL or [batch, Hq] float32 (base 2).
  * The kernels read rows with vector loads: q, out, k and v rows must start on 16-byte boundaries
- * (8 bytes for fp8 KV), i.e. the data addresses and the strides of every dimension longer than 1.
+ * (8 bytes for fp8 KV on the CUDA-core kernel), i.e. the data addresses and the strides of every
+ * dimension longer than 1.
  * args: the arguments of options->variant (NULL for default attention and for variants without
  * parameters), checked against its declaration; they are passed by value, so a captured graph
  * replays with the values of the capture.

@@ -13,8 +13,13 @@
 #ifndef CINFER_DECODE_PARAMS_H
 #define CINFER_DECODE_PARAMS_H
 
-/* KV tokens per warp tile of the tensor-core decode kernel (the k of one P V mma). */
-#define CINFER_DECODE_TC_TOKENS 16
+/* KV tokens per warp tile of the tensor-core decode kernel: 16-bit KV, the k of one P V mma;
+ * fp8 KV, twice as many, so that a tile has as many bytes (and a stage as many in flight). */
+#define CINFER_DECODE_TC_TOKENS     16
+#define CINFER_DECODE_TC_TOKENS_FP8 32
+/* Shared memory per CTA that holds Q's mma A fragments with fp8 KV (16 bytes per lane per k step
+ * of 16 dims; the fp8 path reads them there instead of keeping them in registers); 0 otherwise. */
+#define CINFER_DECODE_TC_Q_BYTES(fp8, head_dim) ((fp8) ? (head_dim) / 16 * 512 : 0)
 
 typedef struct cinfer_decode_work {
     int request;    /* batch index */

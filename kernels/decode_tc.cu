@@ -4,22 +4,36 @@
  * dot products, the exp2 and the accumulation stop costing more issue slots than the bytes take
  * to arrive. Same work items, partial states and merge kernel as kernels/decode.cu.
  *
- * Each of the WARPS warps walks its own 16-token tiles of the work item's KV range (tile i of warp
- * w covers tokens kv_begin + (i * WARPS + w) * 16 ..), staged through STAGES shared-memory buffers
- * per warp with cp.async, so the warps never wait for each other until the final merge of their
- * online-softmax states. A tile row (one token of K or V) is D 16-bit elements; the 16-byte chunk c
- * of token t is stored at chunk c ^ (t % 8), so the eight rows an ldmatrix phase reads fall in
- * eight different bank groups.
+ * Each of the WARPS warps walks its own tiles of TOKENS tokens (16 for 16-bit KV) of the work
+ * item's KV range (tile i of warp w covers tokens kv_begin + (i * WARPS + w) * TOKENS ..), staged
+ * through STAGES shared-memory buffers per warp with cp.async, so the warps never wait for each
+ * other until the final merge of their online-softmax states. A tile row (one token of K or V) is
+ * D 16-bit elements; the 16-byte chunk c of token t is stored at chunk c ^ (t % 8), so the eight
+ * rows an ldmatrix phase reads fall in eight different bank groups.
  *
  * S = Q K^T: Q (HPC rows, padded to 16 with zero rows) stays in A-fragment registers; K comes from
  * ldmatrix (non-transposed: K stored [token][d] is the "col" B operand). P V: P is rebuilt from
  * the S accumulators as an A fragment (the FA2 register trick) and V comes from ldmatrix.trans.
  *
- * fp8 KV (e4m3, e5m2): the stages hold the fp8 rows as loaded (half the bytes in flight per
- * token), and each warp converts its tile to fp16 (by moving bits, kernels/dtype.cuh; e4m3 comes
- * out divided by 256, which the host folds into the scales) into one fp16 K/V pair of buffers
- * that ldmatrix reads; both mmas run in fp16, with q converted to fp16 after multiplying it by
- * q_in_scale (sm_scale, so that |q| up to 65504 / sm_scale stays finite).
+ * fp8 KV (e4m3, e5m2): a warp tile is 32 tokens (the stage bytes of a 16-bit tile, so as many
+ * bytes stay in flight), kept in shared memory as loaded, and the mma B fragments are built from
+ * the fp8 bytes in registers (kernels/dtype.cuh; exact; both mmas run in fp16, with q converted
+ * to fp16 after multiplying it by q_in_scale = sm_scale, so that |q| up to 65504 / sm_scale stays
+ * finite). ldmatrix reads the fp8 rows as 16-bit pairs:
+ *  - K (plain): lane (g, t) gets token g's bytes 4t .. 4t + 3 of a 16-byte chunk. The mma's k order
+ *    inside each 16-dim step is permuted so that these are its k slots 2t, 2t + 1 (low pair) and
+ *    2t + 8, 2t + 9 (high pair); Q's A fragments are loaded in the same permuted order.
+ *  - V (transposed): lane (g, t) gets the pairs (2g, 2g + 1) of tokens 2t and 2t + 1; byte permutes
+ *    split them into the B fragments of two n8 tiles, one of the chunk's even dims (16 c + 2 g)
+ *    and one of its odd dims (16 c + 2 g + 1). The output columns are permuted the same way and
+ *    put back in order by the final merge.
+ * Q's A fragments wait in shared memory (Q_BYTES, one copy for the CTA), not in registers: from
+ * registers ptxas rebuilt them around the mmas (60-90 moves a tile at D = 128) and spilled at
+ * D = 256, where the 128 output accumulators leave no room.
+ * The 16-byte chunk c of token t sits at chunk c ^ f(t), f(t) = 2 (t % 4) + (t / 4) % 2 (at
+ * D = 64, where two 64-byte rows share a 128-byte line, f(t) = the two bits of t / 2 % 4 swapped):
+ * the eight rows an ldmatrix phase reads, and the four rows x two chunks a cp.async phase writes
+ * (lane pairs copy whole 32-byte sectors, see load_tile), fall in eight different bank groups.
  *
  * Prelude: CINFER_DTYPE_Q/O (fp16 or bf16), CINFER_DTYPE_KV (the same as q, or e4m3 / e5m2),
  * CINFER_HEAD_DIM_QK (== VO, 64, 128 or 256), CINFER_PAGED, CINFER_SOFTCAP, CINFER_TILE_Q (HPC),
@@ -31,76 +45,98 @@
 #include "mma.cuh"
 #include "variant.cuh"
 
-#define D        CINFER_HEAD_DIM_VO
-#define HPC      CINFER_TILE_Q
-#define WARPS    CINFER_WARPS
-#define STAGES   CINFER_STAGES
-#define THREADS  (WARPS * 32)
-#define TOKENS   CINFER_DECODE_TC_TOKENS
-#define CHUNKS   (D / 8)  /* 16-byte chunks per token row */
-#define KSTEPS   (D / 16) /* k16 steps of Q K^T */
-#define NTILES_O (D / 8)  /* n8 tiles of the output */
+#define D       CINFER_HEAD_DIM_VO
+#define HPC     CINFER_TILE_Q
+#define WARPS   CINFER_WARPS
+#define STAGES  CINFER_STAGES
+#define THREADS (WARPS * 32)
+#define CHUNKS  (D / 8)  /* 8-element chunks per token row (16 bytes of 16-bit KV) */
+#define KSTEPS  (D / 16) /* k16 steps of Q K^T */
 #if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
 #define KV_FP8 1
 #define MMA_DT CINFER_DT_F16 /* the dtype both mmas run in */
+#define TOKENS CINFER_DECODE_TC_TOKENS_FP8
 #else
 #define KV_FP8 0
 #define MMA_DT CINFER_DTYPE_KV
+#define TOKENS CINFER_DECODE_TC_TOKENS
 #endif
-/* One 16-bit K or V tile of TOKENS rows (what ldmatrix reads). */
-#define TILE_BYTES (TOKENS * D * 2)
-#if KV_FP8
-/* A stage holds the fp8 K and V tiles as loaded; the converted fp16 pair follows the stages. */
-#define RAW_TILE_BYTES (TOKENS * D)
-#define STAGE_BYTES    (2 * RAW_TILE_BYTES)
-#define WARP_BYTES     (STAGES * STAGE_BYTES + 2 * TILE_BYTES)
-#else
+#define NTILES_S   (TOKENS / 8)  /* n8 tiles of S = Q K^T (tokens) */
+#define KSTEPS_PV  (TOKENS / 16) /* k16 steps of P V (tokens) */
+#define NTILES_O   (D / 8)       /* n8 tiles of the output */
+#define ROW_BYTES  (D * (KV_FP8 ? 1 : 2))
+#define ROW_CHUNKS (ROW_BYTES / 16) /* 16-byte chunks per token row */
+/* One K or V tile of TOKENS rows, as loaded; a stage holds K then V. */
+#define TILE_BYTES  (TOKENS * ROW_BYTES)
 #define STAGE_BYTES (2 * TILE_BYTES)
 #define WARP_BYTES  (STAGES * STAGE_BYTES)
-#endif
+/* fp8: Q's A fragments in shared memory (after every warp's stages); 16-bit KV: 0, in registers. */
+#define Q_BYTES CINFER_DECODE_TC_Q_BYTES(KV_FP8, D)
 
-/* Shared offset of chunk c of token row t in a tile (swizzled). */
+/* Shared offset of 16-byte chunk c of token row t in a tile (swizzled, see above). */
 __device__ __forceinline__ unsigned tile_offset(int t, int c) {
-    return (unsigned)(t * D * 2 + ((c ^ (t % 8)) * 16));
+#if !KV_FP8
+    return (unsigned)(t * ROW_BYTES + ((c ^ (t % 8)) * 16));
+#elif ROW_CHUNKS >= 8
+    const int f = ((t % 4) << 1) | ((t / 4) % 2);
+    return (unsigned)(t * ROW_BYTES + ((c ^ f) * 16));
+#else
+    const int h = (t / 2) % 4, f = ((h & 1) << 1) | (h >> 1);
+    return (unsigned)(t * ROW_BYTES + ((c ^ f) * 16));
+#endif
 }
 
 #if KV_FP8
-/* fp8: the tile's rows stored as loaded, D bytes each (16-byte chunks, no swizzle: the conversion
- * reads them in order). Rows past kv_end are zero-filled. */
-__device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
-                                          long long head_offset, int t0, int kv_end, unsigned stage,
-                                          int lane) {
-#pragma unroll
-    for (int i = 0; i < TOKENS * (D / 16) / 32; i++) {
-        const int idx = i * 32 + lane, t = idx / (D / 16), c = idx % (D / 16);
-        const bool valid = t0 + t < kv_end;
-        const unsigned dst = stage + (unsigned)(t * D + c * 16);
-        if (valid) {
-            const long long off =
-                cinfer_decode_token_offset(p, page_begin, t0 + t) + head_offset + c * 16;
-            cinfer_cp_async_16(dst, (const unsigned char *)p.k + off, true);
-            cinfer_cp_async_16(dst + RAW_TILE_BYTES, (const unsigned char *)p.v + off, true);
-        } else {
-            cinfer_cp_async_16(dst, p.q, false);
-            cinfer_cp_async_16(dst + RAW_TILE_BYTES, p.q, false);
-        }
-    }
+/* fp8: token t0 + l of a tile is lane l's (TOKENS == 32). Its place in the cache is found once per
+ * tile, the page-table read one iteration before the tile's copies are issued, so that its latency
+ * hides behind a tile of math; the copies take each row's offset from its lane by shuffle. Lanes
+ * past kv_end take the last token's place: a mapped address for the zero-filled copies. */
+typedef struct lane_kv {
+    int page, in_page; /* paged: the token's page and slot; contiguous: page 0, slot = token */
+} lane_kv;
+
+__device__ __forceinline__ lane_kv lane_token(const cinfer_decode_params &p, int page_begin, int t0,
+                                              int kv_end, int lane) {
+    const int t = CINFER_MIN(t0 + lane, kv_end - 1);
+    lane_kv x;
+#if CINFER_PAGED
+    cinfer_decode_token_page(p, page_begin, t, &x.page, &x.in_page);
+#else
+    x.page = 0;
+    x.in_page = t;
+#endif
+    return x;
 }
 
-/* Converts one fp8 stage (K then V) into the warp's fp16 tiles in the swizzled layout. */
-__device__ __forceinline__ void convert_tile(const unsigned char *raw, unsigned char *dst,
-                                             int lane) {
+/* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 31, those < kv_end) into the
+ * stage at shared address `stage`; rows past kv_end are zero-filled. Lane l copies the 16-byte half
+ * l % 2 of every 32-byte sector of rows l / 2 and l / 2 + 16, so each copy instruction reads whole
+ * sectors and only two row offsets come by shuffle. */
+__device__ __forceinline__ void load_tile(const cinfer_decode_params &p, lane_kv x,
+                                          long long head_offset, int t0, int kv_end, unsigned stage,
+                                          int lane) {
+#if CINFER_PAGED
+    const long long mine = cinfer_decode_slot_offset(p, x.page, x.in_page) + head_offset;
+#else
+    const long long mine = (long long)x.in_page * p.kv_stride_token + head_offset;
+#endif
+    const unsigned char *k_row[2], *v_row[2];
+    bool valid[2];
 #pragma unroll
-    for (int i = 0; i < TOKENS * CHUNKS / 32; i++) {
-        const int idx = i * 32 + lane, t = idx / CHUNKS, c = idx % CHUNKS;
+    for (int h = 0; h < 2; h++) {
+        const int t = lane / 2 + 16 * h;
+        const long long row = ((long long)__shfl_sync(0xffffffffu, (int)(mine >> 32), t) << 32) |
+                              (unsigned)__shfl_sync(0xffffffffu, (int)mine, t);
+        k_row[h] = (const unsigned char *)p.k + row + (lane % 2) * 16;
+        v_row[h] = (const unsigned char *)p.v + row + (lane % 2) * 16;
+        valid[h] = t0 + t < kv_end;
+    }
 #pragma unroll
-        for (int kv = 0; kv < 2; kv++) {
-            const uint2 w = *(const uint2 *)(raw + kv * RAW_TILE_BYTES + t * D + c * 8);
-            uint4 h;
-            cinfer_fp8x4_to_f16x4(CINFER_DTYPE_KV, w.x, &h.x, &h.y);
-            cinfer_fp8x4_to_f16x4(CINFER_DTYPE_KV, w.y, &h.z, &h.w);
-            *(uint4 *)(dst + kv * TILE_BYTES + tile_offset(t, c)) = h;
-        }
+    for (int i = 0; i < ROW_CHUNKS; i++) {
+        const int h = i % 2, t = lane / 2 + 16 * h, c = 2 * (i / 2) + lane % 2;
+        const unsigned dst = stage + tile_offset(t, c);
+        cinfer_cp_async_16(dst, k_row[h] + 32 * (i / 2), valid[h]);
+        cinfer_cp_async_16(dst + TILE_BYTES, v_row[h] + 32 * (i / 2), valid[h]);
     }
 }
 #else
@@ -110,8 +146,8 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
                                           long long head_offset, int t0, int kv_end, unsigned stage,
                                           int lane) {
 #pragma unroll
-    for (int i = 0; i < TOKENS * CHUNKS / 32; i++) {
-        const int idx = i * 32 + lane, t = idx / CHUNKS, c = idx % CHUNKS;
+    for (int i = 0; i < TOKENS * ROW_CHUNKS / 32; i++) {
+        const int idx = i * 32 + lane, t = idx / ROW_CHUNKS, c = idx % ROW_CHUNKS;
         const bool valid = t0 + t < kv_end;
         const unsigned dst = stage + tile_offset(t, c);
         if (valid) {
@@ -133,17 +169,26 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
      VARIANT_OUTPUT_TRANSFORM)
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-    CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
+/* fp8 KV below D = 256: registers for 2 CTAs per SM (what shared memory allows at D = 128);
+ * without the hint ptxas aims at more CTAs and spills at D = 64. At D = 256 (one CTA per SM) the
+ * hint made it spill instead. */
+#if KV_FP8 && D < 256
+#define LAUNCH_BOUNDS __launch_bounds__(THREADS, 2)
+#else
+#define LAUNCH_BOUNDS __launch_bounds__(THREADS)
+#endif
+
+extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_params p,
+                                                            const cinfer_variant_params vp) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int group = p.num_qo_heads / p.num_kv_heads;
     const int num_work = p.header->num_work;
     const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
-#if KV_FP8
-    unsigned char *const warp_raw = smem + warp * WARP_BYTES;
-    unsigned char *const warp_f16 = warp_raw + STAGES * STAGE_BYTES;
+#if Q_BYTES
+    /* Lane l's 16 bytes of k step ks (the same in every warp). */
+    const unsigned q_smem = cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + lane * 16);
 #endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
@@ -154,7 +199,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const int qo_pos = p.requests[b].kv_len - 1; /* the query's absolute position */
 #endif
 
-        /* Q as A fragments: rows g and g + 8 are query heads qo_head0 + row (zero past HPC). */
+        /* Q as A fragments: rows g and g + 8 are query heads qo_head0 + row (zero past HPC); with
+         * fp8 KV in the permuted k order (registers 0 and 2 of a k step are one 8-byte load). */
         unsigned qa[KSTEPS][4];
         {
             const unsigned *q_lo = NULL, *q_hi = NULL;
@@ -166,20 +212,32 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                                           (long long)(qo_head0 + g + 8) * p.q_stride_h);
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++) {
+#if KV_FP8
+                const uint2 lo = q_lo ? *(const uint2 *)(q_lo + ks * 8 + 2 * tq) : make_uint2(0, 0);
+                const uint2 hi = q_hi ? *(const uint2 *)(q_hi + ks * 8 + 2 * tq) : make_uint2(0, 0);
+                qa[ks][0] = lo.x;
+                qa[ks][1] = hi.x;
+                qa[ks][2] = lo.y;
+                qa[ks][3] = hi.y;
+#else
                 qa[ks][0] = q_lo ? q_lo[ks * 8 + tq] : 0u;
                 qa[ks][1] = q_hi ? q_hi[ks * 8 + tq] : 0u;
                 qa[ks][2] = q_lo ? q_lo[ks * 8 + 4 + tq] : 0u;
                 qa[ks][3] = q_hi ? q_hi[ks * 8 + 4 + tq] : 0u;
+#endif
             }
         }
 #if VARIANT_QUERY_TRANSFORM || KV_FP8
         /* Through the query transform and, for fp8 KV, scaled by q_in_scale into fp16. Register j
-         * of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1. */
+         * of k step ks holds row g + 8 (j % 2), dims ks * 16 + 8 (j / 2) + 2 tq + 0..1 (fp8 KV:
+         * ks * 16 + 4 tq + 2 (j / 2) + 0..1). */
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks++) {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const int row = g + 8 * (j % 2), dim = ks * 16 + 8 * (j / 2) + 2 * tq;
+                const int row = g + 8 * (j % 2);
+                const int dim =
+                    KV_FP8 ? ks * 16 + 4 * tq + 2 * (j / 2) : ks * 16 + 8 * (j / 2) + 2 * tq;
                 if (row < HPC) {
                     const unsigned w = qa[ks][j];
                     float lo = cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w & 0xffffu));
@@ -196,6 +254,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 }
             }
         }
+#endif
+#if Q_BYTES
+        /* Warp 0's copy serves every warp; the previous item's readers passed its final barrier. */
+        if (warp == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++)
+                cinfer_st_shared_v4(q_smem + ks * 512,
+                                    make_uint4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]));
+        }
+        __syncthreads();
 #endif
 
         float o[NTILES_O][4];
@@ -217,11 +285,27 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         /* Prologue: the first STAGES - 1 tiles in flight (one commit group each, empty or not). */
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
+#if KV_FP8
+            if (s < num_tiles) {
+                const int t0 = item.kv_begin + (s * WARPS + warp) * TOKENS;
+                load_tile(p, lane_token(p, page_begin, t0, item.kv_end, lane), head_offset, t0,
+                          item.kv_end, warp_smem + s * STAGE_BYTES, lane);
+            }
+#else
             if (s < num_tiles)
                 load_tile(p, page_begin, head_offset, item.kv_begin + (s * WARPS + warp) * TOKENS,
                           item.kv_end, warp_smem + s * STAGE_BYTES, lane);
+#endif
             cinfer_cp_async_commit();
         }
+#if KV_FP8
+        /* The place of the next tile to load. */
+        lane_kv next_kv = {0, 0};
+        if (STAGES - 1 < num_tiles)
+            next_kv =
+                lane_token(p, page_begin, item.kv_begin + ((STAGES - 1) * WARPS + warp) * TOKENS,
+                           item.kv_end, lane);
+#endif
 
         for (int i = 0; i < num_tiles; i++) {
             CINFER_CP_ASYNC_WAIT(STAGES - 2);
@@ -229,42 +313,62 @@ extern "C" __global__ void __launch_bounds__(THREADS)
              * has finished reading the stage the next load overwrites. */
             __syncwarp();
             const int next = i + STAGES - 1;
+#if KV_FP8
+            if (next < num_tiles)
+                load_tile(p, next_kv, head_offset, item.kv_begin + (next * WARPS + warp) * TOKENS,
+                          item.kv_end, warp_smem + (next % STAGES) * STAGE_BYTES, lane);
+            cinfer_cp_async_commit();
+            if (next + 1 < num_tiles)
+                next_kv =
+                    lane_token(p, page_begin, item.kv_begin + ((next + 1) * WARPS + warp) * TOKENS,
+                               item.kv_end, lane);
+#else
             if (next < num_tiles)
                 load_tile(p, page_begin, head_offset,
                           item.kv_begin + (next * WARPS + warp) * TOKENS, item.kv_end,
                           warp_smem + (next % STAGES) * STAGE_BYTES, lane);
             cinfer_cp_async_commit();
-
-#if KV_FP8
-            /* This tile, converted to fp16 (the last tile's readers passed the barrier above). */
-            convert_tile(warp_raw + (i % STAGES) * STAGE_BYTES, warp_f16, lane);
-            __syncwarp();
-            const unsigned k_tile = warp_smem + STAGES * STAGE_BYTES;
-#else
-            const unsigned k_tile = warp_smem + (i % STAGES) * STAGE_BYTES;
 #endif
+
+            const unsigned k_tile = warp_smem + (i % STAGES) * STAGE_BYTES;
             const unsigned v_tile = k_tile + TILE_BYTES;
             const int t0 = item.kv_begin + (i * WARPS + warp) * TOKENS;
 
-            /* S (16 rows x 16 tokens) = Q K^T as two n8 tiles. ldmatrix.x4 matrices: (tokens 0-7,
-             * chunk 2ks), (tokens 0-7, chunk 2ks+1), (tokens 8-15, 2ks), (tokens 8-15, 2ks+1). */
-            float s[2][4];
+            /* S (16 rows x TOKENS tokens) = Q K^T as NTILES_S n8 tiles. */
+            float s[NTILES_S][4];
 #pragma unroll
-            for (int n = 0; n < 2; n++)
+            for (int n = 0; n < NTILES_S; n++)
                 s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++) {
+#if KV_FP8
+                /* ldmatrix.x4 matrices: tokens 8n .. 8n + 7 of chunk ks (16 dims), n = 0..3, so
+                 * lane l addresses token l; register n -> the B fragment of n-tile n. */
+                unsigned kr[4];
+                cinfer_ldmatrix_x4(kr, k_tile + tile_offset(lane, ks));
+                const uint4 qv = cinfer_ld_shared_v4(q_smem + ks * 512);
+                const unsigned a[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+                for (int n = 0; n < NTILES_S; n++) {
+                    unsigned kb[2];
+                    cinfer_fp8x4_to_f16x2x2(CINFER_DTYPE_KV, kr[n], &kb[0], &kb[1]);
+                    cinfer_mma(MMA_DT, s[n], a, kb);
+                }
+#else
+                /* ldmatrix.x4 matrices: (tokens 0-7, chunk 2ks), (tokens 0-7, chunk 2ks+1),
+                 * (tokens 8-15, 2ks), (tokens 8-15, 2ks+1). */
                 unsigned kb[4];
                 const int row = (lane / 16) * 8 + lane % 8, chunk = 2 * ks + (lane / 8) % 2;
                 cinfer_ldmatrix_x4(kb, k_tile + tile_offset(row, chunk));
                 cinfer_mma(MMA_DT, s[0], qa[ks], &kb[0]);
                 cinfer_mma(MMA_DT, s[1], qa[ks], &kb[2]);
+#endif
             }
 
             /* Scale, soft cap and mask; element (n, r) of this lane is row g + 8 (r / 2), token
              * t0 + 8 n + 2 tq + r % 2. */
 #pragma unroll
-            for (int n = 0; n < 2; n++) {
+            for (int n = 0; n < NTILES_S; n++) {
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int t = t0 + 8 * n + 2 * tq + (r % 2);
@@ -295,8 +399,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if VARIANT_USE_SOFTMAX
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float mx =
-                    fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+                float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
+#pragma unroll
+                for (int n = 1; n < NTILES_S; n++)
+                    mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float m_new = fmaxf(m[h], mx);
@@ -311,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     o[n][2 * h + 1] *= alpha;
                 }
 #pragma unroll
-                for (int n = 0; n < 2; n++) {
+                for (int n = 0; n < NTILES_S; n++) {
                     s[n][2 * h] = exp2f(s[n][2 * h] - base);
                     s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - base);
                     l[h] += s[n][2 * h] + s[n][2 * h + 1];
@@ -319,13 +425,35 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             }
 #endif
 
-            /* P as the A fragment of P V (k = the 16 tokens). */
-            unsigned pa[4];
-            pa[0] = cinfer_pack_half2(MMA_DT, s[0][0], s[0][1]);
-            pa[1] = cinfer_pack_half2(MMA_DT, s[0][2], s[0][3]);
-            pa[2] = cinfer_pack_half2(MMA_DT, s[1][0], s[1][1]);
-            pa[3] = cinfer_pack_half2(MMA_DT, s[1][2], s[1][3]);
+            /* P as the A fragments of P V, one per k step of 16 tokens. */
+            unsigned pa[KSTEPS_PV][4];
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_PV; kk++) {
+                pa[kk][0] = cinfer_pack_half2(MMA_DT, s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = cinfer_pack_half2(MMA_DT, s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = cinfer_pack_half2(MMA_DT, s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = cinfer_pack_half2(MMA_DT, s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
 
+#if KV_FP8
+            /* O += P V. ldmatrix.x4.trans matrices: tokens 8m .. 8m + 7 of chunk c, m = 0..3 (lane
+             * l addresses token l); register m holds the pairs of tokens 8m + 2tq, 8m + 2tq + 1.
+             * n-tile 2c takes the chunk's even dims, 2c + 1 its odd dims. */
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) {
+                unsigned vr[4];
+                cinfer_ldmatrix_x4_trans(vr, v_tile + tile_offset(lane, c));
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS_PV; kk++) {
+                    unsigned even[2], odd[2];
+                    cinfer_fp8x4_to_f16x2x2_cross(CINFER_DTYPE_KV, vr[2 * kk], &even[0], &odd[0]);
+                    cinfer_fp8x4_to_f16x2x2_cross(CINFER_DTYPE_KV, vr[2 * kk + 1], &even[1],
+                                                  &odd[1]);
+                    cinfer_mma(MMA_DT, o[2 * c], pa[kk], even);
+                    cinfer_mma(MMA_DT, o[2 * c + 1], pa[kk], odd);
+                }
+            }
+#else
             /* O += P V. ldmatrix.x4.trans matrices: (tokens 0-7, chunk n), (tokens 8-15, chunk n),
              * (tokens 0-7, chunk n+1), (tokens 8-15, chunk n+1) -> B of n-tiles n and n+1. */
 #pragma unroll
@@ -333,9 +461,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 unsigned vb[4];
                 const int row = ((lane / 8) % 2) * 8 + lane % 8, chunk = n + lane / 16;
                 cinfer_ldmatrix_x4_trans(vb, v_tile + tile_offset(row, chunk));
-                cinfer_mma(MMA_DT, o[n], pa, &vb[0]);
-                cinfer_mma(MMA_DT, o[n + 1], pa, &vb[2]);
+                cinfer_mma(MMA_DT, o[n], pa[0], &vb[0]);
+                cinfer_mma(MMA_DT, o[n + 1], pa[0], &vb[2]);
             }
+#endif
         }
         CINFER_CP_ASYNC_WAIT(0);
 
@@ -353,11 +482,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = g + 8 * h;
+#if KV_FP8
+            /* Back in dim order: n-tiles 2c and 2c + 1 hold dims 16c + 4tq + (0, 2) and (1, 3). */
+#pragma unroll
+            for (int c = 0; c < D / 16; c++)
+                *(float4 *)&sm_o[(warp * 16 + row) * D + c * 16 + 4 * tq] =
+                    make_float4(o[2 * c][2 * h], o[2 * c + 1][2 * h], o[2 * c][2 * h + 1],
+                                o[2 * c + 1][2 * h + 1]);
+#else
 #pragma unroll
             for (int n = 0; n < NTILES_O; n++) {
                 sm_o[(warp * 16 + row) * D + n * 8 + 2 * tq] = o[n][2 * h];
                 sm_o[(warp * 16 + row) * D + n * 8 + 2 * tq + 1] = o[n][2 * h + 1];
             }
+#endif
             if (tq == 0) {
                 sm_ml[(warp * 16 + row) * 2] = m[h];
                 sm_ml[(warp * 16 + row) * 2 + 1] = l[h];

@@ -80,19 +80,53 @@ __device__ __forceinline__ cinfer_half_bits cinfer_e5m2_to_f16(unsigned b) {
     return (cinfer_half_bits)((b & 0xffu) << 8);
 }
 
-/* Four fp8 values (a 32-bit word, element 0 in the low byte) as two fp16x2 words, by moving bits
- * as above (e4m3 divided by 256): lo holds elements 0 and 1, hi elements 2 and 3. */
-__device__ __forceinline__ void cinfer_fp8x4_to_f16x4(int dtype, unsigned w, unsigned *lo,
-                                                      unsigned *hi) {
-    /* Each byte to the top of its 16-bit half: the e5m2 bits, exactly. */
-    unsigned a = __byte_perm(w, 0u, 0x1404u), b = __byte_perm(w, 0u, 0x3424u);
+/*
+ * Exact fp8 to fp16x2, for the tensor-core decode's mma fragments (kernels/decode_tc.cu). e5m2 is
+ * the top byte of an fp16, so one byte permute places two of them. e4m3 uses the sm_89+ converter
+ * (one F2FP per pair, reading either half of the word in place); before sm_89 the bit move above
+ * (value / 256) is multiplied back by 256 in fp16, which is exact (a power of two; the largest
+ * e4m3, 448, stays far below 65504).
+ *
+ * Four fp8 values (element 0 in the low byte) as two fp16x2 words: lo = elements 0 and 1, hi =
+ * elements 2 and 3.
+ */
+__device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2(int dtype, unsigned w, unsigned *lo,
+                                                        unsigned *hi) {
     if (dtype == CINFER_DT_E4M3) {
-        /* Keep the sign, move the seven magnitude bits down one place (exponent bias 7 -> 15). */
+#if __CUDA_ARCH__ >= 890
+        asm("{\n"
+            "  .reg .b16 l, h;\n"
+            "  mov.b32 {l, h}, %2;\n"
+            "  cvt.rn.f16x2.e4m3x2 %0, l;\n"
+            "  cvt.rn.f16x2.e4m3x2 %1, h;\n"
+            "}"
+            : "=r"(*lo), "=r"(*hi)
+            : "r"(w));
+#else
+        unsigned a = __byte_perm(w, 0u, 0x1404u), b = __byte_perm(w, 0u, 0x3424u);
         a = ((a >> 1) & 0x3f803f80u) | (a & 0x80008000u);
         b = ((b >> 1) & 0x3f803f80u) | (b & 0x80008000u);
+        const unsigned x256 = 0x5c005c00u; /* 256.0 in both halves */
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*lo) : "r"(a), "r"(x256));
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*hi) : "r"(b), "r"(x256));
+#endif
+    } else {
+        *lo = __byte_perm(w, 0u, 0x1404u);
+        *hi = __byte_perm(w, 0u, 0x3424u);
     }
-    *lo = a;
-    *hi = b;
+}
+
+/* The same four values, paired across the halves: even = elements 0 and 2, odd = elements 1 and
+ * 3 (a transposed ldmatrix of fp8 byte pairs holds two rows' pairs in one word; this splits them
+ * into the two columns). */
+__device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_cross(int dtype, unsigned w, unsigned *even,
+                                                              unsigned *odd) {
+    if (dtype == CINFER_DT_E4M3) {
+        cinfer_fp8x4_to_f16x2x2(dtype, __byte_perm(w, 0u, 0x3120u), even, odd);
+    } else {
+        *even = __byte_perm(w, 0u, 0x2404u);
+        *odd = __byte_perm(w, 0u, 0x3414u);
+    }
 }
 
 /* Unpacks 8 fp8 values held in an 8-byte vector (e4m3 values come out divided by 256). */

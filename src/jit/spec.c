@@ -489,8 +489,8 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
 }
 
 /* Limits of the tensor-core decode kernel (kernels/decode_tc.cu): q and K/V of one 16-bit type
- * (they meet in one mma), or fp8 K/V converted to fp16 in shared memory; rows of 8..32 swizzled
- * 16-byte chunks, at most 16 heads as mma rows. */
+ * (they meet in one mma), or fp8 K/V converted to fp16 mma fragments in registers; rows of 4..32
+ * swizzled 16-byte chunks, at most 16 heads as mma rows. */
 static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const family_t *fam) {
     const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
     if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||

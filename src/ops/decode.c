@@ -99,16 +99,17 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
         /* Stages of K+V tiles per warp: 2, i.e. 64 KB per CTA at D = 128 and 3 CTAs per SM.
          * Measured on the H200 (bench_decode, 2026-11-29): against 3 stages (96 KB, 2 CTAs per
          * SM) the third CTA hides the other two's per-item start and drain, 80% against 75% of
-         * the copy ceiling on trace batches of 256, 96% against 88% at 16 x 8192. fp8 stages hold
-         * half the bytes, so one more stage keeps as many bytes in flight, plus one fp16 K/V pair
-         * per warp for the converted tile (kernels/decode_tc.cu). */
+         * the copy ceiling on trace batches of 256, 96% against 88% at 16 x 8192. An fp8 tile has
+         * twice the tokens of a 16-bit one and as many bytes (kernels/decode_tc.cu), so the
+         * stages and the bytes in flight are the same for every KV dtype; fp8 adds Q's fragments
+         * (kernels/decode_params.h). */
         const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
-        spec->stages = 2 + (fp8 ? 1 : 0);
-        const unsigned tile16 = CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned stage_bytes = fp8 ? tile16 : 2u * tile16;
-        const unsigned pipeline = CINFER__DECODE_WARPS *
-                                  ((unsigned)spec->stages * stage_bytes + (fp8 ? 2u * tile16 : 0u));
+        spec->stages = 2;
+        const unsigned tile_bytes = fp8 ? CINFER_DECODE_TC_TOKENS_FP8 * (unsigned)o->head_dim
+                                        : CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
+        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * 2u * tile_bytes +
+                                  CINFER_DECODE_TC_Q_BYTES(fp8, (unsigned)o->head_dim);
         /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
         const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
@@ -157,9 +158,9 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     /* The kernel works in base-2 logits: q is pre-scaled by q_scale (ops/options.h). */
     double sm_scale, q_scale, v_scale = o->v_scale;
     cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &s->soft_cap_log2);
-    /* The kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the 256 back
-     * into both scales. */
-    if (s->dtype_kv == CINFER__DT_E4M3) {
+    /* The CUDA-core kernel's e4m3 decode yields value / 256 exactly (kernels/dtype.cuh); fold the
+     * 256 back into both scales. The tensor-core kernel converts exactly. */
+    if (s->dtype_kv == CINFER__DT_E4M3 && !s->tensor_cores) {
         q_scale *= 256.0;
         v_scale *= 256.0;
     }
@@ -273,9 +274,10 @@ static cinfer_status_t check_aligned(const char *arg, const DLTensor *t, int64_t
     return CINFER_STATUS_SUCCESS;
 }
 
-/* Bytes per vector load of K/V: 8 elements, so 16 bytes of fp16/bf16 or 8 bytes of fp8. */
+/* Bytes per vector load of K/V: the CUDA-core kernel loads 8 elements (16 bytes of fp16/bf16, 8 of
+ * fp8); the tensor-core kernel copies 16-byte chunks of every dtype (kernels/decode_tc.cu). */
 static int64_t kv_align(const decode_setup_t *s) {
-    return 8 * (int64_t)cinfer__dtype_size(s->dtype_kv);
+    return s->tensor_cores ? 16 : 8 * (int64_t)cinfer__dtype_size(s->dtype_kv);
 }
 
 static cinfer_status_t check_lse(const cinfer_context_t *ctx, const DLTensor *lse, int ndim,

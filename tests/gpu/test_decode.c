@@ -514,6 +514,103 @@ static void dtypes_and_scales(void **state) {
     }
 }
 
+/* fp8 KV (e4m3 and e5m2, with k_scale and v_scale) over both layouts, page sizes 1 to 64, GQA
+ * groups 4 and 8 and head dims 64, 128 and 256, plus 16 query heads a KV head at D = 256 and one
+ * long request (split-KV); with CINFER_TEST_DECODE_TC=1 they run on the tensor-core kernel's fp8
+ * path, whose 32-token tiles the random lengths end anywhere inside. */
+static void fp8_layouts_pages_groups_and_head_dims(void **state) {
+    (void)state;
+    static const cinfer__dtype_t kvs[] = {CINFER__DT_E4M3, CINFER__DT_E5M2};
+    static const int pages[] = {1, 3, 16, 64};
+    static const int groups[] = {4, 8};
+    static const int dims[] = {64, 128, 256};
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        for (int layout = 0; layout < 2; layout++) {
+            for (int gi = 0; gi < 2; gi++) {
+                for (int di = 0; di < 3; di++, n++) {
+                    char desc[128];
+                    decode_case c = base_case(desc);
+                    c.kv_dtype = kvs[k];
+                    c.q_dtype = n % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+                    c.layout = (cinfer_kv_layout_t)layout;
+                    c.combined = n % 3 == 0;
+                    c.page_size = pages[n % 4];
+                    c.hk = 2;
+                    c.hq = c.hk * groups[gi];
+                    c.d = dims[di];
+                    c.k_scale = 0.6f;
+                    c.v_scale = 1.4f;
+                    c.batch = 3;
+                    c.max_len = 700;
+                    snprintf(desc, sizeof desc, "q %s kv %s %s%s page %d Hq %d Hk %d D %d",
+                             cinfer__dtype_name(c.q_dtype), cinfer__dtype_name(c.kv_dtype),
+                             layout ? "HND" : "NHD", c.combined ? " combined" : "", c.page_size,
+                             c.hq, c.hk, c.d);
+                    run_case(&c, cinfer_test_seed() + 3500 + (uint64_t)n);
+                }
+            }
+        }
+    }
+    decode_case w = base_case("kv e5m2, 16 query heads on one KV head, D 256");
+    w.kv_dtype = CINFER__DT_E5M2;
+    w.hq = 16;
+    w.hk = 1;
+    w.d = 256;
+    w.batch = 3;
+    w.max_len = 900;
+    run_case(&w, cinfer_test_seed() + 3599);
+    static const int lens[] = {50000, 7, 33};
+    decode_case l = base_case("kv e4m3, one long request (split-KV) and two short ones");
+    l.kv_dtype = CINFER__DT_E4M3;
+    l.k_scale = 0.8f;
+    l.v_scale = 1.2f;
+    l.batch = 3;
+    l.lens = lens;
+    run_case(&l, cinfer_test_seed() + 3600);
+}
+
+/* The tensor-core kernel copies fp8 rows in 16-byte chunks: a cache 8 bytes off a 16-byte
+ * boundary is refused there (the CUDA-core kernel reads fp8 in 8-byte pieces and takes it). */
+static void fp8_rows_on_tensor_cores_need_16_bytes(void **state) {
+    (void)state;
+    decode_case c = base_case("fp8 cache 8 bytes off a 16-byte boundary, tensor cores");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.batch = 2;
+    c.hq = 8;
+    c.hk = 2;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 3700);
+    decode_data x;
+    make_data(&c, &rng, &x);
+    upload(&c, &x, 1);
+    cinfer_attention_options_t o = options_for(&c, c.batch);
+    o.use_tensor_cores = 1;
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, c.batch, stream));
+    decode_tensors t;
+    make_tensors(&c, &x, &t);
+    t.k.t.byte_offset += 8;
+    t.v.t.byte_offset += 8;
+    assert_int_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t,
+                                             &t.last.t, &t.out.t, &t.lse.t, NULL, stream),
+                     CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "16-byte aligned"));
+    CINFER_TEST_SYNC(stream);
+    unsigned char *out = malloc(x.out_bytes);
+    CINFER_TEST_OK(cinfer_test_buf_download(&x.d_out, 0, out, x.out_bytes));
+    for (size_t i = 0; i < x.out_bytes; i++)
+        assert_int_equal(out[i], CINFER_TEST_POISON_BYTE);
+    free(out);
+    cinfer_batch_decode_destroy(op);
+    free_data(&x);
+}
+
 static void soft_cap_window_and_scale(void **state) {
     (void)state;
     decode_case c = base_case("soft cap 30");
@@ -739,33 +836,39 @@ static void cuda_graph_replays_after_replanning(void **state) {
 static void single_decode_matches(void **state) {
     (void)state;
     static const int64_t lens[] = {0, 1, 7, 5000, 70000};
-    for (int layout = 0; layout < 2; layout++) {
+    /* NHD and HND with bf16 KV, then with e4m3 (the tensor-core kernel's fp8 path over contiguous
+     * KV). */
+    for (int run = 0; run < 4; run++) {
+        const int layout = run % 2, kvi = run / 2;
+        const cinfer__dtype_t kvt = kvi ? CINFER__DT_E4M3 : CINFER__DT_BF16;
+        const size_t esz = cinfer__dtype_size(kvt);
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             const int hq = 32, hk = 8, d = 128;
             const int64_t len = lens[li];
             char desc[64];
-            snprintf(desc, sizeof desc, "single %s kv_len %lld", layout ? "HND" : "NHD",
-                     (long long)len);
+            snprintf(desc, sizeof desc, "single %s kv %s kv_len %lld", layout ? "HND" : "NHD",
+                     cinfer__dtype_name(kvt), (long long)len);
             cinfer_test_rng rng;
-            cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)layout);
+            cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)run);
             const int64_t kv_elems = len * hk * d, q_elems = (int64_t)hq * d;
-            unsigned char *k = malloc((size_t)kv_elems * 2 + 2),
-                          *v = malloc((size_t)kv_elems * 2 + 2);
+            unsigned char *k = malloc((size_t)kv_elems * esz + 2),
+                          *v = malloc((size_t)kv_elems * esz + 2);
             unsigned char *q = malloc((size_t)q_elems * 2);
-            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, k, NULL);
-            cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, kv_elems, -1, 1, v, NULL);
+            cinfer_test_fill_uniform(&rng, kvt, kv_elems, -1, 1, k, NULL);
+            cinfer_test_fill_uniform(&rng, kvt, kv_elems, -1, 1, v, NULL);
             cinfer_test_fill_uniform(&rng, CINFER__DT_BF16, q_elems, -1, 1, q, NULL);
             cinfer_test_buf dk, dv, dq, dout, dlse, dws;
-            CINFER_TEST_OK(cinfer_test_buf_alloc(&dk, (size_t)kv_elems * 2));
-            CINFER_TEST_OK(cinfer_test_buf_alloc(&dv, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dk, (size_t)kv_elems * esz));
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&dv, (size_t)kv_elems * esz));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dq, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dout, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_alloc(&dlse, (size_t)hq * 4));
-            CINFER_TEST_OK(cinfer_test_buf_upload(&dk, 0, k, (size_t)kv_elems * 2));
-            CINFER_TEST_OK(cinfer_test_buf_upload(&dv, 0, v, (size_t)kv_elems * 2));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dk, 0, k, (size_t)kv_elems * esz));
+            CINFER_TEST_OK(cinfer_test_buf_upload(&dv, 0, v, (size_t)kv_elems * esz));
             CINFER_TEST_OK(cinfer_test_buf_upload(&dq, 0, q, (size_t)q_elems * 2));
             decode_case c = base_case(desc);
             c.layout = (cinfer_kv_layout_t)layout;
+            c.kv_dtype = kvt;
             cinfer_attention_options_t o = options_for(&c, 1);
             /* HND runs alternate two variants: sinks (split-KV on long KV) and the user one
              * (never split: it has an output transform). */
@@ -784,8 +887,8 @@ static void single_decode_matches(void **state) {
             cinfer_test_tensor_init(&tq, &dq, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
             cinfer_test_tensor_init(&tout, &dout, 0, 0, CINFER__DT_BF16, 2, q_shape, NULL);
             cinfer_test_tensor_init(&tlse, &dlse, 0, 0, CINFER__DT_F32, 1, lse_shape, NULL);
-            cinfer_test_tensor_init(&tk, &dk, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
-            cinfer_test_tensor_init(&tv, &dv, 0, 0, CINFER__DT_BF16, 3, kv_shape, NULL);
+            cinfer_test_tensor_init(&tk, &dk, 0, 0, kvt, 3, kv_shape, NULL);
+            cinfer_test_tensor_init(&tv, &dv, 0, 0, kvt, 3, kv_shape, NULL);
             CINFER_TEST_OK(cinfer_single_decode(ctx, &o, &tq.t, &tk.t, &tv.t, &tout.t, &tlse.t,
                                                 tv_args(&var), (void *)(uintptr_t)dws.ptr, ws_bytes,
                                                 stream));
@@ -795,9 +898,9 @@ static void single_decode_matches(void **state) {
             cinfer__ref_strided3_t rq, rk, rv;
             cinfer__ref_strided3_packed(&rq, q, CINFER__REF_DTYPE_BF16, CINFER__REF_LAYOUT_NHD, 1,
                                         hq, d);
-            cinfer__ref_strided3_packed(&rk, k, CINFER__REF_DTYPE_BF16,
+            cinfer__ref_strided3_packed(&rk, k, cinfer_test_ref_dtype_of(kvt),
                                         (cinfer__ref_layout_t)layout, len, hk, d);
-            cinfer__ref_strided3_packed(&rv, v, CINFER__REF_DTYPE_BF16,
+            cinfer__ref_strided3_packed(&rv, v, cinfer_test_ref_dtype_of(kvt),
                                         (cinfer__ref_layout_t)layout, len, hk, d);
             cinfer__ref_attn_opts_t opts;
             cinfer__ref_attn_opts_init(&opts, d);
@@ -814,7 +917,7 @@ static void single_decode_matches(void **state) {
             float lse[64];
             CINFER_TEST_OK(cinfer_test_buf_download(&dout, 0, out, (size_t)q_elems * 2));
             CINFER_TEST_OK(cinfer_test_buf_download(&dlse, 0, lse, (size_t)hq * 4));
-            uint64_t seed = cinfer_test_seed() + 10000 + li;
+            uint64_t seed = cinfer_test_seed() + 10000 + li + 100 * (uint64_t)run;
             CINFER_TEST_ASSERT_CLOSE(
                 cinfer_test_compare(CINFER__DT_BF16, out, ro, q_elems, 1e-2, 0.05, 1e-3), "out",
                 desc, seed);
@@ -835,7 +938,7 @@ static void single_decode_matches(void **state) {
  * an empty request, split-KV (one long request among short ones), a sliding window. */
 static void run_variant(tv_kind k) {
     static const int mixed[] = {0, 3000, 17, 1, 30000, 250};
-    for (int shape = 0; shape < 3; shape++) {
+    for (int shape = 0; shape < 4; shape++) {
         char desc[96];
         snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name(k), shape);
         decode_case c = base_case(desc);
@@ -851,10 +954,17 @@ static void run_variant(tv_kind k) {
             c.max_len = 1500;
             c.window_left = 100;
             c.layout = CINFER_KV_LAYOUT_HND;
-        } else {
+        } else if (shape == 2) {
             c.batch = 40;
             c.max_len = 600;
             c.page_size = 1;
+        } else {
+            /* fp8 KV: the tensor-core kernel's 32-token tiles through every hook. */
+            c.batch = 5;
+            c.max_len = 900;
+            c.kv_dtype = CINFER__DT_E4M3;
+            c.k_scale = 0.7f;
+            c.v_scale = 1.3f;
         }
         run_case(&c, cinfer_test_seed() + 20000 + (uint64_t)(k * 10 + shape));
     }
@@ -972,6 +1082,10 @@ int main(void) {
         cmocka_unit_test_teardown(layouts_and_page_sizes, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(gqa_groups_and_head_dims, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(dtypes_and_scales, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_layouts_pages_groups_and_head_dims,
+                                  cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_rows_on_tensor_cores_need_16_bytes,
+                                  cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(soft_cap_window_and_scale, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(one_long_request, cinfer_test_teardown_buffers),

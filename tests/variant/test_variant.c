@@ -304,13 +304,16 @@ static void builtins_compile_with_every_family(void **state) {
     static const char *const families[] = {
         "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4",
         "decode_tc:dtype=f16,head_dim=64,paged=0,tile_q=8,warps=4,stages=3",
+        /* fp8 KV: the tensor-core kernel's own path (its e4m3 conversion differs before sm_89). */
+        "decode_tc:dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,paged=1,tile_q=4,warps=4,"
+        "stages=3",
         "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,flags=window,tile_q=128,"
         "tile_kv=64,warps=8,stages=2",
     };
     static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
                                            "custom_mask"};
     static const char *const archs[] = {"sm_80", "sm_90a"};
-    for (size_t f = 0; f < 3; f++)
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (size_t v = 0; v < 5; v++)
             for (size_t a = 0; a < 2; a++) {
                 cinfer__spec_t s = parse(families[f]);
