@@ -71,6 +71,8 @@
  * shared memory at each k step instead. */
 #define Q_IN_REGS (MMA_Q * D <= 128)
 #define CAUSAL    (CINFER_MASK == 1)
+/* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
+#define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 
 #if D % 16 != 0 || TILE_KV % 16 != 0 || TILE_Q % (16 * WARPS) != 0 || STAGES < 2
 #error "prefill: unsupported tile configuration (the spec validator should have refused it)"
@@ -344,7 +346,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 
-#if CINFER_VARIANT_LOGITS
+#if CINFER_VARIANT_MASK_ONLY
+    /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask alone
+     * leaves the logits as they are, so the softmax scales them to base 2 itself. */
+    const float scale = p.q_scale * CINFER_LOG2E;
+#elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
 #elif CINFER_SOFTCAP
     const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
@@ -407,6 +413,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
+#if CINFER_VARIANT_MASK_ONLY && VARIANT_LOGITS_MASK_BITS
+            /* This tile's mask words, loaded before Q K^T so that the loads' latency hides under
+             * the MMAs. Straight-line calls, each for a row and a first position that exist: a
+             * missing row asks for the tile's last row (its logits are never stored), a word
+             * that starts at or past kv_len for the tile's first one (the mask below drops
+             * positions past kv_len). */
+            uint32_t bits[MMA_Q][2][MASK_WORDS];
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = CINFER_MIN(row_base + mq * 16 + h * 8, q_rows - 1);
+#pragma unroll
+                    for (int w = 0; w < MASK_WORDS; w++) {
+                        const int first = j0 + 32 * w < p.kv_len ? j0 + 32 * w : j0;
+                        bits[mq][h][w] = variant_logits_mask_bits(
+                            &vp, batch_idx, q0 + row + delta, first,
+                            CINFER_MIN(32, p.kv_len - first), head, kv_head);
+                    }
+                }
+#endif
+
             /* S = Q K^T */
             float s[MMA_Q][S_TILES][4];
 #pragma unroll
@@ -446,7 +474,83 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
 
-#if CINFER_VARIANT_LOGITS
+#if CINFER_VARIANT_MASK_ONLY
+            /* A mask without a logits transform: the variant's mask on every tile, the kernel's
+             * own masks where the tile crosses an edge, and kept logits left untouched. Hooks see
+             * only rows and positions that exist. With VARIANT_LOGITS_MASK_BITS each row of the
+             * tile comes as MASK_WORDS bit words (loaded above), shifted once so that an
+             * element's bit has a compile-time index: an element costs a bit test and a select
+             * (rows past q_rows may keep anything: their logits are never stored). */
+            {
+                bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
+#if CAUSAL
+                edge = edge || j0 + TILE_KV - 1 > q0 + delta;
+#endif
+#if CINFER_WINDOW
+                edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
+#endif
+#if VARIANT_LOGITS_MASK_BITS
+                /* This lane's first position in a word is 2 (lane % 4). */
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int w = 0; w < MASK_WORDS; w++)
+                            bits[mq][h][w] >>= 2 * (lane % 4);
+#endif
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = row_base + mq * 16 + h * 8;
+                        const int pos = q0 + row + delta;
+                        if (!edge) {
+#pragma unroll
+                            for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                                for (int e = 2 * h; e < 2 * h + 2; e++) {
+#if VARIANT_LOGITS_MASK_BITS
+                                    const bool keep =
+                                        (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+#else
+                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                    const bool keep =
+                                        variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head);
+#endif
+                                    if (!keep)
+                                        s[mq][n][e] = -CINFER_INF;
+                                }
+                        } else {
+#pragma unroll
+                            for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                                for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+#if VARIANT_LOGITS_MASK_BITS
+                                    bool keep = j < p.kv_len &&
+                                                (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+#else
+                                    bool keep = j < p.kv_len && row < q_rows;
+#endif
+#if CAUSAL
+                                    keep = keep && j <= pos;
+#endif
+#if CINFER_WINDOW
+                                    keep = keep && j >= pos - p.window_left;
+#endif
+#if !VARIANT_LOGITS_MASK_BITS
+                                    if (keep)
+                                        keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
+                                                                   kv_head);
+#endif
+                                    if (!keep)
+                                        s[mq][n][e] = -CINFER_INF;
+                                }
+                        }
+                    }
+            }
+#elif CINFER_VARIANT_LOGITS
             /* Every element through the hooks, in natural-log units (the host's q_scale has no
              * log2(e) for these kernels; the softmax's scale adds it). Hooks see only rows and
              * positions that exist: tiles that cross an edge (kv_len, the last query row, the

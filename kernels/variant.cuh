@@ -42,12 +42,47 @@ __device__ __forceinline__ float variant_logits_transform(const cinfer_variant_p
 }
 #endif
 
+/* The mask comes one position at a time (variant_logits_mask) or as bit words, up to 32
+ * consecutive positions of one query row at once (variant_logits_mask_bits): bit k keeps
+ * kv_idx + k, for k < count (1 <= count <= 32; the higher bits are ignored, and the hook must not
+ * read anything for their positions). A variant may define either or both; what it leaves out
+ * is built from the other. Prefill calls the bit words where a variant defines them; decode, and
+ * prefill for a variant with only the per-position form, call that. */
+#ifndef VARIANT_LOGITS_MASK_BITS
+#define VARIANT_LOGITS_MASK_BITS 0
+#endif
+
 #ifndef VARIANT_LOGITS_MASK
+#if VARIANT_LOGITS_MASK_BITS
+#define VARIANT_LOGITS_MASK 1
+__device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params *params,
+                                                    int batch_idx, int qo_idx, int kv_idx,
+                                                    int qo_head_idx, int kv_head_idx) {
+    return variant_logits_mask_bits(params, batch_idx, qo_idx, kv_idx, 1, qo_head_idx,
+                                    kv_head_idx) &
+           1u;
+}
+#else
 #define VARIANT_LOGITS_MASK 0
 __device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params *params,
                                                     int batch_idx, int qo_idx, int kv_idx,
                                                     int qo_head_idx, int kv_head_idx) {
     return true;
+}
+#endif
+#endif
+
+#if !VARIANT_LOGITS_MASK_BITS
+__device__ __forceinline__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,
+                                                             int batch_idx, int qo_idx, int kv_idx,
+                                                             int count, int qo_head_idx,
+                                                             int kv_head_idx) {
+    uint32_t bits = 0;
+    for (int k = 0; k < count; k++)
+        bits |= (uint32_t)variant_logits_mask(params, batch_idx, qo_idx, kv_idx + k, qo_head_idx,
+                                              kv_head_idx)
+                << k;
+    return bits;
 }
 #endif
 
@@ -87,8 +122,13 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
     (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
 #if CINFER_VARIANT_LOGITS != CINFER_VARIANT_HOST_LOGITS
 #error                                                                                             \
-    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK with plain '#define NAME 1' lines"
+    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK / VARIANT_LOGITS_MASK_BITS with plain '#define NAME 1' lines"
 #endif
+
+/* A mask without a logits transform (and with softmax): the hooks never see a logit, so a kernel
+ * may keep its logits in its own units and only drop positions. */
+#define CINFER_VARIANT_MASK_ONLY                                                                   \
+    (VARIANT_LOGITS_MASK && !VARIANT_LOGITS_TRANSFORM && VARIANT_USE_SOFTMAX)
 
 /* What a dropped position contributes: logit -inf with softmax, weight 0 without. */
 #define CINFER_VARIANT_DROPPED (VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f)
