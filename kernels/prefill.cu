@@ -45,6 +45,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "prefill_params.h"
+#include "soft_cap.cuh"
 #include "variant.cuh"
 
 #if defined(CINFER_OP_PREFILL)
@@ -71,6 +72,12 @@
  * shared memory at each k step instead. */
 #define Q_IN_REGS (MMA_Q * D <= 128)
 #define CAUSAL    (CINFER_MASK == 1)
+/* The LSE from the softmax's max and sum (the soft cap's logits are shifted by -cap2) */
+#if CINFER_SOFTCAP && !CINFER_VARIANT_LOGITS
+#define LSE_OF(max, sum) ((max) + log2f(sum) + p.soft_cap_log2)
+#else
+#define LSE_OF(max, sum) ((max) + log2f(sum))
+#endif
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
 #define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 
@@ -83,16 +90,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* tanh x = 1 - 2 / (2^(2 x log2 e) + 1): two MUFU operations, absolute error about 1e-7, and
- * exactly +-1 where 2^(..) overflows or underflows. (tanh.approx.f32 has a relative error of
- * 2^-11, which a soft cap of 30 would turn into 0.02 of a base-2 logit.) */
-__device__ __forceinline__ float fast_tanh(float x) {
-    const float e = fast_exp2(x * 2.8853900817779268f);
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
-    return fmaf(-2.0f, r, 1.0f);
 }
 
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
@@ -353,7 +350,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
 #elif CINFER_SOFTCAP
-    const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
+    /* The soft cap leaves h in S (kernels/soft_cap.cuh): the base-2 logit is cap2 + 2 cap2 h, so
+     * the softmax scales by 2 cap2 and works on logits shifted by -cap2, which only the LSE sees
+     * (it adds cap2 back). */
+    const float scale = 2.0f * p.soft_cap_log2;
+    const float y_scale = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
 #else
     const float scale = p.q_scale;
 #endif
@@ -610,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        s[mq][n][e] = p.soft_cap_log2 * fast_tanh(s[mq][n][e] * p.q_scale);
+                        s[mq][n][e] = cinfer_soft_cap_h(s[mq][n][e] * y_scale);
 #endif
 
             /* The element mask, only where some element of the tile may be dropped. */
@@ -725,7 +726,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const int row = row_base + mq * 16 + h * 8;
             if (p.lse && lane % 4 == 0 && row < q_rows)
                 p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
-                    sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+                    sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
 #else
             const float inv = p.v_scale; /* no normalization and no LSE */
             const int row = row_base + mq * 16 + h * 8;
