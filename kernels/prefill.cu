@@ -343,10 +343,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 
-#if CINFER_VARIANT_MASK_ONLY
-    /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask alone
-     * leaves the logits as they are, so the softmax scales them to base 2 itself. */
-    const float scale = p.q_scale * CINFER_LOG2E;
+#if CINFER_VARIANT_NO_TRANSFORM
+    /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask and a
+     * position bias never show a logit to the variant, so the kernel works in base 2 itself: the
+     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k) + slope2 (j - pos),
+     * scaled before the softmax. The slope depends only on the request and the head: one hook
+     * call per CTA. */
+    const float q_scale2 = p.q_scale * CINFER_LOG2E;
+#if VARIANT_ALIBI_SLOPE
+    const float slope2 = variant_alibi_slope(&vp, batch_idx, head) * CINFER_LOG2E;
+    const float scale = 1.0f;
+#else
+    const float scale = q_scale2;
+#endif
 #elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
 #elif CINFER_SOFTCAP
@@ -414,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
-#if CINFER_VARIANT_MASK_ONLY && VARIANT_LOGITS_MASK_BITS
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS
             /* This tile's mask words, loaded before Q K^T so that the loads' latency hides under
              * the MMAs. Straight-line calls, each for a row and a first position that exist: a
              * missing row asks for the tile's last row (its logits are never stored), a word
@@ -475,13 +484,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
 
-#if CINFER_VARIANT_MASK_ONLY
-            /* A mask without a logits transform: the variant's mask on every tile, the kernel's
-             * own masks where the tile crosses an edge, and kept logits left untouched. Hooks see
-             * only rows and positions that exist. With VARIANT_LOGITS_MASK_BITS each row of the
-             * tile comes as MASK_WORDS bit words (loaded above), shifted once so that an
-             * element's bit has a compile-time index: an element costs a bit test and a select
-             * (rows past q_rows may keep anything: their logits are never stored). */
+#if CINFER_VARIANT_NO_TRANSFORM
+            /* Hooks that never see a logit: the logits keep the kernel's units. A position bias
+             * slope2 (j - pos) is formed per row and tile as bias0 (this lane's first position)
+             * plus slope2 times the element's compile-time offset, and joins the scale in an fma.
+             * The variant's mask drops positions on every tile, the kernel's own masks where the
+             * tile crosses an edge; hooks see only rows and positions that exist. With
+             * VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit words (loaded
+             * above), shifted once so that an element's bit has a compile-time index: an element
+             * costs a bit test and a select (rows past q_rows may keep anything: their logits are
+             * never stored). */
             {
                 bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
 #if CAUSAL
@@ -506,18 +518,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int h = 0; h < 2; h++) {
                         const int row = row_base + mq * 16 + h * 8;
                         const int pos = q0 + row + delta;
+#if VARIANT_ALIBI_SLOPE
+                        const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
+#endif
                         if (!edge) {
 #pragma unroll
                             for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                                 for (int e = 2 * h; e < 2 * h + 2; e++) {
+#if VARIANT_ALIBI_SLOPE
+                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
+                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
+#endif
 #if VARIANT_LOGITS_MASK_BITS
                                     const bool keep =
                                         (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
-#else
+#elif VARIANT_LOGITS_MASK
                                     const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
                                     const bool keep =
                                         variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head);
+#else
+                                    const bool keep = true;
 #endif
                                     if (!keep)
                                         s[mq][n][e] = -CINFER_INF;
@@ -531,8 +552,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if VARIANT_LOGITS_MASK_BITS
                                     bool keep = j < p.kv_len &&
                                                 (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
-#else
+#elif VARIANT_LOGITS_MASK
                                     bool keep = j < p.kv_len && row < q_rows;
+#else
+                                    bool keep = j < p.kv_len;
 #endif
 #if CAUSAL
                                     keep = keep && j <= pos;
@@ -540,10 +563,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
                                     keep = keep && j >= pos - p.window_left;
 #endif
-#if !VARIANT_LOGITS_MASK_BITS
+#if VARIANT_LOGITS_MASK && !VARIANT_LOGITS_MASK_BITS
                                     if (keep)
                                         keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
                                                                    kv_head);
+#endif
+#if VARIANT_ALIBI_SLOPE
+                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
+                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
 #endif
                                     if (!keep)
                                         s[mq][n][e] = -CINFER_INF;

@@ -320,9 +320,10 @@ static void builtins_compile_with_every_family(void **state) {
             }
 }
 
-/* A mask given one position at a time, as bit words, or both: the host reads each as a logit hook,
- * and each compiles with every family (prefill with one and with two words per KV tile). */
-static void mask_forms_compile_with_every_family(void **state) {
+/* A mask given one position at a time, as bit words, or both, and a position bias alone, with a
+ * mask, or before a transform: the host reads each as a logit hook, and each compiles with every
+ * family (prefill with one and with two mask words per KV tile). */
+static void logit_hooks_compile_with_every_family(void **state) {
     (void)state;
     static const char *const sources[] = {
         "#define VARIANT_LOGITS_MASK 1\n"
@@ -339,6 +340,23 @@ static void mask_forms_compile_with_every_family(void **state) {
         "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
         "                                             int b, int q, int k, int count, int qh,\n"
         "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_TRANSFORM 1\n"
+        "__device__ float variant_logits_transform(const cinfer_variant_params *params,\n"
+        "                                          float l, int b, int q, int k, int qh,\n"
+        "                                          int kh) { return 0.5f * l; }\n",
     };
     static const char *const families[] = {
         "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4",
@@ -348,9 +366,9 @@ static void mask_forms_compile_with_every_family(void **state) {
         "prefill:backend=sm80,dtype=f16,head_dim=256,paged=1,batch=1,mask=none,tile_q=64,"
         "tile_kv=16,warps=4,stages=3",
     };
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         cinfer_variant_t *v = NULL;
-        assert_int_equal(cinfer_variant_create("mask_form", sources[i], NULL, 0, &v),
+        assert_int_equal(cinfer_variant_create("logit_hooks", sources[i], NULL, 0, &v),
                          CINFER_STATUS_SUCCESS);
         assert_true(v->hooks & CINFER__VARIANT_LOGITS);
         for (size_t f = 0; f < 4; f++) {
@@ -468,7 +486,7 @@ int main(void) {
         cmocka_unit_test(packing_checks_every_argument),
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
-        cmocka_unit_test(mask_forms_compile_with_every_family),
+        cmocka_unit_test(logit_hooks_compile_with_every_family),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
     };
