@@ -250,6 +250,22 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  *   __device__ bool variant_logits_mask(const cinfer_variant_params *params, int batch_idx,
  *       int qo_idx, int kv_idx, int qo_head_idx, int kv_head_idx);
  *     false drops the position (after the kernel's own causal / window masks).
+ *   #define VARIANT_LOGITS_MASK_BITS 1
+ *   __device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,
+ *       int batch_idx, int qo_idx, int kv_idx, int count, int qo_head_idx, int kv_head_idx);
+ *     the same mask for count (1..32) consecutive positions of one query: bit k keeps
+ *     kv_idx + k; bits at or above count are ignored, and their positions (which may lie past the
+ *     request) must not be read. Prefill asks for whole runs of 32, so a mask stored as bits costs
+ *     a word or two per 32 logits instead of a load per logit. Define either mask hook or both:
+ *     the one left out is built from the other (one position is a run of count 1).
+ *   #define VARIANT_ALIBI_SLOPE 1
+ *   __device__ float variant_alibi_slope(const cinfer_variant_params *params, int batch_idx,
+ *       int qo_head_idx);
+ *     a bias linear in the relative position (ALiBi): the logit gains
+ *     slope * (kv_idx - qo_idx), natural-log units, before the logits transform sees it. As the
+ *     slope depends only on the request and the head, prefill without a logits transform asks
+ *     for it once and adds the bias with an fma per logit (a transform pays a conversion and an
+ *     fma per logit).
  *   #define VARIANT_STATE_INIT 1
  *   __device__ void variant_state_init(const cinfer_variant_params *params, int batch_idx,
  *       int qo_idx, int qo_head_idx, float *max_log2, float *denominator);
@@ -344,9 +360,9 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  float bias.
  *   "sinks":       one learned logit per query head in the softmax denominator (gpt-oss).
  *                  Tensor: float32 sinks [Hq] (natural-log units).
- *   "alibi":       logit + slope[h] * (kv_idx - qo_idx). Tensor: float32 maybe_alibi_slopes [Hq]
- *                  (NULL = the ALiBi paper's slopes for num_heads heads); scalar: int32
- *                  num_heads.
+ *   "alibi":       logit + slope[h] * (kv_idx - qo_idx) (VARIANT_ALIBI_SLOPE). Tensor: float32
+ *                  maybe_alibi_slopes [Hq] (NULL = the ALiBi paper's slopes for num_heads heads);
+ *                  scalar: int32 num_heads.
  *   "dump_logits": default attention that also writes every visited logit (after scaling, in
  *                  natural-log units) to logits[row_offset[batch_idx] + qo_head_idx * head_stride
  *                  + qo_idx * pos_stride + kv_idx]. Tensors: float32 logits, int64 row_offset
@@ -357,7 +373,9 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  request's [qo_len, kv_len] row-major mask at byte mask_indptr[b],
  *                  row_stride[b] = kv_len and row_offset[b] = 8 mask_indptr[b] - (kv_len -
  *                  qo_len) kv_len. Tensors: uint8 packed_mask, int64 row_offset [batch], int32
- *                  row_stride [batch].
+ *                  row_stride [batch]. The mask is read in aligned 4-byte words (bit words, see
+ *                  VARIANT_LOGITS_MASK_BITS): the words that hold its first and last bytes are
+ *                  read whole, up to 3 bytes beyond the tensor on either side.
  * The returned object is owned by the library (never destroy it). NULL for an unknown name.
  */
 CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);

@@ -21,6 +21,7 @@
 #include "common.cuh"
 #include "decode_kv.cuh"
 #include "decode_params.h"
+#include "soft_cap.cuh"
 #include "variant.cuh"
 
 #define D         CINFER_HEAD_DIM_VO
@@ -199,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     s[u][g] = x;
 #else
 #if CINFER_SOFTCAP
-                    dot = p.soft_cap_log2 * tanhf(dot);
+                    dot = cinfer_soft_cap_log2(dot * CINFER_SOFT_CAP_Y_PER_X, p.soft_cap_log2);
 #endif
                     s[u][g] = valid ? dot : -CINFER_INF;
 #endif

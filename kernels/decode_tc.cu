@@ -43,6 +43,7 @@
 #include "decode_kv.cuh"
 #include "decode_params.h"
 #include "mma.cuh"
+#include "soft_cap.cuh"
 #include "variant.cuh"
 
 #define D       CINFER_HEAD_DIM_VO
@@ -385,9 +386,11 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                     }
                     s[n][r] = x;
 #else
-                    float x = s[n][r] * p.q_scale;
 #if CINFER_SOFTCAP
-                    x = p.soft_cap_log2 * tanhf(x);
+                    const float x = cinfer_soft_cap_log2(
+                        s[n][r] * (p.q_scale * CINFER_SOFT_CAP_Y_PER_X), p.soft_cap_log2);
+#else
+                    const float x = s[n][r] * p.q_scale;
 #endif
                     s[n][r] = t < item.kv_end ? x : -CINFER_INF;
 #endif

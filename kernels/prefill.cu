@@ -47,6 +47,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "prefill_params.h"
+#include "soft_cap.cuh"
 #include "variant.cuh"
 
 #if defined(CINFER_OP_PREFILL)
@@ -73,6 +74,14 @@
  * shared memory at each k step instead. */
 #define Q_IN_REGS (MMA_Q * D <= 128)
 #define CAUSAL    (CINFER_MASK == 1)
+/* The LSE from the softmax's max and sum (the soft cap's logits are shifted by -cap2) */
+#if CINFER_SOFTCAP && !CINFER_VARIANT_LOGITS
+#define LSE_OF(max, sum) ((max) + log2f(sum) + p.soft_cap_log2)
+#else
+#define LSE_OF(max, sum) ((max) + log2f(sum))
+#endif
+/* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
+#define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 
 #if D % 16 != 0 || TILE_KV % 16 != 0 || TILE_Q % (16 * WARPS) != 0 || STAGES < 2
 #error "prefill: unsupported tile configuration (the spec validator should have refused it)"
@@ -83,16 +92,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* tanh x = 1 - 2 / (2^(2 x log2 e) + 1): two MUFU operations, absolute error about 1e-7, and
- * exactly +-1 where 2^(..) overflows or underflows. (tanh.approx.f32 has a relative error of
- * 2^-11, which a soft cap of 30 would turn into 0.02 of a base-2 logit.) */
-__device__ __forceinline__ float fast_tanh(float x) {
-    const float e = fast_exp2(x * 2.8853900817779268f);
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
-    return fmaf(-2.0f, r, 1.0f);
 }
 
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
@@ -356,10 +355,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 
-#if CINFER_VARIANT_LOGITS
+#if CINFER_VARIANT_NO_TRANSFORM
+    /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask and a
+     * position bias never show a logit to the variant, so the kernel works in base 2 itself: the
+     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k) + slope2 (j - pos),
+     * scaled before the softmax. The slope depends only on the request and the head: one hook
+     * call per CTA. */
+    const float q_scale2 = p.q_scale * CINFER_LOG2E;
+#if VARIANT_ALIBI_SLOPE
+    const float slope2 = variant_alibi_slope(&vp, batch_idx, head) * CINFER_LOG2E;
+    const float scale = 1.0f;
+#else
+    const float scale = q_scale2;
+#endif
+#elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
 #elif CINFER_SOFTCAP
-    const float scale = 1.0f; /* the soft cap yields base-2 logits itself */
+    /* The soft cap leaves h in S (kernels/soft_cap.cuh): the base-2 logit is cap2 + 2 cap2 h, so
+     * the softmax scales by 2 cap2 and works on logits shifted by -cap2, which only the LSE sees
+     * (it adds cap2 back). */
+    const float scale = 2.0f * p.soft_cap_log2;
+    const float y_scale = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
 #else
     const float scale = p.q_scale;
 #endif
@@ -419,6 +435,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS
+            /* This tile's mask words, loaded before Q K^T so that the loads' latency hides under
+             * the MMAs. Straight-line calls, each for a row and a first position that exist: a
+             * missing row asks for the tile's last row (its logits are never stored), a word
+             * that starts at or past kv_len for the tile's first one (the mask below drops
+             * positions past kv_len). */
+            uint32_t bits[MMA_Q][2][MASK_WORDS];
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = CINFER_MIN(row_base + mq * 16 + h * 8, q_rows - 1);
+#pragma unroll
+                    for (int w = 0; w < MASK_WORDS; w++) {
+                        const int first = j0 + 32 * w < p.kv_len ? j0 + 32 * w : j0;
+                        bits[mq][h][w] = variant_logits_mask_bits(
+                            &vp, batch_idx, q0 + row + delta, first,
+                            CINFER_MIN(32, p.kv_len - first), head, kv_head);
+                    }
+                }
+#endif
+
             /* S = Q K^T */
             float s[MMA_Q][S_TILES][4];
 #pragma unroll
@@ -458,7 +496,101 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
 
-#if CINFER_VARIANT_LOGITS
+#if CINFER_VARIANT_NO_TRANSFORM
+            /* Hooks that never see a logit: the logits keep the kernel's units. A position bias
+             * slope2 (j - pos) is formed per row and tile as bias0 (this lane's first position)
+             * plus slope2 times the element's compile-time offset, and joins the scale in an fma.
+             * The variant's mask drops positions on every tile, the kernel's own masks where the
+             * tile crosses an edge; hooks see only rows and positions that exist. With
+             * VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit words (loaded
+             * above), shifted once so that an element's bit has a compile-time index: an element
+             * costs a bit test and a select (rows past q_rows may keep anything: their logits are
+             * never stored). */
+            {
+                bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
+#if CAUSAL
+                edge = edge || j0 + TILE_KV - 1 > q0 + delta;
+#endif
+#if CINFER_WINDOW
+                edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
+#endif
+#if VARIANT_LOGITS_MASK_BITS
+                /* This lane's first position in a word is 2 (lane % 4). */
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int w = 0; w < MASK_WORDS; w++)
+                            bits[mq][h][w] >>= 2 * (lane % 4);
+#endif
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = row_base + mq * 16 + h * 8;
+                        const int pos = q0 + row + delta;
+#if VARIANT_ALIBI_SLOPE
+                        const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
+#endif
+                        if (!edge) {
+#pragma unroll
+                            for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                                for (int e = 2 * h; e < 2 * h + 2; e++) {
+#if VARIANT_ALIBI_SLOPE
+                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
+                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
+#endif
+#if VARIANT_LOGITS_MASK_BITS
+                                    const bool keep =
+                                        (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+#elif VARIANT_LOGITS_MASK
+                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                    const bool keep =
+                                        variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head);
+#else
+                                    const bool keep = true;
+#endif
+                                    if (!keep)
+                                        s[mq][n][e] = -CINFER_INF;
+                                }
+                        } else {
+#pragma unroll
+                            for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                                for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+#if VARIANT_LOGITS_MASK_BITS
+                                    bool keep = j < p.kv_len &&
+                                                (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+#elif VARIANT_LOGITS_MASK
+                                    bool keep = j < p.kv_len && row < q_rows;
+#else
+                                    bool keep = j < p.kv_len;
+#endif
+#if CAUSAL
+                                    keep = keep && j <= pos;
+#endif
+#if CINFER_WINDOW
+                                    keep = keep && j >= pos - p.window_left;
+#endif
+#if VARIANT_LOGITS_MASK && !VARIANT_LOGITS_MASK_BITS
+                                    if (keep)
+                                        keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
+                                                                   kv_head);
+#endif
+#if VARIANT_ALIBI_SLOPE
+                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
+                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
+#endif
+                                    if (!keep)
+                                        s[mq][n][e] = -CINFER_INF;
+                                }
+                        }
+                    }
+            }
+#elif CINFER_VARIANT_LOGITS
             /* Every element through the hooks, in natural-log units (the host's q_scale has no
              * log2(e) for these kernels; the softmax's scale adds it). Hooks see only rows and
              * positions that exist: tiles that cross an edge (kv_len, the last query row, the
@@ -518,7 +650,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        s[mq][n][e] = p.soft_cap_log2 * fast_tanh(s[mq][n][e] * p.q_scale);
+                        s[mq][n][e] = cinfer_soft_cap_h(s[mq][n][e] * y_scale);
 #endif
 
             /* The element mask, only where some element of the tile may be dropped. */
@@ -666,7 +798,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const int row = row_base + mq * 16 + h * 8;
             if (p.lse && lane % 4 == 0 && row < q_rows)
                 p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
-                    sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+                    sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
 #else
             const float inv = p.v_scale; /* no normalization and no LSE */
             const int row = row_base + mq * 16 + h * 8;

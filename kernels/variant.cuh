@@ -42,12 +42,57 @@ __device__ __forceinline__ float variant_logits_transform(const cinfer_variant_p
 }
 #endif
 
+/* The mask comes one position at a time (variant_logits_mask) or as bit words, up to 32
+ * consecutive positions of one query row at once (variant_logits_mask_bits): bit k keeps
+ * kv_idx + k, for k < count (1 <= count <= 32; the higher bits are ignored, and the hook must not
+ * read anything for their positions). A variant may define either or both; what it leaves out
+ * is built from the other. Prefill calls the bit words where a variant defines them; decode, and
+ * prefill for a variant with only the per-position form, call that. */
+#ifndef VARIANT_LOGITS_MASK_BITS
+#define VARIANT_LOGITS_MASK_BITS 0
+#endif
+
 #ifndef VARIANT_LOGITS_MASK
+#if VARIANT_LOGITS_MASK_BITS
+#define VARIANT_LOGITS_MASK 1
+__device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params *params,
+                                                    int batch_idx, int qo_idx, int kv_idx,
+                                                    int qo_head_idx, int kv_head_idx) {
+    return variant_logits_mask_bits(params, batch_idx, qo_idx, kv_idx, 1, qo_head_idx,
+                                    kv_head_idx) &
+           1u;
+}
+#else
 #define VARIANT_LOGITS_MASK 0
 __device__ __forceinline__ bool variant_logits_mask(const cinfer_variant_params *params,
                                                     int batch_idx, int qo_idx, int kv_idx,
                                                     int qo_head_idx, int kv_head_idx) {
     return true;
+}
+#endif
+#endif
+
+#if !VARIANT_LOGITS_MASK_BITS
+__device__ __forceinline__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,
+                                                             int batch_idx, int qo_idx, int kv_idx,
+                                                             int count, int qo_head_idx,
+                                                             int kv_head_idx) {
+    uint32_t bits = 0;
+    for (int k = 0; k < count; k++)
+        bits |= (uint32_t)variant_logits_mask(params, batch_idx, qo_idx, kv_idx + k, qo_head_idx,
+                                              kv_head_idx)
+                << k;
+    return bits;
+}
+#endif
+
+/* A bias linear in the relative position (ALiBi): the logit gains slope * (kv_idx - qo_idx),
+ * natural-log units, before the logits transform sees it. */
+#ifndef VARIANT_ALIBI_SLOPE
+#define VARIANT_ALIBI_SLOPE 0
+__device__ __forceinline__ float variant_alibi_slope(const cinfer_variant_params *params,
+                                                     int batch_idx, int qo_head_idx) {
+    return 0.0f;
 }
 #endif
 
@@ -81,25 +126,38 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
     "variant: VARIANT_OUTPUT_TRANSFORM must be set by a plain '#define VARIANT_OUTPUT_TRANSFORM 1' line"
 #endif
 
-/* The kernel evaluates logits element by element through the hooks, in natural-log units,
- * instead of its folded-scale fast path; the host then leaves log2(e) out of q_scale. */
+/* Logit hooks: the kernel leaves its folded-scale fast path for logits in natural-log units (the
+ * host then leaves log2(e) out of q_scale), evaluated through the hooks (or, for the hooks that
+ * never see a logit, by the kernel itself in base 2: CINFER_VARIANT_NO_TRANSFORM). */
 #define CINFER_VARIANT_LOGITS                                                                      \
-    (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX)
+    (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || VARIANT_ALIBI_SLOPE || !VARIANT_USE_SOFTMAX)
 #if CINFER_VARIANT_LOGITS != CINFER_VARIANT_HOST_LOGITS
 #error                                                                                             \
-    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK with plain '#define NAME 1' lines"
+    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK / VARIANT_LOGITS_MASK_BITS / VARIANT_ALIBI_SLOPE with plain '#define NAME 1' lines"
 #endif
+
+/* Logit hooks that never see a logit (a mask, a linear position bias, or both; no logits
+ * transform, softmax on): a kernel may keep its logits in its own units, add the bias and drop
+ * positions itself. */
+#define CINFER_VARIANT_NO_TRANSFORM                                                                \
+    ((VARIANT_LOGITS_MASK || VARIANT_ALIBI_SLOPE) && !VARIANT_LOGITS_TRANSFORM &&                  \
+     VARIANT_USE_SOFTMAX)
 
 /* What a dropped position contributes: logit -inf with softmax, weight 0 without. */
 #define CINFER_VARIANT_DROPPED (VARIANT_USE_SOFTMAX ? -CINFER_INF : 0.0f)
 
-/* A logit (natural-log units) of a position that exists, through the logits transform and the
- * mask: the transformed logit, or CINFER_VARIANT_DROPPED where the mask drops the position. The
- * one place every kernel evaluates the two hooks. */
+/* A logit (natural-log units) of a position that exists, through the position bias, the logits
+ * transform and the mask: the transformed logit, or CINFER_VARIANT_DROPPED where the mask drops
+ * the position. The one place where kernels evaluate these hooks position by position (prefill
+ * also has a per-tile form of the bias and the mask for variants without a transform). */
 __device__ __forceinline__ float cinfer_variant_logit(const cinfer_variant_params *params,
                                                       float logit, int batch_idx, int qo_idx,
                                                       int kv_idx, int qo_head_idx,
                                                       int kv_head_idx) {
+#if VARIANT_ALIBI_SLOPE
+    logit =
+        fmaf(variant_alibi_slope(params, batch_idx, qo_head_idx), (float)(kv_idx - qo_idx), logit);
+#endif
     const float x = variant_logits_transform(params, logit, batch_idx, qo_idx, kv_idx, qo_head_idx,
                                              kv_head_idx);
     return variant_logits_mask(params, batch_idx, qo_idx, kv_idx, qo_head_idx, kv_head_idx)

@@ -775,7 +775,7 @@ static void bad_arguments_are_errors(void **state) {
  * reference's own implementation of each, causal and not, with a window, GQA, lengths that are
  * not tile multiples, qo_len > kv_len, and an empty KV. */
 static void run_variant(tv_kind k) {
-    for (int shape = 0; shape < 4; shape++) {
+    for (int shape = 0; shape < 5; shape++) {
         char desc[96];
         snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name(k), shape);
         prefill_case c = base_case(desc);
@@ -800,6 +800,11 @@ static void run_variant(tv_kind k) {
             c.qo_len = 190;
             c.kv_len = 150;
             c.d = 64;
+            break;
+        case 3: /* D 240: KV tiles of 16 (a 32-position mask word spans two) */
+            c.qo_len = 100;
+            c.kv_len = 333;
+            c.d = 240;
             break;
         default: /* empty KV */
             c.qo_len = 33;

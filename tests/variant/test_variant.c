@@ -323,6 +323,67 @@ static void builtins_compile_with_every_family(void **state) {
             }
 }
 
+/* A mask given one position at a time, as bit words, or both, and a position bias alone, with a
+ * mask, or before a transform: the host reads each as a logit hook, and each compiles with every
+ * family (prefill with one and with two mask words per KV tile). */
+static void logit_hooks_compile_with_every_family(void **state) {
+    (void)state;
+    static const char *const sources[] = {
+        "#define VARIANT_LOGITS_MASK 1\n"
+        "__device__ bool variant_logits_mask(const cinfer_variant_params *params, int b, int q,\n"
+        "                                    int k, int qh, int kh) { return (q + k) % 3 != 0; }\n",
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_LOGITS_MASK 1\n"
+        "__device__ bool variant_logits_mask(const cinfer_variant_params *params, int b, int q,\n"
+        "                                    int k, int qh, int kh) { return k % 2 == 0; }\n"
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_TRANSFORM 1\n"
+        "__device__ float variant_logits_transform(const cinfer_variant_params *params,\n"
+        "                                          float l, int b, int q, int k, int qh,\n"
+        "                                          int kh) { return 0.5f * l; }\n",
+    };
+    static const char *const families[] = {
+        "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4",
+        "decode_tc:dtype=f16,head_dim=64,paged=0,tile_q=8,warps=4,stages=3",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,flags=window,tile_q=128,"
+        "tile_kv=64,warps=8,stages=2",
+        "prefill:backend=sm80,dtype=f16,head_dim=256,paged=1,batch=1,mask=none,tile_q=64,"
+        "tile_kv=16,warps=4,stages=3",
+    };
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        cinfer_variant_t *v = NULL;
+        assert_int_equal(cinfer_variant_create("logit_hooks", sources[i], NULL, 0, &v),
+                         CINFER_STATUS_SUCCESS);
+        assert_true(v->hooks & CINFER__VARIANT_LOGITS);
+        for (size_t f = 0; f < 4; f++) {
+            cinfer__spec_t s = parse(families[f]);
+            s.variant = v;
+            s.variant_id = v->id;
+            compile_spec(&s, "sm_90a");
+        }
+        cinfer_variant_destroy(v);
+    }
+}
+
 static void user_compile_error_points_at_the_line(void **state) {
     (void)state;
     cinfer_variant_t *v = NULL;
@@ -362,6 +423,22 @@ static void user_compile_error_points_at_the_line(void **state) {
                      CINFER_STATUS_SUCCESS);
     assert_int_equal(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR);
     cinfer__rendered_free(&r);
+    /* So does a bit-word mask defined without its macro. */
+    cinfer_variant_t *u = NULL;
+    assert_int_equal(
+        cinfer_variant_create("unannounced_bits",
+                              "__device__ uint32_t variant_logits_mask_bits(\n"
+                              "    const cinfer_variant_params *params, int b, int q, int k,\n"
+                              "    int count, int qh, int kh) { return ~0u; }\n",
+                              NULL, 0, &u),
+        CINFER_STATUS_SUCCESS);
+    s.variant = u;
+    s.variant_id = u->id;
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", cinfer__jit_nvrtc_version(), &r),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__jit_compile(&r, &cubin, &size, &seconds), CINFER_STATUS_COMPILE_ERROR);
+    cinfer__rendered_free(&r);
+    cinfer_variant_destroy(u);
     /* VARIANT_USE_SOFTMAX set in a way the host cannot read is refused at compile time. */
     cinfer_variant_t *x = NULL;
     assert_int_equal(cinfer_variant_create(
@@ -412,6 +489,7 @@ int main(void) {
         cmocka_unit_test(packing_checks_every_argument),
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
+        cmocka_unit_test(logit_hooks_compile_with_every_family),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
     };

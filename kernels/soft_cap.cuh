@@ -1,0 +1,33 @@
+/*
+ * The soft cap of default attention (SEMANTICS.md): a logit s becomes c tanh(s / c). With
+ * tanh x = 1 - 2 / (1 + e^(2 x)), the capped logit in base-2 units is
+ *   c log2(e) tanh x = cap2 + 2 cap2 h,   h = (tanh x - 1) / 2 = -1 / (1 + 2^y),   y = 2 log2(e) x,
+ * and h costs two MUFU operations (ex2, rcp) and one add; the caller forms y with one multiply
+ * and folds cap2 and 2 cap2 into its own arithmetic. The absolute error is about 1e-7 (both MUFU
+ * operations are within 2 ulp), h is exactly 0 or -1 where 2^y overflows or underflows (the cap
+ * is met exactly), and NaN stays NaN. tanh.approx.f32 would take one MUFU operation, but its
+ * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015, which puts the
+ * base-2 LSE of the GPU suite's soft-cap cases up to 4.8e-4 (1 + |LSE|) from the float64
+ * reference, against a tolerance of 1e-4 (1 + |LSE|).
+ */
+#ifndef CINFER_SOFT_CAP_CUH
+#define CINFER_SOFT_CAP_CUH
+
+/* y = x * CINFER_SOFT_CAP_Y_PER_X (2 log2(e)) */
+#define CINFER_SOFT_CAP_Y_PER_X 2.8853900817779268f
+
+/* h = -1 / (1 + 2^y), in [-1, 0]: the reciprocal of -1 - 2^y, whose negation is free in the add.
+ * Flush-to-zero like the kernels' other exp2. */
+__device__ __forceinline__ float cinfer_soft_cap_h(float y) {
+    float e, h;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(y));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(h) : "f"(-1.0f - e));
+    return h;
+}
+
+/* The capped logit in base-2 units, cap2 tanh x, from y = 2 log2(e) x and cap2 = c log2(e). */
+__device__ __forceinline__ float cinfer_soft_cap_log2(float y, float cap2) {
+    return fmaf(2.0f * cap2, cinfer_soft_cap_h(y), cap2);
+}
+
+#endif
