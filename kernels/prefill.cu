@@ -776,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     *(float2 *)(po + n * 8) =
                         make_float2(o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv);
                 if (lane % 4 == 0)
-                    p.partial_lse[slot] = sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
+                    p.partial_lse[slot] = sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
             }
         }
         return;
