@@ -550,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                     const bool keep =
                                         variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head);
 #else
-                                    const bool keep = true;
+                                const bool keep = true;
 #endif
                                     if (!keep)
                                         s[mq][n][e] = -CINFER_INF;
@@ -567,7 +567,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #elif VARIANT_LOGITS_MASK
                                     bool keep = j < p.kv_len && row < q_rows;
 #else
-                                    bool keep = j < p.kv_len;
+                                bool keep = j < p.kv_len;
 #endif
 #if CAUSAL
                                     keep = keep && j <= pos;
