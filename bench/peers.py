@@ -182,7 +182,7 @@ class Flex(Peer):
     # Flex's Triton template failed to compile once a K/V tensor passed 2^31 elements (64-bit
     # offsets; "Ternary expression ... inconsistent types int64 and int32", PyTorch 2.11, seen on
     # the GPU machine 2026-11-29): a decode batch is timed in groups below that size.
-    MAX_ELEMENTS = 1 << 31
+    MAX_ELEMENTS = (1 << 31) - 1
 
     def decode(self, kvs, window):
         m = self.m

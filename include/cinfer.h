@@ -426,7 +426,8 @@ typedef struct cinfer_attention_options {
     int use_cuda_graph;     /* 1 = fixed grid and buffers for up to max_batch_size requests */
     int max_batch_size;     /* batch decode: the most requests one plan may hold */
     /* Decode: 1 = tensor-core kernel (GQA heads as mma rows; KV of q's 16-bit dtype, or fp8
-     * converted to fp16 on the way; head dim 64, 128 or 256; else UNSUPPORTED), 0 = CUDA-core
+     * converted to fp16 on the way, in which case q * sm_scale and the softmax weights are rounded
+     * to fp16 too, 2^-11 relative; head dim 64, 128 or 256; else UNSUPPORTED), 0 = CUDA-core
      * kernel, -1 (default) = the tensor-core kernel where it can run, else the CUDA-core one. */
     int use_tensor_cores;
     /* The attention variant: NULL = default attention. A custom variant takes its parameters from

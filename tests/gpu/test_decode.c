@@ -921,7 +921,11 @@ static void single_decode_matches(void **state) {
             CINFER_TEST_ASSERT_CLOSE(
                 cinfer_test_compare(CINFER__DT_BF16, out, ro, q_elems, 1e-2, 0.05, 1e-3), "out",
                 desc, seed);
-            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse, rl, hq, 1e-4), "lse", desc,
+            /* fp8 KV runs the mmas in fp16 with q * sm_scale rounded to fp16 (2^-11 relative per
+             * element, cinfer.h): a logit moves by up to ~1e-3 of the sum of |q_i k_i| sm_scale
+             * (H200: 3.3e-4 on a logit of -0.55 at kv_len 1, where the LSE is the logit). */
+            const double lse_tol = kvi ? 1e-3 : 1e-4;
+            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse, rl, hq, lse_tol), "lse", desc,
                                          seed);
             cinfer_test_buf *bufs[] = {&dk, &dv, &dq, &dout, &dlse, &dws};
             for (size_t i = 0; i < 6; i++)
