@@ -16,11 +16,11 @@
  *               ldmatrix.trans.
  *
  * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
- * is D / 8 chunks of 16 bytes. When a row is a whole number of 128-byte lines (D % 64 == 0) chunk
- * c of row r is stored at chunk c ^ (r % 8): the 8 rows an ldmatrix phase reads (same logical
- * chunk, rows r..r+7) and the 8 chunks a cp.async phase writes land in 8 different bank groups.
- * For other head dims (any multiple of 16) rows are padded by one chunk instead, which spreads 8
- * consecutive rows over 8 bank groups because D / 8 + 1 is odd.
+ * is D / 8 chunks of 16 bytes, padded by one chunk: D / 8 + 1 is odd (D is a multiple of 16), so
+ * the 8 consecutive rows an ldmatrix phase reads (same chunk) and the 8 consecutive chunks a
+ * cp.async phase writes land in 8 different bank groups. Padding rather than an XOR swizzle keeps
+ * every address linear in the row and chunk, so a lane reaches all its ldmatrix sources of one
+ * operand from one register plus compile-time offsets (IMM_OFFSET).
  *
  * Pipeline (STAGES >= 2): the prologue issues Q and the first STAGES - 1 KV tiles (one cp.async
  * group each). Iteration t waits for tile t, passes a barrier (which also tells every warp that
@@ -63,9 +63,9 @@
 #define PV_STEPS   (TILE_KV / 16) /* k16 steps of P V */
 #define O_TILES    (D / 8)        /* n8 tiles of O */
 #define CHUNKS     (D / 8)        /* 16-byte chunks per row */
-#define SWIZZLE    (CHUNKS % 8 == 0)
-#define ROW_CHUNKS (SWIZZLE ? CHUNKS : CHUNKS + 1)
-#define KV_BYTES   (TILE_KV * ROW_CHUNKS * 16) /* one stage of K (or V) */
+#define ROW_CHUNKS (CHUNKS + 1)   /* padded (see the layout above) */
+#define ROW_BYTES  (ROW_CHUNKS * 16)
+#define KV_BYTES   (TILE_KV * ROW_BYTES) /* one stage of K (or V) */
 /* Q fragments stay in registers when they take at most 32 per lane (16 x D x MMA_Q halves over a
  * warp); larger ones would push the O accumulators into local memory, so they are re-read from
  * shared memory at each k step instead. */
@@ -95,37 +95,15 @@ __device__ __forceinline__ float fast_tanh(float x) {
 
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
 __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
-#if SWIZZLE
-    return (unsigned)(row * CHUNKS + (chunk ^ (row & 7))) * 16u;
-#else
-    return (unsigned)(row * ROW_CHUNKS + chunk) * 16u;
-#endif
+    return (unsigned)(row * ROW_BYTES + chunk * 16);
 }
 
 /*
- * ldmatrix addresses split into a lane part and a compile-time part, so that every address in
- * the unrolled loops is one register plus an immediate (hoisting one register per distinct
- * address would take most of the register file). A lane reads logical row R + row_l, chunk
- * C + c_l with R a multiple of 8 and C even (both compile-time) and c_l in {0, 1}; then
- *   tile_offset(R + row_l, C + c_l) = lane_off[LANE_SLOT(C)] + IMM_OFFSET(R, C)
- * with lane_off[j] = tile_offset(row_l, 2 j + c_l): the swizzle XORs only the low 3 bits of the
- * chunk with row_l % 8, and (C % 8) + c_l < 8, so the high part of C passes through unchanged.
+ * ldmatrix addresses split into a lane part and a compile-time part: a lane reads row R + row_l,
+ * chunk C + c_l of a tile, R and C compile-time, at tile_offset(row_l, c_l) + IMM_OFFSET(R, C),
+ * so every address in the unrolled loops is one register plus an immediate.
  */
-#if SWIZZLE
-#define LANE_SLOTS       4
-#define LANE_SLOT(C)     (((C) / 2) % 4)
-#define IMM_OFFSET(R, C) (((R)*CHUNKS + ((C) & ~7)) * 16)
-#else
-#define LANE_SLOTS       1
-#define LANE_SLOT(C)     0
-#define IMM_OFFSET(R, C) (((R)*ROW_CHUNKS + (C)) * 16)
-#endif
-
-__device__ __forceinline__ void lane_offsets(unsigned *dst, int row_l, int c_l) {
-#pragma unroll
-    for (int j = 0; j < LANE_SLOTS; j++)
-        dst[j] = tile_offset(row_l, 2 * j + c_l);
-}
+#define IMM_OFFSET(R, C) ((R)*ROW_BYTES + (C)*16)
 
 /*
  * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
@@ -306,12 +284,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
     const int row_base = warp * WARP_ROWS + lane / 4;
-    /* ldmatrix lane offsets: Q and V matrices are rows lane % 16, chunk lane / 16 (Q from this
-     * warp's first row); K matrices are rows (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. */
-    unsigned qv_off[LANE_SLOTS], k_off[LANE_SLOTS];
-    lane_offsets(qv_off, lane % 16, lane / 16);
-    lane_offsets(k_off, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-    const unsigned s_qw = s_q + tile_offset(warp * WARP_ROWS, 0);
+    /* This lane's ldmatrix sources at their tiles' origins (IMM_OFFSET adds the rest): Q
+     * (this warp's rows) and V matrices are rows lane % 16, chunk lane / 16; K matrices are rows
+     * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0; another
+     * stage adds a multiple of KV_BYTES. */
+    const unsigned q_lane = s_q + tile_offset(warp * WARP_ROWS + lane % 16, lane / 16);
+    const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
     float o[MMA_Q][O_TILES][4];
     float m[MMA_Q][2], d[MMA_Q][2];
 #pragma unroll
@@ -399,12 +378,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int kk = 0; kk < K_STEPS; kk++)
-                        cinfer_ldmatrix_x4(qf[mq][kk], s_qw + qv_off[LANE_SLOT(2 * kk)] +
-                                                           IMM_OFFSET(mq * 16, 2 * kk));
+                        cinfer_ldmatrix_x4(qf[mq][kk], q_lane + IMM_OFFSET(mq * 16, 2 * kk));
             }
 #endif
             const int stage = t % STAGES;
-            const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
             /* S = Q K^T */
@@ -426,8 +403,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int e = 0; e < 4; e++)
                         a[mq][e] = qf[mq][kk][e];
 #else
-                    cinfer_ldmatrix_x4(a[mq], s_qw + qv_off[LANE_SLOT(2 * kk)] +
-                                                  IMM_OFFSET(mq * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(a[mq], q_lane + IMM_OFFSET(mq * 16, 2 * kk));
 #endif
                 }
 #pragma unroll
@@ -436,8 +412,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 kk / 2 kk + 1 ((lane / 8) % 2): b[0..1] for n tile 2 np, b[2..3] for
                      * 2 np + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4(b, k_tile + k_off[LANE_SLOT(2 * kk)] +
-                                              IMM_OFFSET(np * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(b, k_lane + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(DT, s[mq][2 * np], a[mq], b);
@@ -592,7 +567,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 dp / 2 dp + 1 (lane / 16): b[0..1] for d tile 2 dp, b[2..3] for
                      * 2 dp + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4_trans(b, v_tile + qv_off[LANE_SLOT(2 * dp)] +
+                    cinfer_ldmatrix_x4_trans(b, v_lane + stage * KV_BYTES +
                                                     IMM_OFFSET(kk * 16, 2 * dp));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {

@@ -42,7 +42,7 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
 /* ---- tiles ---- */
 
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
-    const size_t row_chunks = (size_t)head_dim / 8 + (head_dim % 64 ? 1 : 0);
+    const size_t row_chunks = (size_t)head_dim / 8 + 1;
     return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
 }
 

@@ -19,8 +19,7 @@ typedef struct cinfer__prefill_config {
 } cinfer__prefill_config_t;
 
 /* Dynamic shared memory of the kernel for head dim d (kernels/prefill.cu's layout): the Q tile
- * and `stages` K and V tiles, rows of d / 8 16-byte chunks, padded by one chunk unless d % 64 == 0.
- */
+ * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg);
 
 /*

@@ -1,8 +1,8 @@
 /*
- * Single-request prefill against the float64 CPU reference: head dims (the swizzled 64/128/256
- * paths and the padded ones), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices of a packed QKV,
- * strided out/lse, causal and non-causal masks, sliding windows, soft cap and scales,
- * qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
+ * Single-request prefill against the float64 CPU reference: head dims (64/128/256, whose copies
+ * keep a chunk column per thread, and the others), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices
+ * of a packed QKV, strided out/lse, causal and non-causal masks, sliding windows, soft cap and
+ * scales, qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
  * configuration the spec accepts, a randomized grid, and argument errors.
  *
  * Every output buffer is poisoned (NaN) before the run and surrounded by canaries; elements of an
@@ -532,11 +532,11 @@ static void edge_lengths(void **state) {
 
 /*
  * The tile configurations the validator accepts, at the head dims with their own code paths
- * (64 and 128: swizzled rows, Q in registers or not; 80: padded rows and the generic copy loop;
- * 256: swizzled, Q re-read from shared memory). Configurations whose O and S accumulators alone
- * exceed 192 registers per lane are valid but spill; they are left out to save compile time, as
- * are those the device's shared memory cannot hold (with 1 KiB for the static shared memory
- * sm_90a kernels reserve).
+ * (64 and 128: a chunk column per thread, Q in registers or not; 80: the generic copy loop; 256:
+ * Q re-read from shared memory). Configurations whose O and S accumulators alone exceed 192
+ * registers per lane are valid but spill; they are left out to save compile time, as are those
+ * the device's shared memory cannot hold (with 1 KiB for the static shared memory sm_90a kernels
+ * reserve).
  */
 static void all_tile_configs(void **state) {
     (void)state;
