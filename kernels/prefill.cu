@@ -343,6 +343,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
         unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
         for (int t = 0; t < num_tiles; t++) {
+            /* This iteration's copies of the per-lane addresses (cinfer_opaque_u32): each
+             * ldmatrix below addresses one of them plus an immediate. */
+            const unsigned ql = cinfer_opaque_u32(q_lane), kl = cinfer_opaque_u32(k_lane),
+                           vl = cinfer_opaque_u32(v_lane);
             /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
              * 0..t must be complete, so STAGES - 2 may still be in flight. */
             CINFER_CP_ASYNC_WAIT(STAGES - 2);
@@ -378,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int kk = 0; kk < K_STEPS; kk++)
-                        cinfer_ldmatrix_x4(qf[mq][kk], q_lane + IMM_OFFSET(mq * 16, 2 * kk));
+                        cinfer_ldmatrix_x4(qf[mq][kk], ql + IMM_OFFSET(mq * 16, 2 * kk));
             }
 #endif
             const int stage = t % STAGES;
@@ -403,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int e = 0; e < 4; e++)
                         a[mq][e] = qf[mq][kk][e];
 #else
-                    cinfer_ldmatrix_x4(a[mq], q_lane + IMM_OFFSET(mq * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(a[mq], ql + IMM_OFFSET(mq * 16, 2 * kk));
 #endif
                 }
 #pragma unroll
@@ -412,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 kk / 2 kk + 1 ((lane / 8) % 2): b[0..1] for n tile 2 np, b[2..3] for
                      * 2 np + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4(b, k_lane + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(b, kl + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(DT, s[mq][2 * np], a[mq], b);
@@ -567,8 +571,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 dp / 2 dp + 1 (lane / 16): b[0..1] for d tile 2 dp, b[2..3] for
                      * 2 dp + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4_trans(b, v_lane + stage * KV_BYTES +
-                                                    IMM_OFFSET(kk * 16, 2 * dp));
+                    cinfer_ldmatrix_x4_trans(b,
+                                             vl + stage * KV_BYTES + IMM_OFFSET(kk * 16, 2 * dp));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(DT, o[mq][2 * dp], pa[mq], b);
