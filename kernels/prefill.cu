@@ -22,6 +22,11 @@
  * every address linear in the row and chunk, so a lane reaches all its ldmatrix sources of one
  * operand from one register plus compile-time offsets (IMM_OFFSET).
  *
+ * Registers: with 32 rows per warp at D = 128 and 64 KV rows, the O and S accumulators alone take
+ * 192 of the 255 registers per thread, so what else stays live through the tile loop is kept
+ * small: three ldmatrix addresses, one cp.async destination and two global cursors per thread,
+ * and the softmax state.
+ *
  * Pipeline (STAGES >= 2): the prologue issues Q and the first STAGES - 1 KV tiles (one cp.async
  * group each). Iteration t waits for tile t, passes a barrier (which also tells every warp that
  * tile t - 1's stage is free), issues tile t + STAGES - 1 into that stage, then computes tile t,
@@ -144,13 +149,27 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
 #endif
 }
 
+/*
+ * The K/V copies when a thread keeps one chunk column (THREADS % CHUNKS == 0): pass `it` copies
+ * row r0 + it * KV_RPP (r0 = threadIdx.x / CHUNKS) of the tile, at the thread's destination dst
+ * (kv_dst0: its chunk of row r0 in stage 0's K tile) plus a compile-time offset.
+ */
+#if THREADS % CHUNKS == 0
+#define KV_RPP    (THREADS / CHUNKS) /* rows per pass */
+#define KV_PASSES CINFER_CEIL_DIV(TILE_KV, KV_RPP)
+
+__device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
+    return s_k + tile_offset((int)threadIdx.x / CHUNKS, (int)threadIdx.x % CHUNKS);
+}
+#endif
+
 #if CINFER_PAGED
 /*
- * load_tile for K and V rows [row0, row0 + TILE_KV) of a paged request: row t is slot
- * t % page_size of page table[t / page_size] (table = the request's first page-table entry).
- * Both caches share their strides, so each row's address is computed once for K and V; rows
- * >= len are zero-filled and never look up the table (entries past the request's pages may not
- * exist).
+ * The copies of K and V rows [row0, row0 + TILE_KV) of a paged request into the stage whose K
+ * tile is `offset` bytes after stage 0's (dst: kv_dst0): row t is slot t % page_size of
+ * page table[t / page_size] (table = the request's first page-table entry). Both caches share
+ * their strides, so each row's address is computed once for K and V; rows >= len are
+ * zero-filled and never look up the table (entries past the request's pages may not exist).
  */
 __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
                                                       const int *table, int t) {
@@ -166,25 +185,31 @@ __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_param
            (long long)in_page * p.k_stride_n;
 }
 
+#if THREADS % CHUNKS == 0
+__device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
+                                              const cinfer_prefill_params &p,
+                                              const cinfer_half_bits *k_base,
+                                              const cinfer_half_bits *v_base, const int *table,
+                                              int row0, int len) {
+    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
+#pragma unroll
+    for (int it = 0; it < KV_PASSES; it++) {
+        const int r = r0 + it * KV_RPP;
+        if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
+            const bool valid = row0 + r < len;
+            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
+            const unsigned to = dst + offset + it * KV_RPP * ROW_BYTES;
+            cinfer_cp_async_16(to, k_base + off, valid);
+            cinfer_cp_async_16(to + STAGES * KV_BYTES, v_base + off, valid);
+        }
+    }
+}
+#else
 __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
                                               const cinfer_prefill_params &p,
                                               const cinfer_half_bits *k_base,
                                               const cinfer_half_bits *v_base, const int *table,
                                               int row0, int len) {
-#if THREADS % CHUNKS == 0
-    const int rpp = THREADS / CHUNKS; /* rows per pass */
-    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
-#pragma unroll
-    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV, rpp); it++) {
-        const int r = r0 + it * rpp;
-        if (TILE_KV % rpp == 0 || r < TILE_KV) {
-            const bool valid = row0 + r < len;
-            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
-            cinfer_cp_async_16(s_k + tile_offset(r, ch), k_base + off, valid);
-            cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
-        }
-    }
-#else
 #pragma unroll
     for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * CHUNKS, THREADS); it++) {
         const int c = (int)threadIdx.x + it * THREADS;
@@ -196,22 +221,71 @@ __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
             cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
         }
     }
+}
 #endif
+#elif THREADS % CHUNKS == 0
+/*
+ * The copies of a contiguous K (or V) tile into the tile `offset` bytes after stage 0's K tile
+ * (dst: kv_dst0): src points at this thread's first row of the tile (row0 + threadIdx.x /
+ * CHUNKS) and left is kv_len - row0. A tile that ends inside kv_len (all but the last) copies
+ * without a bounds test; rows past kv_len are zero-filled from a mapped address (any: nothing is
+ * read).
+ */
+__device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
+                                             const cinfer_half_bits *src, long long stride,
+                                             int left, const void *mapped) {
+    const int r0 = (int)threadIdx.x / CHUNKS;
+    const long long step = (long long)KV_RPP * stride;
+    if (left >= TILE_KV) {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++)
+            if (TILE_KV % KV_RPP == 0 || r0 + it * KV_RPP < TILE_KV)
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES, src + it * step, true);
+    } else {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++) {
+            const int r = r0 + it * KV_RPP;
+            if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
+                const bool valid = r < left;
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES,
+                                   valid ? src + it * step : mapped, valid);
+            }
+        }
+    }
 }
 #endif
 
-/* Issues the cp.async copies of KV tile `tile` (rows tile * TILE_KV ..) into stage `stage`. */
-#if CINFER_PAGED
-#define LOAD_KV(stage, tile)                                                                       \
-    load_kv_paged(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, \
-                  (tile)*TILE_KV, p.kv_len)
+/*
+ * Issues the cp.async copies of KV tile `tile` (rows tile * TILE_KV ..) into stage `stage`, dst
+ * being the thread's kv_dst0. Tiles are issued in order, one call each: a contiguous K/V keeps
+ * cursors k_next and v_next at this thread's first row of the next tile, so a row's address is
+ * an add.
+ */
+#if THREADS % CHUNKS != 0
+#define LOAD_KV(stage, tile, dst)                                                                  \
+    LOAD_KV_GENERIC(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, (tile)*TILE_KV)
+#elif CINFER_PAGED
+#define LOAD_KV(stage, tile, dst)                                                                  \
+    load_kv_paged(dst, (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, (tile)*TILE_KV, p.kv_len)
 #else
-#define LOAD_KV(stage, tile)                                                                       \
+#define LOAD_KV(stage, tile, dst)                                                                  \
     do {                                                                                           \
-        load_tile(s_k + (stage)*KV_BYTES, k_base, p.k_stride_n, (tile)*TILE_KV, p.kv_len,          \
-                  TILE_KV);                                                                        \
-        load_tile(s_v + (stage)*KV_BYTES, v_base, p.v_stride_n, (tile)*TILE_KV, p.kv_len,          \
-                  TILE_KV);                                                                        \
+        load_kv_rows(dst, (stage)*KV_BYTES, k_next, p.k_stride_n, p.kv_len - (tile)*TILE_KV,       \
+                     PARAMS.k);                                                                    \
+        load_kv_rows(dst, (stage + STAGES) * KV_BYTES, v_next, p.v_stride_n,                       \
+                     p.kv_len - (tile)*TILE_KV, PARAMS.v);                                         \
+        k_next += TILE_KV * p.k_stride_n;                                                          \
+        v_next += TILE_KV * p.v_stride_n;                                                          \
+    } while (0)
+#endif
+#if CINFER_PAGED
+#define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
+    load_kv_paged(sk, sv, p, k_base, v_base, p.kv_indices, row0, p.kv_len)
+#else
+#define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
+    do {                                                                                           \
+        load_tile(sk, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);                              \
+        load_tile(sv, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);                              \
     } while (0)
 #endif
 
@@ -281,6 +355,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         (const cinfer_half_bits *)p.k + (long long)kv_head * p.k_stride_h;
     const cinfer_half_bits *v_base =
         (const cinfer_half_bits *)p.v + (long long)kv_head * p.v_stride_h;
+#if THREADS % CHUNKS == 0 && !CINFER_PAGED
+    /* This thread's first row of the first tile (load_kv_rows). */
+    const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / CHUNKS;
+    const int kv_col0 = ((int)threadIdx.x % CHUNKS) * 8;
+    const cinfer_half_bits *k_next = k_base + (long long)kv_row0 * p.k_stride_n + kv_col0;
+    const cinfer_half_bits *v_next = v_base + (long long)kv_row0 * p.v_stride_n + kv_col0;
+#endif
 
     /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
     const int row_base = warp * WARP_ROWS + lane / 4;
@@ -291,6 +372,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned q_lane = s_q + tile_offset(warp * WARP_ROWS + lane % 16, lane / 16);
     const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
+#if THREADS % CHUNKS == 0
+    const unsigned kv_dst = kv_dst0(s_k);
+#endif
     float o[MMA_Q][O_TILES][4];
     float m[MMA_Q][2], d[MMA_Q][2];
 #pragma unroll
@@ -337,16 +421,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
             if (s < num_tiles)
-                LOAD_KV(s, tile_begin + s);
+                LOAD_KV(s, tile_begin + s, kv_dst);
             cinfer_cp_async_commit();
         }
 
         unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
         for (int t = 0; t < num_tiles; t++) {
+            const int stage = t % STAGES;
             /* This iteration's copies of the per-lane addresses (cinfer_opaque_u32): each
-             * ldmatrix below addresses one of them plus an immediate. */
+             * ldmatrix and cp.async below addresses one of them plus an immediate. */
             const unsigned ql = cinfer_opaque_u32(q_lane), kl = cinfer_opaque_u32(k_lane),
                            vl = cinfer_opaque_u32(v_lane);
+#if THREADS % CHUNKS == 0
+            const unsigned dl = cinfer_opaque_u32(kv_dst);
+#endif
             /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
              * 0..t must be complete, so STAGES - 2 may still be in flight. */
             CINFER_CP_ASYNC_WAIT(STAGES - 2);
@@ -354,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             {
                 const int next = t + STAGES - 1;
                 if (next < num_tiles)
-                    LOAD_KV(next % STAGES, tile_begin + next);
+                    LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);
                 cinfer_cp_async_commit();
             }
 #if VARIANT_QUERY_TRANSFORM
@@ -385,7 +473,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         cinfer_ldmatrix_x4(qf[mq][kk], ql + IMM_OFFSET(mq * 16, 2 * kk));
             }
 #endif
-            const int stage = t % STAGES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
             /* S = Q K^T */
