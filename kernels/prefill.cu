@@ -25,7 +25,7 @@
  * Registers: with 32 rows per warp at D = 128 and 64 KV rows, the O and S accumulators alone take
  * 192 of the 255 registers per thread, so what else stays live through the tile loop is kept
  * small: three ldmatrix addresses, one cp.async destination and two global cursors per thread,
- * and the softmax state.
+ * the softmax state, and values derived from threadIdx.x recomputed where needed (thread_index).
  *
  * Pipeline (STAGES >= 2): the prologue issues Q and the first STAGES - 1 KV tiles (one cp.async
  * group each). Iteration t waits for tile t, passes a barrier (which also tells every warp that
@@ -96,6 +96,12 @@ __device__ __forceinline__ float fast_tanh(float x) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
     return fmaf(-2.0f, r, 1.0f);
+}
+
+/* threadIdx.x, read where it is used (cinfer_opaque_u32): what the kernel derives from it there
+ * (rows, columns) is computed on the spot instead of held in registers through the tile loop. */
+__device__ __forceinline__ int thread_index(void) {
+    return (int)cinfer_opaque_u32(threadIdx.x);
 }
 
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
@@ -191,7 +197,8 @@ __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
                                               const cinfer_half_bits *k_base,
                                               const cinfer_half_bits *v_base, const int *table,
                                               int row0, int len) {
-    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
+    const int tid = thread_index();
+    const int r0 = tid / CHUNKS, ch = tid % CHUNKS;
 #pragma unroll
     for (int it = 0; it < KV_PASSES; it++) {
         const int r = r0 + it * KV_RPP;
@@ -584,20 +591,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             need_mask = need_mask || j0 < q0 + q_rows - 1 + delta - p.window_left;
 #endif
             if (need_mask) {
+                /* Element (mq, n, e) is column c = n * 8 + e % 2 of row r = mq * 16 + (e / 2) *
+                 * 8, so j = j0 + col0 + c and its row's position is diag0 + r + col0 (col0: the
+                 * lane's first column; diag0: its first row's position less col0): every test
+                 * compares a per-tile limit with the compile-time c or c - r. */
+                const int tid = thread_index();
+                const int col0 = 2 * (tid % 4);
+                const int diag0 = q0 + delta + (tid / 32) * WARP_ROWS + (tid % 32) / 4 - col0;
+                const int len_lim = p.kv_len - j0 - col0;
+                const int diag_lim = diag0 - j0;
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
-                            const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                            bool keep = j < p.kv_len;
+                            const int c = n * 8 + e % 2, r = mq * 16 + (e / 2) * 8;
+                            bool keep = c < len_lim;
 #if CAUSAL
-                            keep = keep && j <= pos;
+                            keep = keep && c - r <= diag_lim; /* j <= position */
 #endif
 #if CINFER_WINDOW
-                            keep = keep && j >= pos - p.window_left;
+                            keep = keep && c - r + p.window_left >= diag_lim;
 #endif
                             if (!keep)
                                 s[mq][n][e] = -CINFER_INF;
@@ -673,7 +688,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
 
     /* Normalize, write LSE, and stage O (as fp16/bf16) in this warp's own rows of the Q tile,
-     * which no other warp reads, so only the warp has to synchronize. */
+     * which no other warp reads, so only the warp has to synchronize. The thread's rows are
+     * derived anew from its index (thread_index), not kept in registers through the loop. */
+    const int tid = thread_index();
+    const int e_warp = tid / 32, e_lane = tid % 32;
+    const int e_row_base = e_warp * WARP_ROWS + e_lane / 4;
     __syncwarp();
 #pragma unroll
     for (int mq = 0; mq < MMA_Q; mq++) {
@@ -684,32 +703,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
 #if VARIANT_USE_SOFTMAX
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
-            const int row = row_base + mq * 16 + h * 8;
-            if (p.lse && lane % 4 == 0 && row < q_rows)
+            const int row = e_row_base + mq * 16 + h * 8;
+            if (p.lse && e_lane % 4 == 0 && row < q_rows)
                 p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
                     sum > 0.0f ? m[mq][h] + log2f(sum) : -CINFER_INF;
 #else
             const float inv = p.v_scale; /* no normalization and no LSE */
-            const int row = row_base + mq * 16 + h * 8;
+            const int row = e_row_base + mq * 16 + h * 8;
 #endif
 #if VARIANT_OUTPUT_TRANSFORM
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;
                 if (row < q_rows) {
-                    const int dim = n * 8 + 2 * (lane % 4);
+                    const int dim = n * 8 + 2 * (e_lane % 4);
                     lo = variant_output_transform(&vp, lo, batch_idx, q0 + row + delta, head, dim);
                     hi = variant_output_transform(&vp, hi, batch_idx, q0 + row + delta, head,
                                                   dim + 1);
                 }
-                cinfer_st_shared_u32(s_q + tile_offset(row, n) + (lane % 4) * 4,
+                cinfer_st_shared_u32(s_q + tile_offset(row, n) + (e_lane % 4) * 4,
                                      cinfer_pack_half2(DT, lo, hi));
             }
 #else
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 cinfer_st_shared_u32(
-                    s_q + tile_offset(row, n) + (lane % 4) * 4,
+                    s_q + tile_offset(row, n) + (e_lane % 4) * 4,
                     cinfer_pack_half2(DT, o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv));
 #endif
         }
@@ -718,8 +737,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)head * p.out_stride_h;
 #pragma unroll
     for (int it = 0; it < WARP_ROWS * CHUNKS / 32; it++) {
-        const int c = lane + it * 32;
-        const int row = warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
+        const int c = e_lane + it * 32;
+        const int row = e_warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
         if (row < q_rows)
             *(uint4 *)(out + (long long)(q0 + row) * p.out_stride_n + ch * 8) =
                 cinfer_ld_shared_v4(s_q + tile_offset(row, ch));
