@@ -11,9 +11,9 @@
  *   softmax     online, in registers, base-2 logits (scaled by sm_scale * log2(e), so exp2 is one
  *               MUFU instruction); row maxima are reduced across the 4 lanes of a quad, row sums
  *               stay per lane until the end;
- *   O += P V    the S accumulators become P's A fragments in place (the C layout of two n8 tiles
- *               is the A layout of one k16 step), converted to fp16/bf16; B = V through
- *               ldmatrix.trans.
+ *   O += P V    the S accumulators become P's A fragments (the C layout of two n8 tiles is the
+ *               A layout of one k16 step), converted to fp16/bf16 in one step after the softmax;
+ *               B = V through ldmatrix.trans. O is rescaled only when some row's maximum grew.
  *
  * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
  * is D / 8 chunks of 16 bytes, padded by one chunk: D / 8 + 1 is odd (D is a multiple of 16), so
@@ -620,8 +620,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
+            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) The factors
+             * alpha that rescale O are applied below, after P is packed. */
 #if VARIANT_USE_SOFTMAX
+            float alpha[MMA_Q][2];
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++) {
 #pragma unroll
@@ -635,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     const float m_new = fmaxf(m[mq][h], mx * scale);
                     /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
                     const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
-                    const float alpha = fast_exp2(m[mq][h] - m_use);
+                    alpha[mq][h] = fast_exp2(m[mq][h] - m_use);
                     m[mq][h] = m_new;
                     float sum = 0.0f;
 #pragma unroll
@@ -646,12 +648,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             sum += s[mq][n][e];
                         }
                     }
-                    d[mq][h] = fmaf(d[mq][h], alpha, sum);
+                    d[mq][h] = fmaf(d[mq][h], alpha[mq][h], sum);
+                }
+            }
+#endif
+
+            /* P as fp16/bf16 A fragments: row half h of n tile n is pf[mq][n][h]; packing all of
+             * P here, before the branch below, frees the fp32 S registers before the P V mmas. */
+            unsigned pf[MMA_Q][S_TILES][2];
 #pragma unroll
-                    for (int n = 0; n < O_TILES; n++) {
-                        o[mq][n][2 * h] *= alpha;
-                        o[mq][n][2 * h + 1] *= alpha;
-                    }
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        pf[mq][n][h] = cinfer_pack_half2(DT, s[mq][n][2 * h], s[mq][n][2 * h + 1]);
+
+#if VARIANT_USE_SOFTMAX
+            /* O *= alpha, skipped (exactly: every alpha is 1) when no row of the warp has a new
+             * maximum, which is most tiles once a row has seen a few. */
+            {
+                bool rescale = false;
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+                    rescale = rescale || alpha[mq][0] != 1.0f || alpha[mq][1] != 1.0f;
+                if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                        for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                o[mq][n][e] *= alpha[mq][e / 2];
                 }
             }
 #endif
@@ -662,10 +690,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 unsigned pa[MMA_Q][4];
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++) {
-                    pa[mq][0] = cinfer_pack_half2(DT, s[mq][2 * kk][0], s[mq][2 * kk][1]);
-                    pa[mq][1] = cinfer_pack_half2(DT, s[mq][2 * kk][2], s[mq][2 * kk][3]);
-                    pa[mq][2] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][0], s[mq][2 * kk + 1][1]);
-                    pa[mq][3] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][2], s[mq][2 * kk + 1][3]);
+                    pa[mq][0] = pf[mq][2 * kk][0];
+                    pa[mq][1] = pf[mq][2 * kk][1];
+                    pa[mq][2] = pf[mq][2 * kk + 1][0];
+                    pa[mq][3] = pf[mq][2 * kk + 1][1];
                 }
 #pragma unroll
                 for (int dp = 0; dp < O_TILES / 2; dp++) {
