@@ -279,7 +279,7 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
     do {                                                                                           \
         load_kv_rows(dst, (stage)*KV_BYTES, k_next, p.k_stride_n, p.kv_len - (tile)*TILE_KV,       \
                      PARAMS.k);                                                                    \
-        load_kv_rows(dst, (stage + STAGES) * KV_BYTES, v_next, p.v_stride_n,                       \
+        load_kv_rows(dst, ((stage) + STAGES) * KV_BYTES, v_next, p.v_stride_n,                     \
                      p.kv_len - (tile)*TILE_KV, PARAMS.v);                                         \
         k_next += TILE_KV * p.k_stride_n;                                                          \
         v_next += TILE_KV * p.v_stride_n;                                                          \
