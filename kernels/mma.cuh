@@ -36,6 +36,19 @@ __device__ __forceinline__ unsigned cinfer_smem_addr(const void *p) {
     return addr;
 }
 
+/*
+ * x, through an instruction the compiler cannot look into or move out of a loop. A kernel copies
+ * its per-lane shared-memory addresses through this at the top of each loop iteration, so that
+ * every address it derives there (the lane's address plus a compile-time offset) is formed in the
+ * loop, where ptxas folds the offset into the load, instead of being hoisted before the loop as
+ * one live register per distinct offset.
+ */
+__device__ __forceinline__ unsigned cinfer_opaque_u32(unsigned x) {
+    unsigned y;
+    asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
 /* d += a * b on fp16 inputs (m16n8k16, fp32 accumulate); a: 4 registers, b: 2, d: 4 floats. */
 __device__ __forceinline__ void cinfer_mma_f16(float *d, const unsigned *a, const unsigned *b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

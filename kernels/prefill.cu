@@ -11,16 +11,21 @@
  *   softmax     online, in registers, base-2 logits (scaled by sm_scale * log2(e), so exp2 is one
  *               MUFU instruction); row maxima are reduced across the 4 lanes of a quad, row sums
  *               stay per lane until the end;
- *   O += P V    the S accumulators become P's A fragments in place (the C layout of two n8 tiles
- *               is the A layout of one k16 step), converted to fp16/bf16; B = V through
- *               ldmatrix.trans.
+ *   O += P V    the S accumulators become P's A fragments (the C layout of two n8 tiles is the
+ *               A layout of one k16 step), converted to fp16/bf16 in one step after the softmax;
+ *               B = V through ldmatrix.trans. O is rescaled only when some row's maximum grew.
  *
  * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
- * is D / 8 chunks of 16 bytes. When a row is a whole number of 128-byte lines (D % 64 == 0) chunk
- * c of row r is stored at chunk c ^ (r % 8): the 8 rows an ldmatrix phase reads (same logical
- * chunk, rows r..r+7) and the 8 chunks a cp.async phase writes land in 8 different bank groups.
- * For other head dims (any multiple of 16) rows are padded by one chunk instead, which spreads 8
- * consecutive rows over 8 bank groups because D / 8 + 1 is odd.
+ * is D / 8 chunks of 16 bytes, padded by one chunk: D / 8 + 1 is odd (D is a multiple of 16), so
+ * the 8 consecutive rows an ldmatrix phase reads (same chunk) and the 8 consecutive chunks a
+ * cp.async phase writes land in 8 different bank groups. Padding rather than an XOR swizzle keeps
+ * every address linear in the row and chunk, so a lane reaches all its ldmatrix sources of one
+ * operand from one register plus compile-time offsets (IMM_OFFSET).
+ *
+ * Registers: with 32 rows per warp at D = 128 and 64 KV rows, the O and S accumulators alone take
+ * 192 of the 255 registers per thread, so what else stays live through the tile loop is kept
+ * small: three ldmatrix addresses, one cp.async destination and two global cursors per thread,
+ * the softmax state, and values derived from threadIdx.x recomputed where needed (thread_index).
  *
  * Pipeline (STAGES >= 2): the prologue issues Q and the first STAGES - 1 KV tiles (one cp.async
  * group each). Iteration t waits for tile t, passes a barrier (which also tells every warp that
@@ -66,9 +71,9 @@
 #define PV_STEPS   (TILE_KV / 16) /* k16 steps of P V */
 #define O_TILES    (D / 8)        /* n8 tiles of O */
 #define CHUNKS     (D / 8)        /* 16-byte chunks per row */
-#define SWIZZLE    (CHUNKS % 8 == 0)
-#define ROW_CHUNKS (SWIZZLE ? CHUNKS : CHUNKS + 1)
-#define KV_BYTES   (TILE_KV * ROW_CHUNKS * 16) /* one stage of K (or V) */
+#define ROW_CHUNKS (CHUNKS + 1)   /* padded (see the layout above) */
+#define ROW_BYTES  (ROW_CHUNKS * 16)
+#define KV_BYTES   (TILE_KV * ROW_BYTES) /* one stage of K (or V) */
 /* Q fragments stay in registers when they take at most 32 per lane (16 x D x MMA_Q halves over a
  * warp); larger ones would push the O accumulators into local memory, so they are re-read from
  * shared memory at each k step instead. */
@@ -94,39 +99,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* threadIdx.x, read where it is used (cinfer_opaque_u32): what the kernel derives from it there
+ * (rows, columns) is computed on the spot instead of held in registers through the tile loop. */
+__device__ __forceinline__ int thread_index(void) {
+    return (int)cinfer_opaque_u32(threadIdx.x);
+}
+
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a tile (see the layout above). */
 __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
-#if SWIZZLE
-    return (unsigned)(row * CHUNKS + (chunk ^ (row & 7))) * 16u;
-#else
-    return (unsigned)(row * ROW_CHUNKS + chunk) * 16u;
-#endif
+    return (unsigned)(row * ROW_BYTES + chunk * 16);
 }
 
 /*
- * ldmatrix addresses split into a lane part and a compile-time part, so that every address in
- * the unrolled loops is one register plus an immediate (hoisting one register per distinct
- * address would take most of the register file). A lane reads logical row R + row_l, chunk
- * C + c_l with R a multiple of 8 and C even (both compile-time) and c_l in {0, 1}; then
- *   tile_offset(R + row_l, C + c_l) = lane_off[LANE_SLOT(C)] + IMM_OFFSET(R, C)
- * with lane_off[j] = tile_offset(row_l, 2 j + c_l): the swizzle XORs only the low 3 bits of the
- * chunk with row_l % 8, and (C % 8) + c_l < 8, so the high part of C passes through unchanged.
+ * ldmatrix addresses split into a lane part and a compile-time part: a lane reads row R + row_l,
+ * chunk C + c_l of a tile, R and C compile-time, at tile_offset(row_l, c_l) + IMM_OFFSET(R, C),
+ * so every address in the unrolled loops is one register plus an immediate.
  */
-#if SWIZZLE
-#define LANE_SLOTS       4
-#define LANE_SLOT(C)     (((C) / 2) % 4)
-#define IMM_OFFSET(R, C) (((R)*CHUNKS + ((C) & ~7)) * 16)
-#else
-#define LANE_SLOTS       1
-#define LANE_SLOT(C)     0
-#define IMM_OFFSET(R, C) (((R)*ROW_CHUNKS + (C)) * 16)
-#endif
-
-__device__ __forceinline__ void lane_offsets(unsigned *dst, int row_l, int c_l) {
-#pragma unroll
-    for (int j = 0; j < LANE_SLOTS; j++)
-        dst[j] = tile_offset(row_l, 2 * j + c_l);
-}
+#define IMM_OFFSET(R, C) ((R)*ROW_BYTES + (C)*16)
 
 /*
  * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
@@ -167,13 +156,27 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
 #endif
 }
 
+/*
+ * The K/V copies when a thread keeps one chunk column (THREADS % CHUNKS == 0): pass `it` copies
+ * row r0 + it * KV_RPP (r0 = threadIdx.x / CHUNKS) of the tile, at the thread's destination dst
+ * (kv_dst0: its chunk of row r0 in stage 0's K tile) plus a compile-time offset.
+ */
+#if THREADS % CHUNKS == 0
+#define KV_RPP    (THREADS / CHUNKS) /* rows per pass */
+#define KV_PASSES CINFER_CEIL_DIV(TILE_KV, KV_RPP)
+
+__device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
+    return s_k + tile_offset((int)threadIdx.x / CHUNKS, (int)threadIdx.x % CHUNKS);
+}
+#endif
+
 #if CINFER_PAGED
 /*
- * load_tile for K and V rows [row0, row0 + TILE_KV) of a paged request: row t is slot
- * t % page_size of page table[t / page_size] (table = the request's first page-table entry).
- * Both caches share their strides, so each row's address is computed once for K and V; rows
- * >= len are zero-filled and never look up the table (entries past the request's pages may not
- * exist).
+ * The copies of K and V rows [row0, row0 + TILE_KV) of a paged request into the stage whose K
+ * tile is `offset` bytes after stage 0's (dst: kv_dst0): row t is slot t % page_size of
+ * page table[t / page_size] (table = the request's first page-table entry). Both caches share
+ * their strides, so each row's address is computed once for K and V; rows >= len are
+ * zero-filled and never look up the table (entries past the request's pages may not exist).
  */
 __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
                                                       const int *table, int t) {
@@ -189,25 +192,32 @@ __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_param
            (long long)in_page * p.k_stride_n;
 }
 
+#if THREADS % CHUNKS == 0
+__device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
+                                              const cinfer_prefill_params &p,
+                                              const cinfer_half_bits *k_base,
+                                              const cinfer_half_bits *v_base, const int *table,
+                                              int row0, int len) {
+    const int tid = thread_index();
+    const int r0 = tid / CHUNKS, ch = tid % CHUNKS;
+#pragma unroll
+    for (int it = 0; it < KV_PASSES; it++) {
+        const int r = r0 + it * KV_RPP;
+        if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
+            const bool valid = row0 + r < len;
+            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
+            const unsigned to = dst + offset + it * KV_RPP * ROW_BYTES;
+            cinfer_cp_async_16(to, k_base + off, valid);
+            cinfer_cp_async_16(to + STAGES * KV_BYTES, v_base + off, valid);
+        }
+    }
+}
+#else
 __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
                                               const cinfer_prefill_params &p,
                                               const cinfer_half_bits *k_base,
                                               const cinfer_half_bits *v_base, const int *table,
                                               int row0, int len) {
-#if THREADS % CHUNKS == 0
-    const int rpp = THREADS / CHUNKS; /* rows per pass */
-    const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
-#pragma unroll
-    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV, rpp); it++) {
-        const int r = r0 + it * rpp;
-        if (TILE_KV % rpp == 0 || r < TILE_KV) {
-            const bool valid = row0 + r < len;
-            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
-            cinfer_cp_async_16(s_k + tile_offset(r, ch), k_base + off, valid);
-            cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
-        }
-    }
-#else
 #pragma unroll
     for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * CHUNKS, THREADS); it++) {
         const int c = (int)threadIdx.x + it * THREADS;
@@ -219,22 +229,71 @@ __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
             cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
         }
     }
+}
 #endif
+#elif THREADS % CHUNKS == 0
+/*
+ * The copies of a contiguous K (or V) tile into the tile `offset` bytes after stage 0's K tile
+ * (dst: kv_dst0): src points at this thread's first row of the tile (row0 + threadIdx.x /
+ * CHUNKS) and left is kv_len - row0. A tile that ends inside kv_len (all but the last) copies
+ * without a bounds test; rows past kv_len are zero-filled from a mapped address (any: nothing is
+ * read).
+ */
+__device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
+                                             const cinfer_half_bits *src, long long stride,
+                                             int left, const void *mapped) {
+    const int r0 = (int)threadIdx.x / CHUNKS;
+    const long long step = (long long)KV_RPP * stride;
+    if (left >= TILE_KV) {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++)
+            if (TILE_KV % KV_RPP == 0 || r0 + it * KV_RPP < TILE_KV)
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES, src + it * step, true);
+    } else {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++) {
+            const int r = r0 + it * KV_RPP;
+            if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
+                const bool valid = r < left;
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES,
+                                   valid ? src + it * step : mapped, valid);
+            }
+        }
+    }
 }
 #endif
 
-/* Issues the cp.async copies of KV tile `tile` (rows tile * TILE_KV ..) into stage `stage`. */
-#if CINFER_PAGED
-#define LOAD_KV(stage, tile)                                                                       \
-    load_kv_paged(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, \
-                  (tile)*TILE_KV, p.kv_len)
+/*
+ * Issues the cp.async copies of KV tile `tile` (rows tile * TILE_KV ..) into stage `stage`, dst
+ * being the thread's kv_dst0. Tiles are issued in order, one call each: a contiguous K/V keeps
+ * cursors k_next and v_next at this thread's first row of the next tile, so a row's address is
+ * an add.
+ */
+#if THREADS % CHUNKS != 0
+#define LOAD_KV(stage, tile, dst)                                                                  \
+    LOAD_KV_GENERIC(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, (tile)*TILE_KV)
+#elif CINFER_PAGED
+#define LOAD_KV(stage, tile, dst)                                                                  \
+    load_kv_paged(dst, (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, (tile)*TILE_KV, p.kv_len)
 #else
-#define LOAD_KV(stage, tile)                                                                       \
+#define LOAD_KV(stage, tile, dst)                                                                  \
     do {                                                                                           \
-        load_tile(s_k + (stage)*KV_BYTES, k_base, p.k_stride_n, (tile)*TILE_KV, p.kv_len,          \
-                  TILE_KV);                                                                        \
-        load_tile(s_v + (stage)*KV_BYTES, v_base, p.v_stride_n, (tile)*TILE_KV, p.kv_len,          \
-                  TILE_KV);                                                                        \
+        load_kv_rows(dst, (stage)*KV_BYTES, k_next, p.k_stride_n, p.kv_len - (tile)*TILE_KV,       \
+                     PARAMS.k);                                                                    \
+        load_kv_rows(dst, ((stage) + STAGES) * KV_BYTES, v_next, p.v_stride_n,                     \
+                     p.kv_len - (tile)*TILE_KV, PARAMS.v);                                         \
+        k_next += TILE_KV * p.k_stride_n;                                                          \
+        v_next += TILE_KV * p.v_stride_n;                                                          \
+    } while (0)
+#endif
+#if CINFER_PAGED
+#define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
+    load_kv_paged(sk, sv, p, k_base, v_base, p.kv_indices, row0, p.kv_len)
+#else
+#define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
+    do {                                                                                           \
+        load_tile(sk, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);                              \
+        load_tile(sv, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);                              \
     } while (0)
 #endif
 
@@ -309,15 +368,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         (const cinfer_half_bits *)p.k + (long long)kv_head * p.k_stride_h;
     const cinfer_half_bits *v_base =
         (const cinfer_half_bits *)p.v + (long long)kv_head * p.v_stride_h;
+#if THREADS % CHUNKS == 0 && !CINFER_PAGED
+    /* This thread's first row of the first tile (load_kv_rows). */
+    const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / CHUNKS;
+    const int kv_col0 = ((int)threadIdx.x % CHUNKS) * 8;
+    const cinfer_half_bits *k_next = k_base + (long long)kv_row0 * p.k_stride_n + kv_col0;
+    const cinfer_half_bits *v_next = v_base + (long long)kv_row0 * p.v_stride_n + kv_col0;
+#endif
 
     /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
     const int row_base = warp * WARP_ROWS + lane / 4;
-    /* ldmatrix lane offsets: Q and V matrices are rows lane % 16, chunk lane / 16 (Q from this
-     * warp's first row); K matrices are rows (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. */
-    unsigned qv_off[LANE_SLOTS], k_off[LANE_SLOTS];
-    lane_offsets(qv_off, lane % 16, lane / 16);
-    lane_offsets(k_off, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-    const unsigned s_qw = s_q + tile_offset(warp * WARP_ROWS, 0);
+    /* This lane's ldmatrix sources at their tiles' origins (IMM_OFFSET adds the rest): Q
+     * (this warp's rows) and V matrices are rows lane % 16, chunk lane / 16; K matrices are rows
+     * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0; another
+     * stage adds a multiple of KV_BYTES. */
+    const unsigned q_lane = s_q + tile_offset(warp * WARP_ROWS + lane % 16, lane / 16);
+    const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
+#if THREADS % CHUNKS == 0
+    const unsigned kv_dst = kv_dst0(s_k);
+#endif
     float o[MMA_Q][O_TILES][4];
     float m[MMA_Q][2], d[MMA_Q][2];
 #pragma unroll
@@ -386,12 +456,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
             if (s < num_tiles)
-                LOAD_KV(s, tile_begin + s);
+                LOAD_KV(s, tile_begin + s, kv_dst);
             cinfer_cp_async_commit();
         }
 
         unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
         for (int t = 0; t < num_tiles; t++) {
+            const int stage = t % STAGES;
+            /* This iteration's copies of the per-lane addresses (cinfer_opaque_u32): each
+             * ldmatrix and cp.async below addresses one of them plus an immediate. */
+            const unsigned ql = cinfer_opaque_u32(q_lane), kl = cinfer_opaque_u32(k_lane),
+                           vl = cinfer_opaque_u32(v_lane);
+#if THREADS % CHUNKS == 0
+            const unsigned dl = cinfer_opaque_u32(kv_dst);
+#endif
             /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
              * 0..t must be complete, so STAGES - 2 may still be in flight. */
             CINFER_CP_ASYNC_WAIT(STAGES - 2);
@@ -399,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             {
                 const int next = t + STAGES - 1;
                 if (next < num_tiles)
-                    LOAD_KV(next % STAGES, tile_begin + next);
+                    LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);
                 cinfer_cp_async_commit();
             }
 #if VARIANT_QUERY_TRANSFORM
@@ -427,12 +505,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int kk = 0; kk < K_STEPS; kk++)
-                        cinfer_ldmatrix_x4(qf[mq][kk], s_qw + qv_off[LANE_SLOT(2 * kk)] +
-                                                           IMM_OFFSET(mq * 16, 2 * kk));
+                        cinfer_ldmatrix_x4(qf[mq][kk], ql + IMM_OFFSET(mq * 16, 2 * kk));
             }
 #endif
-            const int stage = t % STAGES;
-            const unsigned k_tile = s_k + stage * KV_BYTES, v_tile = s_v + stage * KV_BYTES;
             const int j0 = (tile_begin + t) * TILE_KV;
 
 #if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS
@@ -476,8 +551,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int e = 0; e < 4; e++)
                         a[mq][e] = qf[mq][kk][e];
 #else
-                    cinfer_ldmatrix_x4(a[mq], s_qw + qv_off[LANE_SLOT(2 * kk)] +
-                                                  IMM_OFFSET(mq * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(a[mq], ql + IMM_OFFSET(mq * 16, 2 * kk));
 #endif
                 }
 #pragma unroll
@@ -486,8 +560,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 kk / 2 kk + 1 ((lane / 8) % 2): b[0..1] for n tile 2 np, b[2..3] for
                      * 2 np + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4(b, k_tile + k_off[LANE_SLOT(2 * kk)] +
-                                              IMM_OFFSET(np * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(b, kl + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(DT, s[mq][2 * np], a[mq], b);
@@ -662,20 +735,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             need_mask = need_mask || j0 < q0 + q_rows - 1 + delta - p.window_left;
 #endif
             if (need_mask) {
+                /* Element (mq, n, e) is column c = n * 8 + e % 2 of row r = mq * 16 + (e / 2) *
+                 * 8, so j = j0 + col0 + c and its row's position is diag0 + r + col0 (col0: the
+                 * lane's first column; diag0: its first row's position less col0): every test
+                 * compares a per-tile limit with the compile-time c or c - r. */
+                const int tid = thread_index();
+                const int col0 = 2 * (tid % 4);
+                const int diag0 = q0 + delta + (tid / 32) * WARP_ROWS + (tid % 32) / 4 - col0;
+                const int len_lim = p.kv_len - j0 - col0;
+                const int diag_lim = diag0 - j0;
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
-                            const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                            bool keep = j < p.kv_len;
+                            const int c = n * 8 + e % 2, r = mq * 16 + (e / 2) * 8;
+                            bool keep = c < len_lim;
 #if CAUSAL
-                            keep = keep && j <= pos;
+                            keep = keep && c - r <= diag_lim; /* j <= position */
 #endif
 #if CINFER_WINDOW
-                            keep = keep && j >= pos - p.window_left;
+                            keep = keep && c - r + p.window_left >= diag_lim;
 #endif
                             if (!keep)
                                 s[mq][n][e] = -CINFER_INF;
@@ -683,8 +764,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) */
+            /* Online softmax; P overwrites S. (Without softmax P is S as it is.) The factors
+             * alpha that rescale O are applied below, after P is packed. */
 #if VARIANT_USE_SOFTMAX
+            float alpha[MMA_Q][2];
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++) {
 #pragma unroll
@@ -698,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     const float m_new = fmaxf(m[mq][h], mx * scale);
                     /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
                     const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
-                    const float alpha = fast_exp2(m[mq][h] - m_use);
+                    alpha[mq][h] = fast_exp2(m[mq][h] - m_use);
                     m[mq][h] = m_new;
                     float sum = 0.0f;
 #pragma unroll
@@ -709,12 +792,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             sum += s[mq][n][e];
                         }
                     }
-                    d[mq][h] = fmaf(d[mq][h], alpha, sum);
+                    d[mq][h] = fmaf(d[mq][h], alpha[mq][h], sum);
+                }
+            }
+#endif
+
+            /* P as fp16/bf16 A fragments: row half h of n tile n is pf[mq][n][h]; packing all of
+             * P here, before the branch below, frees the fp32 S registers before the P V mmas. */
+            unsigned pf[MMA_Q][S_TILES][2];
 #pragma unroll
-                    for (int n = 0; n < O_TILES; n++) {
-                        o[mq][n][2 * h] *= alpha;
-                        o[mq][n][2 * h + 1] *= alpha;
-                    }
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        pf[mq][n][h] = cinfer_pack_half2(DT, s[mq][n][2 * h], s[mq][n][2 * h + 1]);
+
+#if VARIANT_USE_SOFTMAX
+            /* O *= alpha, skipped (exactly: every alpha is 1) when no row of the warp has a new
+             * maximum, which is most tiles once a row has seen a few. */
+            {
+                bool rescale = false;
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+                    rescale = rescale || alpha[mq][0] != 1.0f || alpha[mq][1] != 1.0f;
+                if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                        for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                o[mq][n][e] *= alpha[mq][e / 2];
                 }
             }
 #endif
@@ -725,10 +834,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 unsigned pa[MMA_Q][4];
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++) {
-                    pa[mq][0] = cinfer_pack_half2(DT, s[mq][2 * kk][0], s[mq][2 * kk][1]);
-                    pa[mq][1] = cinfer_pack_half2(DT, s[mq][2 * kk][2], s[mq][2 * kk][3]);
-                    pa[mq][2] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][0], s[mq][2 * kk + 1][1]);
-                    pa[mq][3] = cinfer_pack_half2(DT, s[mq][2 * kk + 1][2], s[mq][2 * kk + 1][3]);
+                    pa[mq][0] = pf[mq][2 * kk][0];
+                    pa[mq][1] = pf[mq][2 * kk][1];
+                    pa[mq][2] = pf[mq][2 * kk + 1][0];
+                    pa[mq][3] = pf[mq][2 * kk + 1][1];
                 }
 #pragma unroll
                 for (int dp = 0; dp < O_TILES / 2; dp++) {
@@ -736,8 +845,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 dp / 2 dp + 1 (lane / 16): b[0..1] for d tile 2 dp, b[2..3] for
                      * 2 dp + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4_trans(b, v_tile + qv_off[LANE_SLOT(2 * dp)] +
-                                                    IMM_OFFSET(kk * 16, 2 * dp));
+                    cinfer_ldmatrix_x4_trans(b,
+                                             vl + stage * KV_BYTES + IMM_OFFSET(kk * 16, 2 * dp));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(DT, o[mq][2 * dp], pa[mq], b);
@@ -784,7 +893,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     /* Normalize, write LSE, and stage O (as fp16/bf16) in this warp's own rows of the Q tile,
-     * which no other warp reads, so only the warp has to synchronize. */
+     * which no other warp reads, so only the warp has to synchronize. The thread's rows are
+     * derived anew from its index (thread_index), not kept in registers through the loop. */
+    const int tid = thread_index();
+    const int e_warp = tid / 32, e_lane = tid % 32;
+    const int e_row_base = e_warp * WARP_ROWS + e_lane / 4;
     __syncwarp();
 #pragma unroll
     for (int mq = 0; mq < MMA_Q; mq++) {
@@ -795,32 +908,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
 #if VARIANT_USE_SOFTMAX
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
-            const int row = row_base + mq * 16 + h * 8;
-            if (p.lse && lane % 4 == 0 && row < q_rows)
+            const int row = e_row_base + mq * 16 + h * 8;
+            if (p.lse && e_lane % 4 == 0 && row < q_rows)
                 p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
                     sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
 #else
             const float inv = p.v_scale; /* no normalization and no LSE */
-            const int row = row_base + mq * 16 + h * 8;
+            const int row = e_row_base + mq * 16 + h * 8;
 #endif
 #if VARIANT_OUTPUT_TRANSFORM
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;
                 if (row < q_rows) {
-                    const int dim = n * 8 + 2 * (lane % 4);
+                    const int dim = n * 8 + 2 * (e_lane % 4);
                     lo = variant_output_transform(&vp, lo, batch_idx, q0 + row + delta, head, dim);
                     hi = variant_output_transform(&vp, hi, batch_idx, q0 + row + delta, head,
                                                   dim + 1);
                 }
-                cinfer_st_shared_u32(s_q + tile_offset(row, n) + (lane % 4) * 4,
+                cinfer_st_shared_u32(s_q + tile_offset(row, n) + (e_lane % 4) * 4,
                                      cinfer_pack_half2(DT, lo, hi));
             }
 #else
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 cinfer_st_shared_u32(
-                    s_q + tile_offset(row, n) + (lane % 4) * 4,
+                    s_q + tile_offset(row, n) + (e_lane % 4) * 4,
                     cinfer_pack_half2(DT, o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv));
 #endif
         }
@@ -829,8 +942,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)head * p.out_stride_h;
 #pragma unroll
     for (int it = 0; it < WARP_ROWS * CHUNKS / 32; it++) {
-        const int c = lane + it * 32;
-        const int row = warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
+        const int c = e_lane + it * 32;
+        const int row = e_warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
         if (row < q_rows)
             *(uint4 *)(out + (long long)(q0 + row) * p.out_stride_n + ch * 8) =
                 cinfer_ld_shared_v4(s_q + tile_offset(row, ch));

@@ -429,8 +429,8 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
  * Limits of the sm80 prefill kernel (kernels/prefill.cu): q, k, v and out of one 16-bit dtype;
  * head dims in 16-element mma steps; warps of 16 * mma_q query rows (mma_q = tile_q / (16 *
  * warps) in {1, 2}); KV tiles in 16-row mma steps; at least double buffering; and shared memory
- * (Q tile + stages x K and V tiles, rows padded by 16 bytes unless D % 64 == 0) within the
- * largest opt-in size of any supported GPU (227 KiB on sm_90); the launch checks the device's.
+ * (Q tile + stages x K and V tiles, rows padded by 16 bytes) within the largest opt-in size of
+ * any supported GPU (227 KiB on sm_90); the launch checks the device's.
  */
 static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family_t *fam) {
     if (spec->backend != CINFER__BACKEND_SM80)
@@ -479,7 +479,7 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     if (!in_range(spec->stages, 2, 4))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: stages %d outside [2, 4]",
                              fam->name, (int)spec->stages);
-    const int64_t chunks = spec->head_dim_qk / 8 + (spec->head_dim_qk % 64 ? 1 : 0);
+    const int64_t chunks = spec->head_dim_qk / 8 + 1;
     const int64_t smem = 16 * chunks * (spec->tile_q + 2 * (int64_t)spec->stages * spec->tile_kv);
     if (smem > 227 * 1024)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,

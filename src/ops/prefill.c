@@ -47,7 +47,7 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
 /* ---- tiles ---- */
 
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
-    const size_t row_chunks = (size_t)head_dim / 8 + (head_dim % 64 ? 1 : 0);
+    const size_t row_chunks = (size_t)head_dim / 8 + 1;
     return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
 }
 
@@ -56,17 +56,33 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
  * lane), plus S (TILE_KV / 2 per lane per 16 rows) and, when they fit, the Q fragments. These
  * compile without local memory for every mask, flag and dtype with NVRTC 13.0 for sm_80 and
  * sm_90a (cuobjdump --dump-resource-usage; registers of the causal bf16 kernel on sm_90a):
- *   D <= 64:  4 warps x 32 rows, KV 32, 3 stages (221); KV 64 spills on sm_90a with a window;
- *   D <= 128: 8 warps x 16 rows, KV 64, 2 stages (214); 32 rows per warp needs KV 32 and 255;
- *   D <= 256: 4 warps x 16 rows, KV 32, 2 stages (246); 208..240, whose padded rows take the
- *             generic copy loop, reach 255 and spill with KV 32, so they use KV 16, 3 stages.
- * 32 rows per warp halves the shared-memory reads per mma; bench_prefill --sweep compares the
- * D = 128 candidates on the GPU. All of these fit the 99 KiB of sm_86/sm_89 as well.
+ *   D <= 64:  4 warps x 32 rows, KV 32, 3 stages (186);
+ *   D <= 128: 8 warps x 16 rows, KV 64, 2 stages (200);
+ *   D <= 256: 4 warps x 16 rows, KV 32, 2 stages (237); 208..240, whose rows take the generic
+ *             copy loop, spilled with KV 32 (before the registers were trimmed), so they use KV
+ *             16, 3 stages (213).
+ * 32 rows per warp halves the K/V shared-memory reads per mma: at D = 128 tile_q 128 on four
+ * warps with KV 64 (255 registers, 2 stages: two CTAs of 102 KiB per SM) or KV 32 (242) compile
+ * without local memory too (except the custom_mask variant and window + LSE at KV 64 in 3
+ * stages); bench_prefill --sweep compares them with this default on the GPU. With rows padded to
+ * D / 8 + 1 chunks, the D <= 128 default takes 102 KiB, so on sm_86/sm_89 (99 KiB) fit_config
+ * runs it with KV 32.
  */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
 
+static cinfer__prefill_config_t test_default;
+static bool has_test_default;
+
+void cinfer__prefill_test_default_config(const cinfer__prefill_config_t *cfg) {
+    has_test_default = cfg != NULL;
+    if (cfg)
+        test_default = *cfg;
+}
+
 void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
-    if (head_dim <= 64) {
+    if (has_test_default) {
+        *cfg = test_default;
+    } else if (head_dim <= 64) {
         *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 32, .warps = 4, .stages = 3};
     } else if (head_dim <= 128) {
         *cfg = (cinfer__prefill_config_t){.tile_q = 128, .tile_kv = 64, .warps = 8, .stages = 2};

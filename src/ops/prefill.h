@@ -19,8 +19,7 @@ typedef struct cinfer__prefill_config {
 } cinfer__prefill_config_t;
 
 /* Dynamic shared memory of the kernel for head dim d (kernels/prefill.cu's layout): the Q tile
- * and `stages` K and V tiles, rows of d / 8 16-byte chunks, padded by one chunk unless d % 64 == 0.
- */
+ * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg);
 
 /*
@@ -29,6 +28,13 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
  * each choice.
  */
 void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
+
+/*
+ * Tests only: while cfg is not NULL, *cfg replaces the default tiles of every head dim (shrunk to
+ * fit max_smem as usual), so that the GPU tests can run the batch kernels (whose largest tile is
+ * the default) with other tiles. Not thread-safe; NULL restores the defaults.
+ */
+void cinfer__prefill_test_default_config(const cinfer__prefill_config_t *cfg);
 
 /*
  * The tiles of the batch kernels for head_dim within max_smem bytes, ascending in tile_q (32 rows,

@@ -605,6 +605,52 @@ static void masks_and_edges(void **state) {
     run_case(&c, cinfer_test_seed() + 521);
 }
 
+/*
+ * The batch kernels with 32 query rows per warp at D = 128 (tile_q 128 on four warps; the default
+ * tiles keep 16 rows per warp, so the test swaps them in as the largest batch tile), ragged and
+ * paged, causal and not, one batch with a soft cap and a window. The mean query length (~120)
+ * picks the 128-row tile.
+ */
+static void wide_warp_tiles(void **state) {
+    (void)state;
+    static const cinfer__prefill_config_t tiles[] = {{128, 64, 4, 2}, {128, 32, 4, 3}};
+    static const int qo[] = {200, 77, 130, 1, 190};
+    static const int kv[] = {300, 77, 100, 40, 500};
+    int n = 0;
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        cinfer__prefill_test_default_config(&tiles[i]);
+        for (int paged = 0; paged < 2; paged++)
+            for (int causal = 0; causal < 2; causal++) {
+                char desc[96];
+                bp_case c = base_case("");
+                c.batch = 5;
+                c.qo_lens = qo;
+                c.kv_lens = kv;
+                c.hq = 8;
+                c.hk = 2;
+                c.paged = paged;
+                c.causal = causal;
+                if (i == 1 && paged && causal) {
+                    c.soft_cap = 30.0f;
+                    c.window_left = 150;
+                }
+                snprintf(desc, sizeof desc, "tiles q%d kv%d w%d s%d %s causal %d%s",
+                         tiles[i].tile_q, tiles[i].tile_kv, tiles[i].warps, tiles[i].stages,
+                         paged ? "paged" : "ragged", causal,
+                         c.soft_cap > 0 ? " soft cap 30 window 150" : "");
+                c.desc = desc;
+                run_case(&c, cinfer_test_seed() + 550 + (uint64_t)n++);
+            }
+    }
+    cinfer__prefill_test_default_config(NULL);
+}
+
+/* wide_warp_tiles' teardown: the default tiles come back even when a case failed. */
+static int teardown_default_tiles(void **state) {
+    cinfer__prefill_test_default_config(NULL);
+    return cinfer_test_teardown_buffers(state);
+}
+
 /* Random batches over the kernel sets the cases above already compiled (the dtype, head dim and
  * flags come from that menu; everything else is random). */
 static void randomized_grid(void **state) {
@@ -1047,6 +1093,7 @@ int main(void) {
         cmocka_unit_test_teardown(head_dims_dtypes_and_groups, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(short_queries, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(masks_and_edges, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(wide_warp_tiles, teardown_default_tiles),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),

@@ -1,8 +1,8 @@
 /*
- * Single-request prefill against the float64 CPU reference: head dims (the swizzled 64/128/256
- * paths and the padded ones), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices of a packed QKV,
- * strided out/lse, causal and non-causal masks, sliding windows, soft cap and scales,
- * qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
+ * Single-request prefill against the float64 CPU reference: head dims (64/128/256, whose copies
+ * keep a chunk column per thread, and the others), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices
+ * of a packed QKV, strided out/lse, causal and non-causal masks, sliding windows, soft cap and
+ * scales, qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
  * configuration the spec accepts, a randomized grid, and argument errors.
  *
  * Every output buffer is poisoned (NaN) before the run and surrounded by canaries; elements of an
@@ -532,11 +532,11 @@ static void edge_lengths(void **state) {
 
 /*
  * The tile configurations the validator accepts, at the head dims with their own code paths
- * (64 and 128: swizzled rows, Q in registers or not; 80: padded rows and the generic copy loop;
- * 256: swizzled, Q re-read from shared memory). Configurations whose O and S accumulators alone
- * exceed 192 registers per lane are valid but spill; they are left out to save compile time, as
- * are those the device's shared memory cannot hold (with 1 KiB for the static shared memory
- * sm_90a kernels reserve).
+ * (64 and 128: a chunk column per thread, Q in registers or not; 80: the generic copy loop; 256:
+ * Q re-read from shared memory). Configurations whose O and S accumulators alone exceed 192
+ * registers per lane are valid but spill; they are left out to save compile time, as are those
+ * the device's shared memory cannot hold (with 1 KiB for the static shared memory sm_90a kernels
+ * reserve).
  */
 static void all_tile_configs(void **state) {
     (void)state;
@@ -571,6 +571,56 @@ static void all_tile_configs(void **state) {
                     run_case(&c, cinfer_test_seed() + 700 + (uint64_t)n);
                     n++;
                 }
+}
+
+/*
+ * The tiles of 32 query rows per warp at D = 128 that bench_prefill --sweep measures (tile_q 128
+ * on four warps, 64 or 32 KV rows, 2 or 3 stages): Llama heads, causal and not, lengths that are
+ * not tile multiples, and on some a soft cap, a sliding window, fp16 or a variant.
+ */
+static void wide_warp_tiles(void **state) {
+    (void)state;
+    static const cinfer__prefill_config_t tiles[] = {
+        {128, 64, 4, 2}, {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int extra = 0; extra < 2; extra++) {
+                char desc[128];
+                prefill_case c = base_case("");
+                c.hq = 32;
+                c.hk = 8;
+                c.qo_len = 777;
+                c.kv_len = 1111;
+                c.causal = causal;
+                c.check_heads = 3;
+                c.tiles = &tiles[i];
+                if (extra) { /* one more feature per tile and mask */
+                    switch ((i * 2 + (size_t)causal) % 4) {
+                    case 0:
+                        c.soft_cap = 30.0f;
+                        break;
+                    case 1:
+                        c.window_left = 300;
+                        break;
+                    case 2:
+                        c.dtype = CINFER__DT_F16;
+                        c.layout = CINFER_KV_LAYOUT_HND;
+                        break;
+                    default:
+                        c.variant = i < 2 ? TV_ALIBI : TV_SINKS;
+                        c.no_lse = !tv_has_lse(c.variant);
+                        break;
+                    }
+                }
+                snprintf(desc, sizeof desc,
+                         "tiles q%d kv%d w%d s%d causal %d: cap %g window %d %s %s variant %s",
+                         c.tiles->tile_q, c.tiles->tile_kv, c.tiles->warps, c.tiles->stages, causal,
+                         (double)c.soft_cap, c.window_left, cinfer__dtype_name(c.dtype),
+                         c.layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD", tv_name(c.variant));
+                c.desc = desc;
+                run_case(&c, cinfer_test_seed() + 900 + (uint64_t)n++);
+            }
 }
 
 static void randomized_grid(void **state) {
@@ -836,6 +886,7 @@ int main(void) {
         cmocka_unit_test_teardown(masks_and_scales, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(all_tile_configs, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(wide_warp_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),

@@ -333,6 +333,24 @@ static void batch_tiles_are_ascending_and_fit(void **state) {
     }
 }
 
+/* The GPU tests' override of the default tiles reaches the batch tiles, and NULL restores them. */
+static void test_default_tiles_override(void **state) {
+    (void)state;
+    const cinfer__prefill_config_t wide = {.tile_q = 128, .tile_kv = 64, .warps = 4, .stages = 2};
+    cinfer__prefill_config_t def, got, cfgs[3];
+    int n = 0;
+    cinfer__prefill_default_config(128, H200_SMEM, &def);
+    cinfer__prefill_test_default_config(&wide);
+    cinfer__prefill_default_config(128, H200_SMEM, &got);
+    assert_memory_equal(&got, &wide, sizeof got);
+    cinfer__prefill_batch_configs(128, H200_SMEM, cfgs, &n);
+    assert_int_equal(n, 3);
+    assert_memory_equal(&cfgs[n - 1], &wide, sizeof wide);
+    cinfer__prefill_test_default_config(NULL);
+    cinfer__prefill_default_config(128, H200_SMEM, &got);
+    assert_memory_equal(&got, &def, sizeof got);
+}
+
 static void spec_fields_batch_and_paged(void **state) {
     (void)state;
     cinfer__spec_t spec;
@@ -1010,6 +1028,7 @@ static void public_functions_reject_null_handles(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(batch_tiles_are_ascending_and_fit),
+        cmocka_unit_test(test_default_tiles_override),
         cmocka_unit_test(spec_fields_batch_and_paged),
         cmocka_unit_test(tile_is_the_smallest_holding_the_average),
         cmocka_unit_test(layout_is_exact_and_aligned),
