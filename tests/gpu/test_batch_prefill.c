@@ -481,6 +481,18 @@ static void run_case(const bp_case *c, uint64_t seed) {
     run_case_in(c, seed, 0);
 }
 
+/* run_case with variant `kind` (parameters drawn from the seed) set up for its duration. */
+static void run_variant_case(const bp_case *c, tv_kind kind, uint64_t seed) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed ^ 0x77);
+    tv_state tv;
+    tv_setup(&tv, kind, c->hq, &rng, 0, 0, NULL, 0, 0);
+    g_tv = &tv;
+    run_case(c, seed);
+    g_tv = NULL;
+    tv_free(&tv);
+}
+
 /* ---- tests ---- */
 
 static void llama_heads(void **state) {
@@ -814,15 +826,7 @@ static void split_kv(void **state) {
         c.paged = (int)(k % 2);
         c.lse = tv_has_lse(kinds[k]);
         c.expect_split = kinds[k] == TV_SIGMOID || kinds[k] == TV_USER ? -1 : 1;
-        const uint64_t seed = cinfer_test_seed() + 1060 + k;
-        cinfer_test_rng rng;
-        cinfer_test_rng_init(&rng, seed ^ 0x77);
-        tv_state tv;
-        tv_setup(&tv, kinds[k], c.hq, &rng, 0, 0, NULL, 0, 0);
-        g_tv = &tv;
-        run_case(&c, seed);
-        g_tv = NULL;
-        tv_free(&tv);
+        run_variant_case(&c, kinds[k], cinfer_test_seed() + 1060 + k);
     }
 }
 
@@ -1065,15 +1069,8 @@ static void variants(void **state) {
             c.batch = 5;
             c.paged = paged;
             c.lse = tv_has_lse(kinds[k]);
-            const uint64_t seed = cinfer_test_seed() + 3000 + (uint64_t)(k * 10 + (size_t)paged);
-            cinfer_test_rng rng;
-            cinfer_test_rng_init(&rng, seed ^ 0x77);
-            tv_state tv;
-            tv_setup(&tv, kinds[k], c.hq, &rng, 0, 0, NULL, 0, 0);
-            g_tv = &tv;
-            run_case(&c, seed);
-            g_tv = NULL;
-            tv_free(&tv);
+            run_variant_case(&c, kinds[k],
+                             cinfer_test_seed() + 3000 + (uint64_t)(k * 10 + (size_t)paged));
         }
     }
 }
