@@ -57,16 +57,16 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
  * compile without local memory for every mask, flag and dtype with NVRTC 13.0 for sm_80 and
  * sm_90a (cuobjdump --dump-resource-usage; registers of the causal bf16 kernel on sm_90a):
  *   D <= 64:  4 warps x 32 rows, KV 32, 3 stages (186);
- *   D <= 128: 8 warps x 16 rows, KV 64, 2 stages (200);
+ *   D <= 128: 4 warps x 32 rows, KV 64, 2 stages (255, two CTAs of 102 KiB per SM);
  *   D <= 256: 4 warps x 16 rows, KV 32, 2 stages (237); 208..240, whose rows take the generic
  *             copy loop, spilled with KV 32 (before the registers were trimmed), so they use KV
  *             16, 3 stages (213).
- * 32 rows per warp halves the K/V shared-memory reads per mma: at D = 128 tile_q 128 on four
- * warps with KV 64 (255 registers, 2 stages: two CTAs of 102 KiB per SM) or KV 32 (242) compile
- * without local memory too (except the custom_mask variant and window + LSE at KV 64 in 3
- * stages); bench_prefill --sweep compares them with this default on the GPU. With rows padded to
- * D / 8 + 1 chunks, the D <= 128 default takes 102 KiB, so on sm_86/sm_89 (99 KiB) fit_config
- * runs it with KV 32.
+ * 32 rows per warp halves the K/V shared-memory reads per mma (the D <= 128 default; 8 warps x
+ * 16 rows measured 268 against its 374 TFLOP/s at 16k on the H200). It compiles without local
+ * memory except for the custom_mask variant (8 bytes) and window + LSE at KV 64 in 3 stages;
+ * bench_prefill --sweep compares the candidates on the GPU. With rows padded to D / 8 + 1
+ * chunks, the D <= 128 default takes 102 KiB, so on sm_86/sm_89 (99 KiB) fit_config runs it with
+ * KV 32.
  */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
 
