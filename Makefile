@@ -39,8 +39,8 @@ PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
-# make wheel: dist/cinfer-*.whl, the Python package carrying libcinfer.so (and libcinfer.aot when
-# the build made one: CMAKE_FLAGS=-DCINFER_AOT=ON).
+# make wheel: dist/cinfer-*.whl, the Python package carrying libcinfer.so and the build's
+# libcinfer.aot (the ci set by default; the default set with CMAKE_FLAGS=-DCINFER_AOT=ON).
 wheel: build
 	cp -L $(BUILD)/libcinfer.so python/cinfer/libcinfer.so
 	if [ -f $(BUILD)/libcinfer.aot ]; then cp $(BUILD)/libcinfer.aot python/cinfer/; fi
