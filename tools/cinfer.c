@@ -18,7 +18,9 @@ static const cli_command_t commands[] = {
      "\n"
      "Works without a GPU: what is missing is reported, not an error.\n"},
     {"cache", cli_cache, "list or clear the on-disk kernel cache",
-     "usage: cinfer cache ls      one line per entry (kernel, arch, size, modified), then a total\n"
+     "usage: cinfer cache ls      one line per entry (kernel, key, arch, file size with its "
+     "header,\n"
+     "                            modified, age), then a total\n"
      "       cinfer cache clear   remove every entry, lock and temporary file of the cache\n"
      "\n"
      "The folder is CINFER_CACHE_DIR, else $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer.\n"},
@@ -30,6 +32,7 @@ static const cli_command_t commands[] = {
      "  --arch ARCH   NVRTC targets, comma-separated (sm_80,sm_90a); default: the arch of\n"
      "                device 0, or sm_90a without a device\n"
      "  --load        then load each spec into a fresh context on device 0 and time the load\n"
+     "                (needs a device: without one nothing is compiled and the command fails)\n"
      "  --list-ops    print the known operations\n"},
     {"aot", cli_aot, "build an AOT kernel bundle from a set of specs, or list one",
      "usage: cinfer aot --arch ARCH[,ARCH...] [--set NAME] [-j N] -o FILE\n"
