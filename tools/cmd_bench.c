@@ -1240,7 +1240,10 @@ static int serve_host(const serve_args_t *a, const char *trace_path, const serve
     if (rc == CLI_EXIT_OK)
         rc = compile_kernels(a);
     if (rc == CLI_EXIT_OK)
-        printf("run it on a machine with an NVIDIA GPU (sm_80 or later) to time the replay\n");
+        printf("run it on a machine with an NVIDIA GPU (sm_80 or later) to time the replay%s\n",
+               a->check ? " and check it against the CPU reference (--check needs the GPU's "
+                          "results: skipped here)"
+                        : "");
     return rc;
 }
 
