@@ -269,6 +269,20 @@ typedef struct decode_tensors {
     cinfer_test_tensor q, k, v, indptr, indices, last, out, lse;
 } decode_tensors;
 
+/* A batch decode object over a workspace of exactly workspace_size bytes (x->d_ws), planned for
+ * x's first `batch` requests. */
+static cinfer_batch_decode_t *create_planned(const cinfer_attention_options_t *o, decode_data *x,
+                                             int batch) {
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_ws, ws_bytes));
+    cinfer_batch_decode_t *op = NULL;
+    CINFER_TEST_OK(
+        cinfer_batch_decode_create(ctx, o, (void *)(uintptr_t)x->d_ws.ptr, ws_bytes, &op));
+    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x->indptr, x->last, batch, stream));
+    return op;
+}
+
 static void make_tensors(const decode_case *c, decode_data *x, decode_tensors *t) {
     const int64_t q_shape[3] = {c->batch, c->hq, c->d};
     cinfer_test_tensor_init(&t->q, &x->d_q, 0, 0, c->q_dtype, 3, q_shape, NULL);
@@ -404,13 +418,7 @@ static void run_case(const decode_case *c, uint64_t seed) {
         }
     }
     o.variant = tv.variant;
-    size_t ws_bytes = 0;
-    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
-    cinfer_batch_decode_t *op = NULL;
-    CINFER_TEST_OK(
-        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
-    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, c->batch, stream));
+    cinfer_batch_decode_t *op = create_planned(&o, &x, c->batch);
     decode_tensors t;
     make_tensors(c, &x, &t);
     CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
@@ -586,13 +594,7 @@ static void fp8_rows_on_tensor_cores_need_16_bytes(void **state) {
     upload(&c, &x, 1);
     cinfer_attention_options_t o = options_for(&c, c.batch);
     o.use_tensor_cores = 1;
-    size_t ws_bytes = 0;
-    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
-    cinfer_batch_decode_t *op = NULL;
-    CINFER_TEST_OK(
-        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
-    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, c.batch, stream));
+    cinfer_batch_decode_t *op = create_planned(&o, &x, c.batch);
     decode_tensors t;
     make_tensors(&c, &x, &t);
     t.k.t.byte_offset += 8;
@@ -748,13 +750,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
     upload(&big, &x, 1);
     cinfer_attention_options_t o = options_for(&big, max_batch);
     o.use_cuda_graph = 1;
-    size_t ws_bytes = 0;
-    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&x.d_ws, ws_bytes));
-    cinfer_batch_decode_t *op = NULL;
-    CINFER_TEST_OK(
-        cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)x.d_ws.ptr, ws_bytes, &op));
-    CINFER_TEST_OK(cinfer_batch_decode_plan(op, x.indptr, x.last, big.batch, stream));
+    cinfer_batch_decode_t *op = create_planned(&o, &x, big.batch);
     decode_tensors t;
     make_tensors(&big, &x, &t);
 
