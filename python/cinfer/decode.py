@@ -542,16 +542,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
         mode = A.pos_encoding_mode(pos_encoding_mode)
         feature = M.feature(None, None, mode)
-        if data_type is not None:  # the deprecated alias fills what is not given
-            if q_data_type is None:
-                q_data_type = data_type
-            if kv_data_type is None:
-                kv_data_type = data_type
-        if q_data_type is None:
-            raise ArgumentError("q_data_type is None (and data_type too): give the dtype of q")
-        q_dtype = T.canonical_dtype(q_data_type, "q_data_type")
-        kv_dtype = (q_dtype if kv_data_type is None
-                    else T.canonical_dtype(kv_data_type, "kv_data_type"))
+        q_dtype, kv_dtype = A.plan_dtypes(q_data_type, kv_data_type, data_type)
         if q_dtype not in A.q_dtypes():
             raise UnsupportedError(f"q_data_type = {q_dtype}, expected {A.Q_DTYPES_TEXT}")
         if kv_dtype not in _kv_dtypes():
