@@ -268,6 +268,22 @@ static long long stride_of(const DLTensor *t, int i) {
     return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
 }
 
+/* The kernel parameters of q [n, Hq, D], out (same shape) and lse [n, Hq] (NULL: not written). */
+static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLTensor *out,
+                          const DLTensor *lse) {
+    p->q = cinfer__tensor_data(q);
+    p->q_stride_n = stride_of(q, 0);
+    p->q_stride_h = stride_of(q, 1);
+    p->out = cinfer__tensor_data(out);
+    p->out_stride_n = stride_of(out, 0);
+    p->out_stride_h = stride_of(out, 1);
+    if (lse) {
+        p->lse = cinfer__tensor_data(lse);
+        p->lse_stride_n = stride_of(lse, 0);
+        p->lse_stride_h = stride_of(lse, 1);
+    }
+}
+
 /* The scale fields of the params (ops/options.h); v_scale multiplies the output. */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
     double sm_scale, q_scale;
@@ -380,23 +396,13 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
 
     cinfer_prefill_params p;
     memset(&p, 0, sizeof p);
-    p.q = cinfer__tensor_data(q);
-    p.q_stride_n = stride_of(q, 0);
-    p.q_stride_h = stride_of(q, 1);
+    set_q_out_lse(&p, q, out, lse);
     p.k = cinfer__tensor_data(k);
     p.v = cinfer__tensor_data(v);
     p.k_stride_n = stride_of(k, nhd ? 0 : 1);
     p.k_stride_h = stride_of(k, nhd ? 1 : 0);
     p.v_stride_n = stride_of(v, nhd ? 0 : 1);
     p.v_stride_h = stride_of(v, nhd ? 1 : 0);
-    p.out = cinfer__tensor_data(out);
-    p.out_stride_n = stride_of(out, 0);
-    p.out_stride_h = stride_of(out, 1);
-    if (lse) {
-        p.lse = cinfer__tensor_data(lse);
-        p.lse_stride_n = stride_of(lse, 0);
-        p.lse_stride_h = stride_of(lse, 1);
-    }
     p.qo_len = (int)qo_len;
     p.kv_len = (int)kv_len;
     p.num_qo_heads = (int)Hq;
@@ -963,17 +969,7 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
                                  "kv_indices is not NULL, expected NULL for a ragged KV");
         CINFER__CHECK(ragged_kv(op, k, v, &p));
     }
-    p.q = cinfer__tensor_data(q);
-    p.q_stride_n = stride_of(q, 0);
-    p.q_stride_h = stride_of(q, 1);
-    p.out = cinfer__tensor_data(out);
-    p.out_stride_n = stride_of(out, 0);
-    p.out_stride_h = stride_of(out, 1);
-    if (lse) {
-        p.lse = cinfer__tensor_data(lse);
-        p.lse_stride_n = stride_of(lse, 0);
-        p.lse_stride_h = stride_of(lse, 1);
-    }
+    set_q_out_lse(&p, q, out, lse);
 
     const int tile = op->tile;
     const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work);
