@@ -9,8 +9,9 @@
  * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
  * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
  *
- * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN]. Prints a Markdown table; --case
- * times one configuration on both kernels (LEN 0: lengths sampled from the trace), e.g. under ncu.
+ * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]]. Prints a Markdown table;
+ * --case times one configuration on both kernels, or on KERNEL alone (0: CUDA cores, 1: tensor
+ * cores; LEN 0: lengths sampled from the trace), e.g. under ncu.
  */
 #include <math.h>
 #include <stdio.h>
@@ -223,16 +224,18 @@ int main(int argc, char **argv) {
     bench_name = "bench_decode";
     const char *trace = NULL;
     int quick = 0;
-    int case_batch = 0, case_len = -1;
+    int case_batch = 0, case_len = -1, case_kernel = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
-            if (sscanf(argv[++i], "%d:%d", &case_batch, &case_len) != 2 || case_batch < 1 ||
-                case_batch > 256 || case_len < 0) {
+            const int got = sscanf(argv[++i], "%d:%d:%d", &case_batch, &case_len, &case_kernel);
+            if (got < 2 || case_batch < 1 || case_batch > 256 || case_len < 0 ||
+                (got == 3 && (case_kernel < 0 || case_kernel > 1))) {
                 fprintf(stderr,
-                        "bench_decode: --case %s, expected BATCH:LEN with BATCH 1..256 and "
-                        "LEN >= 0 (0: lengths sampled from the trace)\n",
+                        "bench_decode: --case %s, expected BATCH:LEN[:KERNEL] with BATCH 1..256, "
+                        "LEN >= 0 (0: lengths sampled from the trace) and KERNEL 0 (CUDA cores) "
+                        "or 1 (tensor cores)\n",
                         argv[i]);
                 return 2;
             }
@@ -267,6 +270,8 @@ int main(int argc, char **argv) {
             lens[b] = n > 0 ? tc[k] + (int)(rng_next() % (uint64_t)(tg[k] + 1)) : case_len;
         }
         for (int k = 0; k < 2; k++) {
+            if (case_kernel >= 0 && k != case_kernel)
+                continue;
             result_t r = run_case(ctx, stream, lens, case_batch, bf16, k, iters);
             printf("| %s | %s | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n",
                    n > 0 ? "trace" : "uniform", KERNEL(k), case_batch, case_len, r.us, r.tbps,
