@@ -14,6 +14,22 @@ typedef unsigned long long uint64_t;
 #define CINFER_MIN(a, b)      ((a) < (b) ? (a) : (b))
 #define CINFER_MAX(a, b)      ((a) > (b) ? (a) : (b))
 
+/* Programmatic dependent launch (PTX griddepcontrol, sm_90 and later; no-ops before, and when the
+ * launch has no programmatic dependency). launch_dependents: this block no longer holds back the
+ * launch of the kernel that depends on this one; wait: block until the kernels this one depends on
+ * have completed and their memory operations are visible. */
+__device__ __forceinline__ void cinfer_pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cinfer_pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #include "dtype.cuh"
 
 #endif

@@ -352,19 +352,25 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #elif defined(CINFER_OP_DECODE_MERGE)
 
 /*
- * Folds each split request's partial states into out/lse: one warp per (request, query head).
- * The warp's 32 / TX lane groups take every (32 / TX)-th chunk, MERGE_UNROLL chunks per step
- * with their loads issued together (the partials come from L2 and a chunk-by-chunk loop would
+ * Folds each split request's partial states into out/lse: MW = header->merge_warps (1, 2 or 4,
+ * chosen by the plan: more when requests have many chunks) warps per (request, query head). The
+ * MW warps' 32 / TX lane groups each take every (MW * 32 / TX)-th chunk, MERGE_UNROLL chunks per
+ * step with their loads issued together (the partials come from L2 and a chunk-by-chunk loop would
  * wait one L2 round trip per chunk: 11.5 us for one 8k request's 32 chunks on the H200, more
  * than the attention kernel), each group keeping an online (max, weight sum, weighted output)
- * state; the groups' states are then combined with shuffles. Warps of requests that were not
- * split, or beyond the planned batch, exit (warp-uniform).
+ * state; the groups' states are combined with shuffles, then the warps' through shared memory.
+ * The warps of requests that were not split, or beyond the planned batch, exit (uniformly per
+ * (request, head), so the named barrier of a pair's warps is never left waiting).
  */
 #define MERGE_UNROLL 4
 extern "C" __global__ void __launch_bounds__(THREADS)
     CINFER_KERNEL_NAME(const cinfer_decode_params p) {
+    __shared__ float sm_state[WARPS][TX][2 + VEC]; /* (m, w, o[VEC]) of warps 1.. of a pair */
     const int lane = threadIdx.x % 32, tx = lane % TX, group0 = lane / TX;
-    const long long pair = (long long)blockIdx.x * WARPS + threadIdx.x / 32;
+    const int mw_plan = p.header->merge_warps;
+    const int mw = mw_plan == 2 || mw_plan == 4 ? mw_plan : 1;
+    const int warp = threadIdx.x / 32, sub = warp % mw;
+    const long long pair = (long long)blockIdx.x * (WARPS / mw) + warp / mw;
     const int batch = p.header->batch_size;
     if (pair >= (long long)batch * p.num_qo_heads)
         return;
@@ -376,19 +382,24 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int kv_head = head / group, in_group = head % group;
     const int slice = kv_head * (group / hpc) + in_group / hpc, g = in_group % hpc;
     const long long slot0 = req.partial_base + (long long)slice * req.num_chunks;
+    /* The schedule above was in place before the attention kernel started; its partial states
+     * are not until it has finished (the host may launch this kernel as its programmatic
+     * dependent). */
+    cinfer_pdl_wait();
     /* Lanes past the row (D not a power of two times 8) read element 0 and write nothing. */
     const int x = tx < ROW_LANES ? tx : 0;
+    const int groups = mw * TY;
 
     float m = -CINFER_INF, w = 0.0f, o[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; i++)
         o[i] = 0.0f;
-    for (int c0 = group0; c0 < req.num_chunks; c0 += TY * MERGE_UNROLL) {
+    for (int c0 = sub * TY + group0; c0 < req.num_chunks; c0 += groups * MERGE_UNROLL) {
         float lse[MERGE_UNROLL];
         float4 lo[MERGE_UNROLL], hi[MERGE_UNROLL];
 #pragma unroll
         for (int u = 0; u < MERGE_UNROLL; u++) {
-            const int c = c0 + u * TY;
+            const int c = c0 + u * groups;
             lse[u] = -CINFER_INF;
             lo[u] = hi[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (c < req.num_chunks) {
@@ -440,6 +451,33 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             o[i] = o[i] * s_self + o_o * s_o;
         }
         m = m_new;
+    }
+    if (mw > 1) {
+        /* Warps 1.. of the pair leave their states (group 0's lanes hold them) in shared memory;
+         * warp 0 folds them in after the pair's barrier (id 1 + pair slot; 0 is __syncthreads). */
+        if (sub != 0 && group0 == 0) {
+            float *st = sm_state[warp][tx];
+            st[0] = m;
+            st[1] = w;
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                st[2 + i] = o[i];
+        }
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / mw), "r"(mw * 32) : "memory");
+        if (sub != 0)
+            return;
+        for (int k = 1; k < mw; k++) {
+            const float *st = sm_state[warp + k][tx];
+            const float m_o = st[0];
+            const float m_new = fmaxf(m, m_o);
+            const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
+            const float s_self = exp2f(m - m_use), s_o = exp2f(m_o - m_use);
+            w = w * s_self + st[1] * s_o;
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                o[i] = o[i] * s_self + st[2 + i] * s_o;
+            m = m_new;
+        }
     }
     if (group0 != 0 || tx >= ROW_LANES)
         return;

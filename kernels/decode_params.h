@@ -21,6 +21,7 @@
  * of 16 dims; the fp8 path reads them there instead of keeping them in registers); 0 otherwise. */
 #define CINFER_DECODE_TC_Q_BYTES(fp8, head_dim) ((fp8) ? (head_dim) / 16 * 512 : 0)
 
+/* 32 bytes: kernels/decode_tc.cu reads an item as two 16-byte vectors. */
 typedef struct cinfer_decode_work {
     int request;    /* batch index */
     int kv_head;    /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */
@@ -28,6 +29,9 @@ typedef struct cinfer_decode_work {
     int kv_begin;   /* first KV position of the chunk (inclusive) */
     int kv_end;     /* last KV position of the chunk (exclusive); kv_begin == kv_end is empty */
     int partial;    /* -1: write out/lse directly; else the chunk's partial slot */
+    int page_begin; /* kv_indptr[request] as planned (paged KV; 0 otherwise), so that a kernel
+                       reads the request's pages without reading kv_indptr first */
+    int kv_len;     /* the request's KV length (query position = kv_len - 1) */
 } cinfer_decode_work;
 
 /* Per request: where its partial states live, for the merge kernel. */
@@ -44,6 +48,8 @@ typedef struct cinfer_decode_request {
 typedef struct cinfer_decode_header {
     int num_work;
     int batch_size;
+    int merge_warps; /* warps of the merge kernel per (request, query head): 1, 2 or 4 (other
+                        values count as 1) */
 } cinfer_decode_header;
 
 typedef struct cinfer_decode_params {

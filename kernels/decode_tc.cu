@@ -165,6 +165,22 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
 }
 #endif
 
+/* Work item w, in two 16-byte loads (the work list is 256-byte aligned, items 32 bytes). */
+__device__ __forceinline__ cinfer_decode_work load_work(const cinfer_decode_work *work, int w) {
+    const int4 *src = (const int4 *)(work + w);
+    const int4 a = src[0], c = src[1];
+    cinfer_decode_work item;
+    item.request = a.x;
+    item.kv_head = a.y;
+    item.head_begin = a.z;
+    item.kv_begin = a.w;
+    item.kv_end = c.x;
+    item.partial = c.y;
+    item.page_begin = c.z;
+    item.kv_len = c.w;
+    return item;
+}
+
 /* Hooks that need the query's position. */
 #define NEEDS_POS                                                                                  \
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
@@ -192,12 +208,22 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const unsigned q_smem = cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + lane * 16);
 #endif
 
+    /* The first item is read beside the header rather than after it (the grid never exceeds the
+     * work list's capacity, and an item past num_work is never used), and each next one while the
+     * current one runs: an item's start then waits for its page-table entries and KV only (the
+     * item carries kv_indptr[request] and kv_len). */
+    cinfer_decode_work next_item = load_work(p.work, blockIdx.x);
+    /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
+     * this grid to finish before they read a partial state. */
+    cinfer_pdl_launch_dependents();
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
-        const cinfer_decode_work item = p.work[w];
+        const cinfer_decode_work item = next_item;
+        if (w + (int)gridDim.x < num_work)
+            next_item = load_work(p.work, w + gridDim.x);
         const int b = item.request;
         const int qo_head0 = item.kv_head * group + item.head_begin;
 #if NEEDS_POS
-        const int qo_pos = p.requests[b].kv_len - 1; /* the query's absolute position */
+        const int qo_pos = item.kv_len - 1; /* the query's absolute position */
 #endif
 
         /* Q as A fragments: rows g and g + 8 are query heads qo_head0 + row (zero past HPC); with
@@ -273,11 +299,7 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
             o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
         float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 
-#if CINFER_PAGED
-        const int page_begin = p.kv_indptr[b];
-#else
-        const int page_begin = 0;
-#endif
+        const int page_begin = item.page_begin; /* 0 for contiguous KV */
         const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
         const int span = item.kv_end - item.kv_begin;
         const int num_tiles =
@@ -309,10 +331,9 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
 #endif
 
         for (int i = 0; i < num_tiles; i++) {
-            CINFER_CP_ASYNC_WAIT(STAGES - 2);
-            /* Other lanes' copies of this tile are visible after the warp barrier, and every lane
-             * has finished reading the stage the next load overwrites. */
-            __syncwarp();
+            /* Tile i + STAGES - 1 goes into the stage tile i - 1 used, before waiting for tile i,
+             * so STAGES tiles are in flight while the warp waits (every lane finished reading that
+             * stage before the warp barrier that ends the previous iteration). */
             const int next = i + STAGES - 1;
 #if KV_FP8
             if (next < num_tiles)
@@ -330,6 +351,9 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                           warp_smem + (next % STAGES) * STAGE_BYTES, lane);
             cinfer_cp_async_commit();
 #endif
+            CINFER_CP_ASYNC_WAIT(STAGES - 1);
+            /* Other lanes' copies of tile i are visible after the warp barrier. */
+            __syncwarp();
 
             const unsigned k_tile = warp_smem + (i % STAGES) * STAGE_BYTES;
             const unsigned v_tile = k_tile + TILE_BYTES;
@@ -468,6 +492,8 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                 cinfer_mma(MMA_DT, o[n + 1], pa[0], &vb[2]);
             }
 #endif
+            /* Every lane has read tile i's stage before the next iteration's copies refill it. */
+            __syncwarp();
         }
         CINFER_CP_ASYNC_WAIT(0);
 

@@ -33,6 +33,7 @@
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
     X(cuLaunchKernel)                                                                              \
+    X(cuLaunchKernelEx)                                                                            \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                 \
     X(cuMemAlloc)                                                                                  \
     X(cuMemFree)                                                                                   \

@@ -205,9 +205,8 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     /* The largest merge grid any plan can need must fit one launch. */
     const int64_t merge_blocks = cinfer__decode_merge_grid(
         &(cinfer__decode_config_t){.num_qo_heads = o->num_qo_heads,
-                                   .max_batch_size = s->cfg.max_batch_size,
-                                   .graph = true},
-        o->head_dim, 0, true);
+                                   .max_batch_size = s->cfg.max_batch_size},
+        o->head_dim, s->cfg.max_batch_size, true, 4);
     if (merge_blocks > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->max_batch_size = %d x num_qo_heads = %d needs %lld merge "
@@ -339,11 +338,26 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
                    cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,
                                   1, s->attention_smem, stream, attention_args, NULL),
                    "launching the decode kernel");
-    if (merge_grid > 0)
-        CINFER__CU(ctx->cu,
-                   cuLaunchKernel(s->merge.function, (unsigned)merge_grid, 1, 1, threads, 1, 1, 0,
-                                  stream, args, NULL),
+    if (merge_grid > 0) {
+        /* On sm_90 and later the merge is a programmatic dependent launch: its blocks start while
+         * the attention kernel runs (which lets them go at its start), read the schedule, then
+         * wait in griddepcontrol.wait until the attention grid has finished and its partial states
+         * are visible; the launch gap and the merge's first reads leave the critical path. */
+        CUlaunchAttribute pdl = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+        pdl.value.programmaticStreamSerializationAllowed = 1;
+        const CUlaunchConfig config = {.gridDimX = (unsigned)merge_grid,
+                                       .gridDimY = 1,
+                                       .gridDimZ = 1,
+                                       .blockDimX = threads,
+                                       .blockDimY = 1,
+                                       .blockDimZ = 1,
+                                       .sharedMemBytes = 0,
+                                       .hStream = stream,
+                                       .attrs = &pdl,
+                                       .numAttrs = ctx->cc_major >= 9 ? 1u : 0u};
+        CINFER__CU(ctx->cu, cuLaunchKernelEx(&config, s->merge.function, args, NULL),
                    "launching the decode merge kernel");
+    }
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -383,6 +397,7 @@ struct cinfer_batch_decode {
     bool planned;
     int batch_size, num_work;
     bool split;
+    int merge_warps;   /* the plan's merge kernel warps per (request, query head) */
     int32_t num_pages; /* kv_indptr[batch_size] */
 };
 
@@ -472,7 +487,8 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
         .slot_capacity = op->layout.slot_capacity,
         .order = op->order,
     };
-    CINFER__CHECK(cinfer__decode_plan_build(&s->cfg, op->kv_len, batch_size, &chunking, &dst));
+    CINFER__CHECK(
+        cinfer__decode_plan_build(&s->cfg, op->kv_len, kv_indptr, batch_size, &chunking, &dst));
     const size_t bytes =
         op->layout.work_offset + (size_t)chunking.num_work * sizeof(cinfer_decode_work);
     CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
@@ -482,6 +498,7 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     op->batch_size = batch_size;
     op->num_work = chunking.num_work;
     op->split = chunking.split;
+    op->merge_warps = chunking.merge_warps;
     op->num_pages = kv_indptr[batch_size];
     return CINFER_STATUS_SUCCESS;
 }
@@ -613,7 +630,8 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     fill_schedule(s, &op->layout, op->workspace, &p);
     return launch(
         op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_work),
-        cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split), stream);
+        cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split, op->merge_warps),
+        stream);
 }
 
 void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op) {
@@ -736,7 +754,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         .slot_capacity = layout.slot_capacity,
         .order = order,
     };
-    cinfer_status_t st = cinfer__decode_plan_build(&s.cfg, &len, 1, &chunking, &dst);
+    cinfer_status_t st = cinfer__decode_plan_build(&s.cfg, &len, NULL, 1, &chunking, &dst);
     if (st == CINFER_STATUS_SUCCESS)
         st = cinfer__context_activate(ctx);
     if (st == CINFER_STATUS_SUCCESS) {
@@ -767,7 +785,8 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         p.lse_stride_h = cinfer__tensor_stride(lse, 0);
     }
     fill_schedule(&s, &layout, workspace, &p);
-    return launch(ctx, &s, &p, variant_blob,
-                  cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
-                  cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split), stream);
+    return launch(
+        ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
+        cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split, chunking.merge_warps),
+        stream);
 }

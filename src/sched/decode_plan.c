@@ -8,6 +8,9 @@
 #include "ops/options.h"
 #include "sched/decode_plan.h"
 
+/* kernels/decode_tc.cu loads a work item as two 16-byte vectors. */
+_Static_assert(sizeof(cinfer_decode_work) == 32, "cinfer_decode_work must stay 32 bytes");
+
 /* ---- tile choices ---- */
 
 int cinfer__decode_heads_per_cta(int group, int limit) {
@@ -304,6 +307,7 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
     out->num_slots = (int)slots;
     out->max_chunks = (int)max_chunks;
     out->split = max_chunks > 1;
+    out->merge_warps = cinfer__decode_merge_warps(cfg, batch_size, (int)max_chunks);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -330,7 +334,8 @@ static int compare_items(const void *a, const void *b) {
 }
 
 cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
-                                          int batch_size, const cinfer__decode_chunking_t *chunking,
+                                          const int32_t *kv_indptr, int batch_size,
+                                          const cinfer__decode_chunking_t *chunking,
                                           const cinfer__decode_schedule_t *dst) {
     if (batch_size > dst->request_capacity || chunking->num_work > dst->work_capacity ||
         chunking->num_slots > dst->slot_capacity)
@@ -380,6 +385,8 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
                 item->kv_begin = (int)begin;
                 item->kv_end = (int)end;
                 item->partial = r->num_chunks > 1 ? r->partial_base + s * r->num_chunks + c : -1;
+                item->page_begin = kv_indptr ? kv_indptr[b] : 0;
+                item->kv_len = kv_len[b];
             }
         }
     }
@@ -405,6 +412,7 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
 
     dst->header->num_work = w;
     dst->header->batch_size = batch_size;
+    dst->header->merge_warps = chunking->merge_warps;
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -416,9 +424,25 @@ int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_wo
     return num_work < cfg->max_ctas ? num_work : cfg->max_ctas;
 }
 
+int cinfer__decode_merge_warps(const cinfer__decode_config_t *cfg, int batch_size, int max_chunks) {
+    if (max_chunks <= CINFER__DECODE_MERGE_WARP_CHUNKS || batch_size < 1)
+        return 1;
+    if (!cfg->graph)
+        return 4;
+    const int64_t rows = CINFER__DECODE_WARPS; /* warps per merge block */
+    const int64_t capacity =
+        ((int64_t)cfg->max_batch_size * cfg->num_qo_heads + rows - 1) / rows * rows;
+    for (int warps = 4; warps > 1; warps /= 2)
+        if ((int64_t)batch_size * cfg->num_qo_heads * warps <= capacity)
+            return warps;
+    return 1;
+}
+
 int64_t cinfer__decode_merge_grid(const cinfer__decode_config_t *cfg, int head_dim, int batch_size,
-                                  bool split) {
+                                  bool split, int merge_warps) {
     const int64_t rows = cinfer__decode_merge_rows(head_dim);
-    int64_t requests = cfg->graph ? cfg->max_batch_size : (split ? batch_size : 0);
-    return (requests * cfg->num_qo_heads + rows - 1) / rows;
+    if (cfg->graph)
+        return ((int64_t)cfg->max_batch_size * cfg->num_qo_heads + rows - 1) / rows;
+    const int64_t warps = split ? (int64_t)batch_size * cfg->num_qo_heads * merge_warps : 0;
+    return (warps + rows - 1) / rows;
 }

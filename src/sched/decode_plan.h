@@ -74,6 +74,9 @@
 
 /* Warps of both decode kernels (4 x 32 = 128 threads per block). */
 #define CINFER__DECODE_WARPS 4
+/* Chunks one merge warp takes per step at most (kernels/decode.cu: 32 / (D / 8) lane groups x 4
+ * loads in flight, 8 at D = 128): beyond it a request's merge gets more warps. */
+#define CINFER__DECODE_MERGE_WARP_CHUNKS 8
 
 /* Every region of the workspace starts on this boundary (the cudaMalloc alignment). */
 #define CINFER__DECODE_ALIGN 256
@@ -168,11 +171,12 @@ cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, 
 
 /* What the chunking rule chose for one batch. */
 typedef struct cinfer__decode_chunking {
-    int chunk_size; /* C in tokens; a request with attended length <= C is one chunk */
-    int num_work;   /* work items */
-    int num_slots;  /* partial slots (items of split requests) */
-    int max_chunks; /* chunks of the most split request (1 = nothing split) */
-    bool split;     /* some request has more than one chunk: the merge kernel must run */
+    int chunk_size;  /* C in tokens; a request with attended length <= C is one chunk */
+    int num_work;    /* work items */
+    int num_slots;   /* partial slots (items of split requests) */
+    int max_chunks;  /* chunks of the most split request (1 = nothing split) */
+    bool split;      /* some request has more than one chunk: the merge kernel must run */
+    int merge_warps; /* merge kernel warps per (request, query head): cinfer__decode_merge_warps */
 } cinfer__decode_chunking_t;
 
 /* Applies the chunking rule (top of this file) to kv_len[batch_size]. Pure and cheap: O(batch x
@@ -194,11 +198,13 @@ typedef struct cinfer__decode_schedule {
 /*
  * Writes the schedule of kv_len[batch_size] chunked as `chunking` (from cinfer__decode_plan_chunks
  * with the same arguments) into dst:
- * - header = {num_work, batch_size};
+ * - header = {num_work, batch_size, merge_warps};
  * - requests[b] = {kv_len, num_chunks, partial_base}: num_chunks = 1 and partial_base = -1 for a
  *   request in one chunk (written directly, including kv_len 0: one empty item that writes 0 and
  *   LSE -inf); split requests take slots partial_base + slice * num_chunks + chunk, given out in
  *   request order from 0;
+ * - every work item carries its request's kv_len and page_begin = kv_indptr[request] (0 when
+ *   kv_indptr is NULL: single decode's contiguous KV);
  * - work items in this order: requests sorted by attended length, longest first (ties by index);
  *   chunk index outermost, then request, then head slice; so one request's chunks are spread
  *   through the list and the items of one (request, chunk) are adjacent (they share page-table
@@ -208,7 +214,8 @@ typedef struct cinfer__decode_schedule {
  * INTERNAL if a capacity is too small (the layout prevents it).
  */
 cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
-                                          int batch_size, const cinfer__decode_chunking_t *chunking,
+                                          const int32_t *kv_indptr, int batch_size,
+                                          const cinfer__decode_chunking_t *chunking,
                                           const cinfer__decode_schedule_t *dst);
 
 /* ---- grids ---- */
@@ -217,10 +224,16 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
  * min(num_work, max_ctas) (0 = no launch). */
 int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_work);
 
+/* Warps of the merge kernel per (request, query head), 1, 2 or 4: one while no request has more
+ * than CINFER__DECODE_MERGE_WARP_CHUNKS chunks (a warp's lane groups load them in one step); else
+ * 4, and in graph mode the most of 4, 2, 1 whose batch_size * Hq * warps fits the constant grid. */
+int cinfer__decode_merge_warps(const cinfer__decode_config_t *cfg, int batch_size, int max_chunks);
+
 /* Blocks of the merge kernel: graph mode ceil(max_batch_size * Hq / rows) always (constant; rows
- * of requests that were not split exit); else ceil(batch_size * Hq / rows) when the plan split
- * some request, 0 otherwise. rows = cinfer__decode_merge_rows(head_dim). */
+ * of requests that were not split exit); else ceil(batch_size * Hq * merge_warps / rows) when the
+ * plan split some request, 0 otherwise. rows = cinfer__decode_merge_rows(head_dim) (warps per
+ * block). */
 int64_t cinfer__decode_merge_grid(const cinfer__decode_config_t *cfg, int head_dim, int batch_size,
-                                  bool split);
+                                  bool split, int merge_warps);
 
 #endif

@@ -391,6 +391,7 @@ cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *
     if (chunking->split) {
         dst->merge->num_work = chunking->num_states;
         dst->merge->batch_size = chunking->num_rows;
+        dst->merge->merge_warps = 1;
     }
     return CINFER_STATUS_SUCCESS;
 }

@@ -66,7 +66,14 @@ static cinfer_status_t make_plan(const cinfer__decode_config_t *cfg, const int32
                                            p->layout.work_capacity,
                                            p->layout.slot_capacity,
                                            p->order};
-    return cinfer__decode_plan_build(cfg, kv_len, batch, &p->chunking, &dst);
+    /* A page table of 16-token pages, so items carry distinct page_begin values. */
+    int32_t *indptr = calloc((size_t)batch + 1, sizeof *indptr);
+    assert_non_null(indptr);
+    for (int b = 0; b < batch; b++)
+        indptr[b + 1] = indptr[b] + (kv_len[b] + 15) / 16;
+    st = cinfer__decode_plan_build(cfg, kv_len, indptr, batch, &p->chunking, &dst);
+    free(indptr);
+    return st;
 }
 
 static void free_plan(plan_t *p) {
@@ -246,6 +253,11 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         assert_int_equal(it->head_begin % hpc, 0);
         assert_true(it->head_begin >= 0 && it->head_begin + hpc <= group);
         const int32_t len = kv_len[it->request];
+        assert_int_equal(it->kv_len, len);
+        int32_t page_begin = 0; /* make_plan's page table: 16-token pages */
+        for (int b = 0; b < it->request; b++)
+            page_begin += (kv_len[b] + 15) / 16;
+        assert_int_equal(it->page_begin, page_begin);
         assert_true(it->kv_begin >= len - attended_len(cfg, len));
         assert_true(it->kv_begin <= it->kv_end && it->kv_end <= len);
         assert_true(it->kv_end - it->kv_begin <= chunk);
@@ -323,13 +335,25 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         assert_true(hi - lo <= longest);
         free(load);
     }
+    /* The merge: warps per (request, head) as the header says, and enough blocks for them. */
+    const int mw = ch->merge_warps;
+    assert_int_equal(p->header->merge_warps, mw);
+    assert_true(mw == 1 || mw == 2 || mw == 4);
+    if (ch->max_chunks <= CINFER__DECODE_MERGE_WARP_CHUNKS)
+        assert_int_equal(mw, 1);
+    else if (!cfg->graph)
+        assert_int_equal(mw, 4);
     const int64_t rows = cinfer__decode_merge_rows(128);
-    const int64_t merge = cinfer__decode_merge_grid(cfg, 128, batch, ch->split);
-    if (cfg->graph)
+    const int64_t merge = cinfer__decode_merge_grid(cfg, 128, batch, ch->split, mw);
+    if (cfg->graph) {
         assert_int_equal(merge,
                          ((int64_t)cfg->max_batch_size * cfg->num_qo_heads + rows - 1) / rows);
-    else if (ch->split)
-        assert_int_equal(merge, ((int64_t)batch * cfg->num_qo_heads + rows - 1) / rows);
+        assert_true((int64_t)batch * cfg->num_qo_heads * mw <= merge * rows);
+        /* The most warps that fit: twice as many would not. */
+        if (mw < 4 && ch->max_chunks > CINFER__DECODE_MERGE_WARP_CHUNKS)
+            assert_true((int64_t)batch * cfg->num_qo_heads * mw * 2 > merge * rows);
+    } else if (ch->split)
+        assert_int_equal(merge, ((int64_t)batch * cfg->num_qo_heads * mw + rows - 1) / rows);
     else
         assert_int_equal(merge, 0);
 }
@@ -642,7 +666,7 @@ static void empty_requests_get_one_empty_direct_item(void **state) {
     plan_and_verify(&c, lens, 0, &p);
     assert_int_equal(p.header->num_work, 0);
     assert_int_equal(cinfer__decode_attention_grid(&c, 0), 0);
-    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 0, false), 0);
+    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 0, false, 1), 0);
     free_plan(&p);
 }
 
@@ -861,7 +885,8 @@ static void graph_mode_grids_are_constant(void **state) {
         plan_t p;
         plan_and_verify(&c, batches[i], sizes[i], &p);
         const int g = cinfer__decode_attention_grid(&c, p.header->num_work);
-        const int64_t m = cinfer__decode_merge_grid(&c, 128, sizes[i], p.chunking.split);
+        const int64_t m =
+            cinfer__decode_merge_grid(&c, 128, sizes[i], p.chunking.split, p.chunking.merge_warps);
         if (i == 0) {
             grid = g;
             merge = m;
@@ -870,15 +895,20 @@ static void graph_mode_grids_are_constant(void **state) {
         assert_int_equal(m, merge);
         assert_int_equal(g, 264);
         assert_int_equal(m, (32 * 32 + CINFER__DECODE_WARPS - 1) / CINFER__DECODE_WARPS);
+        /* One 100k request: 4 warps per head fit the grid made for 32 requests. */
+        if (i == 0)
+            assert_int_equal(p.header->merge_warps, 4);
         free_plan(&p);
     }
     /* Non-graph grids follow the plan. */
     c.graph = false;
     assert_int_equal(cinfer__decode_attention_grid(&c, 10), 10);
     assert_int_equal(cinfer__decode_attention_grid(&c, 1000), 264);
-    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, true),
+    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, true, 1),
                      (3 * 32 + CINFER__DECODE_WARPS - 1) / CINFER__DECODE_WARPS);
-    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, false), 0);
+    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, true, 4),
+                     3 * 32 * 4 / CINFER__DECODE_WARPS);
+    assert_int_equal(cinfer__decode_merge_grid(&c, 128, 3, false, 4), 0);
 }
 
 static void too_small_capacity_is_an_internal_error(void **state) {
@@ -892,7 +922,7 @@ static void too_small_capacity_is_an_internal_error(void **state) {
     cinfer_decode_work work[4];
     int64_t order[2];
     const cinfer__decode_schedule_t dst = {&header, requests, work, 2, 4, 4, order};
-    assert_error(cinfer__decode_plan_build(&c, lens, 2, &ch, &dst), CINFER_STATUS_INTERNAL,
+    assert_error(cinfer__decode_plan_build(&c, lens, NULL, 2, &ch, &dst), CINFER_STATUS_INTERNAL,
                  "exceed the workspace capacities");
     const int32_t negative[] = {-5};
     assert_error(cinfer__decode_plan_chunks(&c, negative, 1, &ch), CINFER_STATUS_INVALID_ARGUMENT,
