@@ -155,10 +155,10 @@ def stream_getter(device):
     ``device``, for hot paths: torch's raw accessor (it builds no ``torch.cuda.Stream`` object)
     where this PyTorch build has it, else :func:`stream_of`."""
     torch = torch_module()
-    index = device.index if device.index is not None else torch.cuda.current_device()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None:  # pragma: no cover - depends on the PyTorch version
+    if raw is None or device.type != "cuda":  # an older PyTorch; a test's CPU stand-in
         return lambda: stream_of(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
     return lambda: raw(index)
 
 
