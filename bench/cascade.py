@@ -2,7 +2,7 @@
 """Cascade attention benchmark (issue 6): one decode step of 64 requests that share an 8k-token
 prefix and own 256 tokens each, as plain batch decode over each request's whole page table
 versus cinfer.MultiLevelCascadeAttentionWrapper (level 0: the prefix, read once for all 64
-query rows; level 1: each request's own tokens; merged with merge_state_in_place).
+query rows; level 1: each request's own tokens; one merge_states of the two levels).
 
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the
@@ -10,11 +10,26 @@ cascade can save (the printed "KV read ratio"). The measured speedup also pays f
 level's prefill (64 query rows over 8k keys, split-KV: 8 chunks of 1024 keys x 32 heads = 256 CTAs
 on an H200, then their merge) and the merge of the levels.
 
-    python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50]
+    python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50] [--caches 4]
 
-Prints the configuration, each path's median time per step (CUDA events), the speedup and the
-largest difference between the two outputs. Without PyTorch, a CUDA device or libcinfer.so
-($CINFER_LIBRARY, else the source tree's build/) it says so and exits 0. Runs in a few seconds on an H200 once the kernels are compiled (first run: JIT).
+Each path is timed three ways (medians of CUDA-event timings after warm-up):
+
+- per call: one run between two events, then a synchronize, so the host work of the call
+  (the Python wrapper between its launches) shows as GPU idle time;
+- queued: the runs enqueued back to back behind a hold kernel, each between its own events
+  (bench_decode's and peers_decode.py's method), so the figure is GPU time plus the GPU's own
+  gaps between launches, as a CUDA graph replay would see; the host's enqueue time per run is
+  printed beside it;
+- graph: a CUDA graph (wrappers in use_cuda_graph mode) of one run per cache, its replays
+  queued behind a hold, divided by the runs it holds.
+
+The runs rotate over --caches copies of the paged cache (the layers of a model), so that no run
+finds the previous run's KV in the 60 MB L2 (--caches 1: the same cache every run, as this script
+did before). Prints the configuration, each path's three times, the three speedups, the KV read
+ratio and the largest difference between the paths' outputs (eager and graph). Without PyTorch,
+a CUDA device or libcinfer.so ($CINFER_LIBRARY, else the source tree's build/) it says so and
+exits 0; exits 1 when the outputs differ by 1e-2 or more, 2 on bad arguments. Runs in a few
+seconds on an H200 once the kernels are compiled (first run: JIT).
 """
 
 import argparse
@@ -27,6 +42,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
+# torch.cuda._sleep cycles of the first hold (about 10 ms at the H200's ~2 GHz); doubled while
+# the host has not enqueued every timed run before the hold ends.
+HOLD_CYCLES = 20_000_000
+WARMUP = 5
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,7 +58,12 @@ def main() -> int:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--caches", type=int, default=4,
+                    help="copies of the paged cache the runs rotate over (layers)")
     args = ap.parse_args()
+    if args.iters < 1 or args.caches < 1:
+        print("bench/cascade.py: --iters and --caches must be >= 1")
+        return 2
 
     try:
         import torch
@@ -63,72 +88,162 @@ def main() -> int:
     prefix_pages = math.ceil(args.prefix / ps)
     own_pages = math.ceil(args.own / ps)
     num_pages = prefix_pages + batch * own_pages
-    cache = torch.randn(num_pages, 2, ps, hk, d, device=dev, dtype=dtype)
-    q = torch.randn(batch, hq, d, device=dev, dtype=dtype)
     prefix_last = args.prefix - (prefix_pages - 1) * ps
     own_last = args.own - (own_pages - 1) * ps
     if prefix_last != ps:
         print("bench/cascade.py: --prefix must be a multiple of --page-size (the plain page "
               "table continues the prefix's last page with the request's own pages)")
         return 2
+    caches = [torch.randn(num_pages, 2, ps, hk, d, device=dev, dtype=dtype)
+              for _ in range(args.caches)]
+    q = torch.randn(batch, hq, d, device=dev, dtype=dtype)
 
-    def i32(x):
-        return torch.tensor(x, dtype=torch.int32)
+    def i32(x, device="cpu"):
+        return torch.tensor(x, dtype=torch.int32, device=device)
 
     own = [list(range(prefix_pages + b * own_pages, prefix_pages + (b + 1) * own_pages))
            for b in range(batch)]
     # Plain: each request's table is the prefix's pages followed by its own.
     plain_indices = [p for b in range(batch) for p in list(range(prefix_pages)) + own[b]]
     plain_indptr = [b * (prefix_pages + own_pages) for b in range(batch + 1)]
-    ws_plain = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-    plain = cinfer.BatchDecodeWithPagedKVCacheWrapper(ws_plain, "NHD")
-    plain.plan(i32(plain_indptr), i32(plain_indices), i32([own_last] * batch), hq, hk, d, ps,
-               q_data_type=dtype)
-
-    ws_cascade = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-    cascade = cinfer.MultiLevelCascadeAttentionWrapper(2, ws_cascade, "NHD")
-    cascade.plan(
+    plain_last = [own_last] * batch
+    # Cascade: level 0 is one group of every row over the prefix, level 1 a group per request.
+    levels = (
         [i32([0, batch]), i32(list(range(batch + 1)))],
         [i32([0, prefix_pages]), i32([b * own_pages for b in range(batch + 1)])],
         [i32(list(range(prefix_pages))), i32([p for o in own for p in o])],
         [i32([prefix_last]), i32([own_last] * batch)],
-        hq, hk, d, ps, causal=True, q_data_type=dtype)
+    )
 
-    def timed(fn):
-        for _ in range(5):  # warm-up (and JIT on the first call of a fresh cache)
-            fn()
+    def plain_wrapper(graph: bool):
+        ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+        if graph:
+            w = cinfer.BatchDecodeWithPagedKVCacheWrapper(
+                ws, "NHD", use_cuda_graph=True,
+                paged_kv_indptr_buffer=i32(plain_indptr, dev),
+                paged_kv_indices_buffer=i32(plain_indices, dev),
+                paged_kv_last_page_len_buffer=i32(plain_last, dev))
+        else:
+            w = cinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+        w.plan(i32(plain_indptr), i32(plain_indices), i32(plain_last), hq, hk, d, ps,
+               q_data_type=dtype)
+        return w
+
+    def cascade_wrapper(graph: bool):
+        ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+        if graph:
+            bufs = [[t.to(dev) for t in arr] for arr in levels]
+            w = cinfer.MultiLevelCascadeAttentionWrapper(
+                2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=bufs[0],
+                paged_kv_indptr_buf_arr=bufs[1], paged_kv_indices_buf_arr=bufs[2],
+                paged_kv_last_page_len_buf_arr=bufs[3])
+        else:
+            w = cinfer.MultiLevelCascadeAttentionWrapper(2, ws, "NHD")
+        w.plan(*levels, hq, hk, d, ps, causal=True, q_data_type=dtype)
+        return w
+
+    def per_call(run):
+        for i in range(WARMUP):  # warm-up (and JIT on the first call of a fresh cache)
+            run(i)
         torch.cuda.synchronize()
         times = []
-        for _ in range(args.iters):
+        for i in range(args.iters):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            run(i)
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b) * 1e3)  # microseconds
         return statistics.median(times)
 
-    out_plain = plain.run(q, cache)
-    out_cascade = cascade.run(q, cache)
+    def queued(run):
+        """(median GPU us per run, host enqueue us per run) with the runs queued behind a
+        hold, each between its own events."""
+        for i in range(WARMUP):
+            run(i)
+        torch.cuda.synchronize()
+        cycles = HOLD_CYCLES
+        for _ in range(6):
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(args.iters)]
+            held = torch.cuda.Event()
+            torch.cuda._sleep(cycles)
+            held.record()
+            t0 = time.perf_counter()
+            for i, (a, b) in enumerate(events):
+                a.record()
+                run(i)
+                b.record()
+            host = (time.perf_counter() - t0) / args.iters * 1e6
+            short = held.query()  # the hold ended before the last run was enqueued
+            torch.cuda.synchronize()
+            if not short:
+                times = [a.elapsed_time(b) * 1e3 for a, b in events]
+                return statistics.median(times), host
+            cycles *= 2
+        raise RuntimeError("the hold kernel never outlasted the enqueueing of the runs")
+
+    def graph_time(run):
+        """Median GPU us per run of CUDA-graph replays queued behind a hold (one graph holds
+        one run per cache)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on the capture's side stream, as PyTorch asks
+            for i in range(WARMUP):
+                run(i)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = [run(i) for i in range(args.caches)]
+        replay_us, _ = queued(lambda i: g.replay())
+        return replay_us / args.caches, outs
+
+    plain = plain_wrapper(graph=False)
+    cascade = cascade_wrapper(graph=False)
+    out_plain = plain.run(q, caches[0])
+    out_cascade = cascade.run(q, caches[0])
     torch.cuda.synchronize()
     diff = (out_plain.float() - out_cascade.float()).abs().max().item()
-    t_plain = timed(lambda: plain.run(q, cache))
-    t_cascade = timed(lambda: cascade.run(q, cache))
 
-    kv_row = 2 * hk * d * cache.element_size()  # bytes of K and V per token
+    def plain_run(i):
+        return plain.run(q, caches[i % args.caches])
+
+    def cascade_run(i):
+        return cascade.run(q, caches[i % args.caches])
+
+    t_plain = per_call(plain_run)
+    t_cascade = per_call(cascade_run)
+    q_plain, host_plain = queued(plain_run)
+    q_cascade, host_cascade = queued(cascade_run)
+
+    plain_g = plain_wrapper(graph=True)
+    cascade_g = cascade_wrapper(graph=True)
+    g_plain, outs_plain = graph_time(lambda i: plain_g.run(q, caches[i % args.caches]))
+    g_cascade, outs_cascade = graph_time(lambda i: cascade_g.run(q, caches[i % args.caches]))
+    torch.cuda.synchronize()
+    # The graphs' first runs read cache 0, as the eager outputs did.
+    diff_graph = max((outs[0].float() - out_plain.float()).abs().max().item()
+                     for outs in (outs_plain, outs_cascade))
+
+    kv_row = 2 * hk * d * caches[0].element_size()  # bytes of K and V per token
     plain_bytes = batch * (args.prefix + args.own) * kv_row
     cascade_bytes = (args.prefix + batch * args.own) * kv_row
     print(f"cascade decode step: batch {batch}, shared prefix {args.prefix}, own {args.own} "
-          f"tokens, heads {hq}/{hk}, head_dim {d}, page {ps}, fp16, "
+          f"tokens, heads {hq}/{hk}, head_dim {d}, page {ps}, fp16, {args.caches} cache(s), "
           f"{torch.cuda.get_device_name()}")
-    print(f"  plain batch decode : {t_plain:9.1f} us  ({plain_bytes / t_plain / 1e3:7.1f} GB/s "
-          f"of {plain_bytes / 2**20:.0f} MiB KV)")
-    print(f"  cascade (2 levels) : {t_cascade:9.1f} us  ({cascade_bytes / t_cascade / 1e3:7.1f} "
-          f"GB/s of {cascade_bytes / 2**20:.0f} MiB KV)")
-    print(f"  speedup {t_plain / t_cascade:.2f}x; KV read ratio {plain_bytes / cascade_bytes:.1f}x "
-          f"(the most the cascade can save); max |plain - cascade| = {diff:.2e}")
+    print(f"  {'':18}   {'per call':>9} {'queued':>9} {'graph':>9}   (us per step)")
+    for name, t, tq, tg, host, nbytes in (
+            ("plain batch decode", t_plain, q_plain, g_plain, host_plain, plain_bytes),
+            ("cascade (2 levels)", t_cascade, q_cascade, g_cascade, host_cascade,
+             cascade_bytes)):
+        print(f"  {name} : {t:9.1f} {tq:9.1f} {tg:9.1f}   host enqueue {host:6.1f} us/call; "
+              f"queued {nbytes / tq / 1e3:7.1f} GB/s of {nbytes / 2**20:.0f} MiB KV")
+    print(f"  speedup            : {t_plain / t_cascade:8.2f}x {q_plain / q_cascade:8.2f}x "
+          f"{g_plain / g_cascade:8.2f}x")
+    print(f"  KV read ratio {plain_bytes / cascade_bytes:.1f}x (the most the cascade can save); "
+          f"max |plain - cascade| = {diff:.2e} eager, {diff_graph:.2e} graph")
     print(f"  wall {time.perf_counter() - t_start:.1f} s (JIT included on a cold cache)")
-    return 0 if diff < 1e-2 else 1
+    return 0 if max(diff, diff_graph) < 1e-2 else 1
 
 
 if __name__ == "__main__":

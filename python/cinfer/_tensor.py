@@ -148,3 +148,52 @@ def stream_of(device) -> int:
 def context_of(device) -> ctypes.c_void_p:
     """The cinfer context of a torch CUDA device."""
     return _lib.context(device.index if device.index is not None else 0)
+
+
+def stream_getter(device):
+    """A function of no arguments returning the handle of PyTorch's current CUDA stream on
+    ``device``, for hot paths: torch's raw accessor (it builds no ``torch.cuda.Stream`` object)
+    where this PyTorch build has it, else :func:`stream_of`."""
+    torch = torch_module()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None or device.type != "cuda":  # an older PyTorch; a test's CPU stand-in
+        return lambda: stream_of(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return lambda: raw(index)
+
+
+class DLSlot:
+    """A DLTensor reused by a hot path for an argument passed again and again with the same
+    layout: :meth:`lookup` only updates the data pointer when the tensor has the shape, strides,
+    dtype and device of the one last bound, so a call skips both the argument checks (which
+    that tensor passed) and building the struct.
+
+    Not thread-safe: the struct is shared by every call through the slot, so a C call must be
+    made with it before the slot is used again.
+    """
+
+    __slots__ = ("_name", "_tensor", "_key", "_dl", "_ref")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tensor = torch_module().Tensor
+        self._key = None
+        self._dl: Optional[_lib.DLTensor] = None
+        self._ref = None
+
+    def lookup(self, t):
+        """The struct's reference pointing at ``t`` when ``t`` is a tensor of the bound layout;
+        None otherwise (check ``t`` and :meth:`bind` it)."""
+        if not isinstance(t, self._tensor):
+            return None
+        if (t.shape, t.stride(), t.dtype, t.device) != self._key:
+            return None
+        self._dl.data = t.data_ptr() or None
+        return self._ref
+
+    def bind(self, t):
+        """Builds the struct for ``t`` (a checked tensor) and returns its reference."""
+        self._dl = to_dl(t, self._name)
+        self._ref = ctypes.byref(self._dl)
+        self._key = (t.shape, t.stride(), t.dtype, t.device)
+        return self._ref

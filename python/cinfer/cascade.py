@@ -14,12 +14,14 @@ merge to ``(0, -inf)`` -- never NaN.
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from . import _args as A
 from . import _dispatch
 from . import _lib
 from . import _tensor as T
+from . import variant as V
 from .errors import ArgumentError, UnsupportedError
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
@@ -239,6 +241,163 @@ def merge_states_impl(v, s):
 # workspaces).
 _SLICE_ALIGN = 256
 
+# Sets of level-state buffers kept per cascade wrapper (one per CUDA stream that ran it).
+_MAX_STATE_SETS = 4
+
+_RUN_NAME = "MultiLevelCascadeAttentionWrapper.run"
+
+
+class _States:
+    """The levels' partial states of one run, ``v`` ``[rows, num_levels, H, D]`` and ``s``
+    ``[rows, num_levels, H]`` float32, with the DLTensors of each level's slice (a level's
+    batch prefill writes its output and LSE there, strided) and of the whole (the input of the
+    one merge_states that folds the levels)."""
+
+    __slots__ = ("rows", "v", "s", "level_refs", "dls", "v_ref", "s_ref")
+
+    def __init__(self, rows: int, num_levels: int, num_heads: int, head_dim: int, dtype,
+                 device) -> None:
+        torch = T.torch_module()
+        self.rows = rows
+        self.v = torch.empty((rows, num_levels, num_heads, head_dim), dtype=dtype, device=device)
+        self.s = torch.empty((rows, num_levels, num_heads), dtype=torch.float32, device=device)
+        # The structs must outlive their byref() references: keep them here.
+        self.dls = [(T.to_dl(self.v[:, i], "out"), T.to_dl(self.s[:, i], "lse"))
+                    for i in range(num_levels)]
+        self.dls.append((T.to_dl(self.v, "v"), T.to_dl(self.s, "s")))
+        self.level_refs = [(ctypes.byref(dv), ctypes.byref(ds)) for dv, ds in self.dls[:-1]]
+        self.v_ref, self.s_ref = (ctypes.byref(d) for d in self.dls[-1])
+
+
+class _Launch:
+    """Everything :meth:`MultiLevelCascadeAttentionWrapper.run` needs, bound once by
+    :meth:`~MultiLevelCascadeAttentionWrapper.plan`: each level's C object, page table and
+    variant arguments, the library's entry points, the context, the stream accessor, reusable
+    argument structs (a call with tensors of the last call's layout only updates their data
+    pointers) and the level-state buffers, per stream. A run is then the levels' launches and
+    one merge, with one allocation (the output; the LSE too with ``return_lse``)."""
+
+    def __init__(self, wrappers, graph: bool, states) -> None:
+        lib = _lib.lib()
+        # The plans own the page tables' device tensors and DLTensors that the levels' launches
+        # read; keeping them keeps those alive until the next plan.
+        self.plans = [w._plan for w in wrappers]
+        self.levels = []
+        for p in self.plans:
+            packed = (p.builtin_args if p.builtin_args is not None
+                      else V.pack_args(p.variant, None, _RUN_NAME))
+            self.levels.append((p.op.handle, ctypes.byref(p.dl_kv_indices), packed.ref(), packed))
+        first = self.plans[0]
+        self.num_heads = first.num_qo_heads
+        self.head_dim = first.head_dim
+        self.dtype = first.q_dtype
+        self.device = wrappers[0].device
+        self.ctx = T.context_of(self.device)
+        self.stream = T.stream_getter(self.device)
+        self.run_fn = lib.cinfer_batch_prefill_run
+        self.merge_fn = lib.cinfer_merge_states
+        # Graph mode: captured runs must cover the most query rows any later plan may have.
+        self.capture_rows = max(w._max_total_qo for w in wrappers) if graph else 0
+        # Outside graph mode a run with no query rows and nothing planned launches nothing.
+        self.empty_ok = not graph and all(p.qo_end <= 0 for p in self.plans)
+        self.q = T.DLSlot("q")
+        self.kv = T.DLSlot("paged_kv_cache")
+        self.k = T.DLSlot("paged_kv_cache[0]")
+        self.v = T.DLSlot("paged_kv_cache[1]")
+        self.out = T.DLSlot("out")
+        self.lse = T.DLSlot("lse")
+        # The wrapper's, kept from plan to plan (see MultiLevelCascadeAttentionWrapper.plan).
+        self.states = states
+
+    def states_for(self, stream: int, rows: int) -> _States:
+        """The level states for a run on ``stream`` with ``rows`` query rows: allocated on that
+        stream the first time, so the caching allocator never hands them to another stream
+        while this one may still use them (runs on one stream are ordered, so they can share
+        the buffers)."""
+        st = self.states.pop(stream, None)
+        if st is None or st.rows != rows:
+            st = _States(rows, len(self.levels), self.num_heads, self.head_dim, self.dtype,
+                         self.device)
+        self.states[stream] = st  # most recently used last
+        while len(self.states) > _MAX_STATE_SETS:
+            del self.states[next(iter(self.states))]
+        return st
+
+    def warm_merge(self) -> None:
+        """Runs the levels' merge once on a one-row state, so that its kernel is compiled (or
+        loaded) here rather than in the first :meth:`run`, which may be a CUDA graph capture."""
+        torch = T.torch_module()
+        st = _States(1, len(self.levels), self.num_heads, self.head_dim, self.dtype,
+                     self.device)
+        st.v.zero_()
+        st.s.zero_()
+        out = torch.empty((1, self.num_heads, self.head_dim), dtype=self.dtype,
+                          device=self.device)
+        dl_out = T.to_dl(out, "out")
+        _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, ctypes.byref(dl_out), None,
+                                 self.stream()), "MultiLevelCascadeAttentionWrapper.plan")
+
+    def run(self, q, paged_kv_cache, return_lse: bool):
+        torch = T.torch_module()
+        q_ref = self.q.lookup(q)
+        if q_ref is None:
+            q = T.as_tensor(q, "q")
+            T.check_cuda(q, "q", self.device)
+            T.check_ndim(q, "q", 3, "[num_rows, num_qo_heads, head_dim]")
+            q_ref = self.q.bind(q)
+        kv = paged_kv_cache
+        if isinstance(kv, (tuple, list)) and len(kv) == 2:
+            k_ref, v_ref = self.k.lookup(kv[0]), self.v.lookup(kv[1])
+            bound = k_ref is not None and v_ref is not None
+        else:
+            k_ref, v_ref = self.kv.lookup(kv), None
+            bound = k_ref is not None
+        if not bound:
+            k_cache, v_cache = A.paged_kv_cache(kv, self.device)
+            if v_cache is None:
+                k_ref, v_ref = self.kv.bind(k_cache), None
+            else:
+                k_ref, v_ref = self.k.bind(k_cache), self.v.bind(v_cache)
+        rows = q.shape[0]
+        if rows < self.capture_rows and torch.cuda.is_current_stream_capturing():
+            # A replay after a later plan with more rows would read q and write out past the
+            # rows captured here.
+            raise ArgumentError(
+                f"q: capturing run() with {rows} rows, below the {self.capture_rows} query rows "
+                "of the CUDA graph mode: capture with q of that many rows so it covers every "
+                "later plan"
+            )
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = (torch.empty((rows, q.shape[1]), dtype=torch.float32, device=q.device)
+               if return_lse else None)
+        if rows == 0 and self.empty_ok:
+            return (out, lse) if return_lse else out
+        out_ref = self.out.lookup(out)
+        if out_ref is None:
+            out_ref = self.out.bind(out)
+        lse_ref = None
+        if lse is not None:
+            lse_ref = self.lse.lookup(lse)
+            if lse_ref is None:
+                lse_ref = self.lse.bind(lse)
+        stream = self.stream()
+        run_fn = self.run_fn
+        if len(self.levels) == 1:
+            handle, indices_ref, args_ref, _ = self.levels[0]
+            _lib.check(run_fn(handle, q_ref, k_ref, v_ref, indices_ref, out_ref, lse_ref,
+                              args_ref, stream), _RUN_NAME)
+            return (out, lse) if return_lse else out
+        # Every level writes its state into its slice of the state buffers, the prefix (the
+        # longest) first; one merge_states folds them into out (and lse).
+        st = self.states_for(stream, rows)
+        for (handle, indices_ref, args_ref, _), (o_ref, s_ref) in zip(self.levels,
+                                                                    st.level_refs):
+            _lib.check(run_fn(handle, q_ref, k_ref, v_ref, indices_ref, o_ref, s_ref, args_ref,
+                              stream), _RUN_NAME)
+        _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, out_ref, lse_ref, stream),
+                   _RUN_NAME)
+        return (out, lse) if return_lse else out
+
 
 class MultiLevelCascadeAttentionWrapper:
     r"""Cascade attention over a KV cache organized in levels (FlashInfer's
@@ -246,8 +405,8 @@ class MultiLevelCascadeAttentionWrapper:
     request, the last level each request's own tokens. Each level is one batch prefill over its
     own page table, in which a level's "request" is a group of query rows sharing that level's
     KV: the shared prefix is read once for all the rows that attend it instead of once per
-    request. The levels' partial states (output, base-2 LSE) are merged exactly with
-    :func:`merge_state_in_place`, so the result equals attention over each row's concatenated KV
+    request. The levels' partial states (output, base-2 LSE) are merged exactly with one
+    :func:`merge_states`, so the result equals attention over each row's concatenated KV
     (levels in order).
 
     Parameters
@@ -293,6 +452,12 @@ class MultiLevelCascadeAttentionWrapper:
         self._num_levels = num_levels
         self._kv_layout = kv_layout
         self._use_cuda_graph = bool(use_cuda_graph)
+        self._launch: Optional[_Launch] = None
+        # Level states per stream (_Launch.states_for) and the (dtype, heads, head_dim) they
+        # were made for. They outlive a plan: steps of one shape reuse them, and a CUDA graph
+        # captured before a plan goes on writing the buffers it was captured with.
+        self._states: dict = {}
+        self._states_key = None
         slices = self._split(float_workspace_buffer, num_levels)
         if self._use_cuda_graph:
             arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
@@ -341,6 +506,7 @@ class MultiLevelCascadeAttentionWrapper:
         r"""Use another workspace (split between the levels again) from the next :meth:`plan`
         on; ``int_workspace_buffers`` is accepted and unused. The current plan is dropped."""
         slices = self._split(float_workspace_buffer, self._num_levels)
+        self._launch = None  # the levels' C objects are destroyed
         for w, ws in zip(self._wrappers, slices):
             w.reset_workspace_buffer(ws)
 
@@ -415,6 +581,8 @@ class MultiLevelCascadeAttentionWrapper:
                 f"window_left = {window_left} with {self._num_levels} levels: a window relative "
                 "to each level's KV is not the window of the concatenated KV; pass -1"
             )
+        # A failed plan leaves no runnable plan (as the batch prefill wrapper's).
+        self._launch = None
         for i, w in enumerate(self._wrappers):
             try:
                 w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
@@ -427,6 +595,15 @@ class MultiLevelCascadeAttentionWrapper:
                        kv_data_type=kv_data_type)
             except ArgumentError as e:
                 raise type(e)(f"level {i}: {e}", e.status) from e
+        p = self._wrappers[0]._plan
+        key = (p.q_dtype, p.num_qo_heads, p.head_dim)
+        if key != self._states_key:
+            self._states = {}
+        launch = _Launch(self._wrappers, self._use_cuda_graph, self._states)
+        if self._num_levels > 1 and key != self._states_key:
+            launch.warm_merge()
+        self._states_key = key
+        self._launch = launch
 
     begin_forward = plan
 
@@ -451,11 +628,31 @@ class MultiLevelCascadeAttentionWrapper:
         -------
         out : torch.Tensor
             q's shape and dtype; with ``return_lse``, ``(out, lse)``.
+
+        Raises
+        ------
+        TypeError
+            ``q`` or a cache is not a tensor.
+        ValueError
+            No plan yet; shapes or dtypes that contradict the plan, CPU tensors (the library's
+            message names the argument); a CUDA-graph capture with ``q`` too short.
+        cinfer.CinferError
+            A CUDA launch failure.
+
+        Notes
+        -----
+        One batch prefill launch per level (two for a level planned with split-KV) writing its
+        partial state into buffers the wrapper keeps per CUDA stream, then one
+        :func:`merge_states` launch into the output: no synchronization, no compilation, and
+        no allocation but the returned tensors (and the state buffers, at the first run on a
+        stream or with another number of rows), so it can be captured in a CUDA graph
+        (``use_cuda_graph=True``). Runs on one stream share the state buffers (stream order
+        keeps them apart); runs on different streams get their own.
         """
-        out, lse = self._wrappers[-1].run(q, paged_kv_cache, return_lse=True)
-        for w in self._wrappers[:-1]:
-            out_i, lse_i = w.run(q, paged_kv_cache, return_lse=True)
-            merge_state_in_place(out, lse, out_i, lse_i)
-        return (out, lse) if return_lse else out
+        launch = self._launch
+        if launch is None:
+            raise ArgumentError("run() before plan(): call plan() first (again after a failed "
+                                "plan or reset_workspace_buffer)")
+        return launch.run(q, paged_kv_cache, bool(return_lse))
 
     forward = run

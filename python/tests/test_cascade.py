@@ -125,3 +125,123 @@ def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
     plain.plan(i32(qo_indptr), indptr, indices, last, hq, hk, D, page_size, causal=True)
     torch.testing.assert_close(plain.run(q, pool.cache).double(), out.double(), atol=atol,
                                rtol=rtol)
+
+
+def two_level_decode(pool, batch, prefix_pages, own_tokens):
+    """A decode step (one query row per request) over a shared prefix and each request's own
+    tokens: (the cascade's four per-level lists, the plain table of the concatenated pages)."""
+    prefix_last = pool.page_size
+    own = [pool.take(n) for n in own_tokens]
+    own_table = table(own)
+    levels = ([i32([0, batch]), i32(list(range(batch + 1)))],
+              [i32([0, len(prefix_pages)]), own_table[0]],
+              [i32(prefix_pages), own_table[1]],
+              [i32([prefix_last]), own_table[2]])
+    plain = table([(prefix_pages + pages, last if pages else pool.page_size)
+                   for pages, last in own])
+    return levels, plain
+
+
+def plain_prefill(plain_table, batch, hq, hk, page_size, dtype):
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws)
+    w.plan(i32(list(range(batch + 1))), *plain_table, hq, hk, D, page_size, causal=True,
+           q_data_type=dtype)
+    return w
+
+
+def test_cascade_run_rebinds_its_arguments():
+    """run() reuses its argument structs between calls: other q data of the same layout, a
+    strided q, the cache as a (k, v) pair, return_lse either way, a second stream; every result
+    equals the plain batch prefill over the concatenated pages."""
+    hq, hk, page_size, dtype, batch = 32, 8, 16, torch.float16, 6
+    pool = Pool(40 + 40, page_size, hk, dtype, seed=11)
+    prefix_pages, _ = pool.take(40 * page_size)
+    levels, plain_table = two_level_decode(pool, batch, prefix_pages, [17, 33, 0, 80, 5, 64])
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    w = cinfer.MultiLevelCascadeAttentionWrapper(2, ws, "NHD")
+    with pytest.raises(ValueError, match="before plan"):
+        w.run(torch.randn(batch, hq, D, device=DEV).to(dtype), pool.cache)
+    w.plan(*levels, hq, hk, D, page_size, causal=True, q_data_type=dtype)
+    plain = plain_prefill(plain_table, batch, hq, hk, page_size, dtype)
+    atol, rtol = reference.tolerance(dtype)
+
+    qs = [torch.randn(batch, hq, D, device=DEV).to(dtype) for _ in range(2)]
+    wide = torch.randn(batch, 2 * hq, D, device=DEV).to(dtype)
+    strided = wide[:, hq:]  # rows 2 * hq * D apart
+    outs = [w.run(q, pool.cache) for q in qs]
+    for q, out in zip(qs, outs):
+        torch.testing.assert_close(out.double(), plain.run(q, pool.cache).double(), atol=atol,
+                                   rtol=rtol)
+    assert not torch.equal(outs[0], outs[1])
+    out_s = w.run(strided, pool.cache)
+    torch.testing.assert_close(out_s.double(), plain.run(strided.contiguous(), pool.cache).double(),
+                               atol=atol, rtol=rtol)
+    # The same inputs through the other forms give the same bits (the same launches).
+    k_cache, v_cache = pool.cache[:, 0], pool.cache[:, 1]
+    assert torch.equal(w.run(qs[0].clone(), (k_cache, v_cache)), outs[0])
+    out1, lse1 = w.run(qs[1], pool.cache, return_lse=True)
+    assert torch.equal(out1, outs[1])
+    ref_out, ref_lse = plain.run(qs[1], pool.cache, return_lse=True)
+    torch.testing.assert_close(lse1.double(), ref_lse.double(), atol=2e-3, rtol=1e-4)
+    assert torch.equal(w.run(qs[0], pool.cache), outs[0])
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out_side = w.run(qs[1], pool.cache)
+        out_side0 = w.run(qs[0], pool.cache)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(out_side, outs[1])
+    assert torch.equal(out_side0, outs[0])
+
+    with pytest.raises(ValueError, match="q"):
+        w.run(qs[0].cpu(), pool.cache)
+    with pytest.raises(ValueError):
+        w.run(qs[0][:, :hq // 2], pool.cache)  # heads that contradict the plan (the library's)
+    w.reset_workspace_buffer(ws)
+    with pytest.raises(ValueError, match="before plan"):
+        w.run(qs[0], pool.cache)
+
+
+def test_cascade_cuda_graph_replays_follow_later_plans():
+    """A captured run replays the plan in force: after a new q and a plan with other own
+    lengths, the replay equals an eager run of that plan (bit for bit) and the plain batch
+    prefill."""
+    hq, hk, page_size, dtype, batch = 32, 8, 16, torch.float16, 6
+    pool = Pool(40 + 80, page_size, hk, dtype, seed=12)
+    prefix_pages, _ = pool.take(40 * page_size)
+    own_capacity = batch * 7  # pages: up to 112 own tokens per request
+
+    def bufs(n):
+        return torch.zeros(n, dtype=torch.int32, device=DEV)
+
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    w = cinfer.MultiLevelCascadeAttentionWrapper(
+        2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
+        paged_kv_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
+        paged_kv_indices_buf_arr=[bufs(len(prefix_pages)), bufs(own_capacity)],
+        paged_kv_last_page_len_buf_arr=[bufs(1), bufs(batch)])
+    q = torch.randn(batch, hq, D, device=DEV).to(dtype)
+    atol, rtol = reference.tolerance(dtype)
+
+    levels, plain_table = two_level_decode(pool, batch, prefix_pages, [100, 3, 64, 1, 77, 112])
+    w.plan(*levels, hq, hk, D, page_size, causal=True, q_data_type=dtype)
+    eager = w.run(q, pool.cache)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = w.run(q, pool.cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+    levels, plain_table = two_level_decode(pool, batch, prefix_pages, [5, 90, 0, 33, 16, 48])
+    w.plan(*levels, hq, hk, D, page_size, causal=True, q_data_type=dtype)
+    q.copy_(torch.randn(batch, hq, D, device=DEV).to(dtype))
+    graph.replay()
+    eager = w.run(q, pool.cache)
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    plain = plain_prefill(plain_table, batch, hq, hk, page_size, dtype)
+    torch.testing.assert_close(out.double(), plain.run(q, pool.cache).double(), atol=atol,
+                               rtol=rtol)

@@ -29,6 +29,10 @@ def _read(dl):
     return torch.frombuffer(raw, dtype=dtype) if n else torch.empty(0, dtype=dtype)
 
 
+def _strides(dl):
+    return [dl.strides[i] for i in range(dl.ndim)]
+
+
 def _decode_args(args):
     """A run's variant arguments: tensors read back (None for NULL), scalars as int32."""
     if not args:
@@ -52,6 +56,7 @@ class StandIn:
         self.real = real
         self.run_args = []  # the decoded variant arguments of each run
         self.run_ptrs = []  # and the data pointers of its tensor arguments
+        self.run_views = []  # (q data, out data, out strides, lse data, lse strides) of each run
         self.calls = []
         self.live = set()
         self.next_handle = 1000
@@ -82,6 +87,9 @@ class StandIn:
         self.run_ptrs.append([a.tensor.contents.data if a.tensor else None
                               for a in (args._obj.args[i] for i in range(args._obj.num_args))
                               if a.kind == _lib.PARAM_TENSOR] if args else [])
+        self.run_views.append((q._obj.data, out._obj.data, _strides(out._obj),
+                               lse._obj.data if lse else None,
+                               _strides(lse._obj) if lse else None))
         return 0
 
     def cinfer_segment_packbits(self, ctx, x, indptr, order, y, new_indptr, stream):
@@ -110,6 +118,11 @@ class StandIn:
 
     def cinfer_merge_state_in_place(self, *a):
         self.calls.append(("merge",))
+        return 0
+
+    def cinfer_merge_states(self, ctx, v, lse, v_out, lse_out, stream):
+        self.calls.append(("merge_states", v._obj.data, list(v._obj.shape[:4]), lse._obj.data,
+                           v_out._obj.data, lse_out._obj.data if lse_out else None))
         return 0
 
     def cinfer_last_error(self):
@@ -309,9 +322,34 @@ def test_cascade_levels(fake):
     c.plan(qo, kv, idx, last, 8, 2, 128, 16, causal=True)
     creates = fake.of("create")
     assert [x[3] for x in creates] == [0, 0, 1]  # only the last level is causal
+    assert len(fake.of("merge_states")) == 1  # plan loads the merge kernel (a one-row merge)
     q = torch.zeros(4, 8, 128, dtype=torch.float16)
-    out, lse = c.run(q, torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16), return_lse=True)
-    assert len(fake.of("run")) == 3 and len(fake.of("merge")) == 2
+    cache = torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16)
+    out, lse = c.run(q, cache, return_lse=True)
+    assert len(fake.of("run")) == 3 and len(fake.of("merge")) == 0
+    # Each level writes its slice of one [rows, levels, H, D] / [rows, levels, H] state pair,
+    # and one merge_states folds the levels into the returned out and lse.
+    _, v_ptr, v_shape, s_ptr, out_ptr, lse_ptr = fake.of("merge_states")[-1]
+    assert v_shape == [4, 3, 8, 128] and (out_ptr, lse_ptr) == (out.data_ptr(), lse.data_ptr())
+    for i, (q_ptr, o_ptr, o_strides, l_ptr, l_strides) in enumerate(fake.run_views):
+        assert q_ptr == q.data_ptr()
+        assert (o_ptr, o_strides) == (v_ptr + i * 8 * 128 * 2, [3 * 8 * 128, 128, 1])
+        assert (l_ptr, l_strides) == (s_ptr + i * 8 * 4, [3 * 8, 1])
+    # Another q and output: the same structs point at them; the states are reused.
+    q2 = torch.zeros(4, 8, 128, dtype=torch.float16)
+    out2 = c.run(q2, cache)
+    assert [v[0] for v in fake.run_views[3:]] == [q2.data_ptr()] * 3
+    assert [v[1] for v in fake.run_views[3:]] == [v[1] for v in fake.run_views[:3]]
+    assert fake.of("merge_states")[-1][1:] == (v_ptr, v_shape, s_ptr, out2.data_ptr(), None)
+    # A strided q is passed with its strides; more rows get new states.
+    wide = torch.zeros(5, 16, 128, dtype=torch.float16)
+    c.run(wide[:, 8:], cache)
+    assert fake.run_views[-1][0] == wide[:, 8:].data_ptr()
+    assert fake.of("merge_states")[-1][2] == [5, 3, 8, 128]
+    with pytest.raises(TypeError, match="q"):
+        c.run("q", cache)
+    with pytest.raises(ValueError, match="paged_kv_cache"):
+        c.run(q, (cache,))
     with pytest.raises(ValueError, match="num_levels"):
         c.plan(qo[:2], kv, idx, last, 8, 2, 128, 16)
     with pytest.raises(cinfer.UnsupportedError, match="window_left"):
