@@ -143,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if CINFER_ROPE
     /* The pairs' frequencies, once per CTA (pos_rope.cuh). */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x);
+    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
     __syncthreads();
 #endif
 

@@ -30,14 +30,15 @@
 #define CINFER_ROPE_TWO_PI 6.28318530717958647692
 
 /* Fills freq[m] (m in [0, d / 2)) with pair m's frequency in turns per position as a float32
- * pair (hi, lo), by the threads [0, d / 2) of the block; the caller synchronizes before use. */
+ * pair (hi, lo); thread tid of nthreads takes m = tid, tid + nthreads, ... (a CTA of one or two
+ * warps has fewer threads than a head dim of 256 has pairs). The caller synchronizes before use. */
 __device__ __forceinline__ void cinfer_rope_freq_init(float2 *freq, int d, float rope_scale,
-                                                      float rope_theta, int tid) {
-    if (tid < d / 2) {
-        const double f = pow((double)rope_theta, -2.0 * (double)tid / (double)d) /
+                                                      float rope_theta, int tid, int nthreads) {
+    for (int m = tid; m < d / 2; m += nthreads) {
+        const double f = pow((double)rope_theta, -2.0 * (double)m / (double)d) /
                          (CINFER_ROPE_TWO_PI * (double)rope_scale);
         const float hi = (float)f;
-        freq[tid] = make_float2(hi, (float)(f - (double)hi));
+        freq[m] = make_float2(hi, (float)(f - (double)hi));
     }
 }
 

@@ -487,7 +487,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_ROPE
     /* The pairs' frequencies, computed once per CTA; the loop's first barrier publishes them. */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x);
+    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
 #endif
 
     if (num_tiles > 0) {
