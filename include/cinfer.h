@@ -399,6 +399,17 @@ typedef enum cinfer_kv_layout {
     CINFER_KV_LAYOUT_HND = 1, /* K/V [.., Hk, tokens, D]: paged [max_pages, Hk, page_size, D] */
 } cinfer_kv_layout_t;
 
+/* Position encodings the attention kernels apply themselves (FlashInfer's pos_encoding_mode; its
+ * "ALIBI" is the built-in "alibi" variant here). */
+typedef enum cinfer_pos_encoding {
+    CINFER_POS_ENCODING_NONE = 0,       /* q and k are used as given */
+    CINFER_POS_ENCODING_ROPE_LLAMA = 1, /* rotary embedding of q and k, Llama rotate-half */
+} cinfer_pos_encoding_t;
+
+/* The largest qo_len and kv_len of attention with in-kernel RoPE: positions are exact in float32
+ * below 2^24. */
+#define CINFER_ROPE_MAX_LEN (1 << 24)
+
 /*
  * What a batch of attention computes (SEMANTICS.md): heads, head dims, dtypes, KV layout, scaling
  * and masks. Initialize with CINFER_ATTENTION_OPTIONS_INIT and set the fields you need.
@@ -407,6 +418,24 @@ typedef enum cinfer_kv_layout {
  * s = c * tanh(s / c) when logits_soft_cap = c > 0; positions j < p_i - window_left are masked
  * when window_left >= 0 (p_i is the query's absolute position, kv_len - 1 in decode). The output
  * is softmax(s) V * v_scale, accumulated in float32. LSE is log2(sum_j exp(s_j)).
+ *
+ * In-kernel RoPE (pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA, FlashInfer's "ROPE_LLAMA"):
+ * before the dot product, q_i is rotated at its position p_i (row i of qo_len rows over kv_len
+ * keys is at i + kv_len - qo_len; decode's one row at kv_len - 1) and k_j at its position j in the
+ * request's KV (the cache holds un-rotated K; the kernels rotate what they read; V is never
+ * rotated). Llama's rotate-half convention over the whole head dim D: pair m in [0, D/2) is
+ * (x[m], x[m + D/2]), rotated by the angle a = (pos / rope_scale) * rope_theta^(-2m / D) radians:
+ *   out[m]       = x[m] cos(a) - x[m + D/2] sin(a),
+ *   out[m + D/2] = x[m + D/2] cos(a) + x[m] sin(a)
+ * (Su et al., "RoFormer", 2021; the pairing of Hugging Face's LlamaModel). The rotation is
+ * computed in float32 with the angle reduced to one turn in extended precision (error about 1e-6
+ * absolute in cos/sin at any position below 2^24); prefill rounds the rotated q and k to the
+ * 16-bit input dtype before its tensor-core products, decode keeps them in float32. Limits:
+ * head_dim a multiple of 16; qo_len and kv_len at most CINFER_ROPE_MAX_LEN (2^24, positions stay
+ * exact in float32); batch prefill with fp8 KV and the tensor-core decode kernel (use_tensor_cores
+ * = 1) are UNSUPPORTED with RoPE (-1 picks the CUDA-core decode kernel). A variant sees the rotated
+ * q (its query transform runs after the rotation) and logits of rotated vectors. RoPE is compiled
+ * into the kernels (part of their cache key); rope_scale and rope_theta are run-time values.
  */
 typedef struct cinfer_attention_options {
     size_t size;      /* sizeof(cinfer_attention_options_t) */
@@ -434,14 +463,18 @@ typedef struct cinfer_attention_options {
      * the run's argument list; logits_soft_cap must then be 0 (the variant transforms logits
      * itself); sm_scale, k_scale, v_scale, window_left and causal masking still apply. */
     const cinfer_variant_t *variant;
+    /* Position encoding applied inside the kernels (see above): NONE (default) or ROPE_LLAMA. */
+    cinfer_pos_encoding_t pos_encoding_mode;
+    float rope_scale; /* ROPE_LLAMA: > 0, positions are divided by it (default 1) */
+    float rope_theta; /* ROPE_LLAMA: > 0, the frequency base (default 1e4) */
 } cinfer_attention_options_t;
 
-#define CINFER_ATTENTION_OPTIONS_VERSION 2
+#define CINFER_ATTENTION_OPTIONS_VERSION 3
 #define CINFER_ATTENTION_OPTIONS_INIT                                                              \
     {                                                                                              \
         sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,         \
             CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f,    \
-            1.0f, 0, 1, -1, NULL                                                                   \
+            1.0f, 0, 1, -1, NULL, CINFER_POS_ENCODING_NONE, 1.0f, 1e4f                             \
     }
 
 /* ---------------------------------------------------------------------------------------------

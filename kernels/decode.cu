@@ -14,13 +14,19 @@
  *
  * Logits are kept in base-2 units (q is pre-scaled by log2(e)), so exp2 is one instruction.
  *
+ * In-kernel RoPE (CINFER_POS = 1, kernels/pos_rope.cuh): q is rotated once per work item at the
+ * query's position, and every K vector after it is unpacked, at its token's position, in float32
+ * (nothing is rounded). A pair's two elements sit D / 16 lanes apart in a token row (lane tx holds
+ * elements 8 tx .. 8 tx + 7), so each lane fetches its partners with shuffles.
+ *
  * Prelude: CINFER_DTYPE_Q/KV/O, CINFER_HEAD_DIM_QK (== CINFER_HEAD_DIM_VO), CINFER_PAGED,
- * CINFER_SOFTCAP, CINFER_TILE_Q (HPC), CINFER_TILE_KV (U), CINFER_WARPS, and CINFER_OP_DECODE or
- * CINFER_OP_DECODE_MERGE.
+ * CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP, CINFER_TILE_Q (HPC), CINFER_TILE_KV (U),
+ * CINFER_WARPS, and CINFER_OP_DECODE or CINFER_OP_DECODE_MERGE.
  */
 #include "common.cuh"
 #include "decode_kv.cuh"
 #include "decode_params.h"
+#include "pos_rope.cuh"
 #include "soft_cap.cuh"
 #include "variant.cuh"
 
@@ -93,10 +99,37 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
-/* Hooks that need the query's position. */
+/* Hooks (or RoPE) that need the query's position. */
 #define NEEDS_POS                                                                                  \
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
-     VARIANT_OUTPUT_TRANSFORM)
+     VARIANT_OUTPUT_TRANSFORM || CINFER_ROPE)
+
+#if CINFER_ROPE
+#define ROPE_HALF (D / 16) /* lanes between a pair's two elements */
+
+/* RoPE of this lane's 8 elements x (lane tx of a token row, elements 8 tx ..) at position pos:
+ * every lane of the warp calls it (the partners come by shuffle); lanes past the row
+ * (tx >= ROW_LANES) keep their values. freq: the block's frequency table. */
+__device__ __forceinline__ void rope_lane(float *x, int tx, float pos, const float2 *freq) {
+    const int lane = (int)threadIdx.x % 32;
+    const bool first = tx < ROPE_HALF, row = tx < ROW_LANES;
+    const int src = lane + (!row ? 0 : first ? ROPE_HALF : -ROPE_HALF);
+    const int m0 = (first ? tx : tx - ROPE_HALF) * 8;
+    float partner[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        partner[i] = __shfl_sync(0xffffffffu, x[i], src);
+    if (!row)
+        return;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float sn, cs;
+        cinfer_rope_sincos(pos, freq[m0 + i], &sn, &cs);
+        /* first half: x cos - partner sin; second half: x cos + partner sin */
+        x[i] = fmaf(x[i], cs, (first ? -partner[i] : partner[i]) * sn);
+    }
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
     CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
@@ -107,6 +140,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int tx = lane % TX, row = warp * TY + lane / TX;
     const int group = p.num_qo_heads / p.num_kv_heads;
     const int num_work = p.header->num_work;
+#if CINFER_ROPE
+    /* The pairs' frequencies, once per CTA (pos_rope.cuh). */
+    __shared__ float2 rope_freq[D / 2];
+    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+    __syncthreads();
+#endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
         const cinfer_decode_work item = p.work[w];
@@ -130,6 +169,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 for (int i = 0; i < VEC; i++)
                     q[g][i] = 0.0f;
             }
+#if CINFER_ROPE
+            rope_lane(q[g], tx, (float)qo_pos, rope_freq);
+#endif
 #if VARIANT_QUERY_TRANSFORM
             if (tx < ROW_LANES) {
 #pragma unroll
@@ -179,6 +221,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 float k[VEC];
                 kv_unpack(k, k_cur[u]);
                 const bool valid = t0 + u * ROWS + row < item.kv_end;
+#if CINFER_ROPE
+                rope_lane(k, tx, (float)(t0 + u * ROWS + row), rope_freq);
+#endif
 #pragma unroll
                 for (int g = 0; g < HPC; g++) {
                     float dot = 0.0f;

@@ -45,12 +45,18 @@
  * of its tile's KV range; the CTA then visits only that chunk's KV tiles and ends by writing
  * float32 partial states to the workspace, which the decode merge kernel folds into out/lse.
  *
+ * In-kernel RoPE (CINFER_POS = 1, kernels/pos_rope.cuh): the Q tile is rotated in shared memory
+ * once, after it arrives and before any warp reads it, and each K tile after it arrives and
+ * before its ldmatrix reads, at absolute positions; the rotated values are rounded back to the
+ * 16-bit dtype in place. This costs one more barrier per KV tile; without RoPE nothing changes.
+ *
  * Prelude: CINFER_DTYPE_Q (== KV == O), CINFER_HEAD_DIM_QK (== VO), CINFER_MASK (0 none,
- * 1 causal), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS,
- * CINFER_STAGES, CINFER_BATCH, CINFER_PAGED, CINFER_OP_PREFILL.
+ * 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q,
+ * CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH, CINFER_PAGED, CINFER_OP_PREFILL.
  */
 #include "common.cuh"
 #include "mma.cuh"
+#include "pos_rope.cuh"
 #include "prefill_params.h"
 #include "soft_cap.cuh"
 #include "variant.cuh"
@@ -297,6 +303,34 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
     } while (0)
 #endif
 
+#if CINFER_ROPE
+/*
+ * RoPE of rows [0, rows) of a tile in shared memory (generic pointer tile: row r at position
+ * pos0 + r), in place. A unit of work is one row's 8 pairs (m .. m + 7, chunk m / 8 and its
+ * partner chunk m / 8 + D / 16), the threads taking consecutive units. freq: the pairs'
+ * frequencies (pos_rope.cuh). The caller synchronizes before and after.
+ */
+#define ROPE_UNITS (D / 16) /* units per row */
+__device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos0,
+                                          const float2 *freq) {
+    for (int u = thread_index(); u < rows * ROPE_UNITS; u += THREADS) {
+        const int row = u / ROPE_UNITS, ch = u % ROPE_UNITS;
+        uint4 *lo_p = (uint4 *)(tile + tile_offset(row, ch));
+        uint4 *hi_p = (uint4 *)(tile + tile_offset(row, ch + ROPE_UNITS));
+        float lo[8], hi[8];
+        float2 f[8];
+        cinfer_unpack8(lo, DT, *lo_p);
+        cinfer_unpack8(hi, DT, *hi_p);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            f[i] = freq[ch * 8 + i];
+        cinfer_rope_rotate8(lo, hi, (float)(pos0 + row), f);
+        *lo_p = cinfer_pack8(DT, lo);
+        *hi_p = cinfer_pack8(DT, hi);
+    }
+}
+#endif
+
 /* A batch kernel rebases a local copy p of its parameters; a single one reads them in place. */
 #if CINFER_BATCH
 #define PARAMS params
@@ -450,6 +484,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const float scale = p.q_scale;
 #endif
 
+#if CINFER_ROPE
+    /* The pairs' frequencies, computed once per CTA; the loop's first barrier publishes them. */
+    __shared__ float2 rope_freq[D / 2];
+    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+#endif
+
     if (num_tiles > 0) {
         load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
         cinfer_cp_async_commit();
@@ -480,6 +520,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);
                 cinfer_cp_async_commit();
             }
+#if CINFER_ROPE
+            /* Rotate Q (first tile only) and this K tile in place before any warp reads them:
+             * rows that exist, at their absolute positions. */
+            {
+                unsigned char *const base = (unsigned char *)smem;
+                if (t == 0)
+                    rope_tile(base, q_rows, q0 + delta, rope_freq);
+                const int k0 = (tile_begin + t) * TILE_KV;
+                rope_tile(base + (s_k - s_q) + stage * KV_BYTES, CINFER_MIN(TILE_KV, p.kv_len - k0),
+                          k0, rope_freq);
+                __syncthreads();
+            }
+#endif
 #if VARIANT_QUERY_TRANSFORM
             if (t == 0) {
                 /* Transform the Q tile in place before any warp reads it. */

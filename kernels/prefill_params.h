@@ -101,6 +101,9 @@ typedef struct cinfer_prefill_params {
     float q_scale;
     float soft_cap_log2;
     float v_scale; /* multiplies the output */
+    /* In-kernel RoPE (CINFER_POS = 1 kernels, kernels/pos_rope.cuh): positions are divided by
+     * rope_scale, pair m of D turns at rope_theta^(-2m / D) radians per position */
+    float rope_scale, rope_theta;
 } cinfer_prefill_params;
 
 #endif

@@ -64,7 +64,10 @@ class DLTensor(ctypes.Structure):
 # ---------------------------------------------------------------------------------------------
 
 CONTEXT_OPTIONS_VERSION = 1
-ATTENTION_OPTIONS_VERSION = 2
+ATTENTION_OPTIONS_VERSION = 3
+# cinfer_pos_encoding_t
+POS_ENCODING_NONE = 0
+POS_ENCODING_ROPE_LLAMA = 1
 JIT_STATS_VERSION = 1
 APPEND_OPTIONS_VERSION = 1
 ROPE_OPTIONS_VERSION = 1
@@ -108,6 +111,9 @@ class AttentionOptions(ctypes.Structure):
         ("max_batch_size", ctypes.c_int),
         ("use_tensor_cores", ctypes.c_int),  # -1 = the library chooses
         ("variant", ctypes.c_void_p),  # const cinfer_variant_t *, NULL = default attention
+        ("pos_encoding_mode", ctypes.c_int),  # cinfer_pos_encoding_t: 0 none, 1 ROPE_LLAMA
+        ("rope_scale", ctypes.c_float),
+        ("rope_theta", ctypes.c_float),
     ]
 
 
@@ -203,7 +209,7 @@ LAYOUT = {
     "DLTensor.shape": 24,
     "DLTensor.byte_offset": 40,
     "cinfer_context_options_t": 16,
-    "cinfer_attention_options_t": 80,
+    "cinfer_attention_options_t": 96,
     "cinfer_attention_options_t.kv_layout": 28,
     "cinfer_attention_options_t.q_dtype": 32,
     "cinfer_attention_options_t.sm_scale": 40,
@@ -211,6 +217,8 @@ LAYOUT = {
     "cinfer_attention_options_t.max_batch_size": 64,
     "cinfer_attention_options_t.use_tensor_cores": 68,
     "cinfer_attention_options_t.variant": 72,
+    "cinfer_attention_options_t.pos_encoding_mode": 80,
+    "cinfer_attention_options_t.rope_theta": 88,
     "cinfer_jit_stats_t": 72,
     "cinfer_append_options_t": 32,
     "cinfer_append_options_t.kv_layout": 12,
@@ -247,6 +255,8 @@ def _layout_of_ctypes() -> dict:
         "cinfer_attention_options_t.max_batch_size": AttentionOptions.max_batch_size.offset,
         "cinfer_attention_options_t.use_tensor_cores": AttentionOptions.use_tensor_cores.offset,
         "cinfer_attention_options_t.variant": AttentionOptions.variant.offset,
+        "cinfer_attention_options_t.pos_encoding_mode": AttentionOptions.pos_encoding_mode.offset,
+        "cinfer_attention_options_t.rope_theta": AttentionOptions.rope_theta.offset,
         "cinfer_jit_stats_t": ctypes.sizeof(JitStats),
         "cinfer_append_options_t": ctypes.sizeof(AppendOptions),
         "cinfer_append_options_t.kv_layout": AppendOptions.kv_layout.offset,
@@ -295,6 +305,9 @@ def attention_options(**fields) -> AttentionOptions:
     o.max_batch_size = 1
     o.use_tensor_cores = -1
     o.variant = None
+    o.pos_encoding_mode = POS_ENCODING_NONE
+    o.rope_scale = 1.0
+    o.rope_theta = 1e4
     for name, value in fields.items():
         setattr(o, name, value)
     return o

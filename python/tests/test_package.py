@@ -109,6 +109,9 @@ int main(void) {
     O("cinfer_attention_options_t.max_batch_size", cinfer_attention_options_t, max_batch_size);
     O("cinfer_attention_options_t.use_tensor_cores", cinfer_attention_options_t, use_tensor_cores);
     O("cinfer_attention_options_t.variant", cinfer_attention_options_t, variant);
+    O("cinfer_attention_options_t.pos_encoding_mode", cinfer_attention_options_t,
+      pos_encoding_mode);
+    O("cinfer_attention_options_t.rope_theta", cinfer_attention_options_t, rope_theta);
     S("cinfer_jit_stats_t", cinfer_jit_stats_t);
     S("cinfer_append_options_t", cinfer_append_options_t);
     O("cinfer_append_options_t.kv_layout", cinfer_append_options_t, kv_layout);
@@ -137,6 +140,9 @@ int main(void) {
     printf("JIT_STATS_VERSION %d\n", CINFER_JIT_STATS_VERSION);
     printf("APPEND_OPTIONS_VERSION %d\n", CINFER_APPEND_OPTIONS_VERSION);
     printf("ROPE_OPTIONS_VERSION %d\n", CINFER_ROPE_OPTIONS_VERSION);
+    cinfer_attention_options_t ao = CINFER_ATTENTION_OPTIONS_INIT;
+    printf("ATTENTION_ROPE_INIT %d %d %d %d\n", (int)ao.pos_encoding_mode, (int)ao.rope_scale,
+           (int)ao.rope_theta, (int)CINFER_POS_ENCODING_ROPE_LLAMA);
     cinfer_append_options_t a = CINFER_APPEND_OPTIONS_INIT;
     printf("APPEND_INIT %d %d %d\n", (int)a.kv_layout, a.page_size, (int)(a.k_scale * a.v_scale));
     cinfer_rope_options_t r = CINFER_ROPE_OPTIONS_INIT;
@@ -175,6 +181,9 @@ def test_struct_layout_matches_header(tmp_path):
     assert probe["JIT_STATS_VERSION"] == _lib.JIT_STATS_VERSION
     assert probe["APPEND_OPTIONS_VERSION"] == _lib.APPEND_OPTIONS_VERSION
     assert probe["ROPE_OPTIONS_VERSION"] == _lib.ROPE_OPTIONS_VERSION
+    o = _lib.attention_options()
+    assert probe["ATTENTION_ROPE_INIT"] == [o.pos_encoding_mode, int(o.rope_scale),
+                                            int(o.rope_theta), _lib.POS_ENCODING_ROPE_LLAMA]
     assert probe["KV_STORAGE"] == [_lib.KV_STORAGE_RAGGED, _lib.KV_STORAGE_PAGED]
     assert probe["PARAM_KIND"] == [_lib.PARAM_TENSOR, _lib.PARAM_SCALAR]
     assert probe["ARG_F32"] == [_lib.PARAM_SCALAR, _lib.KDL_FLOAT, 32, 1]
@@ -193,7 +202,8 @@ def test_attention_options_defaults_match_init_macro():
     from cinfer import _lib
 
     o = _lib.attention_options()
-    assert o.size == 80 and o.version == 2 and o.variant is None
+    assert o.size == 96 and o.version == 3 and o.variant is None
+    assert (o.pos_encoding_mode, o.rope_scale, o.rope_theta) == (0, 1.0, 1e4)
     assert (o.page_size, o.kv_layout, o.window_left, o.max_batch_size) == (16, 0, -1, 1)
     assert (o.q_dtype.code, o.q_dtype.bits, o.q_dtype.lanes) == (_lib.KDL_BFLOAT, 16, 1)
     assert (o.k_scale, o.v_scale, o.sm_scale, o.logits_soft_cap) == (1.0, 1.0, 0.0, 0.0)

@@ -6,8 +6,8 @@
  * the operation itself calls when it is created, so a set cannot drift from what the library
  * loads: a change of tiles or kernel choice changes the bundle with it.
  *
- * Not covered, because its kernels do not exist yet: fused RoPE (pos = rope). Custom variants
- * are compiled on first use (their source is the user's). A new operation adds one row to
+ * Not covered: in-kernel RoPE (pos = rope) and custom variants (whose source is the user's); both
+ * are compiled on first use. A new operation adds one row to
  * `operations`; a new model family adds rows to `default_layers`. The public merge operations
  * (cinfer_merge_state*) are not covered either: their spec depends on the alignment of the caller's
  * tensors and is built inside src/ops/merge.c, which has no spec function yet.

@@ -113,7 +113,7 @@ static const family_t families[CINFER__OP_COUNT] = {
                                  F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_DECODE] = {"decode", "decode.cu", "CINFER_OP_DECODE",
                            F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
-                               F_FLAGS | F_TILE | F_VARIANT,
+                               F_POS | F_FLAGS | F_TILE | F_VARIANT,
                            CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_DECODE_MERGE] = {"decode_merge", "decode.cu", "CINFER_OP_DECODE_MERGE",
                                  F_DTYPE_O | F_HD_VO | F_TILE, 0},
@@ -123,7 +123,7 @@ static const family_t families[CINFER__OP_COUNT] = {
                               CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
-                                F_PAGED | F_BATCH | F_MASK | F_FLAGS | F_TILE | F_VARIANT,
+                                F_PAGED | F_BATCH | F_MASK | F_POS | F_FLAGS | F_TILE | F_VARIANT,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
     [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
                                           "CINFER_OP_APPEND_PAGED_KV_CACHE",
@@ -525,6 +525,20 @@ static cinfer_status_t validate_append(const cinfer__spec_t *spec, const family_
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Position encodings the attention kernels apply themselves: none, or RoPE (kernels/pos_rope.cuh),
+ * which rotates whole 8-element vectors of each half of the head dim. ALiBi is a variant. */
+static cinfer_status_t validate_pos(const cinfer__spec_t *spec, const family_t *fam) {
+    if (spec->pos != CINFER__POS_NONE && spec->pos != CINFER__POS_ROPE_LLAMA)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: pos %s is not supported (none, rope; ALiBi is the alibi variant)",
+                             fam->name, pos_names[(unsigned)spec->pos < 3 ? spec->pos : 0]);
+    if (spec->pos == CINFER__POS_ROPE_LLAMA && spec->head_dim_qk % 16 != 0)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: pos rope needs head_dim_qk %% 16 == 0, got %d", fam->name,
+                             (int)spec->head_dim_qk);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
     if ((unsigned)spec->op >= CINFER__OP_COUNT)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
@@ -554,6 +568,8 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         CINFER__CHECK(validate_prefill(spec, fam));
     if (spec->op == CINFER__OP_APPEND_PAGED_KV_CACHE)
         CINFER__CHECK(validate_append(spec, fam));
+    if (fam->fields & F_POS)
+        CINFER__CHECK(validate_pos(spec, fam));
     if (spec->variant && spec->variant_id != cinfer__variant_id(spec->variant))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: variant_id does not match variant %s", fam->name,
@@ -615,6 +631,11 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         break;
     case F_VEC:
         cinfer__fmt(dst, cap, "vec%lld", (long long)v);
+        break;
+    case F_POS:
+        /* No position encoding adds nothing to the name (the names of kernels without one stay
+         * what they were before the field was used). */
+        cinfer__fmt(dst, cap, "%s", v ? pos_names[v] : "");
         break;
     case F_VARIANT:
         /* Default attention adds nothing to the name; a variant adds its name. */

@@ -26,6 +26,8 @@ typedef struct decode_setup {
     cinfer_kv_layout_t layout;
     cinfer__dtype_t dtype_q, dtype_kv;
     float q_scale, soft_cap_log2, v_scale, q_in_scale;
+    bool rope;                    /* in-kernel RoPE (the CUDA-core kernel) */
+    float rope_scale, rope_theta; /* its run-time values */
     cinfer__kernel_t attention, merge;
     const cinfer_variant_t *variant; /* NULL = default attention */
     int tensor_cores;                /* the attention kernel is kernels/decode_tc.cu */
@@ -35,7 +37,8 @@ typedef struct decode_setup {
 /*
  * Chooses the kernel: options->use_tensor_cores = 1 asks for the tensor-core one (UNSUPPORTED if
  * the dtypes or head dim rule it out), 0 for the CUDA-core one; -1 picks the tensor-core kernel
- * wherever it can run. Measured on the H200 (bench/RESULTS.md, 2026-11-29), it was faster on every
+ * wherever it can run, except with in-kernel RoPE (only the CUDA-core kernel rotates q and k).
+ * Measured on the H200 (bench/RESULTS.md, 2026-11-29), it was faster on every
  * benchmarked shape: 1.1x on one 4k request, 1.6-1.8x on batches of 16-256 (e.g. 3.88 against
  * 2.27 TB/s at 64 x 4096, 32/8 heads, D = 128), because with the GQA heads as mma rows the dot
  * products and the accumulation no longer compete with the loads for issue slots.
@@ -49,13 +52,20 @@ static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfe
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->use_tensor_cores = %d, expected -1 (auto), 0 or 1",
                              o->use_tensor_cores);
+    /* The tensor-core kernel has no in-kernel RoPE: RoPE runs on the CUDA-core one. */
+    if (o->use_tensor_cores == 1 && cinfer__attention_rope(o))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->use_tensor_cores = 1 with pos_encoding_mode = ROPE_LLAMA "
+                             "is not supported: the tensor-core decode kernel has no in-kernel "
+                             "RoPE; use 0 or -1 (the CUDA-core kernel)");
     if (o->use_tensor_cores == 1 && !possible)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->use_tensor_cores = 1 needs q_dtype fp16 or bf16, kv_dtype "
                              "the same or fp8 (e4m3, e5m2), and head_dim 64, 128 or 256; got q %s, "
                              "kv %s, head_dim %d",
                              cinfer__dtype_name(q), cinfer__dtype_name(kv), o->head_dim);
-    *tensor_cores = o->use_tensor_cores == 1 || (o->use_tensor_cores == -1 && possible);
+    *tensor_cores = o->use_tensor_cores == 1 ||
+                    (o->use_tensor_cores == -1 && possible && !cinfer__attention_rope(o));
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -88,6 +98,7 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     spec->head_dim_qk = o->head_dim;
     spec->head_dim_vo = o->head_dim;
     spec->paged = batch ? 1 : 0;
+    spec->pos = cinfer__attention_rope(o) ? CINFER__POS_ROPE_LLAMA : CINFER__POS_NONE;
     spec->flags = o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0;
     spec->variant = o->variant;
     spec->variant_id = cinfer__variant_id(o->variant);
@@ -154,6 +165,9 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->head_dim = o->head_dim;
     s->page_size = batch ? o->page_size : 1;
     s->layout = o->kv_layout;
+    s->rope = cinfer__attention_rope(o);
+    s->rope_scale = s->rope ? o->rope_scale : 1.0f;
+    s->rope_theta = s->rope ? o->rope_theta : 1e4f;
 
     /* The kernel works in base-2 logits: q is pre-scaled by q_scale (ops/options.h). */
     double sm_scale, q_scale, v_scale = o->v_scale;
@@ -323,6 +337,8 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->soft_cap_log2 = s->soft_cap_log2;
     p->v_scale = s->v_scale;
     p->q_in_scale = s->q_in_scale;
+    p->rope_scale = s->rope_scale;
+    p->rope_theta = s->rope_theta;
 }
 
 /* Launches the attention kernel (with the packed variant parameters) and the merge kernel. */
@@ -461,6 +477,18 @@ out_free_op:
     return st;
 }
 
+/* In-kernel RoPE rotates at float32 positions: every request's kv_len at most
+ * CINFER_ROPE_MAX_LEN. */
+static cinfer_status_t check_rope_lens(const int32_t *kv_len, int batch_size) {
+    for (int b = 0; b < batch_size; b++)
+        if (kv_len[b] > CINFER_ROPE_MAX_LEN)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "request %d: kv_len = %d with in-kernel RoPE: expected at most "
+                                 "CINFER_ROPE_MAX_LEN = %d (positions exact in float32)",
+                                 b, (int)kv_len[b], CINFER_ROPE_MAX_LEN);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_t *kv_indptr,
                                          const int32_t *kv_last_page_len, int batch_size,
                                          CUstream stream) {
@@ -470,6 +498,8 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     /* Everything that can reject the arguments runs before the previous plan is touched. */
     CINFER__CHECK(cinfer__decode_kv_lens(kv_indptr, kv_last_page_len, batch_size,
                                          s->cfg.max_batch_size, s->page_size, op->kv_len));
+    if (s->rope)
+        CINFER__CHECK(check_rope_lens(op->kv_len, batch_size));
     cinfer__decode_chunking_t chunking;
     CINFER__CHECK(cinfer__decode_plan_chunks(&s->cfg, op->kv_len, batch_size, &chunking));
 
@@ -709,6 +739,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                CINFER_STATUS_INVALID_ARGUMENT, k_origin));
     const int64_t kv_len = k->shape[nhd ? 0 : 1];
     CINFER__CHECK(check_kv_len(kv_len));
+    CINFER__CHECK(cinfer__attention_rope_lens(options, 1, kv_len, "cinfer_single_decode"));
     CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, s.dtype_kv, CINFER_STATUS_INVALID_ARGUMENT,
                                CINFER_STATUS_INVALID_ARGUMENT, "k's shape"));
     const int64_t align = kv_align(&s);

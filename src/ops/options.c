@@ -15,6 +15,36 @@ static bool finite_at_least(float x, float lo, bool strict) {
     return isfinite(x) && (strict ? x > lo : x >= lo);
 }
 
+/* The in-kernel RoPE fields: the mode, and with ROPE_LLAMA its scale, base and head dim (the
+ * kernels rotate whole 8-element vectors of each half, so D / 2 must be a multiple of 8). */
+static cinfer_status_t rope_check(const cinfer_attention_options_t *o) {
+    if (o->pos_encoding_mode != CINFER_POS_ENCODING_NONE &&
+        o->pos_encoding_mode != CINFER_POS_ENCODING_ROPE_LLAMA)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->pos_encoding_mode = %d, expected CINFER_POS_ENCODING_NONE "
+                             "(0) or CINFER_POS_ENCODING_ROPE_LLAMA (1)",
+                             (int)o->pos_encoding_mode);
+    if (!cinfer__attention_rope(o))
+        return CINFER_STATUS_SUCCESS;
+    if (!finite_at_least(o->rope_scale, 0.0f, true))
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "options->rope_scale = %g with ROPE_LLAMA, expected a finite value > 0",
+            (double)o->rope_scale);
+    if (!finite_at_least(o->rope_theta, 0.0f, true))
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "options->rope_theta = %g with ROPE_LLAMA, expected a finite value > 0",
+            (double)o->rope_theta);
+    if (o->head_dim % 16 != 0)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->head_dim = %d with ROPE_LLAMA is not supported: in-kernel "
+                             "RoPE needs a multiple of 16 (each rotated half whole 8-element "
+                             "vectors)",
+                             o->head_dim);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
                                                 uint32_t kv_dtypes, const char *kv_hint) {
     if (!o)
@@ -76,6 +106,22 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->v_scale = %g, expected a finite value > 0",
                              (double)o->v_scale);
+    return rope_check(o);
+}
+
+bool cinfer__attention_rope(const cinfer_attention_options_t *o) {
+    return o->pos_encoding_mode == CINFER_POS_ENCODING_ROPE_LLAMA;
+}
+
+cinfer_status_t cinfer__attention_rope_lens(const cinfer_attention_options_t *o, int64_t qo_len,
+                                            int64_t kv_len, const char *what) {
+    if (!cinfer__attention_rope(o))
+        return CINFER_STATUS_SUCCESS;
+    if (qo_len > CINFER_ROPE_MAX_LEN || kv_len > CINFER_ROPE_MAX_LEN)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: qo_len = %lld, kv_len = %lld with in-kernel RoPE: expected at "
+                             "most CINFER_ROPE_MAX_LEN = %d each (positions exact in float32)",
+                             what, (long long)qo_len, (long long)kv_len, CINFER_ROPE_MAX_LEN);
     return CINFER_STATUS_SUCCESS;
 }
 

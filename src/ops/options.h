@@ -11,11 +11,20 @@ cinfer__dtype_t cinfer__dl_dtype(DLDataType d);
  * The checks every attention operation shares, each failure naming the field: NULL, size and
  * version, head counts and GQA divisibility, head_dim >= 1, kv_layout, q_dtype fp16/bf16, kv_dtype
  * in kv_dtypes (a CINFER__DTS set; `kv_hint` says what the operation expects, e.g. "the q_dtype"),
- * sm_scale, logits_soft_cap, window_left, k_scale and v_scale. Operation-specific limits (head dim
+ * sm_scale, logits_soft_cap, window_left, k_scale, v_scale, and pos_encoding_mode with RoPE's
+ * rope_scale, rope_theta and head dim (a multiple of 16). Operation-specific limits (head dim
  * multiples, page size, batch fields) are checked by the caller afterwards.
  */
 cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
                                                 uint32_t kv_dtypes, const char *kv_hint);
+
+/* Whether the options ask for in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA). */
+bool cinfer__attention_rope(const cinfer_attention_options_t *o);
+
+/* With in-kernel RoPE, qo_len and kv_len of one request must be at most CINFER_ROPE_MAX_LEN
+ * (UNSUPPORTED naming `what`, e.g. "request 3"); without it, always SUCCESS. */
+cinfer_status_t cinfer__attention_rope_lens(const cinfer_attention_options_t *o, int64_t qo_len,
+                                            int64_t kv_len, const char *what);
 
 /*
  * The logit scales every attention kernel takes (its params struct). *sm_scale: options->sm_scale,

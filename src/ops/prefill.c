@@ -28,6 +28,17 @@
  * use_tensor_cores are ignored. */
 static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
     const cinfer__dtype_t q = o ? cinfer__dl_dtype(o->q_dtype) : CINFER__DT_NONE;
+    /* The kernel rotates K tiles in shared memory as 16-bit values; an fp8 tile would have to be
+     * converted first, which this kernel does not do. */
+    if (o && o->size >= sizeof *o && o->version == CINFER_ATTENTION_OPTIONS_VERSION &&
+        cinfer__attention_rope(o)) {
+        const cinfer__dtype_t kv = cinfer__dl_dtype(o->kv_dtype);
+        if (kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "options->kv_dtype %s with pos_encoding_mode = ROPE_LLAMA is not "
+                                 "supported by prefill: in-kernel RoPE needs fp16 or bf16 K",
+                                 cinfer__dtype_name(kv));
+    }
     char hint[96];
     cinfer__fmt(hint, sizeof hint, "the q_dtype, %s (fp8 KV prefill is not implemented)",
                 q == CINFER__DT_BF16 ? "bf16" : "fp16");
@@ -173,6 +184,7 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
     spec->dtype_q = spec->dtype_kv = spec->dtype_o = dtype;
     spec->head_dim_qk = spec->head_dim_vo = (int32_t)o->head_dim;
     spec->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
+    spec->pos = cinfer__attention_rope(o) ? CINFER__POS_ROPE_LLAMA : CINFER__POS_NONE;
     spec->flags = (o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0) |
                   (o->window_left >= 0 ? CINFER__FLAG_WINDOW : 0);
     spec->tile_q = cfg->tile_q;
@@ -284,12 +296,16 @@ static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLT
     }
 }
 
-/* The scale fields of the params (ops/options.h); v_scale multiplies the output. */
+/* The scale fields of the params (ops/options.h); v_scale multiplies the output; RoPE's scale
+ * and base (read only by RoPE kernels). */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
     double sm_scale, q_scale;
     cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &p->soft_cap_log2);
     p->q_scale = (float)q_scale;
     p->v_scale = o->v_scale;
+    const bool rope = cinfer__attention_rope(o);
+    p->rope_scale = rope ? o->rope_scale : 1.0f;
+    p->rope_theta = rope ? o->rope_theta : 1e4f;
 }
 
 /* Checks a loaded kernel's shared memory (smem dynamic bytes for tiles cfg) against the device
@@ -346,6 +362,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, dtype, k_origin));
     const int64_t kv_len = k->shape[nhd ? 0 : 1];
     CINFER__CHECK(check_len("kv_len", kv_len));
+    CINFER__CHECK(cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill"));
     CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, dtype, "k's shape"));
     const int64_t out_shape[3] = {qo_len, Hq, D};
     CINFER__CHECK(check_tensor(ctx, "out", out, 3, out_shape, dtype, "q's shape"));
@@ -446,6 +463,7 @@ typedef struct batch_setup {
     int head_dim;
     cinfer_kv_layout_t kv_layout;
     const cinfer_variant_t *variant; /* NULL = default attention */
+    bool rope;                       /* in-kernel RoPE: plan checks the lengths */
     /* The kernels (load_kernels): the tiles create promises and, when plans may split, the merge
      * kernel. */
     cinfer__kernel_t kernels[CINFER__PREFILL_MAX_TILES], merge;
@@ -468,6 +486,7 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     memset(s, 0, sizeof *s);
     CINFER__CHECK(options_check(o));
     s->variant = o->variant;
+    s->rope = cinfer__attention_rope(o);
     if (storage != CINFER_KV_STORAGE_RAGGED && storage != CINFER_KV_STORAGE_PAGED)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "storage = %d, expected CINFER_KV_STORAGE_RAGGED (0) or "
@@ -751,6 +770,15 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
     /* Everything that can reject the arguments runs before the previous plan is touched. */
     CINFER__CHECK(cinfer__prefill_requests(cfg, qo_indptr, kv_indptr, kv_last_page_len, batch_size,
                                            op->requests));
+    for (int b = 0; op->setup.rope && b < batch_size; b++) {
+        const cinfer__prefill_request_t *r = &op->requests[b];
+        if (r->qo_len > CINFER_ROPE_MAX_LEN || r->kv_len > CINFER_ROPE_MAX_LEN)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "request %d: qo_len = %d, kv_len = %d with in-kernel RoPE: "
+                                 "expected at most CINFER_ROPE_MAX_LEN = %d each (positions exact "
+                                 "in float32)",
+                                 b, (int)r->qo_len, (int)r->kv_len, CINFER_ROPE_MAX_LEN);
+    }
     int64_t requests = 0;
     for (int b = 0; b < batch_size; b++)
         requests += op->requests[b].qo_len > 0;

@@ -4,9 +4,9 @@
  * batches of a few rows, which take the small tile), KV lengths 0..~4k with qo_len > kv_len too,
  * page sizes 1..256 (odd ones included), NHD/HND, combined K/V caches, fp16/bf16, head dims
  * 64/128/256 and the padded 80 and 208, GQA 1..8, causal on and off, sliding window, soft cap,
- * LSE, CUDA-graph capture and replay after re-planning, argument errors, and split-KV (few query
- * rows over 4k-16k positions: chunks merged by the merge kernel, rows empty in a chunk or in all,
- * windows, variants, an exact workspace).
+ * LSE, in-kernel RoPE, CUDA-graph capture and replay after re-planning, argument errors, and
+ * split-KV (few query rows over 4k-16k positions: chunks merged by the merge kernel, rows empty in
+ * a chunk or in all, windows, variants, an exact workspace).
  *
  * Every output is poisoned (NaN) and surrounded by canaries; q rows that no request owns (the
  * plan starts at qo_indptr[0] > 0 and leaves rows after the last request) must keep the poison in
@@ -48,6 +48,8 @@ typedef struct bp_case {
     int lse;
     int high_pages;   /* paged: the requests own the last pages of the pool, in reverse order */
     int expect_split; /* 1: the plan must split the KV (split-KV), -1: it must not, 0: either */
+    int rope;         /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
+    float rope_scale, rope_theta; /* with rope; 0: the defaults 1 and 1e4 */
 } bp_case;
 
 static bp_case base_case(const char *desc) {
@@ -316,6 +318,13 @@ static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
     o.logits_soft_cap = c->soft_cap;
     o.window_left = c->window_left;
     o.max_batch_size = max_batch;
+    if (c->rope) {
+        o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+        if (c->rope_scale > 0)
+            o.rope_scale = c->rope_scale;
+        if (c->rope_theta > 0)
+            o.rope_theta = c->rope_theta;
+    }
     return o;
 }
 
@@ -332,6 +341,9 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     opts.causal = c->causal != 0;
     opts.window_left = c->window_left;
     opts.logits_soft_cap = c->soft_cap;
+    opts.rope_llama = c->rope != 0;
+    opts.rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
+    opts.rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
     uint8_t *mask = NULL;
     if (g_tv) {
         tv_ref_opts(g_tv, -1, &opts);
@@ -832,6 +844,90 @@ static void split_kv(void **state) {
 
 /* A splitting object's workspace holds the partial states: one byte less than workspace_size
  * is refused by create, before anything runs. */
+/*
+ * In-kernel RoPE: every request's q rows at i + kv_len - qo_len and its K at j, whatever its
+ * offset in the ragged K/V or its pages (ragged and paged, random lengths with appends,
+ * qo_len > kv_len and empty requests), rope_scale and rope_theta off their defaults, decode-like
+ * short queries (the small tile, D 80), and split-KV over positions past 32k (each chunk rotates
+ * its K tiles at their absolute positions).
+ */
+static void rope(void **state) {
+    (void)state;
+    static const int qo_s[] = {16, 5, 1}, kv_s[] = {40000, 33001, 34567};
+    for (int i = 0; i < 4; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "rope case %d", i);
+        bp_case c = base_case(desc);
+        c.rope = 1;
+        c.hq = 8;
+        c.hk = 2;
+        switch (i) {
+        case 0: /* ragged, causal, default scale and theta */
+            c.paged = 0;
+            c.batch = 5;
+            c.max_qo = 200;
+            c.max_kv = 600;
+            break;
+        case 1: /* paged HND, fp16, not causal, scale and theta changed, D 64, odd pages */
+            c.layout = CINFER_KV_LAYOUT_HND;
+            c.dtype = CINFER__DT_F16;
+            c.causal = 0;
+            c.d = 64;
+            c.page_size = 7;
+            c.batch = 6;
+            c.max_qo = 150;
+            c.max_kv = 500;
+            c.rope_scale = 4.0f;
+            c.rope_theta = 5e5f;
+            break;
+        case 2: /* decode-like rows (the small tile), D 80, ragged */
+            c.paged = 0;
+            c.d = 80;
+            c.batch = 9;
+            c.max_qo = 3;
+            c.max_kv = 900;
+            c.rope_theta = 1e6f;
+            break;
+        default: /* split-KV over 33k-40k positions, paged, GQA 2 */
+            c.batch = 3;
+            c.qo_lens = qo_s;
+            c.kv_lens = kv_s;
+            c.hq = 2;
+            c.hk = 1;
+            c.page_size = 13;
+            c.rope_theta = 5e5f;
+            c.rope_scale = 2.0f;
+            c.expect_split = 1;
+            break;
+        }
+        run_case(&c, cinfer_test_seed() + 8000 + (uint64_t)i);
+    }
+    /* Plan refuses a request past CINFER_ROPE_MAX_LEN, naming it (the same plan succeeds
+     * without RoPE). */
+    bp_case c = base_case("rope limits");
+    c.rope = 1;
+    c.paged = 0;
+    bp_data x;
+    memset(&x, 0, sizeof x);
+    const int32_t qo_indptr[3] = {0, 4, 5}, kv_indptr[3] = {0, 4, 4 + CINFER_ROPE_MAX_LEN + 1};
+    for (int on = 1; on >= 0; on--) {
+        c.rope = on;
+        cinfer_batch_prefill_t *op = make_op(&c, &x, 2, 5, 0);
+        const cinfer_status_t st =
+            cinfer_batch_prefill_plan(op, qo_indptr, kv_indptr, NULL, 2, stream);
+        if (on) {
+            assert_int_equal(st, CINFER_STATUS_UNSUPPORTED);
+            assert_non_null(
+                strstr(cinfer_last_error(), "request 1: qo_len = 1, kv_len = 16777217"));
+        } else {
+            CINFER_TEST_OK(st);
+        }
+        CINFER_TEST_SYNC(stream);
+        cinfer_batch_prefill_destroy(op);
+        cinfer_test_buf_free(&x.d_ws);
+    }
+}
+
 static void split_kv_workspace_is_exact(void **state) {
     (void)state;
     bp_case c = base_case("split-KV workspace");
@@ -1093,6 +1189,7 @@ int main(void) {
         cmocka_unit_test_teardown(wide_warp_tiles, teardown_default_tiles),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,

@@ -1,9 +1,10 @@
 /*
  * Batch and single decode against the float64 CPU reference: layouts, page sizes, GQA ratios,
  * head dims, dtypes (fp8 KV too), soft cap, sliding window, empty and tiny requests, one very long
- * request (split-KV), 64-bit page addressing, CUDA graph capture and replay after re-planning, and
- * argument errors. Every output is poisoned before the run and surrounded by canaries; every KV
- * slot that no request owns holds NaN, so a read of a wrong page or slot shows up as NaN.
+ * request (split-KV), 64-bit page addressing, CUDA graph capture and replay after re-planning,
+ * in-kernel RoPE, and argument errors. Every output is poisoned before the run and surrounded by
+ * canaries; every KV slot that no request owns holds NaN, so a read of a wrong page or slot shows
+ * up as NaN.
  */
 #include "support/gpu.h"
 #include "support/variants.h"
@@ -34,9 +35,11 @@ typedef struct decode_case {
     float soft_cap, sm_scale, k_scale, v_scale;
     int window_left;
     int lse;
-    int extra_pages;         /* unowned (NaN) pages in the pool */
-    int64_t page_index_base; /* added to every page index on the device (64-bit addressing) */
-    tv_kind variant;         /* TV_NONE: default attention */
+    int extra_pages;              /* unowned (NaN) pages in the pool */
+    int64_t page_index_base;      /* added to every page index on the device (64-bit addressing) */
+    tv_kind variant;              /* TV_NONE: default attention */
+    int rope;                     /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
+    float rope_scale, rope_theta; /* with rope; 0: the defaults 1 and 1e4 */
 } decode_case;
 
 static decode_case base_case(const char *desc) {
@@ -181,8 +184,23 @@ static cinfer_attention_options_t options_for(const decode_case *c, int max_batc
     const int fp8 = c->kv_dtype == CINFER__DT_E4M3 || c->kv_dtype == CINFER__DT_E5M2;
     const int tc_possible =
         (c->q_dtype == c->kv_dtype || fp8) && (c->d == 64 || c->d == 128 || c->d == 256);
-    o.use_tensor_cores = force_tensor_cores && tc_possible ? 1 : 0;
+    /* RoPE runs on the CUDA-core kernel only (the tensor-core one rejects it). */
+    o.use_tensor_cores = force_tensor_cores && tc_possible && !c->rope ? 1 : 0;
+    if (c->rope) {
+        o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+        if (c->rope_scale > 0)
+            o.rope_scale = c->rope_scale;
+        if (c->rope_theta > 0)
+            o.rope_theta = c->rope_theta;
+    }
     return o;
+}
+
+/* The reference's RoPE fields for a case. */
+static void ref_rope(const decode_case *c, cinfer__ref_attn_opts_t *opts) {
+    opts->rope_llama = c->rope != 0;
+    opts->rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
+    opts->rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
 }
 
 /* The reference output [batch, Hq, D] and lse [batch, Hq] for the case's data. */
@@ -213,6 +231,7 @@ static void reference(const decode_case *c, const decode_data *x, const tv_state
     opts.v_scale = c->v_scale;
     opts.logits_soft_cap = c->soft_cap;
     opts.window_left = c->window_left;
+    ref_rope(c, &opts);
     tv_ref_opts(tv, -1, &opts);
     opts.logits_out = logits;
     /* The user variant's mask: one row per request at position kv_len - 1. */
@@ -833,17 +852,21 @@ static void single_decode_matches(void **state) {
     (void)state;
     static const int64_t lens[] = {0, 1, 7, 5000, 70000};
     /* NHD and HND with bf16 KV, then with e4m3 (the tensor-core kernel's fp8 path over contiguous
-     * KV). */
-    for (int run = 0; run < 4; run++) {
-        const int layout = run % 2, kvi = run / 2;
+     * KV); then in-kernel RoPE (the CUDA-core kernel): NHD bf16 up to position 69999, HND e4m3
+     * (rotating the dequantized K) with the variants. */
+    for (int run = 0; run < 6; run++) {
+        const int layout = run % 2, kvi = run < 4 ? run / 2 : run - 4, rope = run >= 4;
         const cinfer__dtype_t kvt = kvi ? CINFER__DT_E4M3 : CINFER__DT_BF16;
         const size_t esz = cinfer__dtype_size(kvt);
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             const int hq = 32, hk = 8, d = 128;
             const int64_t len = lens[li];
+            /* The reference's rotation of 70000 x 8 K heads takes seconds: once is enough. */
+            if (run == 5 && len > 5000)
+                continue;
             char desc[64];
-            snprintf(desc, sizeof desc, "single %s kv %s kv_len %lld", layout ? "HND" : "NHD",
-                     cinfer__dtype_name(kvt), (long long)len);
+            snprintf(desc, sizeof desc, "single %s kv %s kv_len %lld%s", layout ? "HND" : "NHD",
+                     cinfer__dtype_name(kvt), (long long)len, rope ? " rope" : "");
             cinfer_test_rng rng;
             cinfer_test_rng_init(&rng, cinfer_test_seed() + 10000 + li + 100 * (uint64_t)run);
             const int64_t kv_elems = len * hk * d, q_elems = (int64_t)hq * d;
@@ -865,6 +888,9 @@ static void single_decode_matches(void **state) {
             decode_case c = base_case(desc);
             c.layout = (cinfer_kv_layout_t)layout;
             c.kv_dtype = kvt;
+            c.rope = rope;
+            c.rope_theta = run == 4 ? 5e5f : 0.0f;
+            c.rope_scale = run == 5 ? 3.0f : 0.0f;
             cinfer_attention_options_t o = options_for(&c, 1);
             /* HND runs alternate two variants: sinks (split-KV on long KV) and the user one
              * (never split: it has an output transform). */
@@ -900,6 +926,7 @@ static void single_decode_matches(void **state) {
                                         (cinfer__ref_layout_t)layout, len, hk, d);
             cinfer__ref_attn_opts_t opts;
             cinfer__ref_attn_opts_init(&opts, d);
+            ref_rope(&c, &opts);
             tv_ref_opts(&var, -1, &opts);
             uint8_t *mask = malloc((size_t)len + 1);
             for (int64_t j = 0; j < len; j++)
@@ -920,7 +947,7 @@ static void single_decode_matches(void **state) {
             /* fp8 KV runs the mmas in fp16 with q * sm_scale rounded to fp16 (2^-11 relative per
              * element, cinfer.h): a logit moves by up to ~1e-3 of the sum of |q_i k_i| sm_scale
              * (H200: 3.3e-4 on a logit of -0.55 at kv_len 1, where the LSE is the logit). */
-            const double lse_tol = kvi ? 1e-3 : 1e-4;
+            const double lse_tol = kvi && !rope ? 1e-3 : 1e-4;
             CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse, rl, hq, lse_tol), "lse", desc,
                                          seed);
             cinfer_test_buf *bufs[] = {&dk, &dv, &dq, &dout, &dlse, &dws};
@@ -932,6 +959,99 @@ static void single_decode_matches(void **state) {
             tv_free(&var);
         }
     }
+}
+
+/*
+ * In-kernel RoPE on batch decode (the CUDA-core kernel, also under CINFER_TEST_DECODE_TC): q at
+ * kv_len - 1 and K at its positions, read through the page table; GQA slices of 4 and 8 heads,
+ * fp8 KV (the dequantized K is rotated), head dims whose token rows do not fill a power of two of
+ * lanes (48, 80), split-KV over 33k-45k positions with a window (only the last positions are
+ * scheduled, still rotated at their absolute positions), rope_scale and rope_theta changed, and
+ * a variant.
+ */
+static void rope(void **state) {
+    (void)state;
+    static const int long_lens[] = {0, 1, 33001, 45000, 17};
+    for (int i = 0; i < 5; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "rope case %d", i);
+        decode_case c = base_case(desc);
+        c.rope = 1;
+        switch (i) {
+        case 0: /* Llama 3 heads, bf16, default scale and theta */
+            c.batch = 7;
+            break;
+        case 1: /* e4m3 KV with a scale, HND, odd pages, 8 heads per KV head, D 64 */
+            c.kv_dtype = CINFER__DT_E4M3;
+            c.k_scale = 0.5f;
+            c.v_scale = 2.0f;
+            c.layout = CINFER_KV_LAYOUT_HND;
+            c.page_size = 5;
+            c.hq = 16;
+            c.hk = 2;
+            c.d = 64;
+            c.rope_scale = 2.0f;
+            c.rope_theta = 5e5f;
+            break;
+        case 2: /* D 48 (6 lanes of 8), group 3 */
+            c.d = 48;
+            c.hq = 6;
+            c.hk = 2;
+            c.q_dtype = c.kv_dtype = CINFER__DT_F16;
+            break;
+        case 3: /* D 80 (10 lanes of 16), combined cache, sinks */
+            c.d = 80;
+            c.hq = 8;
+            c.hk = 4;
+            c.combined = 1;
+            c.variant = TV_SINKS;
+            c.rope_theta = 1e6f;
+            break;
+        default: /* long requests (split-KV) with a window, fp16, D 256 */
+            c.batch = 5;
+            c.lens = long_lens;
+            c.hq = 4;
+            c.hk = 2;
+            c.d = 256;
+            c.q_dtype = c.kv_dtype = CINFER__DT_F16;
+            c.window_left = 3000;
+            c.rope_theta = 5e5f;
+            c.rope_scale = 0.75f;
+            break;
+        }
+        run_case(&c, cinfer_test_seed() + 12000 + (uint64_t)i);
+    }
+    /* Plan refuses a request past CINFER_ROPE_MAX_LEN (2^24 + 1 tokens), naming it; the same
+     * lengths plan without RoPE; the tensor-core kernel is refused with RoPE. */
+    decode_case c = base_case("rope limits");
+    c.rope = 1;
+    cinfer_attention_options_t o = options_for(&c, 2);
+    cinfer_test_buf ws;
+    size_t ws_bytes = 0;
+    CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&ws, ws_bytes));
+    const int32_t indptr[3] = {0, 1, 1 + (CINFER_ROPE_MAX_LEN / 16)}, last[2] = {3, 1};
+    for (int on = 1; on >= 0; on--) {
+        o.pos_encoding_mode = on ? CINFER_POS_ENCODING_ROPE_LLAMA : CINFER_POS_ENCODING_NONE;
+        cinfer_batch_decode_t *op = NULL;
+        CINFER_TEST_OK(
+            cinfer_batch_decode_create(ctx, &o, (void *)(uintptr_t)ws.ptr, ws_bytes, &op));
+        const cinfer_status_t st = cinfer_batch_decode_plan(op, indptr, last, 2, stream);
+        if (on) {
+            assert_int_equal(st, CINFER_STATUS_UNSUPPORTED);
+            assert_non_null(strstr(cinfer_last_error(), "request 1: kv_len = 16777217"));
+        } else {
+            CINFER_TEST_OK(st);
+        }
+        cinfer_batch_decode_destroy(op);
+    }
+    CINFER_TEST_SYNC(stream);
+    cinfer_test_buf_free(&ws);
+    o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+    o.use_tensor_cores = 1;
+    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &ws_bytes),
+                     CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "use_tensor_cores = 1"));
 }
 
 /* Every built-in variant and the suites' user variant on batch decode: GQA, random lengths with
@@ -1094,6 +1214,7 @@ int main(void) {
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
                                   cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(single_decode_matches, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),

@@ -3,7 +3,7 @@
  * keep a chunk column per thread, and the others), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices
  * of a packed QKV, strided out/lse, causal and non-causal masks, sliding windows, soft cap and
  * scales, qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
- * configuration the spec accepts, a randomized grid, and argument errors.
+ * configuration the spec accepts, a randomized grid, in-kernel RoPE, and argument errors.
  *
  * Every output buffer is poisoned (NaN) before the run and surrounded by canaries; elements of an
  * output buffer outside the output view must keep the poison; every K/V/Q element outside its
@@ -41,6 +41,8 @@ typedef struct prefill_case {
     double q_range;  /* q uniform in [-q_range, q_range] (0: 1); k and v in [-1, 1] */
     const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
     tv_kind variant;                       /* TV_NONE: default attention */
+    int rope;                              /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
+    float rope_scale, rope_theta;          /* with rope; 0: the defaults 1 and 1e4 */
 } prefill_case;
 
 static prefill_case base_case(const char *desc) {
@@ -204,6 +206,13 @@ static cinfer_attention_options_t options_for(const prefill_case *c) {
     o.window_left = c->window_left;
     o.k_scale = c->k_scale;
     o.v_scale = c->v_scale;
+    if (c->rope) {
+        o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+        if (c->rope_scale > 0)
+            o.rope_scale = c->rope_scale;
+        if (c->rope_theta > 0)
+            o.rope_theta = c->rope_theta;
+    }
     return o;
 }
 
@@ -304,6 +313,9 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         opts.window_left = c->window_left;
         opts.logits_soft_cap = c->soft_cap;
         tv_ref_opts(tv, (int)h, &opts);
+        opts.rope_llama = c->rope != 0;
+        opts.rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
+        opts.rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
         opts.custom_mask = tv->kind == TV_MASK ? tv->mask : mask;
         opts.logits_out = ref_logits;
         int rc = cinfer__ref_single(&rh, qo, c->kv_len, &rq, &rk, &rv, &opts, ref_o, ref_lse);
@@ -821,6 +833,84 @@ static void bad_arguments_are_errors(void **state) {
 #undef EXPECT
 }
 
+/*
+ * In-kernel RoPE against the reference's float64 rotation of the same 16-bit inputs: q at
+ * i + kv_len - qo_len, k at j. Chunked prefill (qo_len < kv_len), non-causal fp16 HND with
+ * rope_scale and rope_theta off their defaults, positions past 32k (where a float32 angle would
+ * be off by whole radians), qo_len > kv_len (negative positions, fully masked rows), the generic
+ * copy path (D 80) and the smallest head dim (16: one 8-pair unit per row), small tiles (a two-warp
+ * CTA rotating K tiles of 16 rows), a window, and a variant (sinks) that sees the rotated logits.
+ */
+static void rope(void **state) {
+    (void)state;
+    static const cinfer__prefill_config_t small = {
+        .tile_q = 32, .tile_kv = 16, .warps = 2, .stages = 3};
+    for (int i = 0; i < 8; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "rope case %d", i);
+        prefill_case c = base_case(desc);
+        c.rope = 1;
+        switch (i) {
+        case 0: /* chunked prefill: 200 new rows after 100 cached, GQA 2, default scale/theta */
+            break;
+        case 1: /* non-causal, fp16, HND, scale and theta off their defaults */
+            c.causal = 0;
+            c.dtype = CINFER__DT_F16;
+            c.layout = CINFER_KV_LAYOUT_HND;
+            c.qo_len = 120;
+            c.kv_len = 260;
+            c.rope_scale = 2.5f;
+            c.rope_theta = 5e5f;
+            break;
+        case 2: /* positions 40k: a short query block at the end of a long KV (Llama 3 base) */
+            c.hq = 2;
+            c.hk = 1;
+            c.qo_len = 48;
+            c.kv_len = 40000;
+            c.rope_theta = 5e5f;
+            break;
+        case 3: /* positions past 100k, fp16 (finer rounding), rope_scale 0.5 */
+            c.hq = 1;
+            c.hk = 1;
+            c.d = 64;
+            c.dtype = CINFER__DT_F16;
+            c.qo_len = 20;
+            c.kv_len = 123457;
+            c.rope_scale = 0.5f;
+            c.check_heads = 1;
+            break;
+        case 4: /* qo_len > kv_len: negative positions, fully masked rows; D 80, GQA 4 */
+            c.d = 80;
+            c.hq = 8;
+            c.hk = 2;
+            c.qo_len = 150;
+            c.kv_len = 90;
+            c.dtype = CINFER__DT_F16;
+            break;
+        case 5: /* D 16 with a window */
+            c.d = 16;
+            c.qo_len = 77;
+            c.kv_len = 333;
+            c.window_left = 50;
+            break;
+        case 6: /* small tiles: 2 warps, K tiles of 16 rows in 3 stages */
+            c.tiles = &small;
+            c.qo_len = 70;
+            c.kv_len = 190;
+            c.rope_theta = 1e6f;
+            break;
+        default: /* a variant on top: sinks, D 256, packed QKV */
+            c.variant = TV_SINKS;
+            c.d = 256;
+            c.packed = 1;
+            c.qo_len = 90;
+            c.kv_len = 170;
+            break;
+        }
+        run_case(&c, cinfer_test_seed() + 7000 + (uint64_t)i);
+    }
+}
+
 /* Every built-in variant and the suites' user variant (tests/support/variants.c) against the
  * reference's own implementation of each, causal and not, with a window, GQA, lengths that are
  * not tile multiples, qo_len > kv_len, and an empty KV. */
@@ -889,6 +979,7 @@ int main(void) {
         cmocka_unit_test_teardown(wide_warp_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_ALIBI, cinfer_test_teardown_buffers),

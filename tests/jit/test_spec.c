@@ -237,6 +237,76 @@ static void fp8_tensor_core_decode_compiles(void **state) {
     }
 }
 
+/* In-kernel RoPE is the pos field of decode and prefill specs: a compile-time switch in the
+ * prelude, the name and the key; kernels without it keep their names. */
+static void rope_specs_render_and_compile(void **state) {
+    (void)state;
+    const char *off = "prefill:backend=sm80,dtype=bf16,head_dim=128,paged=1,batch=1,mask=causal,"
+                      "tile_q=128,tile_kv=64,warps=4,stages=2";
+    const char *on = "prefill:backend=sm80,dtype=bf16,head_dim=128,paged=1,batch=1,mask=causal,"
+                     "pos=rope,tile_q=128,tile_kv=64,warps=4,stages=2";
+    cinfer__spec_t s_off = parse(off), s_on = parse(on);
+    assert_int_equal(s_off.pos, CINFER__POS_NONE);
+    assert_int_equal(s_on.pos, CINFER__POS_ROPE_LLAMA);
+    char back[512];
+    cinfer__spec_format(&s_on, back, sizeof back);
+    assert_non_null(strstr(back, ",pos=rope,"));
+    cinfer__spec_t again = parse(back);
+    assert_memory_equal(&again, &s_on, sizeof again);
+    cinfer__rendered_t r_off, r_on;
+    render(&s_off, "sm_90a", &r_off);
+    render(&s_on, "sm_90a", &r_on);
+    assert_string_equal(r_off.name,
+                        "prefill_sm80_qbf16_kvbf16_bf16_hdqk128_hd128_paged_batch_causal_q128_k64_"
+                        "w4_s2");
+    assert_string_equal(r_on.name, "prefill_sm80_qbf16_kvbf16_bf16_hdqk128_hd128_paged_batch_"
+                                   "causal_rope_q128_k64_w4_s2");
+    assert_non_null(strstr(r_off.source.data, "#define CINFER_POS 0\n"));
+    assert_non_null(strstr(r_on.source.data, "#define CINFER_POS 1\n"));
+    assert_string_not_equal(r_off.key_hash, r_on.key_hash);
+    cinfer__rendered_free(&r_off);
+    cinfer__rendered_free(&r_on);
+
+    /* Validation: ALiBi is a variant, not a pos; RoPE needs whole 8-element halves. */
+    cinfer__rendered_t r;
+    cinfer__spec_t s = parse("decode:dtype=bf16,head_dim=128,paged=1,pos=alibi,tile_q=4,"
+                             "tile_kv=4,warps=4");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "pos alibi"));
+    s = parse("decode:dtype=bf16,head_dim=40,paged=1,pos=rope,tile_q=4,tile_kv=4,warps=4");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_qk % 16 == 0, got 40"));
+    /* The tensor-core decode has no RoPE: the field is not part of its specs. */
+    s = parse("decode_tc:dtype=bf16,head_dim=128,paged=1,pos=rope,tile_q=4,warps=4,stages=2");
+    assert_int_equal(s.pos, CINFER__POS_NONE);
+
+    /* NVRTC compiles the RoPE kernels: prefill with a chunk column per thread (D = 128), with the
+     * generic copies (D = 80, two warps), the smallest head dim (16, one unit per row), and
+     * decode with 16-bit and fp8 KV and a token row narrower than a warp (D = 48). */
+    const char *specs[] = {
+        on,
+        "prefill:backend=sm80,dtype=f16,head_dim=80,paged=0,batch=1,mask=none,pos=rope,tile_q=32,"
+        "tile_kv=32,warps=2,stages=2",
+        "prefill:backend=sm80,dtype=bf16,head_dim=16,batch=0,mask=causal,pos=rope,tile_q=64,"
+        "tile_kv=32,warps=4,stages=2",
+        "decode:dtype=bf16,head_dim=128,paged=1,pos=rope,tile_q=4,tile_kv=4,warps=4",
+        "decode:dtype_q=f16,dtype_kv=e4m3,dtype_o=f16,head_dim=256,paged=0,pos=rope,tile_q=8,"
+        "tile_kv=2,warps=4",
+        "decode:dtype=f16,head_dim=48,paged=1,pos=rope,tile_q=2,tile_kv=4,warps=4"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        s = parse(specs[i]);
+        render(&s, "sm_90a", &r);
+        void *cubin = NULL;
+        size_t size = 0;
+        double seconds;
+        if (cinfer__jit_compile(&r, &cubin, &size, &seconds) != CINFER_STATUS_SUCCESS)
+            fail_msg("%s: %s", specs[i], cinfer_last_error());
+        assert_memory_equal(cubin, "\177ELF", 4);
+        free(cubin);
+        cinfer__rendered_free(&r);
+    }
+}
+
 static void real_kernels_compile_and_cache(void **state) {
     (void)state;
     char dir[] = "/tmp/cinfer-test-spec-XXXXXX";
@@ -338,6 +408,7 @@ int main(void) {
         cmocka_unit_test(nvrtc_compiles_without_a_gpu),
         cmocka_unit_test(compile_errors_carry_the_log),
         cmocka_unit_test(fp8_tensor_core_decode_compiles),
+        cmocka_unit_test(rope_specs_render_and_compile),
         cmocka_unit_test(real_kernels_compile_and_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
