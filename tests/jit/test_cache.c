@@ -832,7 +832,7 @@ static void test_concurrent_processes(void **state) {
         assert_int_equal(WEXITSTATUS(wstatus), 0);
     }
     int compiled = 0, hits = 0;
-    race_result_t first, r;
+    race_result_t first = {0}, r;
     for (int i = 0; i < RACERS; i++) {
         assert_int_equal(read(results[0], &r, sizeof r), (ssize_t)sizeof r);
         assert_int_equal(r.status, CINFER_STATUS_SUCCESS);
