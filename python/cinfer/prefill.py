@@ -810,7 +810,8 @@ _WRAPPER_NOTES = """
     graph mode each plan copies the packed mask into ``custom_mask_buf``, which must stay
     alive as long as the captured graphs; outside graph mode the plan keeps the packed mask
     (the caller's ``packed_custom_mask`` itself when it is contiguous on the device: do not
-    change it before the next plan). In-kernel RoPE, ``use_fp16_qk_reduction``, fp8 K/V and
+    change it before the next plan). fp8 K/V (``kv_data_type``) with ``k_scale`` /
+    ``v_scale`` is supported. In-kernel RoPE, ``use_fp16_qk_reduction`` and
     ``head_dim_vo != head_dim_qk`` raise :class:`cinfer.UnsupportedError`. Two wrappers must
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
