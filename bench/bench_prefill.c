@@ -20,9 +20,13 @@
  * runs the same kernels), both timed in this run, with the chunk size the planner chose. The first
  * row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys, not causal).
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--trace FILE]. --sweep also times the tile
- * configurations of the sm80 kernel at S = 16k (the default's choice should be the fastest).
- * Prints Markdown tables.
+ * With --fp8 e4m3 (or e5m2), single prefill with fp8 K/V (k_scale = v_scale = 1, q and out bf16)
+ * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
+ * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
+ *
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--fp8 e4m3|e5m2] [--trace FILE]. --sweep
+ * also times the tile configurations of the sm80 kernel at S = 16k (the default's choice should
+ * be the fastest). Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +44,8 @@
 typedef struct buffers {
     int64_t max_s;
     CUdeviceptr q, k, v, out;
+    CUdeviceptr k8, v8;    /* --fp8: fp8 K and V of max_s tokens */
+    DLDataType kv8;        /* their dtype */
     CUdeviceptr slopes;    /* [HQ] float32 ALiBi slopes */
     CUdeviceptr mask;      /* max_s^2 bits, all set: a custom mask that keeps what causal keeps */
     CUdeviceptr mask_rows; /* row_offset (int64) and row_stride (int32) of the one request */
@@ -51,6 +57,7 @@ typedef struct workload {
     float soft_cap;
     int window_left;
     const char *variant; /* a built-in variant's name, or NULL */
+    int fp8;             /* K/V in buffers_t's fp8 buffers instead of bf16 */
 } workload_t;
 
 /* FLOPs of the attention a workload keeps: 4 D per kept (row, key) pair and query head. */
@@ -73,8 +80,12 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     cinfer_context_get_device(ctx, &dev, NULL);
     int64_t q_shape[3] = {w->s, HQ, HD}, kv_shape[3] = {w->s, HK, HD};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
-    DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
+    const DLDataType kv_dt = w->fp8 ? b->kv8 : bf16;
+    DLTensor tk = tensor(w->fp8 ? b->k8 : b->k, kv_dt, 3, kv_shape, dev);
+    DLTensor tv = tensor(w->fp8 ? b->v8 : b->v, kv_dt, 3, kv_shape, dev);
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.q_dtype = bf16;
+    o.kv_dtype = kv_dt;
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
     o.head_dim = HD;
@@ -328,7 +339,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
     int quick = 0, sweep = 0, split = 0;
-    const char *trace = NULL;
+    const char *trace = NULL, *fp8 = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -338,8 +349,12 @@ int main(int argc, char **argv) {
             split = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
+        else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "e4m3") == 0 || strcmp(argv[i + 1], "e5m2") == 0))
+            fp8 = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--trace FILE]\n");
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--fp8 e4m3|e5m2] "
+                            "[--trace FILE]\n");
             return 2;
         }
     }
@@ -370,6 +385,29 @@ int main(int argc, char **argv) {
         CU(cuMemsetD8(b.mask, 0xff, (size_t)(b.max_s * b.max_s / 8)));
         CU(cuMemAlloc(&b.mask_rows, 16));
     }
+    b.k8 = b.v8 = 0;
+    if (fp8) {
+        /* kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 in DLPack 1.x (the installed dlpack.h may
+         * predate the names). Bytes sign | 0x30..0x3f: finite in both encodings. */
+        b.kv8 = (DLDataType){(uint8_t)(strcmp(fp8, "e4m3") == 0 ? 10 : 12), 8, 1};
+        const size_t kv8_bytes = (size_t)b.max_s * HK * HD;
+        unsigned char *host = malloc(kv8_bytes);
+        if (!host) {
+            fprintf(stderr, "%s: out of host memory\n", bench_name);
+            return 1;
+        }
+        for (size_t i = 0; i < kv8_bytes; i++) {
+            const uint64_t r = rng_next();
+            host[i] = (unsigned char)((r & 0x80) | (0x30 + (r >> 8) % 16));
+        }
+        CU(cuMemAlloc(&b.k8, kv8_bytes));
+        CU(cuMemAlloc(&b.v8, kv8_bytes));
+        CU(cuMemcpyHtoD(b.k8, host, kv8_bytes));
+        for (size_t i = 0; i < kv8_bytes; i++)
+            host[i] ^= (unsigned char)(rng_next() & 0x87); /* V differs from K */
+        CU(cuMemcpyHtoD(b.v8, host, kv8_bytes));
+        free(host);
+    }
 
     cinfer__prefill_config_t def;
     cinfer__prefill_context_config(ctx, HD, &def);
@@ -380,26 +418,49 @@ int main(int argc, char **argv) {
     static const int64_t lens[] = {1024, 4096, 16384};
     for (int li = 0; li < 3; li++) {
         for (int causal = 1; causal >= 0; causal--) {
-            workload_t w = {lens[li], causal, 0.0f, -1, NULL};
+            workload_t w = {lens[li], causal, 0.0f, -1, NULL, 0};
             const int iters = quick ? 5 : lens[li] >= 16384 ? 15 : 30;
             print_row("plain", &w, time_prefill(ctx, stream, &b, &w, NULL, iters));
         }
     }
     {
-        workload_t w = {16384, 1, 30.0f, -1, NULL};
+        workload_t w = {16384, 1, 30.0f, -1, NULL, 0};
         print_row("soft cap 30", &w, time_prefill(ctx, stream, &b, &w, NULL, quick ? 5 : 15));
-        workload_t wn = {16384, 1, 0.0f, 4095, NULL};
+        workload_t wn = {16384, 1, 0.0f, 4095, NULL, 0};
         print_row("window 4k (band FLOPs)", &wn,
                   time_prefill(ctx, stream, &b, &wn, NULL, quick ? 5 : 15));
-        workload_t wa = {16384, 1, 0.0f, -1, "alibi"};
+        workload_t wa = {16384, 1, 0.0f, -1, "alibi", 0};
         print_row("alibi (variant, default slopes)", &wa,
                   time_prefill(ctx, stream, &b, &wa, NULL, quick ? 5 : 15));
-        workload_t ws = {16384, 1, 0.0f, -1, "alibi_slopes"};
+        workload_t ws = {16384, 1, 0.0f, -1, "alibi_slopes", 0};
         print_row("alibi (variant, slopes tensor)", &ws,
                   time_prefill(ctx, stream, &b, &ws, NULL, quick ? 5 : 15));
-        workload_t wm = {16384, 1, 0.0f, -1, "custom_mask"};
+        workload_t wm = {16384, 1, 0.0f, -1, "custom_mask", 0};
         print_row("custom mask (variant, causal + mask)", &wm,
                   time_prefill(ctx, stream, &b, &wm, NULL, quick ? 5 : 15));
+    }
+
+    if (fp8) {
+        printf("\nsingle prefill, fp8 %s K/V against bf16 K/V (q and out bf16), %d/%d heads, D = "
+               "%d, same run\n\n",
+               fp8, HQ, HK, HD);
+        printf("| S | causal | bf16 KV (ms) | TFLOP/s | fp8 KV (ms) | TFLOP/s | fp8 / bf16 speed "
+               "|\n|---|---|---|---|---|---|---|\n");
+        static const int64_t fp8_lens[] = {4096, 16384};
+        for (int li = 0; li < 2; li++)
+            for (int causal = 1; causal >= 0; causal--) {
+                workload_t w = {fp8_lens[li], causal, 0.0f, -1, NULL, 0};
+                workload_t w8 = w;
+                w8.fp8 = 1;
+                const int iters = quick ? 5 : 15;
+                const double ms = time_prefill(ctx, stream, &b, &w, NULL, iters);
+                const double ms8 = time_prefill(ctx, stream, &b, &w8, NULL, iters);
+                printf("| %lld | %s | %.3f | %.1f | %.3f | %.1f | %.3fx |\n",
+                       (long long)fp8_lens[li], causal ? "yes" : "no", ms,
+                       flops(&w) / (ms * 1e-3) / 1e12, ms8, flops(&w8) / (ms8 * 1e-3) / 1e12,
+                       ms / ms8);
+                fflush(stdout);
+            }
     }
 
     int *trace_lens = NULL;
@@ -481,7 +542,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
             double tf[2];
             for (int causal = 1; causal >= 0; causal--) {
-                workload_t w = {16384, causal, 0.0f, -1, NULL};
+                workload_t w = {16384, causal, 0.0f, -1, NULL, 0};
                 const double ms = time_prefill(ctx, stream, &b, &w, &tiles[i], quick ? 3 : 7);
                 tf[causal] = ms > 0 ? flops(&w) / (ms * 1e-3) / 1e12 : -1.0;
             }
@@ -505,6 +566,10 @@ int main(int argc, char **argv) {
     CU(cuMemFree(b.slopes));
     CU(cuMemFree(b.mask));
     CU(cuMemFree(b.mask_rows));
+    if (fp8) {
+        CU(cuMemFree(b.k8));
+        CU(cuMemFree(b.v8));
+    }
     cu->cuStreamDestroy(stream);
     cinfer_context_destroy(ctx);
     return 0;

@@ -593,7 +593,9 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
 /*
  * Single-request prefill on tensor cores (mma.sync; sm_80 and later).
  * q: [qo_len, Hq, D] q_dtype (fp16 or bf16); k, v: [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND)
- * of the same dtype as q (fp8 KV is not supported by prefill yet); out: [qo_len, Hq, D] q_dtype;
+ * of q's dtype or fp8 (e4m3, e5m2: options->kv_dtype; the mmas then run in fp16 with q
+ * multiplied by sm_scale and rounded to fp16, so |q| * sm_scale must stay below 65504, and K/V
+ * decode exactly; an e4m3 NaN byte reads as +-480); out: [qo_len, Hq, D] q_dtype;
  * lse: NULL or [qo_len, Hq] float32 (base 2). Any strides with a contiguous last dim (slices of a
  * packed QKV work). D: a multiple of 16 up to 256 (UNSUPPORTED otherwise).
  * causal: 1 keeps KV position j for query row i only if j <= i + kv_len - qo_len (bottom-right
@@ -634,12 +636,13 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * copies of the lengths (shared by all layers), run once per layer (capturable in a CUDA graph).
  * The math is SEMANTICS.md's: sm_scale, k_scale, v_scale, logits_soft_cap and window_left from
  * the options, rows with no kept position give 0 and lse -inf. The tensor-core kernel of single
- * prefill runs it (sm_80 and later; fp16/bf16 with q, K/V and out of one dtype; head_dim a
- * multiple of 16 up to 256). Split-KV: when the query tiles of a step alone would fill well under
- * one wave of the GPU (few query rows over a long KV: a cascade's shared prefix, a long context
- * with a short chunk), plan splits their KV into chunks of 512 positions or more so the step fills
- * one wave, and run merges the chunks' float32 partial states with a second kernel. Plans in CUDA
- * graph mode, and of variants without softmax or with an output transform, are never split.
+ * prefill runs it (sm_80 and later; fp16/bf16 q and out of one dtype, K/V of that dtype or fp8
+ * e4m3/e5m2 as in cinfer_single_prefill; head_dim a multiple of 16 up to 256). Split-KV: when the
+ * query tiles of a step alone would fill well under one wave of the GPU (few query rows over a long
+ * KV: a cascade's shared prefix, a long context with a short chunk), plan splits their KV into
+ * chunks of 512 positions or more so the step fills one wave, and run merges the chunks' float32
+ * partial states with a second kernel. Plans in CUDA graph mode, and of variants without softmax or
+ * with an output transform, are never split.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct cinfer_batch_prefill cinfer_batch_prefill_t;
@@ -670,7 +673,8 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * Creates a batch prefill object over a caller-owned device workspace of workspace_bytes bytes
  * (device memory of the context's device, at least cinfer_batch_prefill_workspace_size, 256-byte
  * aligned; it must outlive the object).
- * options: heads, head_dim (a multiple of 16, at most 256), q_dtype == kv_dtype (fp16 or bf16),
+ * options: heads, head_dim (a multiple of 16, at most 256), q_dtype (fp16 or bf16), kv_dtype
+ *   (q_dtype, or fp8 e4m3 / e5m2 with k_scale and v_scale; split-KV works for every dtype),
  *   kv_layout, sm_scale, logits_soft_cap, window_left, k_scale, v_scale, max_batch_size (>= 1),
  *   use_cuda_graph; page_size (1..256) for a paged KV (ignored for a ragged one);
  *   use_tensor_cores is ignored; variant: NULL or any variant (its arguments go to run).
@@ -732,7 +736,7 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  * q: [total_q, Hq, D] q_dtype with total_q >= the planned qo_indptr[batch_size]; out: the same
  *   shape, q_dtype; lse: NULL or [total_q, Hq] float32 (base 2). Rows no request owns are
  *   neither read nor written.
- * Ragged (kv_indices NULL): k, v: [total_kv, Hk, D] (NHD) or [Hk, total_kv, D] (HND) of q_dtype,
+ * Ragged (kv_indices NULL): k, v: [total_kv, Hk, D] (NHD) or [Hk, total_kv, D] (HND) of kv_dtype,
  *   with the same shape, total_kv >= the planned kv_indptr[batch_size].
  * Paged: k, v: the caches [max_pages, page_size, Hk, D] (NHD) or [max_pages, Hk, page_size, D]
  *   (HND) with the same shape and strides; or k = the combined cache [max_pages, 2, ...] (index

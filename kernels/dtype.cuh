@@ -129,6 +129,28 @@ __device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_cross(int dtype, unsigne
     }
 }
 
+/*
+ * Four fp8 values (element i in byte i) as two fp16x2 words paired across the halves: even =
+ * elements 0 and 2, odd = elements 1 and 3, by masks and shifts alone. The prefill kernel's fp8
+ * B fragments (kernels/prefill.cu) take these pairings as they come, so no byte permute is
+ * needed, and the integer pipe does the work: Hopper issues the F2FP converter at a fraction of
+ * that rate, and shares its pipe with the softmax's exp2. e5m2 is the top byte of an fp16,
+ * exactly. e4m3 is value / 2^8, exactly (see cinfer_e4m3_to_f16_div256; callers fold 256 into
+ * their scales), except that the NaN encodings (0x7f, 0xff) come out as +-480 / 256.
+ */
+__device__ __forceinline__ void cinfer_fp8x4_to_f16x2_even_odd(int dtype, unsigned w,
+                                                               unsigned *even, unsigned *odd) {
+    if (dtype == CINFER_DT_E4M3) {
+        /* The magnitude bits of bytes 0 and 2 go 7 up, of bytes 1 and 3 one down, to bits 7..13
+         * of their halves; each sign bit to bit 15 of its half. */
+        *even = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
+        *odd = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);
+    } else {
+        *even = (w << 8) & 0xff00ff00u;
+        *odd = w & 0xff00ff00u;
+    }
+}
+
 /* Unpacks 8 fp8 values held in an 8-byte vector (e4m3 values come out divided by 256). */
 __device__ __forceinline__ void cinfer_unpack8_fp8(float *dst, int dtype, uint2 v) {
     const unsigned words[2] = {v.x, v.y};

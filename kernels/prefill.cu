@@ -50,9 +50,29 @@
  * before its ldmatrix reads, at absolute positions; the rotated values are rounded back to the
  * 16-bit dtype in place. This costs one more barrier per KV tile; without RoPE nothing changes.
  *
- * Prelude: CINFER_DTYPE_Q (== KV == O), CINFER_HEAD_DIM_QK (== VO), CINFER_MASK (0 none,
- * 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q,
- * CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH, CINFER_PAGED, CINFER_OP_PREFILL.
+ * fp8 K/V (CINFER_DTYPE_KV e4m3 or e5m2; q and out fp16 or bf16): the K/V tiles stay fp8 in
+ * shared memory, rows of D bytes (D / 16 chunks, padded to an odd count for the same bank
+ * spread), so a stage takes half the bytes. Both mmas run in fp16, with B fragments built from the
+ * fp8 bytes in registers by shifts and masks (cinfer_fp8x4_to_f16x2_even_odd: exact; e4m3 comes
+ * out divided by 256, which the host folds into q_scale and v_scale). ldmatrix reads fp8 rows as
+ * 16-bit pairs, LDM_TOKENS (32, or 16 for 16-row tiles) rows a matrix group:
+ *  - K (plain, tokens as the matrices' rows): lane (g, t) gets bytes 4t .. 4t + 3 of a 16-dim
+ *    chunk of token g, whose even pair (dims 4t, 4t + 2) is its k slots 2t, 2t + 1 and odd pair
+ *    (4t + 1, 4t + 3) its slots 2t + 8, 2t + 9. So Q's A fragments must hold the chunk's even
+ *    dims in k slots 0..7 and its odd dims in 8..15: after loading, the Q tile is rewritten once
+ *    in shared memory as fp16, multiplied by q_in_scale, each 16-dim chunk as its 8 even dims
+ *    then its 8 odd dims (convert_q), and then read by ldmatrix as before.
+ *  - V (transposed): lane (g, t) gets dims 2g, 2g + 1 of tokens 2t and 2t + 1 of a chunk; the
+ *    even pair is the B fragment of an n8 tile of the chunk's even dims, the odd pair one of its
+ *    odd dims. O's n tile 2c then holds dims 16c + 2j (j its column) and 2c + 1 dims 16c + 2j + 1,
+ *    so a lane's four values of a row are the consecutive dims 16c + 4t .. + 3, which the
+ *    epilogue stores as such.
+ * P is packed as fp16 (it is in [0, 1]; fp16 keeps 3 more bits than bf16).
+ *
+ * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
+ * (== VO), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP,
+ * CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH,
+ * CINFER_PAGED, CINFER_OP_PREFILL.
  */
 #include "common.cuh"
 #include "mma.cuh"
@@ -79,7 +99,28 @@
 #define CHUNKS     (D / 8)        /* 16-byte chunks per row */
 #define ROW_CHUNKS (CHUNKS + 1)   /* padded (see the layout above) */
 #define ROW_BYTES  (ROW_CHUNKS * 16)
-#define KV_BYTES   (TILE_KV * ROW_BYTES) /* one stage of K (or V) */
+/* The K/V tiles: 16-bit rows like Q's, or fp8 rows of D / 16 chunks padded to an odd count. */
+#if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
+#define KV_FP8        1
+#define MMA_DT        CINFER_DT_F16 /* the dtype of both mmas' operands */
+#define KV_CHUNKS     (D / 16)
+#define KV_ROW_CHUNKS ((D / 16) | 1)
+/* K/V rows per ldmatrix group: four 8-row matrices (x4), or two (x2) for 16-row tiles */
+#define LDM_TOKENS (TILE_KV % 32 == 0 ? 32 : 16)
+typedef unsigned char kv_elem;
+#else
+#define KV_FP8        0
+#define MMA_DT        DT
+#define KV_CHUNKS     CHUNKS
+#define KV_ROW_CHUNKS ROW_CHUNKS
+typedef cinfer_half_bits kv_elem;
+#endif
+#if KV_FP8 && CINFER_ROPE
+#error "prefill: in-kernel RoPE rotates 16-bit K tiles; fp8 K/V with RoPE is rejected at plan time"
+#endif
+#define KV_CHUNK_ELEMS (16 / (int)sizeof(kv_elem)) /* K/V elements per 16-byte chunk */
+#define KV_ROW_BYTES   (KV_ROW_CHUNKS * 16)
+#define KV_BYTES       (TILE_KV * KV_ROW_BYTES) /* one stage of K (or V) */
 /* Q fragments stay in registers when they take at most 32 per lane (16 x D x MMA_Q halves over a
  * warp); larger ones would push the O accumulators into local memory, so they are re-read from
  * shared memory at each k step instead. */
@@ -116,12 +157,18 @@ __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
     return (unsigned)(row * ROW_BYTES + chunk * 16);
 }
 
+/* Byte offset of 16-byte chunk `chunk` of row `row` in a K or V tile. */
+__device__ __forceinline__ unsigned kv_tile_offset(int row, int chunk) {
+    return (unsigned)(row * KV_ROW_BYTES + chunk * 16);
+}
+
 /*
  * ldmatrix addresses split into a lane part and a compile-time part: a lane reads row R + row_l,
  * chunk C + c_l of a tile, R and C compile-time, at tile_offset(row_l, c_l) + IMM_OFFSET(R, C),
  * so every address in the unrolled loops is one register plus an immediate.
  */
 #define IMM_OFFSET(R, C) ((R)*ROW_BYTES + (C)*16)
+#define KV_IMM(R, C)     ((R)*KV_ROW_BYTES + (C)*16) /* the same in a K or V tile */
 
 /*
  * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
@@ -162,17 +209,36 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
 #endif
 }
 
+#if KV_FP8
+/* load_tile for a K or V tile of fp8 rows, every chunk mapped separately (the copies of head
+ * dims whose chunks do not divide the threads). */
+__device__ __forceinline__ void load_kv_tile(unsigned smem, const kv_elem *base, long long stride,
+                                             int row0, int len) {
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * KV_CHUNKS, THREADS); it++) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        if (c < TILE_KV * KV_CHUNKS) {
+            const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
+            const bool valid = row0 + r < len;
+            const kv_elem *src =
+                base + (valid ? (long long)(row0 + r) * stride : 0) + ch * KV_CHUNK_ELEMS;
+            cinfer_cp_async_16(smem + kv_tile_offset(r, ch), src, valid);
+        }
+    }
+}
+#endif
+
 /*
- * The K/V copies when a thread keeps one chunk column (THREADS % CHUNKS == 0): pass `it` copies
- * row r0 + it * KV_RPP (r0 = threadIdx.x / CHUNKS) of the tile, at the thread's destination dst
- * (kv_dst0: its chunk of row r0 in stage 0's K tile) plus a compile-time offset.
+ * The K/V copies when a thread keeps one chunk column (THREADS % KV_CHUNKS == 0): pass `it`
+ * copies row r0 + it * KV_RPP (r0 = threadIdx.x / KV_CHUNKS) of the tile, at the thread's
+ * destination dst (kv_dst0: its chunk of row r0 in stage 0's K tile) plus a compile-time offset.
  */
-#if THREADS % CHUNKS == 0
-#define KV_RPP    (THREADS / CHUNKS) /* rows per pass */
+#if THREADS % KV_CHUNKS == 0
+#define KV_RPP    (THREADS / KV_CHUNKS) /* rows per pass */
 #define KV_PASSES CINFER_CEIL_DIV(TILE_KV, KV_RPP)
 
 __device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
-    return s_k + tile_offset((int)threadIdx.x / CHUNKS, (int)threadIdx.x % CHUNKS);
+    return s_k + kv_tile_offset((int)threadIdx.x / KV_CHUNKS, (int)threadIdx.x % KV_CHUNKS);
 }
 #endif
 
@@ -198,21 +264,21 @@ __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_param
            (long long)in_page * p.k_stride_n;
 }
 
-#if THREADS % CHUNKS == 0
+#if THREADS % KV_CHUNKS == 0
 __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
-                                              const cinfer_prefill_params &p,
-                                              const cinfer_half_bits *k_base,
-                                              const cinfer_half_bits *v_base, const int *table,
-                                              int row0, int len) {
+                                              const cinfer_prefill_params &p, const kv_elem *k_base,
+                                              const kv_elem *v_base, const int *table, int row0,
+                                              int len) {
     const int tid = thread_index();
-    const int r0 = tid / CHUNKS, ch = tid % CHUNKS;
+    const int r0 = tid / KV_CHUNKS, ch = tid % KV_CHUNKS;
 #pragma unroll
     for (int it = 0; it < KV_PASSES; it++) {
         const int r = r0 + it * KV_RPP;
         if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
             const bool valid = row0 + r < len;
-            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
-            const unsigned to = dst + offset + it * KV_RPP * ROW_BYTES;
+            const long long off =
+                (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * KV_CHUNK_ELEMS;
+            const unsigned to = dst + offset + it * KV_RPP * KV_ROW_BYTES;
             cinfer_cp_async_16(to, k_base + off, valid);
             cinfer_cp_async_16(to + STAGES * KV_BYTES, v_base + off, valid);
         }
@@ -220,48 +286,48 @@ __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
 }
 #else
 __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
-                                              const cinfer_prefill_params &p,
-                                              const cinfer_half_bits *k_base,
-                                              const cinfer_half_bits *v_base, const int *table,
-                                              int row0, int len) {
+                                              const cinfer_prefill_params &p, const kv_elem *k_base,
+                                              const kv_elem *v_base, const int *table, int row0,
+                                              int len) {
 #pragma unroll
-    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * CHUNKS, THREADS); it++) {
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_KV * KV_CHUNKS, THREADS); it++) {
         const int c = (int)threadIdx.x + it * THREADS;
-        if (c < TILE_KV * CHUNKS) {
-            const int r = c / CHUNKS, ch = c % CHUNKS;
+        if (c < TILE_KV * KV_CHUNKS) {
+            const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
             const bool valid = row0 + r < len;
-            const long long off = (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * 8;
-            cinfer_cp_async_16(s_k + tile_offset(r, ch), k_base + off, valid);
-            cinfer_cp_async_16(s_v + tile_offset(r, ch), v_base + off, valid);
+            const long long off =
+                (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * KV_CHUNK_ELEMS;
+            cinfer_cp_async_16(s_k + kv_tile_offset(r, ch), k_base + off, valid);
+            cinfer_cp_async_16(s_v + kv_tile_offset(r, ch), v_base + off, valid);
         }
     }
 }
 #endif
-#elif THREADS % CHUNKS == 0
+#elif THREADS % KV_CHUNKS == 0
 /*
  * The copies of a contiguous K (or V) tile into the tile `offset` bytes after stage 0's K tile
  * (dst: kv_dst0): src points at this thread's first row of the tile (row0 + threadIdx.x /
- * CHUNKS) and left is kv_len - row0. A tile that ends inside kv_len (all but the last) copies
+ * KV_CHUNKS) and left is kv_len - row0. A tile that ends inside kv_len (all but the last) copies
  * without a bounds test; rows past kv_len are zero-filled from a mapped address (any: nothing is
  * read).
  */
-__device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
-                                             const cinfer_half_bits *src, long long stride,
-                                             int left, const void *mapped) {
-    const int r0 = (int)threadIdx.x / CHUNKS;
+__device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, const kv_elem *src,
+                                             long long stride, int left, const void *mapped) {
+    const int r0 = (int)threadIdx.x / KV_CHUNKS;
     const long long step = (long long)KV_RPP * stride;
     if (left >= TILE_KV) {
 #pragma unroll
         for (int it = 0; it < KV_PASSES; it++)
             if (TILE_KV % KV_RPP == 0 || r0 + it * KV_RPP < TILE_KV)
-                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES, src + it * step, true);
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * KV_ROW_BYTES, src + it * step,
+                                   true);
     } else {
 #pragma unroll
         for (int it = 0; it < KV_PASSES; it++) {
             const int r = r0 + it * KV_RPP;
             if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
                 const bool valid = r < left;
-                cinfer_cp_async_16(dst + offset + it * KV_RPP * ROW_BYTES,
+                cinfer_cp_async_16(dst + offset + it * KV_RPP * KV_ROW_BYTES,
                                    valid ? src + it * step : mapped, valid);
             }
         }
@@ -275,7 +341,7 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
  * cursors k_next and v_next at this thread's first row of the next tile, so a row's address is
  * an add.
  */
-#if THREADS % CHUNKS != 0
+#if THREADS % KV_CHUNKS != 0
 #define LOAD_KV(stage, tile, dst)                                                                  \
     LOAD_KV_GENERIC(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, (tile)*TILE_KV)
 #elif CINFER_PAGED
@@ -296,11 +362,59 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset,
 #define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
     load_kv_paged(sk, sv, p, k_base, v_base, p.kv_indices, row0, p.kv_len)
 #else
+#if KV_FP8
+#define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
+    do {                                                                                           \
+        load_kv_tile(sk, k_base, p.k_stride_n, row0, p.kv_len);                                    \
+        load_kv_tile(sv, v_base, p.v_stride_n, row0, p.kv_len);                                    \
+    } while (0)
+#else
 #define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
     do {                                                                                           \
         load_tile(sk, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);                              \
         load_tile(sv, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);                              \
     } while (0)
+#endif
+#endif
+
+#if KV_FP8
+/* The K (plain) and V (transposed) matrices of one group of LDM_TOKENS rows. */
+__device__ __forceinline__ void ldmatrix_kv(unsigned *dst, unsigned smem_addr) {
+#if LDM_TOKENS == 32
+    cinfer_ldmatrix_x4(dst, smem_addr);
+#else
+    cinfer_ldmatrix_x2(dst, smem_addr);
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_kv_trans(unsigned *dst, unsigned smem_addr) {
+#if LDM_TOKENS == 32
+    cinfer_ldmatrix_x4_trans(dst, smem_addr);
+#else
+    cinfer_ldmatrix_x2_trans(dst, smem_addr);
+#endif
+}
+
+/*
+ * Rewrites the loaded Q tile at s_q in place as the A operand against fp8 K (see the top): fp16
+ * of q * q_in_scale, each 16-dim chunk (two 16-byte chunks of a row) as its 8 even dims, then its
+ * 8 odd dims. Once per CTA, between two barriers.
+ */
+__device__ __forceinline__ void convert_q(unsigned s_q, float q_in_scale) {
+    for (int c = (int)threadIdx.x; c < TILE_Q * (D / 16); c += THREADS) {
+        const unsigned at = s_q + tile_offset(c / (D / 16), 2 * (c % (D / 16)));
+        float f[16], even[8], odd[8];
+        cinfer_unpack8(f, DT, cinfer_ld_shared_v4(at));
+        cinfer_unpack8(f + 8, DT, cinfer_ld_shared_v4(at + 16));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            even[i] = f[2 * i] * q_in_scale;
+            odd[i] = f[2 * i + 1] * q_in_scale;
+        }
+        cinfer_st_shared_v4(at, cinfer_pack8(CINFER_DT_F16, even));
+        cinfer_st_shared_v4(at + 16, cinfer_pack8(CINFER_DT_F16, odd));
+    }
+}
 #endif
 
 #if CINFER_ROPE
@@ -364,8 +478,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_PAGED
     p.kv_indices += w.kv_begin;
 #else
-    p.k = (const cinfer_half_bits *)p.k + (long long)w.kv_begin * p.k_stride_n;
-    p.v = (const cinfer_half_bits *)p.v + (long long)w.kv_begin * p.v_stride_n;
+    p.k = (const kv_elem *)p.k + (long long)w.kv_begin * p.k_stride_n;
+    p.v = (const kv_elem *)p.v + (long long)w.kv_begin * p.v_stride_n;
 #endif
     const int batch_idx = w.request;
     const int q0 = w.q_begin;
@@ -398,16 +512,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
 
     const cinfer_half_bits *q_base = (const cinfer_half_bits *)p.q + (long long)head * p.q_stride_h;
-    const cinfer_half_bits *k_base =
-        (const cinfer_half_bits *)p.k + (long long)kv_head * p.k_stride_h;
-    const cinfer_half_bits *v_base =
-        (const cinfer_half_bits *)p.v + (long long)kv_head * p.v_stride_h;
-#if THREADS % CHUNKS == 0 && !CINFER_PAGED
+    const kv_elem *k_base = (const kv_elem *)p.k + (long long)kv_head * p.k_stride_h;
+    const kv_elem *v_base = (const kv_elem *)p.v + (long long)kv_head * p.v_stride_h;
+#if THREADS % KV_CHUNKS == 0 && !CINFER_PAGED
     /* This thread's first row of the first tile (load_kv_rows). */
-    const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / CHUNKS;
-    const int kv_col0 = ((int)threadIdx.x % CHUNKS) * 8;
-    const cinfer_half_bits *k_next = k_base + (long long)kv_row0 * p.k_stride_n + kv_col0;
-    const cinfer_half_bits *v_next = v_base + (long long)kv_row0 * p.v_stride_n + kv_col0;
+    const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / KV_CHUNKS;
+    const int kv_col0 = ((int)threadIdx.x % KV_CHUNKS) * KV_CHUNK_ELEMS;
+    const kv_elem *k_next = k_base + (long long)kv_row0 * p.k_stride_n + kv_col0;
+    const kv_elem *v_next = v_base + (long long)kv_row0 * p.v_stride_n + kv_col0;
 #endif
 
     /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
@@ -417,9 +529,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
      * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0; another
      * stage adds a multiple of KV_BYTES. */
     const unsigned q_lane = s_q + tile_offset(warp * WARP_ROWS + lane % 16, lane / 16);
+#if KV_FP8
+    /* fp8: K and V matrices are rows lane % LDM_TOKENS of a group of LDM_TOKENS rows, chunk 0 */
+    const unsigned k_lane = s_k + kv_tile_offset(lane % LDM_TOKENS, 0);
+    const unsigned v_lane = s_v + kv_tile_offset(lane % LDM_TOKENS, 0);
+#else
     const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
-#if THREADS % CHUNKS == 0
+#endif
+#if THREADS % KV_CHUNKS == 0
     const unsigned kv_dst = kv_dst0(s_k);
 #endif
     float o[MMA_Q][O_TILES][4];
@@ -507,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * ldmatrix and cp.async below addresses one of them plus an immediate. */
             const unsigned ql = cinfer_opaque_u32(q_lane), kl = cinfer_opaque_u32(k_lane),
                            vl = cinfer_opaque_u32(v_lane);
-#if THREADS % CHUNKS == 0
+#if THREADS % KV_CHUNKS == 0
             const unsigned dl = cinfer_opaque_u32(kv_dst);
 #endif
             /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
@@ -549,6 +667,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         *qp = cinfer_pack8(DT, f);
                     }
                 }
+                __syncthreads();
+            }
+#endif
+#if KV_FP8
+            if (t == 0) {
+                convert_q(s_q, p.q_in_scale);
                 __syncthreads();
             }
 #endif
@@ -607,6 +731,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     cinfer_ldmatrix_x4(a[mq], ql + IMM_OFFSET(mq * 16, 2 * kk));
 #endif
                 }
+#if KV_FP8
+#pragma unroll
+                for (int g = 0; g < TILE_KV / LDM_TOKENS; g++) {
+                    /* Matrix i: KV rows g * LDM_TOKENS + 8i .. + 7 by chunk kk (16 dims, 16
+                     * bytes), so register i is n tile g * LDM_TOKENS / 8 + i's B fragment: its
+                     * even pair is k slots 2t, 2t + 1, its odd pair 2t + 8, 2t + 9. */
+                    unsigned kr[4];
+                    ldmatrix_kv(kr, kl + stage * KV_BYTES + KV_IMM(g * LDM_TOKENS, kk));
+#pragma unroll
+                    for (int i = 0; i < LDM_TOKENS / 8; i++) {
+                        unsigned kb[2];
+                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, kr[i], &kb[0], &kb[1]);
+#pragma unroll
+                        for (int mq = 0; mq < MMA_Q; mq++)
+                            cinfer_mma(MMA_DT, s[mq][g * (LDM_TOKENS / 8) + i], a[mq], kb);
+                    }
+                }
+#else
 #pragma unroll
                 for (int np = 0; np < S_TILES / 2; np++) {
                     /* Matrices: KV rows np*16 + 0..7 / + 8..15 (lanes / 16) by head-dim chunk
@@ -616,10 +758,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     cinfer_ldmatrix_x4(b, kl + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
-                        cinfer_mma(DT, s[mq][2 * np], a[mq], b);
-                        cinfer_mma(DT, s[mq][2 * np + 1], a[mq], b + 2);
+                        cinfer_mma(MMA_DT, s[mq][2 * np], a[mq], b);
+                        cinfer_mma(MMA_DT, s[mq][2 * np + 1], a[mq], b + 2);
                     }
                 }
+#endif
             }
 
 #if CINFER_VARIANT_NO_TRANSFORM
@@ -859,7 +1002,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        pf[mq][n][h] = cinfer_pack_half2(DT, s[mq][n][2 * h], s[mq][n][2 * h + 1]);
+                        pf[mq][n][h] =
+                            cinfer_pack_half2(MMA_DT, s[mq][n][2 * h], s[mq][n][2 * h + 1]);
 
 #if VARIANT_USE_SOFTMAX
             /* O *= alpha, skipped (exactly: every alpha is 1) when no row of the warp has a new
@@ -882,6 +1026,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
             /* O += P V */
+#if KV_FP8
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) {
+#pragma unroll
+                for (int g = 0; g < TILE_KV / LDM_TOKENS; g++) {
+                    /* Matrices (transposed): KV rows g * LDM_TOKENS + 8i .. + 7 by chunk c;
+                     * registers 2 k2 and 2 k2 + 1 are the k step's two token halves, each split
+                     * into the B fragments of the chunk's even and odd dims (O tiles 2c, 2c + 1).
+                     */
+                    unsigned vr[4];
+                    ldmatrix_kv_trans(vr, vl + stage * KV_BYTES + KV_IMM(g * LDM_TOKENS, c));
+#pragma unroll
+                    for (int k2 = 0; k2 < LDM_TOKENS / 16; k2++) {
+                        const int kk = g * (LDM_TOKENS / 16) + k2;
+                        unsigned even[2], odd[2];
+                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, vr[2 * k2], &even[0],
+                                                       &odd[0]);
+                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, vr[2 * k2 + 1], &even[1],
+                                                       &odd[1]);
+#pragma unroll
+                        for (int mq = 0; mq < MMA_Q; mq++) {
+                            const unsigned pa[4] = {pf[mq][2 * kk][0], pf[mq][2 * kk][1],
+                                                    pf[mq][2 * kk + 1][0], pf[mq][2 * kk + 1][1]};
+                            cinfer_mma(MMA_DT, o[mq][2 * c], pa, even);
+                            cinfer_mma(MMA_DT, o[mq][2 * c + 1], pa, odd);
+                        }
+                    }
+                }
+            }
+#else
 #pragma unroll
             for (int kk = 0; kk < PV_STEPS; kk++) {
                 unsigned pa[MMA_Q][4];
@@ -902,11 +1076,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                              vl + stage * KV_BYTES + IMM_OFFSET(kk * 16, 2 * dp));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
-                        cinfer_mma(DT, o[mq][2 * dp], pa[mq], b);
-                        cinfer_mma(DT, o[mq][2 * dp + 1], pa[mq], b + 2);
+                        cinfer_mma(MMA_DT, o[mq][2 * dp], pa[mq], b);
+                        cinfer_mma(MMA_DT, o[mq][2 * dp + 1], pa[mq], b + 2);
                     }
                 }
             }
+#endif
         }
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
         CINFER_CP_ASYNC_WAIT(0);
@@ -932,11 +1107,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const long long slot =
                     (long long)w.partial +
                     ((long long)row * p.num_qo_heads + head) * (long long)w.num_chunks;
+#if KV_FP8
+                /* This lane's values of the row are dims 16c + 4t .. + 3 (see the top). */
+                float *po = p.partial_o + slot * D + 4 * (lane % 4);
+#pragma unroll
+                for (int c = 0; c < D / 16; c++)
+                    *(float4 *)(po + c * 16) = make_float4(
+                        o[mq][2 * c][2 * h] * inv, o[mq][2 * c + 1][2 * h] * inv,
+                        o[mq][2 * c][2 * h + 1] * inv, o[mq][2 * c + 1][2 * h + 1] * inv);
+#else
                 float *po = p.partial_o + slot * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < O_TILES; n++)
                     *(float2 *)(po + n * 8) =
                         make_float2(o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv);
+#endif
                 if (lane % 4 == 0)
                     p.partial_lse[slot] = sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
             }
@@ -969,7 +1154,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const float inv = p.v_scale; /* no normalization and no LSE */
             const int row = e_row_base + mq * 16 + h * 8;
 #endif
+#if KV_FP8
+                /* This lane's values of the row are dims 16c + 4t .. + 3 (see the top): 8 bytes at
+                 * chunk 2c + t / 2, byte 8 (t % 2). */
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) {
+                float x[4] = {o[mq][2 * c][2 * h] * inv, o[mq][2 * c + 1][2 * h] * inv,
+                              o[mq][2 * c][2 * h + 1] * inv, o[mq][2 * c + 1][2 * h + 1] * inv};
 #if VARIANT_OUTPUT_TRANSFORM
+                if (row < q_rows) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        x[i] = variant_output_transform(&vp, x[i], batch_idx, q0 + row + delta,
+                                                        head, c * 16 + 4 * (e_lane % 4) + i);
+                }
+#endif
+                cinfer_st_shared_v2(
+                    s_q + tile_offset(row, 2 * c + (e_lane % 4) / 2) + (e_lane % 2) * 8,
+                    cinfer_pack_half2(DT, x[0], x[1]), cinfer_pack_half2(DT, x[2], x[3]));
+            }
+#elif VARIANT_OUTPUT_TRANSFORM
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;

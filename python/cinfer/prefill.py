@@ -66,6 +66,8 @@ def single_prefill_with_kv_cache(
     backend: str = "auto",
     return_lse: bool = False,
     *,
+    k_scale: Optional[float] = None,
+    v_scale: Optional[float] = None,
     variant: Optional[V.Variant] = None,
     variant_args=None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -78,7 +80,10 @@ def single_prefill_with_kv_cache(
         The queries, shape ``[qo_len, num_qo_heads, head_dim]``, float16 or bfloat16, CUDA.
     k : torch.Tensor
         The keys, shape ``[kv_len, num_kv_heads, head_dim]`` (``NHD``) or
-        ``[num_kv_heads, kv_len, head_dim]`` (``HND``), the dtype of ``q``.
+        ``[num_kv_heads, kv_len, head_dim]`` (``HND``), the dtype of ``q`` or fp8
+        (``torch.float8_e4m3fn``, ``torch.float8_e5m2``; the kernels then run in fp16 with q
+        multiplied by ``sm_scale`` and rounded to fp16, so ``|q| * sm_scale`` must stay below
+        65504).
     v : torch.Tensor
         The values, the shape and dtype of ``k`` (strides may differ).
     custom_mask : Optional[torch.Tensor]
@@ -122,6 +127,10 @@ def single_prefill_with_kv_cache(
         ``"auto"`` (default), ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernel itself.
     return_lse : bool
         Also return the log-sum-exp (not with a variant without softmax).
+    k_scale, v_scale : Optional[float]
+        Keyword-only (FlashInfer's fp8 scales): the logits are ``(q . k) * sm_scale *
+        k_scale`` and the output is multiplied by ``v_scale``; None = 1. Meant for fp8 K/V,
+        applied to any dtype.
     variant : Optional[cinfer.Variant]
         cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
         built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off, and there
@@ -150,7 +159,7 @@ def single_prefill_with_kv_cache(
         of different shapes, a CPU tensor, a mask that is not ``[qo_len, kv_len]`` torch.bool,
         a packed mask that is not uint8 or too short); :class:`cinfer.UnsupportedError` for
         what cinfer does not implement: a head dim that is not a multiple of 16 up to 256,
-        fp8 K/V, in-kernel RoPE, a custom mask or ALiBi together with each other, with
+        in-kernel RoPE, a custom mask or ALiBi together with each other, with
         ``variant`` or with ``logits_soft_cap``, rows not 16-byte aligned.
     cinfer.CinferError
         CUDA or JIT failures (:class:`cinfer.CompileError`, :class:`cinfer.NoDeviceError`).
@@ -178,7 +187,7 @@ def single_prefill_with_kv_cache(
     # Calls with a variant (a user's or the built-in of a mask or ALiBi) are not operators (a
     # Variant is no schema type): under torch.compile they break the graph, like the wrappers.
     if (_dispatch.compiling() and variant is None and variant_args is None
-            and feature is None):
+            and feature is None and k_scale is None and v_scale is None):
         out, lse = _dispatch.op("single_prefill")(
             q, k, v, bool(causal), kv_layout, sm_scale, window_left, logits_soft_cap,
             bool(return_lse))
@@ -188,7 +197,8 @@ def single_prefill_with_kv_cache(
                                        logits_soft_cap, return_lse, variant, variant_args,
                                        custom_mask=custom_mask,
                                        packed_custom_mask=packed_custom_mask,
-                                       alibi=pos_encoding_mode == "ALIBI")
+                                       alibi=pos_encoding_mode == "ALIBI", k_scale=k_scale,
+                                       v_scale=v_scale)
     return (out, lse) if return_lse else out
 
 
@@ -209,6 +219,8 @@ def single_prefill_with_kv_cache_return_lse(
     rope_theta: Optional[float] = None,
     backend: str = "auto",
     *,
+    k_scale: Optional[float] = None,
+    v_scale: Optional[float] = None,
     variant: Optional[V.Variant] = None,
     variant_args=None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -218,12 +230,13 @@ def single_prefill_with_kv_cache_return_lse(
     return single_prefill_with_kv_cache(
         q, k, v, custom_mask, packed_custom_mask, causal, kv_layout, pos_encoding_mode,
         use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
-        backend, return_lse=True, variant=variant, variant_args=variant_args)
+        backend, return_lse=True, k_scale=k_scale, v_scale=v_scale, variant=variant,
+        variant_args=variant_args)
 
 
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
                         return_lse, variant=None, variant_args=None, *, custom_mask=None,
-                        packed_custom_mask=None, alibi=False):
+                        packed_custom_mask=None, alibi=False, k_scale=None, v_scale=None):
     """The eager implementation (also the ``cinfer::single_prefill`` operator's, without a
     variant, mask or ALiBi): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``.
     The combination of variant, mask and ALiBi was checked by the caller."""
@@ -241,14 +254,12 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
     T.check_ndim(k, "k", 3, kv_shape)
     T.check_ndim(v, "v", 3, kv_shape)
     T.check_dtype(q, "q", A.q_dtypes(), A.Q_DTYPES_TEXT)
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype in A.fp8_dtypes():
-            raise UnsupportedError(
-                f"{name}: dtype {t.dtype}: fp8 K/V is not supported by prefill yet (decode "
-                "supports it); pass K/V in q's dtype"
-            )
-        if t.dtype != q.dtype:
-            raise ArgumentError(f"{name}: dtype {t.dtype}, expected {q.dtype} (as q)")
+    # K/V: q's dtype, or fp8 (both of one fp8 dtype) with k_scale / v_scale.
+    if k.dtype != q.dtype and k.dtype not in A.fp8_dtypes():
+        raise ArgumentError(f"k: dtype {k.dtype}, expected {q.dtype} (as q) or an fp8 dtype "
+                            "(torch.float8_e4m3fn, torch.float8_e5m2)")
+    if v.dtype != k.dtype:
+        raise ArgumentError(f"v: dtype {v.dtype}, expected {k.dtype} (as k)")
 
     qo_len, num_qo_heads, head_dim = q.shape
     nhd = layout == _lib.KV_LAYOUT_NHD
@@ -271,6 +282,8 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         sm_scale=A.positive(sm_scale, "sm_scale", 0.0),
         logits_soft_cap=A.soft_cap(logits_soft_cap),
         window_left=A.window_left(window_left),
+        k_scale=A.positive(k_scale, "k_scale", 1.0),
+        v_scale=A.positive(v_scale, "v_scale", 1.0),
         variant=variant.handle if variant is not None else None,
     )
     packed = V.pack_args(variant, variant_args, "single_prefill_with_kv_cache")
@@ -469,10 +482,10 @@ class _BatchPrefillBase:
         q_dtype, kv_dtype = A.plan_dtypes(q_data_type, kv_data_type)
         if q_dtype not in A.q_dtypes():
             raise UnsupportedError(f"q_data_type = {q_dtype}, expected {A.Q_DTYPES_TEXT}")
-        if kv_dtype != q_dtype:
+        if kv_dtype != q_dtype and kv_dtype not in A.fp8_dtypes():
             raise UnsupportedError(
-                f"kv_data_type = {kv_dtype}: batch prefill takes K/V in q's dtype ({q_dtype}); "
-                "fp8 K/V prefill is not implemented"
+                f"kv_data_type = {kv_dtype}: batch prefill takes K/V in q's dtype ({q_dtype}) "
+                "or fp8 (torch.float8_e4m3fn, torch.float8_e5m2)"
             )
         if o_data_type is not None and T.canonical_dtype(o_data_type, "o_data_type") != q_dtype:
             raise UnsupportedError(f"o_data_type = {o_data_type}: the output has q's dtype "
@@ -518,7 +531,7 @@ class _BatchPrefillBase:
                 )
 
         key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
-               self._kv_layout_code, q_dtype, sm, cap, wl, ks, vs,
+               self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
                variant.handle if variant is not None else None)
         options = functools.partial(
             _lib.attention_options, num_qo_heads=int(num_qo_heads),
@@ -797,7 +810,8 @@ _WRAPPER_NOTES = """
     graph mode each plan copies the packed mask into ``custom_mask_buf``, which must stay
     alive as long as the captured graphs; outside graph mode the plan keeps the packed mask
     (the caller's ``packed_custom_mask`` itself when it is contiguous on the device: do not
-    change it before the next plan). In-kernel RoPE, ``use_fp16_qk_reduction``, fp8 K/V and
+    change it before the next plan). fp8 K/V (``kv_data_type``) with ``k_scale`` /
+    ``v_scale`` is supported. In-kernel RoPE, ``use_fp16_qk_reduction`` and
     ``head_dim_vo != head_dim_qk`` raise :class:`cinfer.UnsupportedError`. Two wrappers must
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
@@ -1001,8 +1015,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         rope_scale, rope_theta : Optional[float]
             Accepted; unused with ``pos_encoding_mode="NONE"``.
         q_data_type, kv_data_type : str or torch.dtype
-            float16 (default) or bfloat16; ``kv_data_type`` defaults to (and must equal)
-            ``q_data_type``.
+            float16 (default) or bfloat16; ``kv_data_type`` defaults to ``q_data_type`` and may
+            be fp8 (``torch.float8_e4m3fn``, ``torch.float8_e5m2``), with ``k_scale`` /
+            ``v_scale`` (the logits are ``(q . k) * sm_scale * k_scale``, the output is
+            multiplied by ``v_scale``).
         non_blocking : bool
             Copy the page indices to the device without blocking the host.
         prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr

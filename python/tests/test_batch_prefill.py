@@ -481,3 +481,32 @@ def test_batch_prefill_errors(workspace):
     with pytest.raises(ValueError, match="float_workspace_buffer.*bytes"):
         cinfer.BatchPrefillWithPagedKVCacheWrapper(small).plan(
             qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size)
+
+
+FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
+
+
+@pytest.mark.parametrize("kv_dtype", FP8, ids=str)
+@pytest.mark.parametrize("storage,causal,layout,page_size", [
+    ("paged", True, "NHD", 16), ("paged", False, "HND", 1), ("ragged", True, "NHD", None)])
+def test_batch_prefill_fp8(workspace, kv_dtype, storage, causal, layout, page_size):
+    """fp8 K/V (kv_data_type) with k_scale / v_scale given at plan and again at run."""
+    hq, hk, batch, dtype = 8, 2, 6, torch.bfloat16
+    qo_lens, kv_lens = lengths(batch, seed=40 + batch)
+    kv = make(storage, kv_lens, page_size, hk, kv_dtype, layout, seed=41,
+              combined=page_size == 1)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, D, device=DEV).to(dtype)
+    ks, vs = 0.6, 2.0
+    w = wrapper(storage, workspace, layout)
+    plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, kv_data_type=kv_dtype,
+         causal=causal, k_scale=ks, v_scale=vs)
+    out, lse = run(w, storage, q, kv, return_lse=True, k_scale=ks, v_scale=vs)
+    ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, causal=causal,
+                                       sm_scale=ks / math.sqrt(D))
+    atol, rtol = reference.tolerance(dtype)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.double(), ref_out * vs, atol=atol * vs, rtol=rtol)
+    keep = ~ref_lse.isneginf()
+    torch.testing.assert_close(lse.double()[keep], ref_lse[keep], atol=4e-3, rtol=1e-4)
+    assert torch.isneginf(lse[~keep]).all()

@@ -1,7 +1,7 @@
 """single_prefill_with_kv_cache (and _return_lse) against a float64 reference: causal and not,
 qo_len above and below kv_len, empty sides, GQA, head dims, NHD/HND, packed QKV strides, soft
 cap, sliding window, sm_scale, custom masks (bool and packed, fully masked rows, bottom-right
-alignment), ALiBi with FlashInfer's default slopes, errors."""
+alignment), ALiBi with FlashInfer's default slopes, fp8 K/V with k_scale / v_scale, errors."""
 
 import math
 import random
@@ -251,8 +251,10 @@ def test_single_prefill_errors():
     with pytest.raises(ValueError, match="logits_soft_cap"):
         f(q, k, v, logits_soft_cap=-1.0)
     if hasattr(torch, "float8_e4m3fn"):
-        with pytest.raises(cinfer.UnsupportedError, match="fp8"):
-            f(q, k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn))
+        with pytest.raises(ValueError, match="v: dtype"):
+            f(q, k.to(torch.float8_e4m3fn), v)
+        with pytest.raises(ValueError, match="k_scale"):
+            f(q, k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn), k_scale=0.0)
     # Checks made by the library, with its message: heads that do not divide, head dims.
     q9 = torch.randn(16, 9, 128, device=DEV).half()
     with pytest.raises(ValueError, match="num_qo_heads"):
@@ -263,3 +265,25 @@ def test_single_prefill_errors():
     with pytest.raises(ValueError, match="v"):
         f(q, k, v[:, :1])  # k and v of different shapes
     assert math.isfinite(f(q, k, v).float().sum().item())
+
+
+FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
+
+
+@pytest.mark.parametrize("kv_dtype", FP8, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dtype", [(128, torch.bfloat16), (64, torch.float16),
+                                     (256, torch.bfloat16)])
+def test_single_prefill_fp8(kv_dtype, causal, d, dtype):
+    """fp8 K/V: the reference reads the same fp8 values; k_scale scales the logits, v_scale the
+    output. The kernels round q * sm_scale to fp16, hence the wider LSE tolerance."""
+    q, k, v = _make(200, 333, 8, 2, d, dtype, "NHD", seed=d + causal)
+    k8, v8 = k.to(kv_dtype), v.to(kv_dtype)
+    ks, vs = 0.8, 1.7
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k8, v8, causal=causal, return_lse=True,
+                                                   k_scale=ks, v_scale=vs)
+    ref_out, ref_lse = reference.prefill(q, k8, v8, causal=causal, sm_scale=ks / math.sqrt(d))
+    atol, rtol = reference.tolerance(dtype)
+    assert out.dtype == dtype and not torch.isnan(out).any()
+    torch.testing.assert_close(out.double(), ref_out * vs, atol=atol * vs, rtol=rtol)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=4e-3, rtol=1e-4)

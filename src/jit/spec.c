@@ -426,7 +426,8 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 }
 
 /*
- * Limits of the sm80 prefill kernel (kernels/prefill.cu): q, k, v and out of one 16-bit dtype;
+ * Limits of the sm80 prefill kernel (kernels/prefill.cu): q and out of one 16-bit dtype, k and v
+ * of the same or fp8 (e4m3, e5m2: rows of head_dim bytes padded to an odd number of chunks);
  * head dims in 16-element mma steps; warps of 16 * mma_q query rows (mma_q = tile_q / (16 *
  * warps) in {1, 2}); KV tiles in 16-row mma steps; at least double buffering; and shared memory
  * (Q tile + stages x K and V tiles, rows padded by 16 bytes) within the largest opt-in size of
@@ -437,11 +438,12 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: backend %s is not implemented (only sm80)", fam->name,
                              backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0]);
-    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+    const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
+    if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
         spec->dtype_o != spec->dtype_q)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: dtype_q %s / dtype_kv %s / dtype_o %s: expected one dtype, f16 "
-                             "or bf16, for all three",
+                             "%s: dtype_q %s / dtype_kv %s / dtype_o %s: expected q and o of one "
+                             "dtype, f16 or bf16, and kv the same or e4m3 / e5m2",
                              fam->name, cinfer__dtype_name(spec->dtype_q),
                              cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
     if (spec->head_dim_qk != spec->head_dim_vo)
@@ -480,7 +482,9 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: stages %d outside [2, 4]",
                              fam->name, (int)spec->stages);
     const int64_t chunks = spec->head_dim_qk / 8 + 1;
-    const int64_t smem = 16 * chunks * (spec->tile_q + 2 * (int64_t)spec->stages * spec->tile_kv);
+    const int64_t kv_chunks = fp8 ? (spec->head_dim_qk / 16) | 1 : chunks;
+    const int64_t smem =
+        16 * (chunks * spec->tile_q + kv_chunks * 2 * (int64_t)spec->stages * spec->tile_kv);
     if (smem > 227 * 1024)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: tiles need %lld bytes of shared memory, more than 227 KiB",

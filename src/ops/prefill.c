@@ -24,8 +24,13 @@
 
 /* ---- options ---- */
 
+static bool is_fp8(cinfer__dtype_t dt) {
+    return dt == CINFER__DT_E4M3 || dt == CINFER__DT_E5M2;
+}
+
 /* What prefill reads from the options; page_size, use_cuda_graph, max_batch_size and
- * use_tensor_cores are ignored. */
+ * use_tensor_cores are ignored. K/V are of q's dtype or fp8 (e4m3, e5m2; k_scale and v_scale
+ * apply to every K/V dtype). */
 static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
     const cinfer__dtype_t q = o ? cinfer__dl_dtype(o->q_dtype) : CINFER__DT_NONE;
     /* The kernel rotates K tiles in shared memory as 16-bit values; an fp8 tile would have to be
@@ -33,17 +38,21 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
     if (o && o->size >= sizeof *o && o->version == CINFER_ATTENTION_OPTIONS_VERSION &&
         cinfer__attention_rope(o)) {
         const cinfer__dtype_t kv = cinfer__dl_dtype(o->kv_dtype);
-        if (kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2)
+        if (is_fp8(kv))
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "options->kv_dtype %s with pos_encoding_mode = ROPE_LLAMA is not "
                                  "supported by prefill: in-kernel RoPE needs fp16 or bf16 K",
                                  cinfer__dtype_name(kv));
     }
     char hint[96];
-    cinfer__fmt(hint, sizeof hint, "the q_dtype, %s (fp8 KV prefill is not implemented)",
+    cinfer__fmt(hint, sizeof hint,
+                "the q_dtype (%s), or fp8 e4m3 (kDLFloat8_e4m3fn) or e5m2 (kDLFloat8_e5m2)",
                 q == CINFER__DT_BF16 ? "bf16" : "fp16");
     CINFER__CHECK(cinfer__attention_options_check(
-        o, CINFER__DTS(q == CINFER__DT_NONE ? CINFER__DT_F16 : q), hint));
+        o,
+        CINFER__DTS(q == CINFER__DT_NONE ? CINFER__DT_F16 : q) | CINFER__DTS(CINFER__DT_E4M3) |
+            CINFER__DTS(CINFER__DT_E5M2),
+        hint));
     CINFER__CHECK(cinfer__variant_options_check(o));
     /* The kernel steps through the head dim in mma k16 steps and n8 tiles (kernels/prefill.cu);
      * 256 bounds the O accumulators a warp keeps in registers. */
@@ -58,8 +67,15 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
 /* ---- tiles ---- */
 
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
+    return cinfer__prefill_kv_smem_bytes(head_dim, CINFER__DT_F16, cfg);
+}
+
+size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
+                                     const cinfer__prefill_config_t *cfg) {
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
-    return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
+    const size_t kv_row_chunks = is_fp8(kv_dtype) ? ((size_t)head_dim / 16) | 1 : row_chunks;
+    return 16 * (row_chunks * (size_t)cfg->tile_q +
+                 kv_row_chunks * 2 * (size_t)cfg->stages * cfg->tile_kv);
 }
 
 /*
@@ -181,7 +197,8 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
     spec->backend = CINFER__BACKEND_SM80;
     spec->batch = batch;
     spec->paged = paged;
-    spec->dtype_q = spec->dtype_kv = spec->dtype_o = dtype;
+    spec->dtype_q = spec->dtype_o = dtype;
+    spec->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
     spec->head_dim_qk = spec->head_dim_vo = (int32_t)o->head_dim;
     spec->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
     spec->pos = cinfer__attention_rope(o) ? CINFER__POS_ROPE_LLAMA : CINFER__POS_NONE;
@@ -249,6 +266,7 @@ static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg
  * byte stride of every dim that has more than one index must keep rows on 16-byte boundaries.
  */
 static cinfer_status_t check_aligned(const char *arg, const DLTensor *t) {
+    const int64_t esz = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
     const uintptr_t addr = (uintptr_t)cinfer__tensor_data(t);
     if (addr % 16 != 0)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -257,11 +275,11 @@ static cinfer_status_t check_aligned(const char *arg, const DLTensor *t) {
                              arg, (void *)addr);
     for (int i = 0; i < t->ndim - 1; i++) {
         const int64_t stride = cinfer__tensor_stride(t, i);
-        if (t->shape[i] > 1 && (stride * 2) % 16 != 0)
+        if (t->shape[i] > 1 && (stride * esz) % 16 != 0)
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "%s: stride of dim %d is %lld elements (%lld bytes), not a "
                                  "multiple of 16 bytes; prefill moves rows in 16-byte pieces",
-                                 arg, i, (long long)stride, (long long)(stride * 2));
+                                 arg, i, (long long)stride, (long long)(stride * esz));
     }
     return CINFER_STATUS_SUCCESS;
 }
@@ -296,13 +314,27 @@ static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLT
     }
 }
 
-/* The scale fields of the params (ops/options.h); v_scale multiplies the output; RoPE's scale
- * and base (read only by RoPE kernels). */
+/*
+ * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
+ * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
+ * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu), which
+ * q_scale and v_scale put back. RoPE's scale and base are read only by RoPE kernels.
+ */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
-    double sm_scale, q_scale;
+    double sm_scale, q_scale, v_scale = o->v_scale;
     cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &p->soft_cap_log2);
+    const cinfer__dtype_t kv = cinfer__dl_dtype(o->kv_dtype);
+    p->q_in_scale = 1.0f;
+    if (is_fp8(kv)) {
+        p->q_in_scale = (float)sm_scale;
+        q_scale /= (double)p->q_in_scale;
+    }
+    if (kv == CINFER__DT_E4M3) {
+        q_scale *= 256.0;
+        v_scale *= 256.0;
+    }
     p->q_scale = (float)q_scale;
-    p->v_scale = o->v_scale;
+    p->v_scale = (float)v_scale;
     const bool rope = cinfer__attention_rope(o);
     p->rope_scale = rope ? o->rope_scale : 1.0f;
     p->rope_theta = rope ? o->rope_theta : 1e4f;
@@ -348,6 +380,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
                              causal);
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
+    const cinfer__dtype_t kv_dtype = cinfer__dl_dtype(o->kv_dtype);
     const int64_t Hq = o->num_qo_heads, Hk = o->num_kv_heads, D = o->head_dim;
     const bool nhd = o->kv_layout == CINFER_KV_LAYOUT_NHD;
 
@@ -359,11 +392,11 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     const int64_t k_shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
     const char *k_origin = nhd ? "NHD [kv_len, num_kv_heads, head_dim] from the options"
                                : "HND [num_kv_heads, kv_len, head_dim] from the options";
-    CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, dtype, k_origin));
+    CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, kv_dtype, k_origin));
     const int64_t kv_len = k->shape[nhd ? 0 : 1];
     CINFER__CHECK(check_len("kv_len", kv_len));
     CINFER__CHECK(cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill"));
-    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, dtype, "k's shape"));
+    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, kv_dtype, "k's shape"));
     const int64_t out_shape[3] = {qo_len, Hq, D};
     CINFER__CHECK(check_tensor(ctx, "out", out, 3, out_shape, dtype, "q's shape"));
     CINFER__CHECK(cinfer__variant_lse_check(o->variant, lse, "cinfer_single_prefill"));
@@ -382,7 +415,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         cfg = *tiles;
     else
         cinfer__prefill_context_config(ctx, (int)D, &cfg);
-    const size_t smem = cinfer__prefill_smem_bytes((int)D, &cfg);
+    const size_t smem = cinfer__prefill_kv_smem_bytes((int)D, kv_dtype, &cfg);
     if (smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
@@ -459,7 +492,8 @@ typedef struct batch_setup {
     cinfer__prefill_plan_config_t cfg;
     cinfer__prefill_config_t tiles[CINFER__PREFILL_MAX_TILES];
     cinfer__prefill_layout_t layout;
-    cinfer__dtype_t dtype;
+    cinfer__dtype_t dtype;    /* q and out */
+    cinfer__dtype_t dtype_kv; /* K/V: dtype or fp8 */
     int head_dim;
     cinfer_kv_layout_t kv_layout;
     const cinfer_variant_t *variant; /* NULL = default attention */
@@ -535,6 +569,7 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
         c->tile_kv[i] = s->tiles[i].tile_kv;
     }
     s->dtype = cinfer__dl_dtype(o->q_dtype);
+    s->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
     s->head_dim = o->head_dim;
     s->kv_layout = o->kv_layout;
     return cinfer__prefill_batch_layout(c, &s->layout);
@@ -553,7 +588,7 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
         if (fixed >= 0 && i != fixed)
             continue;
         const cinfer__prefill_config_t *t = &s->tiles[i];
-        s->smem[i] = cinfer__prefill_smem_bytes(s->head_dim, t);
+        s->smem[i] = cinfer__prefill_kv_smem_bytes(s->head_dim, s->dtype_kv, t);
         if (s->smem[i] > (size_t)ctx->max_smem_per_block_optin)
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
@@ -876,13 +911,13 @@ static cinfer_status_t ragged_kv(const cinfer_batch_prefill_t *op, const DLTenso
     const int64_t shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
     const char *origin = nhd ? "NHD [total_kv, num_kv_heads, head_dim] from the options"
                              : "HND [num_kv_heads, total_kv, head_dim] from the options";
-    CINFER__CHECK(check_planned(op->ctx, "k", k, 3, shape, s->dtype, origin));
+    CINFER__CHECK(check_planned(op->ctx, "k", k, 3, shape, s->dtype_kv, origin));
     CINFER__CHECK(check_rows("k", k, nhd ? 0 : 1, op->kv_end, "K/V rows: kv_indptr[batch_size]"));
     if (!v)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "v is NULL; a ragged K/V needs both k and v (only a paged cache may "
                              "be combined)");
-    CINFER__CHECK(check_planned(op->ctx, "v", v, 3, k->shape, s->dtype, "k's shape"));
+    CINFER__CHECK(check_planned(op->ctx, "v", v, 3, k->shape, s->dtype_kv, "k's shape"));
     CINFER__CHECK(check_aligned("k", k));
     CINFER__CHECK(check_aligned("v", v));
     p->k = cinfer__tensor_data(k);
@@ -907,11 +942,11 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     if (v) {
         const int64_t shape[4] = {-1, a, b, D};
         CINFER__CHECK(check_planned(
-            ctx, "k", k, 4, shape, s->dtype,
+            ctx, "k", k, 4, shape, s->dtype_kv,
             nhd ? "NHD [max_pages, page_size, num_kv_heads, head_dim] from the options"
                 : "HND [max_pages, num_kv_heads, page_size, head_dim] from the options"));
         const int64_t v_shape[4] = {k->shape[0], a, b, D};
-        CINFER__CHECK(check_planned(ctx, "v", v, 4, v_shape, s->dtype, "k's shape"));
+        CINFER__CHECK(check_planned(ctx, "v", v, 4, v_shape, s->dtype_kv, "k's shape"));
         CINFER__CHECK(check_aligned("k", k));
         CINFER__CHECK(check_aligned("v", v));
         CINFER__CHECK(check_same_strides(k, v));
@@ -921,14 +956,15 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     } else {
         const int64_t shape[5] = {-1, 2, a, b, D};
         CINFER__CHECK(check_planned(
-            ctx, "k", k, 5, shape, s->dtype,
+            ctx, "k", k, 5, shape, s->dtype_kv,
             nhd ? "combined NHD [max_pages, 2, page_size, num_kv_heads, head_dim] from the "
                   "options (v is NULL)"
                 : "combined HND [max_pages, 2, num_kv_heads, page_size, head_dim] from the "
                   "options (v is NULL)"));
         CINFER__CHECK(check_aligned("k", k));
         p->k = cinfer__tensor_data(k);
-        p->v = (const char *)p->k + cinfer__tensor_stride(k, 1) * 2;
+        p->v = (const char *)p->k +
+               cinfer__tensor_stride(k, 1) * (int64_t)cinfer__dtype_size(s->dtype_kv);
         first = 2;
     }
     /* Every stride is taken as is (a dim of one index is never stepped along except the page

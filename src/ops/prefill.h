@@ -22,6 +22,12 @@ typedef struct cinfer__prefill_config {
  * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg);
 
+/* The same for K/V of kv_dtype: 16-bit rows as above, or fp8 rows of d / 16 chunks padded to an
+ * odd count (the Q tile stays 16-bit). Tiles are chosen by the 16-bit size, which is never
+ * smaller, so an fp8 kernel runs with the same tiles in less shared memory. */
+size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
+                                     const cinfer__prefill_config_t *cfg);
+
 /*
  * The default tiles for head_dim (a multiple of 16, at most 256) that fit max_smem bytes of
  * shared memory per block (the device's opt-in limit): see the function for the reasoning behind

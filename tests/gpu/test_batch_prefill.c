@@ -39,11 +39,12 @@ typedef struct bp_case {
     int max_qo, max_kv;           /* random lengths in [0, max] (or [1, max] for qo) */
     const int *qo_lens, *kv_lens; /* or fixed lengths */
     int hq, hk, d;
-    cinfer__dtype_t dtype;
+    cinfer__dtype_t dtype;    /* q and out */
+    cinfer__dtype_t kv_dtype; /* K/V: CINFER__DT_NONE = dtype */
     cinfer_kv_layout_t layout;
     int paged, page_size, combined;
     int causal;
-    float soft_cap, sm_scale;
+    float soft_cap, sm_scale, k_scale, v_scale;
     int window_left;
     int lse;
     int high_pages;   /* paged: the requests own the last pages of the pool, in reverse order */
@@ -69,7 +70,16 @@ static bp_case base_case(const char *desc) {
     c.causal = 1;
     c.window_left = -1;
     c.lse = 1;
+    c.k_scale = c.v_scale = 1.0f;
     return c;
+}
+
+static cinfer__dtype_t kv_dtype_of(const bp_case *c) {
+    return c->kv_dtype != CINFER__DT_NONE ? c->kv_dtype : c->dtype;
+}
+
+static int is_fp8(const bp_case *c) {
+    return kv_dtype_of(c) == CINFER__DT_E4M3 || kv_dtype_of(c) == CINFER__DT_E5M2;
 }
 
 /* Rows of q/out before the first request and after the last one (never read or written). */
@@ -192,6 +202,7 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
         x->q_rows = q_cap;
     }
     const int64_t esz = (int64_t)cinfer__dtype_size(c->dtype);
+    const int64_t kv_esz = (int64_t)cinfer__dtype_size(kv_dtype_of(c));
     if (c->paged) {
         x->num_indices = x->kv_indptr[B] + 3;
         x->kv_rows = x->kv_indptr[B] + EXTRA_PAGES; /* max_pages */
@@ -215,14 +226,14 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
                 c->high_pages ? (int32_t)(x->kv_rows - 1 - i % x->kv_rows) : perm[i % x->kv_rows];
         free(perm);
         const int64_t page = (int64_t)c->page_size * c->hk * c->d;
-        x->kv_bytes = (size_t)(x->kv_rows * page * esz);
+        x->kv_bytes = (size_t)(x->kv_rows * page * kv_esz);
     } else {
         x->kv_rows = x->kv_indptr[B] + KV_BACK;
         if (kv_cap) {
             assert_true(x->kv_rows <= kv_cap);
             x->kv_rows = kv_cap;
         }
-        x->kv_bytes = (size_t)(x->kv_rows * c->hk * c->d * esz);
+        x->kv_bytes = (size_t)(x->kv_rows * c->hk * c->d * kv_esz);
     }
     x->q_bytes = (size_t)(x->q_rows * c->hq * c->d * esz);
     x->q = malloc(x->q_bytes + 1);
@@ -233,7 +244,7 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
                               cinfer_test_rng_uniform(rng, -2.0, 2.0));
     const size_t k_bytes = c->combined ? 2 * x->kv_bytes : x->kv_bytes;
     x->k = malloc(k_bytes + 1);
-    memset(x->k, 0xff, k_bytes);
+    memset(x->k, 0xff, k_bytes); /* NaN in every dtype (e4m3 and e5m2: 0xff is NaN) */
     if (!c->combined) {
         x->v = malloc(x->kv_bytes + 1);
         memset(x->v, 0xff, x->kv_bytes);
@@ -244,9 +255,10 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
             for (int h = 0; h < c->hk; h++) {
                 const int64_t row = kv_row(c, x, &s, b, t, h);
                 for (int i = 0; i < c->d; i++) {
-                    cinfer_test_store(c->dtype, x->k, row + i, cinfer_test_rng_uniform(rng, -1, 1));
-                    cinfer_test_store(c->dtype, c->combined ? x->k : x->v, row + s.v_offset + i,
+                    cinfer_test_store(kv_dtype_of(c), x->k, row + i,
                                       cinfer_test_rng_uniform(rng, -1, 1));
+                    cinfer_test_store(kv_dtype_of(c), c->combined ? x->k : x->v,
+                                      row + s.v_offset + i, cinfer_test_rng_uniform(rng, -1, 1));
                 }
             }
 }
@@ -289,18 +301,18 @@ static void make_tensors(const bp_case *c, const bp_data *x, bp_tensors *t) {
     const bool nhd = c->layout == CINFER_KV_LAYOUT_NHD;
     if (!c->paged) {
         const int64_t shape[3] = {nhd ? x->kv_rows : c->hk, nhd ? c->hk : x->kv_rows, c->d};
-        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 3, shape, NULL);
-        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, c->dtype, 3, shape, NULL);
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 3, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 3, shape, NULL);
         return;
     }
     const int64_t a = nhd ? c->page_size : c->hk, b = nhd ? c->hk : c->page_size;
     if (c->combined) {
         const int64_t shape[5] = {x->kv_rows, 2, a, b, c->d};
-        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 5, shape, NULL);
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 5, shape, NULL);
     } else {
         const int64_t shape[4] = {x->kv_rows, a, b, c->d};
-        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, c->dtype, 4, shape, NULL);
-        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, c->dtype, 4, shape, NULL);
+        cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 4, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 4, shape, NULL);
     }
     const int64_t i_shape[1] = {x->num_indices};
     cinfer_test_tensor_init(&t->indices, &x->d_indices, 0, 0, CINFER__DT_I32, 1, i_shape, NULL);
@@ -313,10 +325,13 @@ static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
     o.head_dim = c->d;
     o.page_size = c->page_size;
     o.kv_layout = c->layout;
-    o.q_dtype = o.kv_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.q_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.kv_dtype = cinfer_test_dl_dtype(kv_dtype_of(c));
     o.sm_scale = c->sm_scale;
     o.logits_soft_cap = c->soft_cap;
     o.window_left = c->window_left;
+    o.k_scale = c->k_scale;
+    o.v_scale = c->v_scale;
     o.max_batch_size = max_batch;
     if (c->rope) {
         o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
@@ -344,6 +359,8 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     opts.rope_llama = c->rope != 0;
     opts.rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
     opts.rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
+    opts.k_scale = c->k_scale;
+    opts.v_scale = c->v_scale;
     uint8_t *mask = NULL;
     if (g_tv) {
         tv_ref_opts(g_tv, -1, &opts);
@@ -363,15 +380,16 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     const kv_strides s = strides_of(c, x);
     int rc;
     if (!c->paged) {
-        cinfer__ref_strided3_t k = {x->k, cinfer_test_ref_dtype_of(c->dtype), s.token, s.head, 1};
-        cinfer__ref_strided3_t v = {x->v, cinfer_test_ref_dtype_of(c->dtype), s.token, s.head, 1};
+        const cinfer__ref_dtype_t kvd = cinfer_test_ref_dtype_of(kv_dtype_of(c));
+        cinfer__ref_strided3_t k = {x->k, kvd, s.token, s.head, 1};
+        cinfer__ref_strided3_t v = {x->v, kvd, s.token, s.head, 1};
         rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
                                       g_tv && g_tv->kind == TV_MASK ? g_tv->mask : mask, NULL,
                                       &opts, o, lse);
     } else {
-        const size_t esz = cinfer__dtype_size(c->dtype);
-        cinfer__ref_paged_t k = {x->k, cinfer_test_ref_dtype_of(c->dtype), s.page, s.token, s.head,
-                                 1};
+        const size_t esz = cinfer__dtype_size(kv_dtype_of(c));
+        cinfer__ref_paged_t k = {
+            x->k, cinfer_test_ref_dtype_of(kv_dtype_of(c)), s.page, s.token, s.head, 1};
         cinfer__ref_paged_t v = k;
         v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
         cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
@@ -428,7 +446,8 @@ static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
         "out", c->desc, seed);
     if (c->lse)
         CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(lse + r0 * c->hq, ref_lse + r0 * c->hq,
-                                                             (r1 - r0) * c->hq, 1e-4),
+                                                             (r1 - r0) * c->hq,
+                                                             is_fp8(c) ? 2e-3 : 1e-4),
                                      "lse", c->desc, seed);
     free(ref_o);
     free(ref_lse);
@@ -842,8 +861,6 @@ static void split_kv(void **state) {
     }
 }
 
-/* A splitting object's workspace holds the partial states: one byte less than workspace_size
- * is refused by create, before anything runs. */
 /*
  * In-kernel RoPE: every request's q rows at i + kv_len - qo_len and its K at j, whatever its
  * offset in the ragged K/V or its pages (ragged and paged, random lengths with appends,
@@ -928,6 +945,69 @@ static void rope(void **state) {
     }
 }
 
+/*
+ * fp8 K/V (e4m3, e5m2): ragged and paged (page sizes 1, 16 and 5, lengths off the pages and
+ * tiles, a combined cache), causal and not, GQA 4, k_scale / v_scale, D 64, and split-KV (whose
+ * partial states the fp8 epilogue writes in its own dim order). Few distinct kernels.
+ */
+static void fp8_kv(void **state) {
+    (void)state;
+    uint64_t seed = cinfer_test_seed() + 3000;
+    static const int pages[] = {16, 1, 5};
+    for (int i = 0; i < 4; i++) {
+        char desc[96];
+        bp_case c = base_case("");
+        c.kv_dtype = i % 2 ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+        c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.batch = 5;
+        c.max_qo = 150;
+        c.max_kv = 500;
+        c.hq = 8;
+        c.hk = 2;
+        c.paged = i > 0;
+        c.page_size = i > 0 ? pages[i - 1] : 16;
+        c.combined = i == 3;
+        c.causal = i != 2;
+        c.k_scale = i == 1 ? 0.7f : 1.0f;
+        c.v_scale = i == 1 ? 2.5f : 1.0f;
+        snprintf(desc, sizeof desc, "fp8 %s, %s page %d%s, causal %d%s", i % 2 ? "e5m2" : "e4m3",
+                 c.paged ? "paged" : "ragged", c.page_size, c.combined ? " combined" : "", c.causal,
+                 i == 1 ? ", k/v scales" : "");
+        c.desc = desc;
+        run_case(&c, seed++);
+    }
+    {
+        bp_case c = base_case("fp8 e4m3, D 64, paged page 16, HND, no lse");
+        c.kv_dtype = CINFER__DT_E4M3;
+        c.d = 64;
+        c.batch = 4;
+        c.max_qo = 200;
+        c.max_kv = 700;
+        c.layout = CINFER_KV_LAYOUT_HND;
+        c.lse = 0;
+        run_case(&c, seed++);
+    }
+    static const int qo[] = {1, 40, 64}, kv[] = {5000, 9000, 3001};
+    for (int paged = 0; paged < 2; paged++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "fp8 e4m3 split-KV: qo 1..64 over kv 3k-9k, %s",
+                 paged ? "paged page 16" : "ragged");
+        bp_case c = base_case(desc);
+        c.kv_dtype = CINFER__DT_E4M3;
+        c.batch = 3;
+        c.qo_lens = qo;
+        c.kv_lens = kv;
+        c.hq = 8;
+        c.hk = 2;
+        c.paged = paged;
+        c.causal = paged;
+        c.expect_split = 1;
+        run_case(&c, seed++);
+    }
+}
+
+/* A splitting object's workspace holds the partial states: one byte less than workspace_size
+ * is refused by create, before anything runs. */
 static void split_kv_workspace_is_exact(void **state) {
     (void)state;
     bp_case c = base_case("split-KV workspace");
@@ -1191,6 +1271,7 @@ int main(void) {
         cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
                                   cinfer_test_teardown_buffers),

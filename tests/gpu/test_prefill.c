@@ -3,7 +3,8 @@
  * keep a chunk column per thread, and the others), fp16/bf16, GQA ratios, NHD/HND, q/k/v as slices
  * of a packed QKV, strided out/lse, causal and non-causal masks, sliding windows, soft cap and
  * scales, qo_len > kv_len (fully masked rows), empty KV, lengths around the tile sizes, every tile
- * configuration the spec accepts, a randomized grid, in-kernel RoPE, and argument errors.
+ * configuration the spec accepts, a randomized grid, in-kernel RoPE, argument errors, and fp8
+ * K/V (e4m3, e5m2) through the same paths.
  *
  * Every output buffer is poisoned (NaN) before the run and surrounded by canaries; elements of an
  * output buffer outside the output view must keep the poison; every K/V/Q element outside its
@@ -29,7 +30,8 @@ typedef struct prefill_case {
     const char *desc;
     int qo_len, kv_len;
     int hq, hk, d;
-    cinfer__dtype_t dtype;
+    cinfer__dtype_t dtype;    /* q and out */
+    cinfer__dtype_t kv_dtype; /* k and v: CINFER__DT_NONE = dtype */
     cinfer_kv_layout_t layout;
     int causal;
     float soft_cap, sm_scale, k_scale, v_scale;
@@ -38,7 +40,8 @@ typedef struct prefill_case {
     int strided_out; /* out is a slice [qo, Hq, D] of [qo, Hq + 2, D]; lse of [qo, Hq + 1] */
     int no_lse;      /* pass lse = NULL */
     int check_heads; /* 0: compare every query head; else this many random heads */
-    double q_range;  /* q uniform in [-q_range, q_range] (0: 1); k and v in [-1, 1] */
+    double q_range;  /* q uniform in [-q_range, q_range] (0: 1) */
+    double kv_range; /* k and v uniform in [-kv_range, kv_range] (0: 1) */
     const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
     tv_kind variant;                       /* TV_NONE: default attention */
     int rope;                              /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
@@ -88,8 +91,22 @@ static void free_data(prefill_data *x) {
     memset(x, 0, sizeof *x);
 }
 
+/* The dtype of k and v. */
+static cinfer__dtype_t kv_dtype_of(const prefill_case *c) {
+    return c->kv_dtype != CINFER__DT_NONE ? c->kv_dtype : c->dtype;
+}
+
+static int is_fp8(const prefill_case *c) {
+    return kv_dtype_of(c) == CINFER__DT_E4M3 || kv_dtype_of(c) == CINFER__DT_E5M2;
+}
+
+/* The dtype of buffer b (a packed QKV buffer is q's, see make_data). */
+static cinfer__dtype_t buf_dtype(const prefill_case *c, int b) {
+    return b == B_LSE ? CINFER__DT_F32 : b == B_K || b == B_V ? kv_dtype_of(c) : c->dtype;
+}
+
 static size_t buf_esz(const prefill_case *c, int b) {
-    return b == B_LSE ? 4 : cinfer__dtype_size(c->dtype);
+    return cinfer__dtype_size(buf_dtype(c, b));
 }
 
 /* Fills a view's elements with uniform values in [-range, range]. */
@@ -99,7 +116,7 @@ static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
         for (int64_t h = 0; h < v->heads; h++) {
             const int64_t base = v->off + t * v->s_tok + h * v->s_head;
             for (int i = 0; i < c->d; i++)
-                cinfer_test_store(c->dtype, x->host[v->buf], base + i,
+                cinfer_test_store(buf_dtype(c, v->buf), x->host[v->buf], base + i,
                                   cinfer_test_rng_uniform(rng, -range, range));
         }
 }
@@ -109,7 +126,8 @@ static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
 static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x) {
     memset(x, 0, sizeof *x);
     const int64_t qo = c->qo_len, kv = c->kv_len, hq = c->hq, hk = c->hk, d = c->d;
-    const int64_t pad = 19; /* NaN tokens past the end of K/V (and Q) */
+    const int64_t pad = 19;               /* NaN tokens past the end of K/V (and Q) */
+    assert_false(c->packed && is_fp8(c)); /* one buffer holds one dtype */
     if (c->packed) {
         /* One QKV buffer of n tokens: q is the last qo tokens, k and v the first kv. */
         const int64_t n = (qo > kv ? qo : kv) + pad, w = (hq + 2 * hk) * d;
@@ -145,11 +163,11 @@ static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
             continue;
         const size_t bytes = (size_t)x->elems[b] * buf_esz(c, b);
         x->host[b] = malloc(bytes + 16);
-        memset(x->host[b], 0xff, bytes); /* NaN in fp16, bf16 and fp32 */
+        memset(x->host[b], 0xff, bytes); /* NaN in fp16, bf16, fp32, e4m3 and e5m2 */
     }
     fill_view(c, rng, x, &x->q, c->q_range > 0 ? c->q_range : 1.0);
-    fill_view(c, rng, x, &x->k, 1.0);
-    fill_view(c, rng, x, &x->v, 1.0);
+    fill_view(c, rng, x, &x->k, c->kv_range > 0 ? c->kv_range : 1.0);
+    fill_view(c, rng, x, &x->v, c->kv_range > 0 ? c->kv_range : 1.0);
     for (int b = 0; b < NUM_BUFS; b++) {
         if (!x->host[b])
             continue;
@@ -188,8 +206,8 @@ static void view_tensor(cinfer_test_tensor *t, const prefill_data *x, const view
 static void make_tensors(const prefill_case *c, const prefill_data *x, prefill_tensors *t) {
     const int hnd = !c->packed && c->layout == CINFER_KV_LAYOUT_HND;
     view_tensor(&t->q, x, &x->q, c->dtype, c->d, 0);
-    view_tensor(&t->k, x, &x->k, c->dtype, c->d, hnd);
-    view_tensor(&t->v, x, &x->v, c->dtype, c->d, hnd);
+    view_tensor(&t->k, x, &x->k, kv_dtype_of(c), c->d, hnd);
+    view_tensor(&t->v, x, &x->v, kv_dtype_of(c), c->d, hnd);
     view_tensor(&t->out, x, &x->out, c->dtype, c->d, 0);
     view_tensor(&t->lse, x, &x->lse, CINFER__DT_F32, 0, 0);
 }
@@ -200,7 +218,8 @@ static cinfer_attention_options_t options_for(const prefill_case *c) {
     o.num_kv_heads = c->hk;
     o.head_dim = c->d;
     o.kv_layout = c->packed ? CINFER_KV_LAYOUT_NHD : c->layout;
-    o.q_dtype = o.kv_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.q_dtype = cinfer_test_dl_dtype(c->dtype);
+    o.kv_dtype = cinfer_test_dl_dtype(kv_dtype_of(c));
     o.sm_scale = c->sm_scale;
     o.logits_soft_cap = c->soft_cap;
     o.window_left = c->window_left;
@@ -220,8 +239,9 @@ static cinfer_attention_options_t options_for(const prefill_case *c) {
 static cinfer__ref_strided3_t ref_view(const prefill_case *c, const prefill_data *x,
                                        const view_t *v, int64_t h) {
     cinfer__ref_strided3_t r;
-    r.data = x->host[v->buf] + (size_t)(v->off + h * v->s_head) * cinfer__dtype_size(c->dtype);
-    r.dtype = cinfer_test_ref_dtype_of(c->dtype);
+    const cinfer__dtype_t dtype = buf_dtype(c, v->buf);
+    r.data = x->host[v->buf] + (size_t)(v->off + h * v->s_head) * cinfer__dtype_size(dtype);
+    r.dtype = cinfer_test_ref_dtype_of(dtype);
     r.stride_token = v->s_tok;
     r.stride_head = v->s_head;
     r.stride_dim = 1;
@@ -346,9 +366,12 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
                                                      tv_max_abs_tol(tv, ref_o, qo * d), 1e-3),
                                  what, c->desc, seed);
         if (!c->no_lse) {
+            /* fp8 K/V runs the mmas in fp16 with q * sm_scale rounded to fp16 (2^-11 relative
+             * per element): a logit moves by up to ~1e-3 of the sum of |q_i k_i| sm_scale. */
+            const double lse_tol = is_fp8(c) ? 2e-3 : 1e-4;
             snprintf(what, sizeof what, "lse of head %lld", (long long)h);
-            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(got_lse, ref_lse, qo, 1e-4), what,
-                                         c->desc, seed);
+            CINFER_TEST_ASSERT_LSE_CLOSE(cinfer_test_compare_lse(got_lse, ref_lse, qo, lse_tol),
+                                         what, c->desc, seed);
         }
     }
     free(ref_o);
@@ -671,6 +694,103 @@ static void randomized_grid(void **state) {
     }
 }
 
+/*
+ * fp8 K/V (e4m3, e5m2) with fp16 and bf16 q: both masks, GQA 4, head dims 64 / 128 / 256 (one
+ * chunk column per thread), 96 (the generic copies) and 48 (rows of an odd chunk count), HND,
+ * k_scale / v_scale, soft cap with a window, rows with nothing kept, lengths off the tile sizes,
+ * 16-row KV tiles (two-matrix ldmatrix) and two-warp tiles, e4m3 values that become fp16
+ * subnormals in the kernel (K / 256), and variants whose hooks see the output's dims (the fp8
+ * epilogue reorders them). Few distinct kernels, to keep compile time down.
+ */
+static void fp8_kv(void **state) {
+    (void)state;
+    static const cinfer__prefill_config_t kv16 = {
+        .tile_q = 64, .tile_kv = 16, .warps = 4, .stages = 3};
+    static const cinfer__prefill_config_t two_warps = {
+        .tile_q = 32, .tile_kv = 32, .warps = 2, .stages = 2};
+    uint64_t seed = cinfer_test_seed() + 2000;
+    for (int kv = 0; kv < 2; kv++)
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "fp8 %s, q %s, GQA 8/2, D 128, causal %d",
+                     kv ? "e5m2" : "e4m3", kv ? "f16" : "bf16", causal);
+            prefill_case c = base_case(desc);
+            c.kv_dtype = kv ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+            c.dtype = kv ? CINFER__DT_F16 : CINFER__DT_BF16;
+            c.hq = 8;
+            c.hk = 2;
+            c.causal = causal;
+            c.qo_len = 250;
+            c.kv_len = 333;
+            run_case(&c, seed++);
+        }
+    prefill_case c = base_case("fp8 e4m3, k_scale 0.5, v_scale 3, q in [-8, 8]");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.k_scale = 0.5f;
+    c.v_scale = 3.0f;
+    c.q_range = 8.0;
+    c.kv_range = 3.0;
+    run_case(&c, seed++);
+    c = base_case("fp8 e4m3, qo_len 300 > kv_len 100 (rows with nothing kept), no lse");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.qo_len = 300;
+    c.kv_len = 100;
+    c.no_lse = 1;
+    run_case(&c, seed++);
+    c = base_case("fp8 e4m3, qo_len 1, kv_len 1");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.qo_len = c.kv_len = 1;
+    run_case(&c, seed++);
+    /* |K| < 2^-6: fp16 subnormals once divided by 256, which the mma must not flush. */
+    c = base_case("fp8 e4m3, |k| < 2^-6 with k_scale 64");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.kv_range = 0.015;
+    c.k_scale = 64.0f;
+    c.v_scale = 50.0f;
+    run_case(&c, seed++);
+    c = base_case("fp8 e4m3, soft cap 30 and window 70");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.soft_cap = 30.0f;
+    c.sm_scale = 1.0f;
+    c.window_left = 70;
+    c.kv_len = 500;
+    run_case(&c, seed++);
+    static const int dims[] = {64, 256, 96, 48};
+    for (int i = 0; i < 4; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "fp8 %s, D %d, %s", i % 2 ? "e5m2" : "e4m3", dims[i],
+                 i == 1 ? "HND, non-causal" : "NHD, causal");
+        c = base_case(desc);
+        c.desc = desc;
+        c.kv_dtype = i % 2 ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+        c.d = dims[i];
+        c.causal = i != 1;
+        c.layout = i == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.qo_len = 131 + 40 * i;
+        c.kv_len = 277 + 19 * i;
+        run_case(&c, seed++);
+    }
+    c = base_case("fp8 e4m3, tiles q64 kv16 w4 s3 (two-matrix ldmatrix)");
+    c.kv_dtype = CINFER__DT_E4M3;
+    c.tiles = &kv16;
+    c.kv_len = 301;
+    run_case(&c, seed++);
+    c = base_case("fp8 e5m2, tiles q32 kv32 w2 s2, strided out and lse");
+    c.kv_dtype = CINFER__DT_E5M2;
+    c.tiles = &two_warps;
+    c.strided_out = 1;
+    run_case(&c, seed++);
+    /* The user variant transforms q, the logits and each output dim; custom_mask drops logits. */
+    static const tv_kind kinds[] = {TV_USER, TV_MASK};
+    for (int i = 0; i < 2; i++) {
+        c = base_case(i ? "fp8 e4m3, custom_mask variant" : "fp8 e4m3, user variant");
+        c.kv_dtype = CINFER__DT_E4M3;
+        c.variant = kinds[i];
+        c.no_lse = !tv_has_lse(c.variant);
+        run_case(&c, seed++);
+    }
+}
+
 static void bad_arguments_are_errors(void **state) {
     (void)state;
     prefill_case c = base_case("errors");
@@ -710,8 +830,13 @@ static void bad_arguments_are_errors(void **state) {
     EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim",
            RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
     bad = o;
-    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_F32);
     EXPECT(CINFER_STATUS_UNSUPPORTED, "kv_dtype",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    /* fp8 K/V in the options, but 16-bit k and v tensors (and the other way round). */
+    bad = o;
+    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "k: dtype bf16",
            RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
     bad = o;
     bad.window_left = -2;
@@ -978,6 +1103,7 @@ int main(void) {
         cmocka_unit_test_teardown(all_tile_configs, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(wide_warp_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),

@@ -299,6 +299,11 @@ static void compile_spec(const cinfer__spec_t *s, const char *arch) {
     cinfer__rendered_free(&r);
 }
 
+static void compile_spec_text(const char *text, const char *arch) {
+    cinfer__spec_t s = parse(text);
+    compile_spec(&s, arch);
+}
+
 static void builtins_compile_with_every_family(void **state) {
     (void)state;
     static const char *const families[] = {
@@ -382,6 +387,56 @@ static void logit_hooks_compile_with_every_family(void **state) {
         }
         cinfer_variant_destroy(v);
     }
+}
+
+/* The prefill kernel's fp8 K/V path (e4m3, e5m2) for sm_80 and sm_90a: single, ragged and paged;
+ * head dims with a chunk column per thread (64, 256), the generic copies (96) and rows of an odd
+ * chunk count (48); 16-row KV tiles (two-matrix ldmatrix); soft cap with a window; and through
+ * variants: the built-ins, and one with query and output transforms (whose dims the fp8
+ * epilogue reorders). */
+static void fp8_prefill_compiles(void **state) {
+    (void)state;
+    static const char *const specs[] = {
+        "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,mask=causal,"
+        "tile_q=128,tile_kv=64,warps=4,stages=2",
+        "prefill:backend=sm80,dtype_q=f16,dtype_kv=e5m2,dtype_o=f16,head_dim=64,mask=none,batch=1,"
+        "tile_q=128,tile_kv=32,warps=4,stages=3",
+        "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e5m2,dtype_o=bf16,head_dim=256,mask=causal,"
+        "batch=1,paged=1,tile_q=32,tile_kv=16,warps=2,stages=3",
+        "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=96,mask=causal,"
+        "flags=softcap+window,batch=1,paged=1,tile_q=128,tile_kv=64,warps=4,stages=2",
+        "prefill:backend=sm80,dtype_q=f16,dtype_kv=e4m3,dtype_o=f16,head_dim=48,mask=none,"
+        "tile_q=64,tile_kv=16,warps=4,stages=3",
+    };
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        compile_spec_text(specs[i], archs[i % 2]);
+    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
+                                           "custom_mask"};
+    for (size_t v = 0; v < 5; v++) {
+        cinfer__spec_t s = parse(
+            "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,batch=1,"
+            "mask=causal,tile_q=64,tile_kv=64,warps=4,stages=2");
+        s.variant = cinfer_variant_builtin(variants[v]);
+        s.variant_id = s.variant->id;
+        compile_spec(&s, archs[v % 2]);
+    }
+    static const char source[] =
+        "#define VARIANT_QUERY_TRANSFORM 1\n"
+        "__device__ float variant_query_transform(const cinfer_variant_params *params, float q,\n"
+        "    int b, int qo, int qh, int dim) { return q * (1.0f + 0.01f * dim); }\n"
+        "#define VARIANT_OUTPUT_TRANSFORM 1\n"
+        "__device__ float variant_output_transform(const cinfer_variant_params *params, float o,\n"
+        "    int b, int qo, int qh, int dim) { return o + 0.5f * dim; }\n";
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("dims", source, NULL, 0, &v), CINFER_STATUS_SUCCESS);
+    for (size_t a = 0; a < 2; a++) {
+        cinfer__spec_t s = parse(a ? specs[2] : specs[0]);
+        s.variant = v;
+        s.variant_id = v->id;
+        compile_spec(&s, archs[a]);
+    }
+    cinfer_variant_destroy(v);
 }
 
 static void user_compile_error_points_at_the_line(void **state) {
@@ -490,6 +545,7 @@ int main(void) {
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(logit_hooks_compile_with_every_family),
+        cmocka_unit_test(fp8_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
     };
