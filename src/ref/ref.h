@@ -181,6 +181,9 @@ typedef struct {
     bool rope_llama;   /* rotate q and k in the kernel (Llama rotate-half) */
     double rope_theta; /* > 0, default 1e4 */
     double rope_scale; /* != 0, positions are divided by it; default 1 */
+    int rope_round;    /* -1 (default): rotated q and k stay exact; else the cinfer__ref_dtype_t
+                          (F16 or BF16) they are rounded to after the rotation, as a kernel that
+                          rotates into its 16-bit mma operands does (prefill, include/cinfer.h) */
 
     cinfer__ref_variant_t variant;
     double sigmoid_scale; /* SIGMOID only: multiplies s before the bias; default 1 */

@@ -62,6 +62,10 @@ static bool cinfer__ref_opts_ok(const cinfer__ref_attn_opts_t *opts,
             isnan(opts->rope_scale)) {
             return false;
         }
+        if (opts->rope_round != -1 && opts->rope_round != CINFER__REF_DTYPE_F16 &&
+            opts->rope_round != CINFER__REF_DTYPE_BF16) {
+            return false;
+        }
     }
     switch (opts->variant) {
     case CINFER__REF_VARIANT_DEFAULT:
@@ -96,6 +100,7 @@ int cinfer__ref_attn_opts_init(cinfer__ref_attn_opts_t *opts, int64_t head_dim_q
     opts->rope_llama = false;
     opts->rope_theta = 1e4;
     opts->rope_scale = 1.0;
+    opts->rope_round = -1;
     opts->variant = CINFER__REF_VARIANT_DEFAULT;
     opts->sigmoid_scale = 1.0;
     opts->sigmoid_bias = 0.0;
@@ -219,6 +224,16 @@ int cinfer__ref_attention(const cinfer__ref_heads_t *heads, int64_t qo_len, int6
                 cinfer__ref_rope(k_rot + off, k + off, dqk, (double)j, opts->rope_theta,
                                  opts->rope_scale);
             }
+        }
+        if (opts->rope_round == CINFER__REF_DTYPE_F16 ||
+            opts->rope_round == CINFER__REF_DTYPE_BF16) {
+            const bool f16 = opts->rope_round == CINFER__REF_DTYPE_F16;
+            for (int64_t i = 0; i < q_count; i++)
+                q_rot[i] = f16 ? cinfer__ref_f16_to_double(cinfer__ref_double_to_f16(q_rot[i]))
+                               : cinfer__ref_bf16_to_double(cinfer__ref_double_to_bf16(q_rot[i]));
+            for (int64_t i = 0; i < k_count; i++)
+                k_rot[i] = f16 ? cinfer__ref_f16_to_double(cinfer__ref_double_to_f16(k_rot[i]))
+                               : cinfer__ref_bf16_to_double(cinfer__ref_double_to_bf16(k_rot[i]));
         }
         qr = q_rot;
         kr = k_rot;

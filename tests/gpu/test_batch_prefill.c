@@ -359,6 +359,8 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
     opts.rope_llama = c->rope != 0;
     opts.rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
     opts.rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
+    /* prefill rounds the rotated q and k to its 16-bit operands (include/cinfer.h) */
+    opts.rope_round = (int)cinfer_test_ref_dtype_of(c->dtype);
     opts.k_scale = c->k_scale;
     opts.v_scale = c->v_scale;
     uint8_t *mask = NULL;

@@ -336,6 +336,8 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         opts.rope_llama = c->rope != 0;
         opts.rope_scale = c->rope_scale > 0 ? c->rope_scale : 1.0;
         opts.rope_theta = c->rope_theta > 0 ? c->rope_theta : 1e4;
+        /* prefill rounds the rotated q and k to its 16-bit operands (include/cinfer.h) */
+        opts.rope_round = (int)cinfer_test_ref_dtype_of(c->dtype);
         opts.custom_mask = tv->kind == TV_MASK ? tv->mask : mask;
         opts.logits_out = ref_logits;
         int rc = cinfer__ref_single(&rh, qo, c->kv_len, &rq, &rk, &rv, &opts, ref_o, ref_lse);

@@ -590,6 +590,25 @@ static void test_attn_rope(void **state) {
     assert_near(logits[0], -1.0, 1e-15);
     assert_near(logits[1], 0.0, 1e-15);
 
+    /* rope_round: the rotated vectors rounded to a 16-bit dtype. D = 2, scale 1: q = (1, 0) at
+       p = 1 turns by 1 radian to (cos 1, sin 1); k = (1, 0) at position 0 stays, so the logit is
+       cos 1 = 0.5403023..., in bf16 138 / 256 = 0.5390625, in fp16 1107 / 2048 = 0.54052734375. */
+    const double q4[2] = {1, 0};
+    opts.rope_scale = 1.0;
+    opts.rope_round = -1;
+    assert_int_equal(cinfer__ref_attention(&heads3, 1, 2, q4, k3, v, &opts, o, NULL), 0);
+    assert_near(logits[0], cos(1.0), 1e-15);
+    opts.rope_round = CINFER__REF_DTYPE_BF16;
+    assert_int_equal(cinfer__ref_attention(&heads3, 1, 2, q4, k3, v, &opts, o, NULL), 0);
+    assert_near(logits[0], 0.5390625, 0.0);
+    opts.rope_round = CINFER__REF_DTYPE_F16;
+    assert_int_equal(cinfer__ref_attention(&heads3, 1, 2, q4, k3, v, &opts, o, NULL), 0);
+    assert_near(logits[0], 0.54052734375, 0.0);
+    opts.rope_round = CINFER__REF_DTYPE_E4M3; /* only the 16-bit dtypes */
+    assert_int_equal(cinfer__ref_attention(&heads3, 1, 2, q4, k3, v, &opts, o, NULL),
+                     CINFER__REF_EINVAL);
+    opts.rope_round = -1;
+
     /* RoPE needs pairs: an odd head dim is rejected. */
     const cinfer__ref_heads_t odd = make_heads(1, 1, 3, 1);
     assert_int_equal(cinfer__ref_attention(&odd, 1, 1, q, k, v, &opts, o, NULL),
