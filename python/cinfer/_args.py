@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError, UnsupportedError
+from .errors import ArgumentError
 
 LAYOUTS = {"NHD": _lib.KV_LAYOUT_NHD, "HND": _lib.KV_LAYOUT_HND}
 POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
@@ -41,20 +41,52 @@ def kv_layout(value) -> int:
 
 
 def pos_encoding_mode(mode) -> str:
-    """*Pure.* ``mode`` checked: ``"NONE"`` or ``"ALIBI"`` (the ``"alibi"`` built-in variant
-    with FlashInfer's default slopes); ``"ROPE_LLAMA"`` (in-kernel RoPE) raises
-    UnsupportedError, anything else ArgumentError."""
+    """*Pure.* ``mode`` checked: ``"NONE"``, ``"ROPE_LLAMA"`` (in-kernel RoPE, see :func:`rope`)
+    or ``"ALIBI"`` (the ``"alibi"`` built-in variant with FlashInfer's default slopes); anything
+    else raises ArgumentError."""
     if mode not in POS_ENCODING_MODES:
         raise ArgumentError(
             f"pos_encoding_mode = {mode!r}, expected one of {', '.join(POS_ENCODING_MODES)}"
         )
-    if mode == "ROPE_LLAMA":
-        raise UnsupportedError(
-            "pos_encoding_mode = 'ROPE_LLAMA' is not supported yet (no in-kernel RoPE): "
-            "apply the rotary embedding to q and k before attention (e.g. cinfer.apply_rope) "
-            "and pass pos_encoding_mode='NONE'"
-        )
     return mode
+
+
+# FlashInfer's defaults for rope_scale / rope_theta given as None.
+ROPE_SCALE_DEFAULT = 1.0
+ROPE_THETA_DEFAULT = 1e4
+
+
+def rope(mode: str, rope_scale, rope_theta) -> Optional[Tuple[float, float]]:
+    """The in-kernel RoPE of a call: None unless ``mode`` (checked by :func:`pos_encoding_mode`)
+    is ``"ROPE_LLAMA"``; then ``(rope_scale, rope_theta)``, each a finite value > 0 rounded to
+    float32 (the precision of the C options), None meaning FlashInfer's defaults 1 and 1e4.
+    Without RoPE both are ignored unchecked, as FlashInfer ignores them."""
+    if mode != "ROPE_LLAMA":
+        return None
+    out = []
+    for name, value, default in (("rope_scale", rope_scale, ROPE_SCALE_DEFAULT),
+                                 ("rope_theta", rope_theta, ROPE_THETA_DEFAULT)):
+        if value is None:
+            out.append(f32(default))
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+            raise TypeError(f"{name}: expected a float or None, got {type(value).__name__}")
+        # Checked after the rounding: 1e39 is inf in float32, 1e-50 is 0.
+        x = f32(float(value))
+        if not math.isfinite(x) or x <= 0:
+            raise ArgumentError(f"{name} = {value!r} with pos_encoding_mode='ROPE_LLAMA', "
+                                "expected a finite value > 0 (in float32)")
+        out.append(x)
+    return out[0], out[1]
+
+
+def rope_fields(rope_params: Optional[Tuple[float, float]]) -> dict:
+    """The attention options' fields for :func:`rope`'s result (none without RoPE: the options'
+    defaults are NONE, 1, 1e4)."""
+    if rope_params is None:
+        return {}
+    return {"pos_encoding_mode": _lib.POS_ENCODING_ROPE_LLAMA, "rope_scale": rope_params[0],
+            "rope_theta": rope_params[1]}
 
 
 def f32(x: float) -> float:
