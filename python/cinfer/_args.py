@@ -169,6 +169,53 @@ def paged_kv_cache(value, device):
     return kv, None
 
 
+def slot_ref(slot: "T.DLSlot", t, name: str, device, ndim: int = 0, shape_text: str = ""):
+    """``(tensor, reference)`` of a hot path's argument through its reused struct: a tensor of
+    the layout ``slot`` last bound (which passed these checks then) only moves the data
+    pointer; anything else is checked (a tensor, or an object with ``__dlpack__``; CUDA on
+    ``device``; ``ndim`` dimensions when given) and bound."""
+    ref = slot.lookup(t)
+    if ref is None:
+        t = T.as_tensor(t, name)
+        T.check_cuda(t, name, device)
+        if ndim:
+            T.check_ndim(t, name, ndim, shape_text)
+        ref = slot.bind(t)
+    return t, ref
+
+
+class PagedKVSlots:
+    """Reused structs for FlashInfer's ``paged_kv_cache`` argument of a wrapper's run (a
+    ``(k_cache, v_cache)`` pair, or one combined tensor): :meth:`refs` of a cache of the layout
+    last seen only moves the data pointers; another is checked by :func:`paged_kv_cache` and
+    bound. Not thread-safe (see :class:`cinfer._tensor.DLSlot`)."""
+
+    __slots__ = ("_kv", "_k", "_v", "_device")
+
+    def __init__(self, device) -> None:
+        self._kv = T.DLSlot("paged_kv_cache")
+        self._k = T.DLSlot("paged_kv_cache[0]")
+        self._v = T.DLSlot("paged_kv_cache[1]")
+        self._device = device
+
+    def refs(self, value):
+        """``(k_ref, v_ref)``: the K and V caches' references, ``v_ref`` None for a combined
+        ``[max_num_pages, 2, ...]`` cache."""
+        if isinstance(value, (tuple, list)):
+            if len(value) == 2:
+                k_ref, v_ref = self._k.lookup(value[0]), self._v.lookup(value[1])
+                if k_ref is not None and v_ref is not None:
+                    return k_ref, v_ref
+        else:
+            k_ref = self._kv.lookup(value)
+            if k_ref is not None:
+                return k_ref, None
+        k_cache, v_cache = paged_kv_cache(value, self._device)
+        if v_cache is None:
+            return self._kv.bind(k_cache), None
+        return self._k.bind(k_cache), self._v.bind(v_cache)
+
+
 def host_index(t, name: str):
     """A 1-D int32 index tensor (CPU or CUDA) checked, and its contiguous host copy (a
     device-to-host copy, which synchronizes, for a CUDA tensor)."""

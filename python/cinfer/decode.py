@@ -289,7 +289,26 @@ class _Plan:
                  "v_scale", "sm_scale", "logits_soft_cap", "window_left", "variant", "indptr_host",
                  "last_page_len_host", "indptr", "indices", "last_page_len", "dl_indptr",
                  "dl_indices", "dl_last_page_len", "pos_encoding_mode", "feature", "builtin_args",
-                 "rope")
+                 "rope", "run_fn", "indptr_ref", "indices_ref", "last_page_len_ref")
+
+
+_RUN_NAME = "BatchDecodeWithPagedKVCacheWrapper.run"
+
+
+class _RunSlots:
+    """What :meth:`BatchDecodeWithPagedKVCacheWrapper.run` reuses from call to call, whatever
+    the plan: the argument structs of q, the cache, out and lse, torch and the stream
+    accessor."""
+
+    __slots__ = ("q", "kv", "out", "lse", "torch", "stream")
+
+    def __init__(self, device) -> None:
+        self.q = T.DLSlot("q")
+        self.kv = A.PagedKVSlots(device)
+        self.out = T.DLSlot("out")
+        self.lse = T.DLSlot("lse")
+        self.torch = T.torch_module()
+        self.stream = T.stream_getter(device)
 
 
 def _next_pow2(n: int) -> int:
@@ -412,6 +431,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._op_key = None
         self._op_capacity = 0
         self._plan: Optional[_Plan] = None
+        self._slots = _RunSlots(self.device)
 
     # ---- properties and FlashInfer compatibility ----
 
@@ -672,6 +692,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.dl_indptr = T.to_dl(d_indptr, "indptr")
         p.dl_indices = T.to_dl(d_indices, "indices")
         p.dl_last_page_len = T.to_dl(d_last, "last_page_len")
+        p.indptr_ref = ctypes.byref(p.dl_indptr)
+        p.indices_ref = ctypes.byref(p.dl_indices)
+        p.last_page_len_ref = ctypes.byref(p.dl_last_page_len)
+        p.run_fn = lib.cinfer_batch_decode_run
         p.pos_encoding_mode = mode
         p.rope = rope
         p.feature = feature
@@ -753,24 +777,30 @@ class BatchDecodeWithPagedKVCacheWrapper:
         cinfer.CinferError
             A CUDA launch failure.
         """
+        # The hot path (once per layer): the argument structs are reused (a tensor of the
+        # layout seen last only moves their data pointers; another is checked and bound), the
+        # plan holds the page table's references, the entry point and the stream accessor.
         p = self._plan
         if p is None:
             raise ArgumentError("run() before plan(): call plan() first (again after "
                                 "reset_workspace_buffer)")
-        q = T.as_tensor(q, "q")
-        _no_q_scale(q_scale)
-        for name, given, planned in (("k_scale", k_scale, p.k_scale),
-                                     ("v_scale", v_scale, p.v_scale)):
-            if given is not None and A.f32(float(given)) != planned:
-                raise ArgumentError(
-                    f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer "
-                    f"fixes fp8 scales at plan time (changing them here would rebuild the plan "
-                    f"object, which allocates); pass plan(..., {name}={given!r})"
-                )
-        T.check_cuda(q, "q", self.device)
-        T.check_ndim(q, "q", 3, "[batch_size, num_qo_heads, head_dim]")
-        k_cache, v_cache = self._unpack_paged_kv_cache(paged_kv_cache)
-        torch = T.torch_module()
+        if q_scale is not None:
+            _no_q_scale(q_scale)
+        if k_scale is not None or v_scale is not None:
+            for name, given, planned in (("k_scale", k_scale, p.k_scale),
+                                         ("v_scale", v_scale, p.v_scale)):
+                if given is not None and A.f32(float(given)) != planned:
+                    raise ArgumentError(
+                        f"{name} = {given!r} differs from the planned {name} = {planned!r}: "
+                        f"cinfer fixes fp8 scales at plan time (changing them here would "
+                        f"rebuild the plan object, which allocates); pass "
+                        f"plan(..., {name}={given!r})"
+                    )
+        slots = self._slots
+        q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
+                              "[batch_size, num_qo_heads, head_dim]")
+        k_ref, v_ref = slots.kv.refs(paged_kv_cache)
+        torch = slots.torch
         if (self._use_cuda_graph and p.batch_size < self._fixed_batch_size
                 and torch.cuda.is_current_stream_capturing()):
             # A replay after a later plan with more requests would read q and write out past the
@@ -782,30 +812,26 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        else:
-            out = T.as_tensor(out, "out")
-            T.check_cuda(out, "out", self.device)
+        out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
+        lse_ref = None
         if lse is None:
             if return_lse:
                 lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-        else:
-            lse = T.as_tensor(lse, "lse")
-            T.check_cuda(lse, "lse", self.device)
-        where = "BatchDecodeWithPagedKVCacheWrapper.run"
+        if lse is not None:
+            lse, lse_ref = A.slot_ref(slots.lse, lse, "lse", self.device)
         if p.builtin_args is not None:
-            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
-            packed = p.builtin_args
+            if args or variant_args is not None:
+                M.refuse_variant_args(p.feature, True, _RUN_NAME)
+            args_ref = p.builtin_args.ref()
+        elif not args and variant_args is None:
+            args_ref = None  # what packing no arguments gives, for any variant
         else:
-            packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
-        dl_v = T.to_dl(v_cache, "paged_kv_cache[1]") if v_cache is not None else None
-        dl_lse = T.to_dl(lse, "lse") if lse is not None else None
+            packed = V.pack_args(p.variant, V.run_args(args, variant_args, _RUN_NAME), _RUN_NAME)
+            args_ref = packed.ref()
         _lib.check(
-            _lib.lib().cinfer_batch_decode_run(
-                self._op, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k_cache, "paged_kv_cache")),
-                T.ref(dl_v), T.ref(p.dl_indptr), T.ref(p.dl_indices), T.ref(p.dl_last_page_len),
-                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
-                T.stream_of(self.device)),
-            "BatchDecodeWithPagedKVCacheWrapper.run",
+            p.run_fn(self._op, q_ref, k_ref, v_ref, p.indptr_ref, p.indices_ref,
+                     p.last_page_len_ref, out_ref, lse_ref, args_ref, slots.stream()),
+            _RUN_NAME,
         )
         return (out, lse) if return_lse else out
 
@@ -892,28 +918,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
         T.check_cuda(ws, "float_workspace_buffer")
         if not ws.is_contiguous():
             raise ArgumentError("float_workspace_buffer: must be contiguous")
-
-    def _unpack_paged_kv_cache(self, paged_kv_cache):
-        """(k_cache, v_cache) tensors, or (combined, None) for a [pages, 2, ...] tensor."""
-        if isinstance(paged_kv_cache, (tuple, list)):
-            if len(paged_kv_cache) != 2:
-                raise ArgumentError(
-                    f"paged_kv_cache: a sequence of {len(paged_kv_cache)} items, expected "
-                    "(k_cache, v_cache)"
-                )
-            k = T.as_tensor(paged_kv_cache[0], "paged_kv_cache[0]")
-            v = T.as_tensor(paged_kv_cache[1], "paged_kv_cache[1]")
-            T.check_cuda(k, "paged_kv_cache[0]", self.device)
-            T.check_cuda(v, "paged_kv_cache[1]", self.device)
-            return k, v
-        kv = T.as_tensor(paged_kv_cache, "paged_kv_cache")
-        T.check_cuda(kv, "paged_kv_cache", self.device)
-        if kv.dim() != 5 or kv.shape[1] != 2:
-            raise ArgumentError(
-                f"paged_kv_cache: a tensor of shape {list(kv.shape)}, expected the combined "
-                "[max_num_pages, 2, ...] 5-D cache, or a tuple (k_cache, v_cache)"
-            )
-        return kv, None
 
     def _ensure_op(self, key, options, batch_size: int) -> None:
         """Creates the C object when the options change or the batch outgrows its capacity."""

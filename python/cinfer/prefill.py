@@ -326,7 +326,8 @@ class _PrefillPlan:
     __slots__ = ("op", "batch_size", "qo_end", "num_qo_heads", "num_kv_heads", "head_dim",
                  "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale", "logits_soft_cap",
                  "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices",
-                 "pos_encoding_mode", "feature", "builtin_args", "rope")
+                 "pos_encoding_mode", "feature", "builtin_args", "rope", "kv_indices_ref",
+                 "run_fn")
 
 
 def _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo, extras) -> None:
@@ -379,6 +380,7 @@ class _BatchPrefillBase:
         self._float_workspace_buffer = ws
         self.device = ws.device
         self._use_cuda_graph = bool(use_cuda_graph)
+        self._slots = _RunSlots(self.device)
         # Graph mode with a custom mask: each plan copies the packed mask into custom_mask_buf
         # and its per-request offsets into two buffers of the wrapper, so captured runs read
         # fixed addresses. Outside graph mode the buffers are ignored, as in FlashInfer.
@@ -581,6 +583,8 @@ class _BatchPrefillBase:
         p.variant = variant
         p.kv_indices = None
         p.dl_kv_indices = None
+        p.kv_indices_ref = None
+        p.run_fn = _lib.lib().cinfer_batch_prefill_run
         p.pos_encoding_mode = mode
         p.rope = rope
         p.feature = feature
@@ -762,13 +766,18 @@ class _BatchPrefillBase:
                     f"fixes it at plan time; pass plan(..., {name}={value!r})"
                 )
 
-    def _run(self, p: _PrefillPlan, q, k, v, kv_indices_dl, out, lse, return_lse, args,
-             variant_args, where):
-        torch = T.torch_module()
-        T.check_cuda(q, "q", self.device)
-        T.check_ndim(q, "q", 3, "[qo_indptr[-1], num_qo_heads, head_dim]")
+    def _run(self, p: _PrefillPlan, q, k_ref, v_ref, kv_indices_ref, out, lse, return_lse,
+             args, variant_args, where):
+        """The launch shared by both wrappers' run, with ``q`` not yet checked and the K/V
+        references bound. The hot path (once per layer): argument structs are reused through
+        the wrapper's slots (a tensor of the layout seen last only moves their data pointers;
+        another is checked and bound)."""
+        slots = self._slots
+        q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
+                              "[qo_indptr[-1], num_qo_heads, head_dim]")
+        torch = slots.torch
         graph = self._use_cuda_graph
-        if graph and torch.cuda.is_current_stream_capturing() and q.shape[0] < self._max_total_qo:
+        if graph and q.shape[0] < self._max_total_qo and torch.cuda.is_current_stream_capturing():
             # A replay after a later plan with more rows would read q and write out past the
             # rows captured here.
             raise ArgumentError(
@@ -778,33 +787,48 @@ class _BatchPrefillBase:
             )
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        else:
-            out = T.as_tensor(out, "out")
-            T.check_cuda(out, "out", self.device)
+        out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
+        lse_ref = None
         if lse is None:
             if return_lse:
                 lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-        else:
-            lse = T.as_tensor(lse, "lse")
-            T.check_cuda(lse, "lse", self.device)
+        if lse is not None:
+            lse, lse_ref = A.slot_ref(slots.lse, lse, "lse", self.device)
         if p.builtin_args is not None:
-            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
-            packed = p.builtin_args
+            if args or variant_args is not None:
+                M.refuse_variant_args(p.feature, True, where)
+            args_ref = p.builtin_args.ref()
+        elif not args and variant_args is None:
+            args_ref = None  # what packing no arguments gives, for any variant
         else:
             packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
+            args_ref = packed.ref()
         if q.shape[0] == 0 and p.qo_end <= 0 and not graph:
             # No rows (an empty tensor has no data pointer for the library to check).
             return (out, lse) if return_lse else out
-        dl_v = T.to_dl(v, "v") if v is not None else None
-        dl_lse = T.to_dl(lse, "lse") if lse is not None else None
         _lib.check(
-            _lib.lib().cinfer_batch_prefill_run(
-                p.op.handle, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")), T.ref(dl_v),
-                T.ref(kv_indices_dl), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
-                T.stream_of(self.device)),
+            p.run_fn(p.op.handle, q_ref, k_ref, v_ref, kv_indices_ref, out_ref, lse_ref,
+                         args_ref, slots.stream()),
             where,
         )
         return (out, lse) if return_lse else out
+
+
+class _RunSlots:
+    """What a batch prefill wrapper's run reuses from call to call, whatever the plan: the
+    argument structs of q, K/V, out and lse, torch and the stream accessor."""
+
+    __slots__ = ("q", "kv", "k", "v", "out", "lse", "torch", "stream")
+
+    def __init__(self, device) -> None:
+        self.q = T.DLSlot("q")
+        self.kv = A.PagedKVSlots(device)
+        self.k = T.DLSlot("k")
+        self.v = T.DLSlot("v")
+        self.out = T.DLSlot("out")
+        self.lse = T.DLSlot("lse")
+        self.torch = T.torch_module()
+        self.stream = T.stream_getter(device)
 
 
 _WRAPPER_NOTES = """
@@ -831,6 +855,10 @@ _WRAPPER_NOTES = """
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
 """
+
+
+_PAGED_RUN = "BatchPrefillWithPagedKVCacheWrapper.run"
+_RAGGED_RUN = "BatchPrefillWithRaggedKVCacheWrapper.run"
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
@@ -1122,6 +1150,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
                 d_indices = torch.zeros(1, dtype=torch.int32, device=self.device)
         p.kv_indices = d_indices
         p.dl_kv_indices = T.to_dl(d_indices, "paged_kv_indices")
+        p.kv_indices_ref = ctypes.byref(p.dl_kv_indices)
         self._plan = p
 
     begin_forward = plan
@@ -1195,13 +1224,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             A CUDA launch failure.
         """
         p = self._require_plan()
-        q = T.as_tensor(q, "q")
         if q_scale is not None:
             raise UnsupportedError(f"q_scale = {q_scale!r} is not supported (fp8 queries)")
-        self._check_scales(p, k_scale, v_scale)
-        k_cache, v_cache = A.paged_kv_cache(paged_kv_cache, self.device)
-        return self._run(p, q, k_cache, v_cache, p.dl_kv_indices, out, lse, return_lse, args,
-                         variant_args, f"{self._NAME}.run")
+        if k_scale is not None or v_scale is not None:
+            self._check_scales(p, k_scale, v_scale)
+        k_ref, v_ref = self._slots.kv.refs(paged_kv_cache)
+        return self._run(p, q, k_ref, v_ref, p.kv_indices_ref, out, lse, return_lse, args,
+                         variant_args, _PAGED_RUN)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -1417,13 +1446,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             As :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
         """
         p = self._require_plan()
-        q = T.as_tensor(q, "q")
-        k = T.as_tensor(k, "k")
-        v = T.as_tensor(v, "v")
-        T.check_cuda(k, "k", self.device)
-        T.check_cuda(v, "v", self.device)
-        return self._run(p, q, k, v, None, out, lse, return_lse, args, variant_args,
-                         f"{self._NAME}.run")
+        slots = self._slots
+        _, k_ref = A.slot_ref(slots.k, k, "k", self.device)
+        _, v_ref = A.slot_ref(slots.v, v, "v", self.device)
+        return self._run(p, q, k_ref, v_ref, None, out, lse, return_lse, args, variant_args,
+                         _RAGGED_RUN)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

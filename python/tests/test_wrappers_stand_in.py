@@ -708,3 +708,81 @@ def test_cascade_rope(fake):
     one.plan(qo[2:], kv[2:], idx[2:], last[2:], 8, 2, 128, 16, causal=True,
              pos_encoding_mode="ROPE_LLAMA", rope_scale=4.0, rope_theta=5e5)
     assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_ROPE_LLAMA, 4.0, 5e5)
+
+
+# ---- run's reused argument structs ----
+
+def test_decode_run_rebinds_structs(fake):
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    w.plan(_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]), 8, 2, 128, 16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    seen = []
+    for _ in range(3):  # new q and out each call, of one layout: the structs follow them
+        q = torch.randn(2, 8, 128).half()
+        out = w.run(q, cache)
+        seen.append(fake.of("decode_run")[-1][2:4])
+        assert seen[-1] == (q.data_ptr(), out.data_ptr()) and out.shape == q.shape
+    wide = torch.zeros(2, 16, 128, dtype=torch.float16)
+    out, lse = w.run(wide[:, 8:], (cache[:, 0], cache[:, 1]), return_lse=True)
+    assert fake.of("decode_run")[-1][2:] == (wide[:, 8:].data_ptr(), out.data_ptr(), True,
+                                             lse.data_ptr())
+    given = torch.empty(2, 8, 128, dtype=torch.float16)
+    assert w.run(q, cache, out=given) is given
+    assert fake.of("decode_run")[-1][2:5] == (q.data_ptr(), given.data_ptr(), False)
+    # Tensors of another layout are checked again, also after a layout was bound.
+    with pytest.raises(ValueError, match="q: 2 dimensions"):
+        w.run(q[0], cache)
+    with pytest.raises(TypeError, match="q"):
+        w.run("q", cache)
+    with pytest.raises(ValueError, match="paged_kv_cache"):
+        w.run(q, (cache,))
+    with pytest.raises(ValueError, match="paged_kv_cache"):
+        w.run(q, cache[:, 0])
+    with pytest.raises(TypeError, match="out"):
+        w.run(q, cache, out=[0])
+    # A plan with ALiBi: its built-in arguments, and none from the caller.
+    w.plan(_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]), 8, 2, 128, 16,
+           pos_encoding_mode="ALIBI")
+    with pytest.raises(TypeError, match="ALIBI"):
+        w.run(q, cache, None, 8)
+    n = len(fake.of("decode_run"))
+    w.run(q, cache)
+    assert len(fake.of("decode_run")) == n + 1 and fake.of("decode_run")[-1][2] == q.data_ptr()
+
+
+@pytest.mark.parametrize("storage", ["paged", "ragged"])
+def test_prefill_run_rebinds_structs(fake, storage):
+    ws = torch.empty(WS, dtype=torch.uint8)
+    if storage == "paged":
+        w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws)
+        w.plan(*_paged_args([0, 3, 10], [1, 2], [5, 16]), 8, 2, 128, 16, causal=True)
+        cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+        kv_args = [(cache,), ((cache[:, 0], cache[:, 1]),)]
+    else:
+        w = cinfer.BatchPrefillWithRaggedKVCacheWrapper(ws)
+        w.plan(_i32([0, 3, 10]), _i32([0, 9, 20]), 8, 2, 128, causal=True)
+        kv = torch.zeros(20, 2, 2, 128, dtype=torch.float16)
+        kv_args = [(kv[:, 0], kv[:, 1]), (kv[:, 0].contiguous(), kv[:, 1].contiguous())]
+    for i in range(4):
+        q = torch.randn(10, 8, 128).half()
+        out = w.run(q, *kv_args[i % 2])
+        q_ptr, out_ptr, out_strides, lse_ptr, _ = fake.run_views[-1]
+        assert (q_ptr, out_ptr, lse_ptr) == (q.data_ptr(), out.data_ptr(), None)
+        assert out_strides == list(out.stride())
+    wide = torch.zeros(10, 16, 128, dtype=torch.float16)
+    lse = torch.empty(10, 8)
+    out, got = w.run(wide[:, 8:], *kv_args[0], lse=lse, return_lse=True)
+    assert got is lse and fake.run_views[-1][0] == wide[:, 8:].data_ptr()
+    assert fake.run_views[-1][3] == lse.data_ptr()
+    with pytest.raises(ValueError, match="q: 2 dimensions"):
+        w.run(q[0], *kv_args[0])
+    with pytest.raises(TypeError, match="q"):
+        w.run(None, *kv_args[0])
+    if storage == "paged":
+        with pytest.raises(ValueError, match="paged_kv_cache"):
+            w.run(q, (cache, cache, cache))
+    else:
+        with pytest.raises(TypeError, match="k"):
+            w.run(q, "k", kv_args[0][1])
+    w.run(q, *kv_args[0])
+    assert fake.run_views[-1][0] == q.data_ptr()
