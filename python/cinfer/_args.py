@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError, UnsupportedError
+from .errors import ArgumentError
 
 LAYOUTS = {"NHD": _lib.KV_LAYOUT_NHD, "HND": _lib.KV_LAYOUT_HND}
 POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
@@ -41,20 +41,52 @@ def kv_layout(value) -> int:
 
 
 def pos_encoding_mode(mode) -> str:
-    """*Pure.* ``mode`` checked: ``"NONE"`` or ``"ALIBI"`` (the ``"alibi"`` built-in variant
-    with FlashInfer's default slopes); ``"ROPE_LLAMA"`` (in-kernel RoPE) raises
-    UnsupportedError, anything else ArgumentError."""
+    """*Pure.* ``mode`` checked: ``"NONE"``, ``"ROPE_LLAMA"`` (in-kernel RoPE, see :func:`rope`)
+    or ``"ALIBI"`` (the ``"alibi"`` built-in variant with FlashInfer's default slopes); anything
+    else raises ArgumentError."""
     if mode not in POS_ENCODING_MODES:
         raise ArgumentError(
             f"pos_encoding_mode = {mode!r}, expected one of {', '.join(POS_ENCODING_MODES)}"
         )
-    if mode == "ROPE_LLAMA":
-        raise UnsupportedError(
-            "pos_encoding_mode = 'ROPE_LLAMA' is not supported yet (no in-kernel RoPE): "
-            "apply the rotary embedding to q and k before attention (e.g. cinfer.apply_rope) "
-            "and pass pos_encoding_mode='NONE'"
-        )
     return mode
+
+
+# FlashInfer's defaults for rope_scale / rope_theta given as None.
+ROPE_SCALE_DEFAULT = 1.0
+ROPE_THETA_DEFAULT = 1e4
+
+
+def rope(mode: str, rope_scale, rope_theta) -> Optional[Tuple[float, float]]:
+    """The in-kernel RoPE of a call: None unless ``mode`` (checked by :func:`pos_encoding_mode`)
+    is ``"ROPE_LLAMA"``; then ``(rope_scale, rope_theta)``, each a finite value > 0 rounded to
+    float32 (the precision of the C options), None meaning FlashInfer's defaults 1 and 1e4.
+    Without RoPE both are ignored unchecked, as FlashInfer ignores them."""
+    if mode != "ROPE_LLAMA":
+        return None
+    out = []
+    for name, value, default in (("rope_scale", rope_scale, ROPE_SCALE_DEFAULT),
+                                 ("rope_theta", rope_theta, ROPE_THETA_DEFAULT)):
+        if value is None:
+            out.append(f32(default))
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+            raise TypeError(f"{name}: expected a float or None, got {type(value).__name__}")
+        # Checked after the rounding: 1e39 is inf in float32, 1e-50 is 0.
+        x = f32(float(value))
+        if not math.isfinite(x) or x <= 0:
+            raise ArgumentError(f"{name} = {value!r} with pos_encoding_mode='ROPE_LLAMA', "
+                                "expected a finite value > 0 (in float32)")
+        out.append(x)
+    return out[0], out[1]
+
+
+def rope_fields(rope_params: Optional[Tuple[float, float]]) -> dict:
+    """The attention options' fields for :func:`rope`'s result (none without RoPE: the options'
+    defaults are NONE, 1, 1e4)."""
+    if rope_params is None:
+        return {}
+    return {"pos_encoding_mode": _lib.POS_ENCODING_ROPE_LLAMA, "rope_scale": rope_params[0],
+            "rope_theta": rope_params[1]}
 
 
 def f32(x: float) -> float:
@@ -135,6 +167,53 @@ def paged_kv_cache(value, device):
             "[max_num_pages, 2, ...] 5-D cache, or a tuple (k_cache, v_cache)"
         )
     return kv, None
+
+
+def slot_ref(slot: "T.DLSlot", t, name: str, device, ndim: int = 0, shape_text: str = ""):
+    """``(tensor, reference)`` of a hot path's argument through its reused struct: a tensor of
+    the layout ``slot`` last bound (which passed these checks then) only moves the data
+    pointer; anything else is checked (a tensor, or an object with ``__dlpack__``; CUDA on
+    ``device``; ``ndim`` dimensions when given) and bound."""
+    ref = slot.lookup(t)
+    if ref is None:
+        t = T.as_tensor(t, name)
+        T.check_cuda(t, name, device)
+        if ndim:
+            T.check_ndim(t, name, ndim, shape_text)
+        ref = slot.bind(t)
+    return t, ref
+
+
+class PagedKVSlots:
+    """Reused structs for FlashInfer's ``paged_kv_cache`` argument of a wrapper's run (a
+    ``(k_cache, v_cache)`` pair, or one combined tensor): :meth:`refs` of a cache of the layout
+    last seen only moves the data pointers; another is checked by :func:`paged_kv_cache` and
+    bound. Not thread-safe (see :class:`cinfer._tensor.DLSlot`)."""
+
+    __slots__ = ("_kv", "_k", "_v", "_device")
+
+    def __init__(self, device) -> None:
+        self._kv = T.DLSlot("paged_kv_cache")
+        self._k = T.DLSlot("paged_kv_cache[0]")
+        self._v = T.DLSlot("paged_kv_cache[1]")
+        self._device = device
+
+    def refs(self, value):
+        """``(k_ref, v_ref)``: the K and V caches' references, ``v_ref`` None for a combined
+        ``[max_num_pages, 2, ...]`` cache."""
+        if isinstance(value, (tuple, list)):
+            if len(value) == 2:
+                k_ref, v_ref = self._k.lookup(value[0]), self._v.lookup(value[1])
+                if k_ref is not None and v_ref is not None:
+                    return k_ref, v_ref
+        else:
+            k_ref = self._kv.lookup(value)
+            if k_ref is not None:
+                return k_ref, None
+        k_cache, v_cache = paged_kv_cache(value, self._device)
+        if v_cache is None:
+            return self._kv.bind(k_cache), None
+        return self._k.bind(k_cache), self._v.bind(v_cache)
 
 
 def host_index(t, name: str):

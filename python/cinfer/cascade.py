@@ -552,8 +552,9 @@ class MultiLevelCascadeAttentionWrapper:
         q_data_type, kv_data_type
             As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`.
         pos_encoding_mode : str
-            As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`; ``"ALIBI"`` only when
-            ``num_levels == 1`` (:class:`cinfer.UnsupportedError` otherwise).
+            As :meth:`cinfer.BatchPrefillWithPagedKVCacheWrapper.plan`; ``"ALIBI"`` and
+            ``"ROPE_LLAMA"`` only when ``num_levels == 1`` (:class:`cinfer.UnsupportedError`
+            otherwise: positions are per level).
         window_left : int
             -1 only when ``num_levels > 1`` (:class:`cinfer.UnsupportedError` otherwise).
 
@@ -570,11 +571,13 @@ class MultiLevelCascadeAttentionWrapper:
             if len(arr) != self._num_levels:
                 raise ArgumentError(f"{name}: {len(arr)} items, expected num_levels = "
                                     f"{self._num_levels}")
-        if self._num_levels > 1 and A.pos_encoding_mode(pos_encoding_mode) == "ALIBI":
+        mode = A.pos_encoding_mode(pos_encoding_mode)
+        if self._num_levels > 1 and mode != "NONE":
+            what = "bias" if mode == "ALIBI" else "rotation"
             raise UnsupportedError(
-                f"pos_encoding_mode = 'ALIBI' with {self._num_levels} levels: the bias of each "
-                "level would use positions relative to that level's KV, not to the concatenated "
-                "KV; pass 'NONE' (or use one level)"
+                f"pos_encoding_mode = {mode!r} with {self._num_levels} levels: the {what} of "
+                "each level would use positions relative to that level's KV, not to the "
+                "concatenated KV; pass 'NONE' (or use one level)"
             )
         if self._num_levels > 1 and int(window_left) != -1:
             raise UnsupportedError(

@@ -8,6 +8,9 @@ attended. The output is ``softmax(s) @ V * v_scale``, accumulated in float32, an
 ``log2(sum_j exp(s_j))`` is returned **in base 2**. A request with no KV gives output 0 and LSE
 ``-inf``. ``pos_encoding_mode="ALIBI"`` adds ``slope_h * (j - (kv_len - 1))`` to the scaled logit
 (FlashInfer's default slopes), through the library's built-in variant ``"alibi"``.
+``pos_encoding_mode="ROPE_LLAMA"`` rotates q and the keys inside the kernels (Llama's
+rotate-half RoPE): the query at position ``kv_len - 1``, key ``j`` at ``j``; the cache holds
+un-rotated keys.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ def _no_q_scale(q_scale) -> None:
 def _options(*, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_dtype, kv_dtype, sm_scale,
              logits_soft_cap, window_left, k_scale, v_scale, page_size=16,
              use_cuda_graph=False, max_batch_size=1,
-             use_tensor_cores=False, variant=None) -> _lib.AttentionOptions:
+             use_tensor_cores=False, variant=None, rope=None) -> _lib.AttentionOptions:
     # True asks for the tensor-core kernel; False lets the library choose (it takes the
     # tensor-core kernel wherever the dtypes and head dim allow: faster on every measured shape).
+    # With in-kernel RoPE the library always chooses: only its CUDA-core kernel rotates q and K
+    # (it refuses 1 with RoPE), and FlashInfer's use_tensor_cores=True runs RoPE too.
     return _lib.attention_options(
-        use_tensor_cores=1 if use_tensor_cores else -1,
+        use_tensor_cores=1 if use_tensor_cores and rope is None else -1,
         num_qo_heads=int(num_qo_heads),
         num_kv_heads=int(num_kv_heads),
         head_dim=int(head_dim),
@@ -68,6 +73,7 @@ def _options(*, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_dtype, kv_dty
         use_cuda_graph=1 if use_cuda_graph else 0,
         max_batch_size=int(max_batch_size),
         variant=variant.handle if variant is not None else None,
+        **A.rope_fields(rope),
     )
 
 
@@ -115,8 +121,13 @@ def single_decode_with_kv_cache(
         ``2^(-8 (h + 1) / n)`` for the first ``n`` heads, ``n`` the largest power of two not
         above ``num_qo_heads``, then ``2^(-4 (2 (h - n) + 1) / n)``), through the built-in
         variant ``"alibi"``; not with ``logits_soft_cap`` or ``variant``
-        (:class:`cinfer.UnsupportedError`). ``"ROPE_LLAMA"`` raises
-        :class:`cinfer.UnsupportedError`.
+        (:class:`cinfer.UnsupportedError`). ``"ROPE_LLAMA"``: in-kernel rotary embedding
+        (Llama's rotate-half) of q at position ``kv_len - 1`` and of key ``j`` at position
+        ``j`` before the dot product (``k`` holds un-rotated keys; ``v`` is not rotated): pair
+        ``m < D/2`` of a vector, ``(x[m], x[m + D/2])``, is rotated by the angle
+        ``(pos / rope_scale) * rope_theta^(-2m / D)``, in float32. Needs ``head_dim`` a
+        multiple of 16 and ``kv_len <= 2^24``; combines with everything else (a variant sees
+        the rotated vectors' logits).
     use_tensor_cores : bool
         Accepted for compatibility and ignored: cinfer chooses its kernels itself.
     q_scale : Optional[float]
@@ -132,7 +143,9 @@ def single_decode_with_kv_cache(
     sm_scale : Optional[float]
         Logit scale; default ``1 / sqrt(head_dim)``.
     rope_scale, rope_theta : Optional[float]
-        Accepted for compatibility; unused without in-kernel RoPE.
+        With ``"ROPE_LLAMA"``: positions are divided by ``rope_scale`` (default 1) and
+        ``rope_theta`` is the frequency base (default 1e4); each a finite value > 0
+        (ValueError otherwise), rounded to float32. Ignored with other modes, as in FlashInfer.
     return_lse : bool
         Also return the log-sum-exp.
     variant : Optional[cinfer.Variant]
@@ -158,9 +171,10 @@ def single_decode_with_kv_cache(
         ``q``, ``k`` or ``v`` is not a tensor; ``variant_args`` with ALiBi.
     ValueError
         Wrong shape, dtype or device (e.g. a CPU tensor), naming the argument;
+        ``rope_scale`` / ``rope_theta`` not finite or not > 0 with RoPE;
         :class:`cinfer.UnsupportedError` for what cinfer does not implement (a head dim that is
-        not a multiple of 8 or above 256, in-kernel RoPE, ALiBi with ``logits_soft_cap`` or a
-        variant, ``q_scale``, misaligned rows).
+        not a multiple of 8 or above 256, or with RoPE not a multiple of 16, ALiBi with
+        ``logits_soft_cap`` or a variant, ``q_scale``, misaligned rows).
     cinfer.CinferError
         CUDA or JIT failures (:class:`cinfer.CompileError`, :class:`cinfer.NoDeviceError`).
 
@@ -169,11 +183,13 @@ def single_decode_with_kv_cache(
     ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (grouped-query attention). Runs on
     PyTorch's current CUDA stream; the split-KV workspace is allocated with PyTorch's caching
     allocator for each call. Not CUDA-graph capturable: each call uploads its schedule from host
-    memory (use :class:`BatchDecodeWithPagedKVCacheWrapper` in graphs). Calls with ALiBi are
-    not torch.compile operators (they break the graph, like calls with a variant).
+    memory (use :class:`BatchDecodeWithPagedKVCacheWrapper` in graphs). Calls with ALiBi or
+    RoPE are not torch.compile operators (they break the graph, like calls with a variant).
     """
     where = "single_decode_with_kv_cache"
-    feature = M.feature(None, None, A.pos_encoding_mode(pos_encoding_mode))
+    mode = A.pos_encoding_mode(pos_encoding_mode)
+    rope = A.rope(mode, rope_scale, rope_theta)
+    feature = M.feature(None, None, mode)
     _no_q_scale(q_scale)
     variant = V.check_variant(variant, where)
     M.check_combination(feature, variant, logits_soft_cap, where)
@@ -181,8 +197,11 @@ def single_decode_with_kv_cache(
         M.refuse_variant_args(feature, variant_args is not None, where)
         variant, variant_args = M.alibi(T.as_tensor(q, "q").shape[0])
     # Calls with a variant (a user's, or ALiBi's built-in) are not operators (a Variant is no
-    # schema type): under torch.compile they break the graph, like the wrappers.
-    if _dispatch.compiling() and variant is None and variant_args is None:
+    # schema type): under torch.compile they break the graph, like the wrappers. So are calls
+    # with RoPE: carrying its fields would change the schema of the operator
+    # (torch.ops.cinfer.single_decode, recorded by torch.export'ed graphs); the eager path
+    # takes them instead.
+    if _dispatch.compiling() and variant is None and variant_args is None and rope is None:
         out, lse = _dispatch.op("single_decode")(
             q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap, sm_scale,
             bool(return_lse))
@@ -190,14 +209,15 @@ def single_decode_with_kv_cache(
         _dispatch.ensure_registered()
         out, lse = single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left,
                                       logits_soft_cap, sm_scale, return_lse, variant,
-                                      variant_args)
+                                      variant_args, rope=rope)
     return (out, lse) if return_lse else out
 
 
 def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap,
-                       sm_scale, return_lse, variant=None, variant_args=None):
+                       sm_scale, return_lse, variant=None, variant_args=None, *, rope=None):
     """The eager implementation (also the ``cinfer::single_decode`` operator's, without a
-    variant): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``."""
+    variant or RoPE): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``. ``rope``:
+    :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -232,6 +252,7 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
         k_scale=A.positive(k_scale, "k_scale", 1.0),
         v_scale=A.positive(v_scale, "v_scale", 1.0),
         variant=variant,
+        rope=rope,
     )
     where = "single_decode_with_kv_cache"
     packed = V.pack_args(variant, variant_args, where)
@@ -267,7 +288,27 @@ class _Plan:
     __slots__ = ("batch_size", "num_qo_heads", "head_dim", "q_dtype", "kv_dtype", "k_scale",
                  "v_scale", "sm_scale", "logits_soft_cap", "window_left", "variant", "indptr_host",
                  "last_page_len_host", "indptr", "indices", "last_page_len", "dl_indptr",
-                 "dl_indices", "dl_last_page_len", "pos_encoding_mode", "feature", "builtin_args")
+                 "dl_indices", "dl_last_page_len", "pos_encoding_mode", "feature", "builtin_args",
+                 "rope", "run_fn", "indptr_ref", "indices_ref", "last_page_len_ref")
+
+
+_RUN_NAME = "BatchDecodeWithPagedKVCacheWrapper.run"
+
+
+class _RunSlots:
+    """What :meth:`BatchDecodeWithPagedKVCacheWrapper.run` reuses from call to call, whatever
+    the plan: the argument structs of q, the cache, out and lse, torch and the stream
+    accessor."""
+
+    __slots__ = ("q", "kv", "out", "lse", "torch", "stream")
+
+    def __init__(self, device) -> None:
+        self.q = T.DLSlot("q")
+        self.kv = A.PagedKVSlots(device)
+        self.out = T.DLSlot("out")
+        self.lse = T.DLSlot("lse")
+        self.torch = T.torch_module()
+        self.stream = T.stream_getter(device)
 
 
 def _next_pow2(n: int) -> int:
@@ -295,7 +336,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         :meth:`plan` (other lengths, or a batch up to the buffers' capacity) is honoured by
         replays of the captured graph.
     use_tensor_cores : bool
-        Accepted for compatibility and ignored: cinfer chooses its kernels itself.
+        True asks for the tensor-core kernel (head dims 64, 128, 256), except with
+        ``pos_encoding_mode="ROPE_LLAMA"``, which runs on the CUDA-core kernel (the only one
+        with in-kernel RoPE); False (default) lets cinfer choose.
     paged_kv_indptr_buffer : Optional[torch.Tensor]
         Graph mode only: int32 CUDA buffer of ``max_batch_size + 1`` entries.
     paged_kv_indices_buffer : Optional[torch.Tensor]
@@ -388,6 +431,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._op_key = None
         self._op_capacity = 0
         self._plan: Optional[_Plan] = None
+        self._slots = _RunSlots(self.device)
 
     # ---- properties and FlashInfer compatibility ----
 
@@ -476,7 +520,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
             ``"NONE"`` (default) or ``"ALIBI"`` (``slope_h * (j - (kv_len - 1))`` added to the
             scaled logit, FlashInfer's default slopes, as in
             :func:`cinfer.single_decode_with_kv_cache`; not with ``logits_soft_cap`` or
-            ``variant``); ``"ROPE_LLAMA"`` raises :class:`cinfer.UnsupportedError`.
+            ``variant``); ``"ROPE_LLAMA"``: in-kernel RoPE (Llama's rotate-half) of each
+            request's q at position ``kv_len - 1`` and of its key ``j`` at ``j`` (the cache
+            holds un-rotated keys), pair ``(x[m], x[m + D/2])`` rotated by
+            ``(pos / rope_scale) * rope_theta^(-2m / D)``, as in
+            :func:`cinfer.single_decode_with_kv_cache`; ``head_dim`` a multiple of 16, every
+            ``kv_len <= 2^24``. It runs on the CUDA-core kernel whatever ``use_tensor_cores``
+            says.
         window_left : int
             Sliding window (last ``window_left + 1`` positions); ``-1`` = off.
         logits_soft_cap : Optional[float]
@@ -493,7 +543,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         sm_scale : Optional[float]
             Logit scale; default ``1 / sqrt(head_dim)``.
         rope_scale, rope_theta : Optional[float]
-            Accepted for compatibility; unused without in-kernel RoPE.
+            With ``"ROPE_LLAMA"``: the position divisor (default 1) and the frequency base
+            (default 1e4), each finite and > 0; ignored with other modes, as in FlashInfer.
         non_blocking : bool
             Copy the page table to the device without blocking the host (default True).
         k_scale, v_scale : Optional[float]
@@ -513,8 +564,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
             Wrong dtypes (the argument is named), ``len(indptr) != len(last_page_len) + 1``,
             non-monotone ``indptr``, ``last_page_len`` out of range, graph-mode batch above the
             buffers' capacity or indices beyond ``paged_kv_indices_buffer``, a workspace smaller
-            than needed (the message gives the size); :class:`cinfer.UnsupportedError` for head
-            dims, page sizes, dtypes or position encodings cinfer does not implement.
+            than needed (the message gives the size), ``rope_scale`` / ``rope_theta`` not
+            finite or not > 0 with RoPE, a ``kv_len`` above 2^24 with RoPE;
+            :class:`cinfer.UnsupportedError` for head dims (with RoPE: not a multiple of 16),
+            page sizes or dtypes cinfer does not implement.
         cinfer.CinferError
             CUDA or JIT failures (kernels are compiled or loaded here, never in :meth:`run`).
 
@@ -541,6 +594,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 "(len(last_page_len) + 1)"
             )
         mode = A.pos_encoding_mode(pos_encoding_mode)
+        rope = A.rope(mode, rope_scale, rope_theta)
         feature = M.feature(None, None, mode)
         q_dtype, kv_dtype = A.plan_dtypes(q_data_type, kv_data_type, data_type)
         if q_dtype not in A.q_dtypes():
@@ -581,13 +635,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
         key = (int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
                self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
-               variant.handle if variant is not None else None)
+               variant.handle if variant is not None else None, rope)
         options = functools.partial(
             _options, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
             page_size=page_size, kv_layout=self._kv_layout_code, q_dtype=q_dtype,
             kv_dtype=kv_dtype, sm_scale=sm, logits_soft_cap=cap, window_left=wl, k_scale=ks,
             v_scale=vs, use_cuda_graph=graph, use_tensor_cores=self._use_tensor_cores,
-            variant=variant)
+            variant=variant, rope=rope)
         self._ensure_op(key, options, batch_size)
 
         lib = _lib.lib()
@@ -638,7 +692,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.dl_indptr = T.to_dl(d_indptr, "indptr")
         p.dl_indices = T.to_dl(d_indices, "indices")
         p.dl_last_page_len = T.to_dl(d_last, "last_page_len")
+        p.indptr_ref = ctypes.byref(p.dl_indptr)
+        p.indices_ref = ctypes.byref(p.dl_indices)
+        p.last_page_len_ref = ctypes.byref(p.dl_last_page_len)
+        p.run_fn = lib.cinfer_batch_decode_run
         p.pos_encoding_mode = mode
+        p.rope = rope
         p.feature = feature
         p.builtin_args = (V.pack_args(variant, alibi_args, where) if alibi_args is not None
                           else None)
@@ -718,24 +777,30 @@ class BatchDecodeWithPagedKVCacheWrapper:
         cinfer.CinferError
             A CUDA launch failure.
         """
+        # The hot path (once per layer): the argument structs are reused (a tensor of the
+        # layout seen last only moves their data pointers; another is checked and bound), the
+        # plan holds the page table's references, the entry point and the stream accessor.
         p = self._plan
         if p is None:
             raise ArgumentError("run() before plan(): call plan() first (again after "
                                 "reset_workspace_buffer)")
-        q = T.as_tensor(q, "q")
-        _no_q_scale(q_scale)
-        for name, given, planned in (("k_scale", k_scale, p.k_scale),
-                                     ("v_scale", v_scale, p.v_scale)):
-            if given is not None and A.f32(float(given)) != planned:
-                raise ArgumentError(
-                    f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer "
-                    f"fixes fp8 scales at plan time (changing them here would rebuild the plan "
-                    f"object, which allocates); pass plan(..., {name}={given!r})"
-                )
-        T.check_cuda(q, "q", self.device)
-        T.check_ndim(q, "q", 3, "[batch_size, num_qo_heads, head_dim]")
-        k_cache, v_cache = self._unpack_paged_kv_cache(paged_kv_cache)
-        torch = T.torch_module()
+        if q_scale is not None:
+            _no_q_scale(q_scale)
+        if k_scale is not None or v_scale is not None:
+            for name, given, planned in (("k_scale", k_scale, p.k_scale),
+                                         ("v_scale", v_scale, p.v_scale)):
+                if given is not None and A.f32(float(given)) != planned:
+                    raise ArgumentError(
+                        f"{name} = {given!r} differs from the planned {name} = {planned!r}: "
+                        f"cinfer fixes fp8 scales at plan time (changing them here would "
+                        f"rebuild the plan object, which allocates); pass "
+                        f"plan(..., {name}={given!r})"
+                    )
+        slots = self._slots
+        q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
+                              "[batch_size, num_qo_heads, head_dim]")
+        k_ref, v_ref = slots.kv.refs(paged_kv_cache)
+        torch = slots.torch
         if (self._use_cuda_graph and p.batch_size < self._fixed_batch_size
                 and torch.cuda.is_current_stream_capturing()):
             # A replay after a later plan with more requests would read q and write out past the
@@ -747,30 +812,26 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        else:
-            out = T.as_tensor(out, "out")
-            T.check_cuda(out, "out", self.device)
+        out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
+        lse_ref = None
         if lse is None:
             if return_lse:
                 lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-        else:
-            lse = T.as_tensor(lse, "lse")
-            T.check_cuda(lse, "lse", self.device)
-        where = "BatchDecodeWithPagedKVCacheWrapper.run"
+        if lse is not None:
+            lse, lse_ref = A.slot_ref(slots.lse, lse, "lse", self.device)
         if p.builtin_args is not None:
-            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
-            packed = p.builtin_args
+            if args or variant_args is not None:
+                M.refuse_variant_args(p.feature, True, _RUN_NAME)
+            args_ref = p.builtin_args.ref()
+        elif not args and variant_args is None:
+            args_ref = None  # what packing no arguments gives, for any variant
         else:
-            packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
-        dl_v = T.to_dl(v_cache, "paged_kv_cache[1]") if v_cache is not None else None
-        dl_lse = T.to_dl(lse, "lse") if lse is not None else None
+            packed = V.pack_args(p.variant, V.run_args(args, variant_args, _RUN_NAME), _RUN_NAME)
+            args_ref = packed.ref()
         _lib.check(
-            _lib.lib().cinfer_batch_decode_run(
-                self._op, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k_cache, "paged_kv_cache")),
-                T.ref(dl_v), T.ref(p.dl_indptr), T.ref(p.dl_indices), T.ref(p.dl_last_page_len),
-                T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
-                T.stream_of(self.device)),
-            "BatchDecodeWithPagedKVCacheWrapper.run",
+            p.run_fn(self._op, q_ref, k_ref, v_ref, p.indptr_ref, p.indices_ref,
+                     p.last_page_len_ref, out_ref, lse_ref, args_ref, slots.stream()),
+            _RUN_NAME,
         )
         return (out, lse) if return_lse else out
 
@@ -794,10 +855,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
         In FlashInfer these arguments replace the planned ones; in cinfer they are fixed by
         :meth:`plan`, so each must equal the planned value (``sm_scale=None`` meaning
-        ``1/sqrt(head_dim)``, ``logits_soft_cap`` None or 0 meaning off), else ValueError.
-        Returns ``[batch_size, num_qo_heads, head_dim]`` like :meth:`run`.
+        ``1/sqrt(head_dim)``, ``logits_soft_cap`` None or 0 meaning off, ``rope_scale`` /
+        ``rope_theta`` None meaning 1 / 1e4 and compared only with ``"ROPE_LLAMA"``), else
+        ValueError. Returns ``[batch_size, num_qo_heads, head_dim]`` like :meth:`run`.
         """
-        self._check_forward_options(pos_encoding_mode, window_left, logits_soft_cap, sm_scale)
+        self._check_forward_options(pos_encoding_mode, window_left, logits_soft_cap, sm_scale,
+                                    rope_scale, rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
 
     def forward_return_lse(
@@ -816,16 +879,18 @@ class BatchDecodeWithPagedKVCacheWrapper:
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""Deprecated FlashInfer entry point: :meth:`forward` that also returns the LSE
         (``[batch_size, num_qo_heads]`` float32, base 2)."""
-        self._check_forward_options(pos_encoding_mode, window_left, logits_soft_cap, sm_scale)
+        self._check_forward_options(pos_encoding_mode, window_left, logits_soft_cap, sm_scale,
+                                    rope_scale, rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
                         return_lse=True)
 
     # ---- internals ----
 
     def _check_forward_options(self, pos_encoding_mode, window_left, logits_soft_cap,
-                               sm_scale) -> None:
+                               sm_scale, rope_scale=None, rope_theta=None) -> None:
         """forward()'s attention options must be the planned ones (see :meth:`forward`)."""
         mode = A.pos_encoding_mode(pos_encoding_mode)
+        rope = A.rope(mode, rope_scale, rope_theta)
         p = self._plan
         if p is None:
             raise ArgumentError("forward() before plan(): call plan() (or begin_forward()) first")
@@ -836,8 +901,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
             "sm_scale": (A.positive(sm_scale, "sm_scale", None) if sm_scale is not None
                          else A.f32(1.0 / math.sqrt(p.head_dim))),
         }
+        planned_of = {}
+        if rope is not None and p.rope is not None:  # both RoPE: the parameters must match too
+            given.update(rope_scale=rope[0], rope_theta=rope[1])
+            planned_of.update(rope_scale=p.rope[0], rope_theta=p.rope[1])
         for name, value in given.items():
-            planned = getattr(p, name)
+            planned = planned_of[name] if name in planned_of else getattr(p, name)
             if value != planned:
                 raise ArgumentError(
                     f"{name} = {value!r} differs from the planned {name} = {planned!r}: cinfer "
@@ -849,28 +918,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
         T.check_cuda(ws, "float_workspace_buffer")
         if not ws.is_contiguous():
             raise ArgumentError("float_workspace_buffer: must be contiguous")
-
-    def _unpack_paged_kv_cache(self, paged_kv_cache):
-        """(k_cache, v_cache) tensors, or (combined, None) for a [pages, 2, ...] tensor."""
-        if isinstance(paged_kv_cache, (tuple, list)):
-            if len(paged_kv_cache) != 2:
-                raise ArgumentError(
-                    f"paged_kv_cache: a sequence of {len(paged_kv_cache)} items, expected "
-                    "(k_cache, v_cache)"
-                )
-            k = T.as_tensor(paged_kv_cache[0], "paged_kv_cache[0]")
-            v = T.as_tensor(paged_kv_cache[1], "paged_kv_cache[1]")
-            T.check_cuda(k, "paged_kv_cache[0]", self.device)
-            T.check_cuda(v, "paged_kv_cache[1]", self.device)
-            return k, v
-        kv = T.as_tensor(paged_kv_cache, "paged_kv_cache")
-        T.check_cuda(kv, "paged_kv_cache", self.device)
-        if kv.dim() != 5 or kv.shape[1] != 2:
-            raise ArgumentError(
-                f"paged_kv_cache: a tensor of shape {list(kv.shape)}, expected the combined "
-                "[max_num_pages, 2, ...] 5-D cache, or a tuple (k_cache, v_cache)"
-            )
-        return kv, None
 
     def _ensure_op(self, key, options, batch_size: int) -> None:
         """Creates the C object when the options change or the batch outgrows its capacity."""

@@ -84,7 +84,7 @@ class ArgumentError(ValueError, _StatusInfo):
 
 class UnsupportedError(ArgumentError):
     """Valid arguments that cinfer does not implement (yet): a head dim, dtype, page size or
-    feature such as in-kernel RoPE. The message names the argument and the supported values."""
+    feature such as fp8 queries. The message names the argument and the supported values."""
 
 
 _EXCEPTIONS: Dict[int, Type[Exception]] = {

@@ -13,6 +13,8 @@ FlashInfer's ``custom_mask`` / ``packed_custom_mask`` (a boolean ``[qo_len, kv_l
 request that replaces the causal mask) and ``pos_encoding_mode="ALIBI"`` (``slope_h * (j - p_i)``
 added to the scaled logit, FlashInfer's default slopes) run as the library's built-in variants
 ``"custom_mask"`` and ``"alibi"`` (:mod:`cinfer._masks` has the layouts).
+``pos_encoding_mode="ROPE_LLAMA"`` rotates q and k inside the kernels (Llama's rotate-half
+RoPE): query row ``i`` at its position ``p_i``, key ``j`` at ``j``.
 """
 
 from __future__ import annotations
@@ -108,9 +110,15 @@ def single_prefill_with_kv_cache(
         ``"NONE"`` (default) or ``"ALIBI"``: adds ``slope_h * (j - p_i)`` to the scaled logit of
         query head ``h``, with FlashInfer's default slopes (the ALiBi paper's:
         ``2^(-8 (h + 1) / n)`` for the first ``n`` heads, ``n`` the largest power of two not
-        above ``num_qo_heads``, then ``2^(-4 (2 (h - n) + 1) / n)``). ``"ROPE_LLAMA"`` raises
-        :class:`cinfer.UnsupportedError` (rotate q and k first, e.g. with
-        :func:`cinfer.apply_rope_pos_ids`).
+        above ``num_qo_heads``, then ``2^(-4 (2 (h - n) + 1) / n)``). ``"ROPE_LLAMA"``:
+        in-kernel rotary embedding (Llama's rotate-half) of query row ``i`` at its position
+        ``p_i = kv_len - qo_len + i`` and of key ``j`` at ``j`` before the dot products (``k``
+        holds un-rotated keys; ``v`` is not rotated): pair ``m < D/2`` of a vector,
+        ``(x[m], x[m + D/2])``, is rotated by the angle
+        ``(pos / rope_scale) * rope_theta^(-2m / D)``, computed in float32, the rotated q and
+        k rounded to q's dtype for the tensor-core products. Needs ``head_dim`` a multiple of
+        16 and ``qo_len, kv_len <= 2^24``; combines with masks, windows, soft caps and
+        variants.
     use_fp16_qk_reduction : bool
         Only False (cinfer accumulates in float32); True raises
         :class:`cinfer.UnsupportedError`.
@@ -122,7 +130,9 @@ def single_prefill_with_kv_cache(
     logits_soft_cap : Optional[float]
         ``c > 0`` applies ``c * tanh(s / c)`` to the logits; None or 0 = off.
     rope_scale, rope_theta : Optional[float]
-        Accepted for compatibility; unused with ``pos_encoding_mode="NONE"`` (as in FlashInfer).
+        With ``"ROPE_LLAMA"``: positions are divided by ``rope_scale`` (default 1) and
+        ``rope_theta`` is the frequency base (default 1e4); each a finite value > 0
+        (ValueError otherwise), rounded to float32. Ignored with other modes, as in FlashInfer.
     backend : str
         ``"auto"`` (default), ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernel itself.
     return_lse : bool
@@ -157,10 +167,11 @@ def single_prefill_with_kv_cache(
     ValueError
         Wrong shape, dtype or device, naming the argument (heads that do not divide, k and v
         of different shapes, a CPU tensor, a mask that is not ``[qo_len, kv_len]`` torch.bool,
-        a packed mask that is not uint8 or too short); :class:`cinfer.UnsupportedError` for
-        what cinfer does not implement: a head dim that is not a multiple of 16 up to 256,
-        in-kernel RoPE, a custom mask or ALiBi together with each other, with
-        ``variant`` or with ``logits_soft_cap``, rows not 16-byte aligned.
+        a packed mask that is not uint8 or too short, ``rope_scale`` / ``rope_theta`` not
+        finite or not > 0 with RoPE); :class:`cinfer.UnsupportedError` for what cinfer does
+        not implement: a head dim that is not a multiple of 16 up to 256, RoPE with fp8 K/V, a
+        custom mask or ALiBi together with each other, with ``variant`` or with
+        ``logits_soft_cap``, rows not 16-byte aligned.
     cinfer.CinferError
         CUDA or JIT failures (:class:`cinfer.CompileError`, :class:`cinfer.NoDeviceError`).
 
@@ -174,20 +185,25 @@ def single_prefill_with_kv_cache(
     ``qo_len`` and ``kv_len`` must be below 2^30. A custom mask or ALiBi runs the library's
     built-in variant ``"custom_mask"`` or ``"alibi"`` (JIT-compiled on first use unless the
     kernel bundle has it); with a custom mask every KV tile is computed, none skipped as under
-    ``causal``. Such calls are not torch.compile operators (they break the graph, like calls
-    with a variant).
+    ``causal``. Such calls, and calls with RoPE, are not torch.compile operators (they break
+    the graph, like calls with a variant).
     """
     where = "single_prefill_with_kv_cache"
     _check_unsupported(use_fp16_qk_reduction, backend)
-    feature = M.feature(custom_mask, packed_custom_mask, A.pos_encoding_mode(pos_encoding_mode))
+    mode = A.pos_encoding_mode(pos_encoding_mode)
+    rope = A.rope(mode, rope_scale, rope_theta)
+    feature = M.feature(custom_mask, packed_custom_mask, mode)
     variant = V.check_variant(variant, where)
     M.check_combination(feature, variant, logits_soft_cap, where)
     if feature is not None:
         M.refuse_variant_args(feature, variant_args is not None, where)
     # Calls with a variant (a user's or the built-in of a mask or ALiBi) are not operators (a
     # Variant is no schema type): under torch.compile they break the graph, like the wrappers.
+    # So are calls with RoPE: carrying its fields would change the schema of the operator
+    # (torch.ops.cinfer.single_prefill, recorded by torch.export'ed graphs); the eager path
+    # takes them instead.
     if (_dispatch.compiling() and variant is None and variant_args is None
-            and feature is None and k_scale is None and v_scale is None):
+            and feature is None and k_scale is None and v_scale is None and rope is None):
         out, lse = _dispatch.op("single_prefill")(
             q, k, v, bool(causal), kv_layout, sm_scale, window_left, logits_soft_cap,
             bool(return_lse))
@@ -197,7 +213,7 @@ def single_prefill_with_kv_cache(
                                        logits_soft_cap, return_lse, variant, variant_args,
                                        custom_mask=custom_mask,
                                        packed_custom_mask=packed_custom_mask,
-                                       alibi=pos_encoding_mode == "ALIBI", k_scale=k_scale,
+                                       alibi=mode == "ALIBI", rope=rope, k_scale=k_scale,
                                        v_scale=v_scale)
     return (out, lse) if return_lse else out
 
@@ -236,10 +252,12 @@ def single_prefill_with_kv_cache_return_lse(
 
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
                         return_lse, variant=None, variant_args=None, *, custom_mask=None,
-                        packed_custom_mask=None, alibi=False, k_scale=None, v_scale=None):
+                        packed_custom_mask=None, alibi=False, rope=None, k_scale=None,
+                        v_scale=None):
     """The eager implementation (also the ``cinfer::single_prefill`` operator's, without a
-    variant, mask or ALiBi): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``.
-    The combination of variant, mask and ALiBi was checked by the caller."""
+    variant, mask, ALiBi or RoPE): returns ``(out, lse)`` with ``lse`` None unless
+    ``return_lse``. The combination of variant, mask and ALiBi was checked by the caller;
+    ``rope`` is :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None."""
     torch = T.torch_module()
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -285,6 +303,7 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         k_scale=A.positive(k_scale, "k_scale", 1.0),
         v_scale=A.positive(v_scale, "v_scale", 1.0),
         variant=variant.handle if variant is not None else None,
+        **A.rope_fields(rope),
     )
     packed = V.pack_args(variant, variant_args, "single_prefill_with_kv_cache")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -321,7 +340,8 @@ class _PrefillPlan:
     __slots__ = ("op", "batch_size", "qo_end", "num_qo_heads", "num_kv_heads", "head_dim",
                  "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale", "logits_soft_cap",
                  "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices",
-                 "pos_encoding_mode", "feature", "builtin_args")
+                 "pos_encoding_mode", "feature", "builtin_args", "rope", "kv_indices_ref",
+                 "run_fn")
 
 
 def _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo, extras) -> None:
@@ -374,6 +394,7 @@ class _BatchPrefillBase:
         self._float_workspace_buffer = ws
         self.device = ws.device
         self._use_cuda_graph = bool(use_cuda_graph)
+        self._slots = _RunSlots(self.device)
         # Graph mode with a custom mask: each plan copies the packed mask into custom_mask_buf
         # and its per-request offsets into two buffers of the wrapper, so captured runs read
         # fixed addresses. Outside graph mode the buffers are ignored, as in FlashInfer.
@@ -454,12 +475,13 @@ class _BatchPrefillBase:
                      head_dim, page_size, causal, sm_scale, window_left, logits_soft_cap,
                      q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant,
                      custom_mask, packed_custom_mask, pos_encoding_mode, non_blocking,
-                     check_kv_end=None):
+                     check_kv_end=None, rope_scale=None, rope_theta=None):
         """Validates (``check_kv_end(kv_indptr[batch])`` too, when given), creates or reuses
         the C object, plans, lays out a custom mask; returns (plan, the index tensors,
         kv_host) with the plan's device page table still to be filled by the caller."""
         where = f"{self._NAME}.plan"
         mode = A.pos_encoding_mode(pos_encoding_mode)
+        rope = A.rope(mode, rope_scale, rope_theta)
         feature = M.feature(custom_mask, packed_custom_mask, mode)
         masked = feature is not None and feature != M.ALIBI
         qo_indptr, qo_host = A.host_index(qo_indptr, "qo_indptr")
@@ -532,7 +554,7 @@ class _BatchPrefillBase:
 
         key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
                self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
-               variant.handle if variant is not None else None)
+               variant.handle if variant is not None else None, rope)
         options = functools.partial(
             _lib.attention_options, num_qo_heads=int(num_qo_heads),
             num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), page_size=int(page_size),
@@ -540,7 +562,7 @@ class _BatchPrefillBase:
             kv_dtype=T.dl_dtype(kv_dtype), sm_scale=0.0 if sm is None else sm,
             logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
             use_cuda_graph=1 if graph else 0,
-            variant=variant.handle if variant is not None else None)
+            variant=variant.handle if variant is not None else None, **A.rope_fields(rope))
         # A failed create or plan leaves no runnable plan (creating may touch the workspace
         # the previous plan's schedule lives in).
         self._plan = None
@@ -575,7 +597,10 @@ class _BatchPrefillBase:
         p.variant = variant
         p.kv_indices = None
         p.dl_kv_indices = None
+        p.kv_indices_ref = None
+        p.run_fn = _lib.lib().cinfer_batch_prefill_run
         p.pos_encoding_mode = mode
+        p.rope = rope
         p.feature = feature
         p.builtin_args = None
         if masked:
@@ -640,9 +665,9 @@ class _BatchPrefillBase:
             if self._graph_key is not None and key != self._graph_key:
                 raise ArgumentError(
                     "CUDA graph mode: the attention options (causal, heads, head_dim, page_size, "
-                    "dtypes, sm_scale, logits_soft_cap, window_left, scales, variant) must stay "
-                    "those of the first plan, since captured graphs run its kernels; use another "
-                    "wrapper for other options"
+                    "dtypes, sm_scale, logits_soft_cap, window_left, scales, variant, RoPE) must "
+                    "stay those of the first plan, since captured graphs run its kernels; use "
+                    "another wrapper for other options"
                 )
             candidates = [(self._fixed_batch_size, self._max_total_qo)]
         else:
@@ -726,9 +751,12 @@ class _BatchPrefillBase:
                 )
 
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
-                               window_left, logits_soft_cap, sm_scale) -> None:
-        """forward()'s attention options must be the planned ones."""
+                               window_left, logits_soft_cap, sm_scale, rope_scale=None,
+                               rope_theta=None) -> None:
+        """forward()'s attention options must be the planned ones (``rope_scale`` /
+        ``rope_theta``: None meaning 1 / 1e4, compared only with ``"ROPE_LLAMA"``)."""
         mode = A.pos_encoding_mode(pos_encoding_mode)
+        rope = A.rope(mode, rope_scale, rope_theta)
         if use_fp16_qk_reduction:
             raise UnsupportedError("use_fp16_qk_reduction = True is not supported")
         p = self._require_plan("forward")
@@ -740,21 +768,30 @@ class _BatchPrefillBase:
             "sm_scale": (A.positive(sm_scale, "sm_scale", None) if sm_scale is not None
                          else A.f32(1.0 / math.sqrt(p.head_dim))),
         }
+        planned_of = {}
+        if rope is not None and p.rope is not None:  # both RoPE: the parameters must match too
+            given.update(rope_scale=rope[0], rope_theta=rope[1])
+            planned_of.update(rope_scale=p.rope[0], rope_theta=p.rope[1])
         for name, value in given.items():
-            planned = getattr(p, name)
+            planned = planned_of[name] if name in planned_of else getattr(p, name)
             if value != planned:
                 raise ArgumentError(
                     f"{name} = {value!r} differs from the planned {name} = {planned!r}: cinfer "
                     f"fixes it at plan time; pass plan(..., {name}={value!r})"
                 )
 
-    def _run(self, p: _PrefillPlan, q, k, v, kv_indices_dl, out, lse, return_lse, args,
-             variant_args, where):
-        torch = T.torch_module()
-        T.check_cuda(q, "q", self.device)
-        T.check_ndim(q, "q", 3, "[qo_indptr[-1], num_qo_heads, head_dim]")
+    def _run(self, p: _PrefillPlan, q, k_ref, v_ref, kv_indices_ref, out, lse, return_lse,
+             args, variant_args, where):
+        """The launch shared by both wrappers' run, with ``q`` not yet checked and the K/V
+        references bound. The hot path (once per layer): argument structs are reused through
+        the wrapper's slots (a tensor of the layout seen last only moves their data pointers;
+        another is checked and bound)."""
+        slots = self._slots
+        q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
+                              "[qo_indptr[-1], num_qo_heads, head_dim]")
+        torch = slots.torch
         graph = self._use_cuda_graph
-        if graph and torch.cuda.is_current_stream_capturing() and q.shape[0] < self._max_total_qo:
+        if graph and q.shape[0] < self._max_total_qo and torch.cuda.is_current_stream_capturing():
             # A replay after a later plan with more rows would read q and write out past the
             # rows captured here.
             raise ArgumentError(
@@ -764,33 +801,48 @@ class _BatchPrefillBase:
             )
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        else:
-            out = T.as_tensor(out, "out")
-            T.check_cuda(out, "out", self.device)
+        out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
+        lse_ref = None
         if lse is None:
             if return_lse:
                 lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-        else:
-            lse = T.as_tensor(lse, "lse")
-            T.check_cuda(lse, "lse", self.device)
+        if lse is not None:
+            lse, lse_ref = A.slot_ref(slots.lse, lse, "lse", self.device)
         if p.builtin_args is not None:
-            M.refuse_variant_args(p.feature, bool(args) or variant_args is not None, where)
-            packed = p.builtin_args
+            if args or variant_args is not None:
+                M.refuse_variant_args(p.feature, True, where)
+            args_ref = p.builtin_args.ref()
+        elif not args and variant_args is None:
+            args_ref = None  # what packing no arguments gives, for any variant
         else:
             packed = V.pack_args(p.variant, V.run_args(args, variant_args, where), where)
+            args_ref = packed.ref()
         if q.shape[0] == 0 and p.qo_end <= 0 and not graph:
             # No rows (an empty tensor has no data pointer for the library to check).
             return (out, lse) if return_lse else out
-        dl_v = T.to_dl(v, "v") if v is not None else None
-        dl_lse = T.to_dl(lse, "lse") if lse is not None else None
         _lib.check(
-            _lib.lib().cinfer_batch_prefill_run(
-                p.op.handle, T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")), T.ref(dl_v),
-                T.ref(kv_indices_dl), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
-                T.stream_of(self.device)),
+            p.run_fn(p.op.handle, q_ref, k_ref, v_ref, kv_indices_ref, out_ref, lse_ref,
+                         args_ref, slots.stream()),
             where,
         )
         return (out, lse) if return_lse else out
+
+
+class _RunSlots:
+    """What a batch prefill wrapper's run reuses from call to call, whatever the plan: the
+    argument structs of q, K/V, out and lse, torch and the stream accessor."""
+
+    __slots__ = ("q", "kv", "k", "v", "out", "lse", "torch", "stream")
+
+    def __init__(self, device) -> None:
+        self.q = T.DLSlot("q")
+        self.kv = A.PagedKVSlots(device)
+        self.k = T.DLSlot("k")
+        self.v = T.DLSlot("v")
+        self.out = T.DLSlot("out")
+        self.lse = T.DLSlot("lse")
+        self.torch = T.torch_module()
+        self.stream = T.stream_getter(device)
 
 
 _WRAPPER_NOTES = """
@@ -810,12 +862,18 @@ _WRAPPER_NOTES = """
     graph mode each plan copies the packed mask into ``custom_mask_buf``, which must stay
     alive as long as the captured graphs; outside graph mode the plan keeps the packed mask
     (the caller's ``packed_custom_mask`` itself when it is contiguous on the device: do not
-    change it before the next plan). fp8 K/V (``kv_data_type``) with ``k_scale`` /
-    ``v_scale`` is supported. In-kernel RoPE, ``use_fp16_qk_reduction`` and
-    ``head_dim_vo != head_dim_qk`` raise :class:`cinfer.UnsupportedError`. Two wrappers must
+    change it before the next plan). ``pos_encoding_mode="ROPE_LLAMA"`` (in-kernel RoPE) is a
+    create-time option too, with ``rope_scale`` / ``rope_theta`` part of the object's options.
+    fp8 K/V (``kv_data_type``) with ``k_scale`` / ``v_scale`` is supported, not together with
+    RoPE. ``use_fp16_qk_reduction`` and ``head_dim_vo != head_dim_qk`` raise
+    :class:`cinfer.UnsupportedError`. Two wrappers must
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
 """
+
+
+_PAGED_RUN = "BatchPrefillWithPagedKVCacheWrapper.run"
+_RAGGED_RUN = "BatchPrefillWithRaggedKVCacheWrapper.run"
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
@@ -1002,8 +1060,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         pos_encoding_mode : str
             ``"NONE"`` (default) or ``"ALIBI"`` (``slope_h * (j - p_i)`` added to the scaled
             logit, FlashInfer's default slopes, as in
-            :func:`cinfer.single_prefill_with_kv_cache`); ``"ROPE_LLAMA"`` raises
-            :class:`cinfer.UnsupportedError`.
+            :func:`cinfer.single_prefill_with_kv_cache`); ``"ROPE_LLAMA"``: in-kernel RoPE
+            (Llama's rotate-half) of each request's query row ``i`` at its position
+            ``kv_len - qo_len + i`` and of its key ``j`` at ``j`` (the cache holds un-rotated
+            keys), pair ``(x[m], x[m + D/2])`` rotated by
+            ``(pos / rope_scale) * rope_theta^(-2m / D)``, as in
+            :func:`cinfer.single_prefill_with_kv_cache`; ``head_dim_qk`` a multiple of 16,
+            lengths up to 2^24.
         use_fp16_qk_reduction : bool
             Only False.
         sm_scale : Optional[float]
@@ -1013,7 +1076,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         logits_soft_cap : Optional[float]
             ``c > 0`` applies ``c * tanh(s / c)``; None or 0 = off.
         rope_scale, rope_theta : Optional[float]
-            Accepted; unused with ``pos_encoding_mode="NONE"``.
+            With ``"ROPE_LLAMA"``: the position divisor (default 1) and the frequency base
+            (default 1e4), each finite and > 0 (ValueError otherwise); ignored with other
+            modes, as in FlashInfer.
         q_data_type, kv_data_type : str or torch.dtype
             float16 (default) or bfloat16; ``kv_data_type`` defaults to ``q_data_type`` and may
             be fp8 (``torch.float8_e4m3fn``, ``torch.float8_e5m2``), with ``k_scale`` /
@@ -1084,7 +1149,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
             custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
-            pos_encoding_mode=pos_encoding_mode, non_blocking=non_blocking,
+            pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale, rope_theta=rope_theta,
+            non_blocking=non_blocking,
             check_kv_end=check_kv_end)
         b = p.batch_size
         num_pages = int(kv_host[b])
@@ -1101,6 +1167,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
                 d_indices = torch.zeros(1, dtype=torch.int32, device=self.device)
         p.kv_indices = d_indices
         p.dl_kv_indices = T.to_dl(d_indices, "paged_kv_indices")
+        p.kv_indices_ref = ctypes.byref(p.dl_kv_indices)
         self._plan = p
 
     begin_forward = plan
@@ -1174,13 +1241,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             A CUDA launch failure.
         """
         p = self._require_plan()
-        q = T.as_tensor(q, "q")
         if q_scale is not None:
             raise UnsupportedError(f"q_scale = {q_scale!r} is not supported (fp8 queries)")
-        self._check_scales(p, k_scale, v_scale)
-        k_cache, v_cache = A.paged_kv_cache(paged_kv_cache, self.device)
-        return self._run(p, q, k_cache, v_cache, p.dl_kv_indices, out, lse, return_lse, args,
-                         variant_args, f"{self._NAME}.run")
+        if k_scale is not None or v_scale is not None:
+            self._check_scales(p, k_scale, v_scale)
+        k_ref, v_ref = self._slots.kv.refs(paged_kv_cache)
+        return self._run(p, q, k_ref, v_ref, p.kv_indices_ref, out, lse, return_lse, args,
+                         variant_args, _PAGED_RUN)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -1193,7 +1260,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         r"""Deprecated FlashInfer entry point: :meth:`run` with the attention options repeated;
         in cinfer each must equal the planned value (else ValueError)."""
         self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
-                                    window_left, logits_soft_cap, sm_scale)
+                                    window_left, logits_soft_cap, sm_scale, rope_scale,
+                                    rope_theta)
         return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
 
     def forward_return_lse(self, q: torch.Tensor, paged_kv_cache, causal: bool = False,
@@ -1204,7 +1272,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
                            rope_theta: Optional[float] = None):
         r"""Deprecated FlashInfer entry point: :meth:`forward` that also returns the LSE."""
         self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
-                                    window_left, logits_soft_cap, sm_scale)
+                                    window_left, logits_soft_cap, sm_scale, rope_scale,
+                                    rope_theta)
         return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
 
@@ -1345,7 +1414,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
             custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
-            pos_encoding_mode=pos_encoding_mode, non_blocking=non_blocking)
+            pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale, rope_theta=rope_theta,
+            non_blocking=non_blocking)
         if self._use_cuda_graph:
             b = p.batch_size
             self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)
@@ -1393,13 +1463,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             As :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
         """
         p = self._require_plan()
-        q = T.as_tensor(q, "q")
-        k = T.as_tensor(k, "k")
-        v = T.as_tensor(v, "v")
-        T.check_cuda(k, "k", self.device)
-        T.check_cuda(v, "v", self.device)
-        return self._run(p, q, k, v, None, out, lse, return_lse, args, variant_args,
-                         f"{self._NAME}.run")
+        slots = self._slots
+        _, k_ref = A.slot_ref(slots.k, k, "k", self.device)
+        _, v_ref = A.slot_ref(slots.v, v, "v", self.device)
+        return self._run(p, q, k_ref, v_ref, None, out, lse, return_lse, args, variant_args,
+                         _RAGGED_RUN)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -1411,7 +1479,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         r"""Deprecated FlashInfer entry point: :meth:`run` with the attention options repeated;
         in cinfer each must equal the planned value (else ValueError)."""
         self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
-                                    window_left, logits_soft_cap, sm_scale)
+                                    window_left, logits_soft_cap, sm_scale, rope_scale,
+                                    rope_theta)
         return self.run(q, k, v)
 
     def forward_return_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -1422,7 +1491,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
                            rope_theta: Optional[float] = None):
         r"""Deprecated FlashInfer entry point: :meth:`forward` that also returns the LSE."""
         self._check_forward_options(causal, pos_encoding_mode, use_fp16_qk_reduction,
-                                    window_left, logits_soft_cap, sm_scale)
+                                    window_left, logits_soft_cap, sm_scale, rope_scale,
+                                    rope_theta)
         return self.run(q, k, v, return_lse=True)
 
 

@@ -16,8 +16,8 @@ and compile before calling anything::
     import cinfer.torch_ops  # registers torch.ops.cinfer.*
 
 Not operators (not traceable yet): the wrappers' ``plan``/``run`` (batch decode, batch prefill,
-cascade: they hold C plan objects) and calls with an attention variant (a Variant is no schema
-type). ``segment_packbits`` has a data-dependent output size, which torch.compile
+cascade: they hold C plan objects), calls with an attention variant (a Variant is no schema
+type) and calls with in-kernel RoPE (its fields are not in the operators' schemas). ``segment_packbits`` has a data-dependent output size, which torch.compile
 supports only with ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``.
 """
 

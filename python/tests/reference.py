@@ -42,13 +42,31 @@ def alibi_slopes(num_heads, device="cpu"):
     return torch.tensor(slopes, dtype=torch.float64, device=device)
 
 
+def rope_llama(x, pos, rope_scale=1.0, rope_theta=1e4):
+    """Llama's rotary embedding (rotate-half, Su et al. 2021) of x [n, H, D] float64, row t at
+    position pos[t]: pair m < D/2, (x[m], x[m + D/2]), rotated by the angle
+    (pos / rope_scale) * rope_theta^(-2m / D)."""
+    d = x.shape[-1]
+    half = d // 2
+    m = torch.arange(half, dtype=torch.float64, device=x.device)
+    inv_freq = float(rope_theta) ** (-2.0 * m / d)
+    angle = (pos.to(device=x.device, dtype=torch.float64) / float(rope_scale))[:, None] * inv_freq
+    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]  # [n, 1, D/2]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
 def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_scale=1.0,
-           v_scale=1.0, alibi_slopes=None):
+           v_scale=1.0, alibi_slopes=None, rope=None):
     """One request: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [Hq, D], lse [Hq] (base 2).
-    alibi_slopes [Hq]: adds slope_h * (j - (kv_len - 1)) to the scaled logit."""
+    alibi_slopes [Hq]: adds slope_h * (j - (kv_len - 1)) to the scaled logit. rope =
+    (rope_scale, rope_theta): in-kernel RoPE, q rotated at kv_len - 1 and k_j at j."""
     q, k, v = f64(q), f64(k), f64(v)
     hq, d = q.shape
     kv_len, hk, _ = k.shape
+    if rope is not None:
+        q = rope_llama(q[None], torch.tensor([kv_len - 1]), *rope)[0]
+        k = rope_llama(k, torch.arange(kv_len), *rope)
     group = hq // hk
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
@@ -79,15 +97,22 @@ def tolerance(dtype):
 
 
 def prefill(q, k, v, *, causal=False, sm_scale=None, logits_soft_cap=None, window_left=-1,
-            mask=None, alibi_slopes=None):
+            mask=None, alibi_slopes=None, rope=None, rope_round=None):
     """One request: q [qo_len, Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [qo_len, Hq, D], lse
     [qo_len, Hq] (base 2). Query row i is at position p_i = i + kv_len - qo_len (bottom-right).
     mask: bool [qo_len, kv_len], False drops the element (on top of causal and window, which the
     caller turns off where a custom mask replaces them); alibi_slopes [Hq]: adds
-    slope_h * (j - p_i) to the scaled logit."""
+    slope_h * (j - p_i) to the scaled logit; rope = (rope_scale, rope_theta): in-kernel RoPE,
+    q_i rotated at p_i and k_j at j; rope_round: a 16-bit dtype the rotated q and k are rounded
+    to, as the prefill kernels do before their tensor-core products (cinfer.h)."""
     q, k, v = f64(q), f64(k), f64(v)
     qo_len, hq, d = q.shape
     kv_len, hk, _ = k.shape
+    if rope is not None:
+        q = rope_llama(q, torch.arange(qo_len) + (kv_len - qo_len), *rope)
+        k = rope_llama(k, torch.arange(kv_len), *rope)
+        if rope_round is not None:
+            q, k = q.to(rope_round).double(), k.to(rope_round).double()
     group = hq // hk
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)

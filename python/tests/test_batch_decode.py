@@ -1,6 +1,6 @@
 """BatchDecodeWithPagedKVCacheWrapper against a float64 reference: random batches, page sizes,
-layouts, combined caches, fp8 KV, LSE, ALiBi (also under CUDA graph capture), CUDA graph capture
-and replay, errors."""
+layouts, combined caches, fp8 KV, LSE, ALiBi (also under CUDA graph capture), in-kernel RoPE,
+CUDA graph capture and replay, errors."""
 
 import math
 
@@ -311,8 +311,11 @@ def test_batch_decode_errors(workspace):
         w.plan(indptr[:-1], indices, last, hq, hk, d, page_size)
     with pytest.raises(ValueError, match="last_page_len"):
         w.plan(indptr, indices, last + page_size, hq, hk, d, page_size)
-    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
-        w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(ValueError, match="rope_scale"):
+        w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ROPE_LLAMA",
+               rope_scale=-1.0)
+    with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
+        w.plan(indptr, indices, last, hq, hk, 72, page_size, pos_encoding_mode="ROPE_LLAMA")
     with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
         w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ALIBI",
                logits_soft_cap=30.0)
@@ -350,3 +353,33 @@ def test_batch_decode_errors(workspace):
         cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1024, dtype=torch.uint8), "NHD")
     with pytest.raises(ValueError, match="paged_kv_indptr_buffer"):
         cinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True)
+
+
+@pytest.mark.parametrize("use_tensor_cores", [False, True], ids=["auto", "tensor_cores"])
+def test_batch_decode_rope(workspace, use_tensor_cores):
+    """In-kernel RoPE: each request's q at kv_len - 1, its keys at 0..kv_len - 1. With
+    use_tensor_cores=True the CUDA-core kernel runs it (the only one that rotates)."""
+    hq, hk, d, page_size, batch, dtype = 32, 8, 128, 16, 9, torch.float16
+    layout = "HND" if use_tensor_cores else "NHD"
+    rope = (0.5, 5e5) if use_tensor_cores else (1.0, 1e4)
+    kw = dict(rope_scale=rope[0], rope_theta=rope[1]) if use_tensor_cores else {}
+    lens = _lens(batch, page_size, seed=41)
+    max_pages = sum(math.ceil(n / page_size) for n in lens) + 5
+    gen = torch.Generator(DEV).manual_seed(41)
+    cache = _cache(max_pages, page_size, hk, d, dtype, layout, False, gen)
+    indptr, indices, last = _page_table(lens, page_size, max_pages, seed=41)
+    q = (torch.randn(batch, hq, d, generator=gen, device=DEV) * 3).to(dtype)
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, layout,
+                                                  use_tensor_cores=use_tensor_cores)
+    w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ROPE_LLAMA",
+           q_data_type=dtype, **kw)
+    out, lse = w.run(q, cache, return_lse=True)
+    ref_out, ref_lse = _reference(q, cache, layout, indptr, indices, lens, page_size, rope=rope)
+    _check(out, lse, ref_out, ref_lse, dtype)
+    # forward() repeats the planned RoPE parameters; others contradict the plan.
+    assert torch.equal(w.forward(q, cache, pos_encoding_mode="ROPE_LLAMA", **kw), out)
+    with pytest.raises(ValueError, match="rope_theta"):
+        w.forward(q, cache, pos_encoding_mode="ROPE_LLAMA", rope_scale=rope[0],
+                  rope_theta=2 * rope[1])
+    with pytest.raises(ValueError, match="pos_encoding_mode"):
+        w.forward(q, cache)

@@ -2,7 +2,8 @@
 float64 reference: random batches with empty requests, qo_len > kv_len under causal, page sizes 1
 and 16, GQA, NHD/HND, soft cap, window, sm_scale, LSE, re-plans that grow the C object, CUDA-graph
 capture and replay after re-plans, custom masks (FlashInfer's flattened bool layout and
-segment_packbits' packed one, fully masked rows, also under CUDA graphs), ALiBi, errors."""
+segment_packbits' packed one, fully masked rows, also under CUDA graphs), ALiBi, in-kernel RoPE,
+errors."""
 
 import math
 
@@ -464,9 +465,9 @@ def test_batch_prefill_errors(workspace):
     with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
                pos_encoding_mode="ALIBI", logits_soft_cap=30.0)
-    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
+    with pytest.raises(ValueError, match="rope_theta"):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
-               pos_encoding_mode="ROPE_LLAMA")
+               pos_encoding_mode="ROPE_LLAMA", rope_theta=-1.0)
     w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size)
     w.run(q, kv.cache)
     with pytest.raises(ValueError, match="q"):
@@ -510,3 +511,35 @@ def test_batch_prefill_fp8(workspace, kv_dtype, storage, causal, layout, page_si
     keep = ~ref_lse.isneginf()
     torch.testing.assert_close(lse.double()[keep], ref_lse[keep], atol=4e-3, rtol=1e-4)
     assert torch.isneginf(lse[~keep]).all()
+
+
+@pytest.mark.parametrize("storage", ["paged", "ragged"])
+def test_batch_prefill_rope(workspace, storage):
+    """In-kernel RoPE per request: query row i at kv_len - qo_len + i (negative for the rows of a
+    request with qo_len > kv_len), key j at j of the request's own KV. Paged with the default
+    parameters, ragged HND with rope_scale 2 and rope_theta 5e5."""
+    hq, hk, dtype, page_size, batch = 16, 4, torch.float16, 16, 8
+    paged = storage == "paged"
+    layout = "NHD" if paged else "HND"
+    rope = (1.0, 1e4) if paged else (2.0, 5e5)
+    kw = {} if paged else dict(rope_scale=2.0, rope_theta=5e5)
+    qo_lens, kv_lens = lengths(batch, seed=61)
+    kv = make(storage, kv_lens, page_size, hk, dtype, layout, seed=61)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, D, device=DEV).to(dtype)
+    w = wrapper(storage, workspace, layout)
+    plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, causal=True,
+         pos_encoding_mode="ROPE_LLAMA", **kw)
+    out, lse = run(w, storage, q, kv, return_lse=True)
+    ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, causal=True, rope=rope,
+                                       rope_round=dtype)
+    atol, rtol = reference.tolerance(dtype)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)
+    # forward() with the planned parameters gives the same result; other ones are refused.
+    args = (q, kv.cache) if paged else (q, kv.k, kv.v)
+    assert torch.equal(w.forward(*args, causal=True, pos_encoding_mode="ROPE_LLAMA", **kw), out)
+    with pytest.raises(ValueError, match="rope_scale"):
+        w.forward(*args, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=3.0,
+                  rope_theta=rope[1])

@@ -1,5 +1,5 @@
 """single_decode_with_kv_cache against a float64 reference (ALiBi with FlashInfer's default
-slopes included)."""
+slopes and in-kernel RoPE included)."""
 
 import math
 
@@ -130,8 +130,9 @@ def test_single_decode_errors():
         cinfer.single_decode_with_kv_cache(q, k.cpu(), v)
     with pytest.raises(ValueError, match="kv_layout"):
         cinfer.single_decode_with_kv_cache(q, k, v, kv_layout="NDH")
-    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
-        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(ValueError, match="rope_theta"):
+        cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ROPE_LLAMA",
+                                           rope_theta=0.0)
     with pytest.raises(ValueError, match="pos_encoding_mode"):
         cinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="alibi")
     with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):
@@ -154,4 +155,29 @@ def test_single_decode_errors():
     q100, k100, v100 = _make(10, 8, 2, 100, torch.float16, torch.float16, "NHD", seed=19)
     with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
         cinfer.single_decode_with_kv_cache(q100, k100, v100)
+    # RoPE needs a head dim that is a multiple of 16 (72 runs without it).
+    q72, k72, v72 = _make(10, 8, 2, 72, torch.float16, torch.float16, "NHD", seed=23)
+    cinfer.single_decode_with_kv_cache(q72, k72, v72)
+    with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
+        cinfer.single_decode_with_kv_cache(q72, k72, v72, pos_encoding_mode="ROPE_LLAMA")
     assert math.isfinite(cinfer.single_decode_with_kv_cache(q, k, v).float().sum().item())
+
+
+@pytest.mark.parametrize("dtype,layout,kv_len,rope", [
+    (torch.float16, "NHD", 1000, None),
+    (torch.bfloat16, "HND", 5000, (2.0, 5e5)),
+], ids=["f16_nhd_defaults", "bf16_hnd_scale2_theta5e5"])
+def test_single_decode_rope(dtype, layout, kv_len, rope):
+    # q scaled so that the attention is peaked: rotating or not then changes the output by O(1).
+    q, k, v = _make(kv_len, 32, 8, 128, dtype, dtype, layout, seed=kv_len, q_mul=3.0)
+    kw = {} if rope is None else dict(rope_scale=rope[0], rope_theta=rope[1])
+    # use_tensor_cores is ignored by single decode; the CUDA-core kernel rotates.
+    out, lse = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout,
+                                                  pos_encoding_mode="ROPE_LLAMA",
+                                                  use_tensor_cores=True, return_lse=True, **kw)
+    ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout),
+                                        rope=rope or (1.0, 1e4))
+    _check(out, lse, ref_out, ref_lse, dtype)
+    atol, rtol = reference.tolerance(dtype)
+    plain = cinfer.single_decode_with_kv_cache(q, k, v, kv_layout=layout)
+    assert not torch.allclose(plain.double(), ref_out, atol=atol, rtol=rtol)

@@ -1,7 +1,8 @@
 """single_prefill_with_kv_cache (and _return_lse) against a float64 reference: causal and not,
 qo_len above and below kv_len, empty sides, GQA, head dims, NHD/HND, packed QKV strides, soft
 cap, sliding window, sm_scale, custom masks (bool and packed, fully masked rows, bottom-right
-alignment), ALiBi with FlashInfer's default slopes, fp8 K/V with k_scale / v_scale, errors."""
+alignment), ALiBi with FlashInfer's default slopes, fp8 K/V with k_scale / v_scale, in-kernel
+RoPE, errors."""
 
 import math
 import random
@@ -228,8 +229,8 @@ def test_single_prefill_errors():
         f(q, k, v, pos_encoding_mode="ALIBI", logits_soft_cap=30.0)
     with pytest.raises(TypeError, match="ALIBI"):
         f(q, k, v, pos_encoding_mode="ALIBI", variant_args=(None, 8))
-    with pytest.raises(cinfer.UnsupportedError, match="pos_encoding_mode"):
-        f(q, k, v, pos_encoding_mode="ROPE_LLAMA")
+    with pytest.raises(ValueError, match="rope_scale"):
+        f(q, k, v, pos_encoding_mode="ROPE_LLAMA", rope_scale=float("nan"))
     with pytest.raises(ValueError, match="pos_encoding_mode"):
         f(q, k, v, pos_encoding_mode="rope")
     with pytest.raises(cinfer.UnsupportedError, match="use_fp16_qk_reduction"):
@@ -287,3 +288,24 @@ def test_single_prefill_fp8(kv_dtype, causal, d, dtype):
     assert out.dtype == dtype and not torch.isnan(out).any()
     torch.testing.assert_close(out.double(), ref_out * vs, atol=atol * vs, rtol=rtol)
     torch.testing.assert_close(lse.double(), ref_lse, atol=4e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype,layout,causal,lens,rope", [
+    (torch.float16, "NHD", True, (100, 300), None),
+    (torch.bfloat16, "HND", True, (64, 700), (0.5, 5e5)),
+    (torch.float16, "NHD", False, (120, 260), (2.5, 1e6)),
+], ids=["f16_causal_defaults", "bf16_hnd_causal_scaled", "f16_noncausal_scaled"])
+def test_single_prefill_rope(dtype, layout, causal, lens, rope):
+    # In-kernel RoPE: query row i at kv_len - qo_len + i, key j at j (chunked prefill here).
+    qo_len, kv_len = lens
+    q, k, v = _make(qo_len, kv_len, 16, 4, 128, dtype, layout, seed=qo_len + kv_len)
+    kw = {} if rope is None else dict(rope_scale=rope[0], rope_theta=rope[1])
+    out, lse = cinfer.single_prefill_with_kv_cache(q, k, v, causal=causal, kv_layout=layout,
+                                                   pos_encoding_mode="ROPE_LLAMA",
+                                                   return_lse=True, **kw)
+    ref_out, ref_lse = reference.prefill(q, _nhd(k, layout), _nhd(v, layout), causal=causal,
+                                         rope=rope or (1.0, 1e4), rope_round=dtype)
+    atol, rtol = reference.tolerance(dtype)
+    assert out.dtype == dtype and not torch.isnan(out).any() and not torch.isnan(lse).any()
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)

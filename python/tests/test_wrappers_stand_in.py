@@ -1,8 +1,9 @@
-"""The batch prefill and cascade wrappers' Python logic against a stand-in library, on the CPU:
-when C objects are created, reused, grown and evicted, CUDA-graph mode rules, argument checks
-made before the library, what run passes (the custom-mask layout read back the way the
-"custom_mask" variant reads it, ALiBi's arguments). The attention itself is checked by the GPU
-suites (test_batch_prefill.py, test_cascade.py)."""
+"""The batch prefill, batch decode and cascade wrappers' Python logic against a stand-in library,
+on the CPU: when C objects are created, reused, grown and evicted, CUDA-graph mode rules, argument
+checks made before the library, what plan and run pass (the custom-mask layout read back the way
+the "custom_mask" variant reads it, ALiBi's arguments, in-kernel RoPE's options). The attention
+itself is checked by the GPU suites (test_batch_prefill.py, test_batch_decode.py,
+test_cascade.py)."""
 
 import ctypes
 import math
@@ -49,8 +50,9 @@ def _decode_args(args):
 
 
 class StandIn:
-    """Records the batch prefill calls; workspace sizes are 4096 + max_total_qo_tokens bytes.
-    segment_packbits is computed on the host; the variant functions are the real library's."""
+    """Records the batch prefill and batch decode calls; batch prefill's workspace sizes are
+    4096 + max_total_qo_tokens bytes, batch decode's 4096. segment_packbits is computed on the
+    host; the variant functions are the real library's."""
 
     def __init__(self, real):
         self.real = real
@@ -70,7 +72,8 @@ class StandIn:
         o = opts._obj
         self.next_handle += 1
         self.calls.append(("create", self.next_handle, storage, causal, max_qo,
-                           o.max_batch_size, o.use_cuda_graph, o.sm_scale, o.variant))
+                           o.max_batch_size, o.use_cuda_graph, o.sm_scale, o.variant,
+                           o.pos_encoding_mode, o.rope_scale, o.rope_theta))
         self.live.add(self.next_handle)
         out._obj.value = self.next_handle
         return 0
@@ -91,6 +94,33 @@ class StandIn:
                                lse._obj.data if lse else None,
                                _strides(lse._obj) if lse else None))
         return 0
+
+    def cinfer_batch_decode_workspace_size(self, ctx, opts, out):
+        out._obj.value = 4096 + self.size_extra
+        return 0
+
+    def cinfer_batch_decode_create(self, ctx, opts, ws, nbytes, out):
+        o = opts._obj
+        self.next_handle += 1
+        self.calls.append(("decode_create", self.next_handle, o.max_batch_size,
+                           o.use_tensor_cores, o.pos_encoding_mode, o.rope_scale, o.rope_theta))
+        self.live.add(self.next_handle)
+        out._obj.value = self.next_handle
+        return 0
+
+    def cinfer_batch_decode_plan(self, op, indptr, last, batch, stream):
+        self.calls.append(("decode_plan", op.value, batch))
+        return 0
+
+    def cinfer_batch_decode_run(self, op, q, k, v, indptr, indices, last, out, lse, args,
+                                stream):
+        self.calls.append(("decode_run", op.value, q._obj.data, out._obj.data, bool(v),
+                           lse._obj.data if lse else None))
+        return 0
+
+    def cinfer_batch_decode_destroy(self, op):
+        self.live.discard(op.value)
+        self.calls.append(("decode_destroy", op.value))
 
     def cinfer_segment_packbits(self, ctx, x, indptr, order, y, new_indptr, stream):
         assert order == 0  # little
@@ -201,7 +231,8 @@ def test_paged_plan_and_run_errors(fake):
         w.run(q, cache)
     for kw, cls, match in [
         (dict(head_dim_vo=64), cinfer.UnsupportedError, "head_dim_vo"),
-        (dict(pos_encoding_mode="ROPE_LLAMA"), cinfer.UnsupportedError, "pos_encoding_mode"),
+        (dict(pos_encoding_mode="ROPE"), ValueError, "pos_encoding_mode"),
+        (dict(pos_encoding_mode="ROPE_LLAMA", rope_scale=0.0), ValueError, "rope_scale"),
         (dict(use_fp16_qk_reduction=True), cinfer.UnsupportedError, "fp16_qk"),
         (dict(kv_data_type="float8_e4m3fn"), cinfer.UnsupportedError, "kv_data_type"),
         (dict(q_data_type="float32"), cinfer.UnsupportedError, "q_data_type"),
@@ -470,8 +501,7 @@ def test_alibi_arguments(fake):
     with pytest.raises(TypeError, match="ALIBI"):
         w.run(q, cache, None, 12)
     for kw, match in [(dict(logits_soft_cap=30.0), "logits_soft_cap"),
-                      (dict(variant="sinks"), "variant"),
-                      (dict(pos_encoding_mode="ROPE_LLAMA"), "ROPE_LLAMA")]:
+                      (dict(variant="sinks"), "variant")]:
         with pytest.raises(cinfer.UnsupportedError, match=match):
             w.plan(*args, 12, 4, 128, 16, **dict(dict(pos_encoding_mode="ALIBI"), **kw))
 
@@ -538,3 +568,221 @@ def test_cascade_alibi(fake):
     one.run(torch.zeros(4, 8, 128, dtype=torch.float16),
             torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16))
     assert fake.run_args[-1] == [None, 8]
+
+
+# ---- in-kernel RoPE: options of the C objects, forward() against the plan, checks ----
+
+def _f32(x):
+    return ctypes.c_float(x).value
+
+
+def test_prefill_rope_options_and_forward(fake):
+    args = _paged_args([0, 3, 10], [1, 2], [5, 16])
+    q = torch.zeros(10, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    w.plan(*args, 8, 2, 128, 16, causal=True, pos_encoding_mode="ROPE_LLAMA")
+    create = fake.of("create")[-1]
+    # RoPE is an option of the kernels, not a variant; None gives FlashInfer's 1 and 1e4.
+    assert create[8] is None and create[9:] == (_lib.POS_ENCODING_ROPE_LLAMA, 1.0, 1e4)
+    w.run(q, cache)
+    assert fake.run_args[-1] == []
+    w.forward(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA")
+    w.forward(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=1,
+              rope_theta=1e4)
+    with pytest.raises(ValueError, match="rope_theta = 500000.0 differs from the planned"):
+        w.forward(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5)
+    with pytest.raises(ValueError, match="pos_encoding_mode = 'NONE' differs"):
+        w.forward(q, cache, causal=True)
+    # Other parameters are other create-time options (another object), rounded to float32.
+    w.plan(*args, 8, 2, 128, 16, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=0.1,
+           rope_theta=5e5)
+    assert len(fake.of("create")) == 2
+    assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_ROPE_LLAMA, _f32(0.1), 5e5)
+    w.forward_return_lse(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=0.1,
+                         rope_theta=5e5)
+    with pytest.raises(ValueError, match="rope_scale = 1.0 differs"):
+        w.forward(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5)
+    # Without RoPE the parameters are ignored unchecked, as FlashInfer ignores them.
+    w.plan(*args, 8, 2, 128, 16, causal=True, rope_scale=-1.0, rope_theta=float("nan"))
+    assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_NONE, 1.0, 1e4)
+    w.forward(q, cache, causal=True, rope_theta=5e5)
+    with pytest.raises(ValueError, match="pos_encoding_mode = 'ROPE_LLAMA' differs"):
+        w.forward(q, cache, causal=True, pos_encoding_mode="ROPE_LLAMA")
+
+    r = cinfer.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    r.plan(_i32([0, 5, 7]), _i32([0, 9, 20]), 8, 2, 128, causal=True,
+           pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5)
+    assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_ROPE_LLAMA, 1.0, 5e5)
+    kv = torch.zeros(20, 2, 128, dtype=torch.float16)
+    r.forward(q[:7], kv, kv, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5)
+    with pytest.raises(ValueError, match="rope_scale = 2.0 differs"):
+        r.forward(q[:7], kv, kv, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=2,
+                  rope_theta=5e5)
+
+
+def test_decode_rope_options_and_forward(fake):
+    ws = torch.empty(WS, dtype=torch.uint8)
+    table = (_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]))
+    q = torch.zeros(2, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    for tensor_cores in (False, True):
+        w = cinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD",
+                                                      use_tensor_cores=tensor_cores)
+        w.plan(*table, 8, 2, 128, 16, pos_encoding_mode="ROPE_LLAMA", rope_scale=2.0,
+               rope_theta=5e5)
+        # The library chooses (-1), whatever use_tensor_cores says: only its CUDA-core kernel
+        # has in-kernel RoPE (it refuses 1 with RoPE).
+        assert fake.of("decode_create")[-1][3:] == (-1, _lib.POS_ENCODING_ROPE_LLAMA, 2.0, 5e5)
+        w.run(q, cache)
+        w.forward(q, cache, pos_encoding_mode="ROPE_LLAMA", rope_scale=2.0, rope_theta=5e5)
+        with pytest.raises(ValueError, match="rope_theta = 10000.0 differs"):
+            w.forward(q, cache, pos_encoding_mode="ROPE_LLAMA", rope_scale=2.0)
+        with pytest.raises(ValueError, match="pos_encoding_mode"):
+            w.forward_return_lse(q, cache)
+        # Without RoPE: a new object, with use_tensor_cores honoured again.
+        w.plan(*table, 8, 2, 128, 16, rope_scale=0.0)
+        assert fake.of("decode_create")[-1][3:] == (1 if tensor_cores else -1,
+                                                    _lib.POS_ENCODING_NONE, 1.0, 1e4)
+        w.forward(q, cache, rope_theta=123.0)
+        with pytest.raises(ValueError, match="pos_encoding_mode"):
+            w.forward(q, cache, pos_encoding_mode="ROPE_LLAMA")
+
+
+@pytest.mark.parametrize("kw,cls,match", [
+    (dict(rope_scale=0.0), ValueError, "rope_scale = 0.0 with .*ROPE_LLAMA.*finite value > 0"),
+    (dict(rope_scale=-2), ValueError, "rope_scale = -2 "),
+    (dict(rope_scale=float("inf")), ValueError, "rope_scale = inf "),
+    (dict(rope_theta=float("nan")), ValueError, "rope_theta = nan "),
+    (dict(rope_theta=0), ValueError, "rope_theta = 0 "),
+    (dict(rope_theta="1e4"), TypeError, "rope_theta"),
+])
+def test_rope_parameters_checked_before_the_library(fake, kw, cls, match):
+    kw = dict(kw, pos_encoding_mode="ROPE_LLAMA")
+    ws = torch.empty(WS, dtype=torch.uint8)
+    args = _paged_args([0, 3, 10], [1, 2], [5, 16])
+    with pytest.raises(cls, match=match):
+        cinfer.BatchPrefillWithPagedKVCacheWrapper(ws).plan(*args, 8, 2, 128, 16, **kw)
+    with pytest.raises(cls, match=match):
+        cinfer.BatchPrefillWithRaggedKVCacheWrapper(ws).plan(_i32([0, 5]), _i32([0, 9]), 8, 2,
+                                                             128, **kw)
+    with pytest.raises(cls, match=match):
+        cinfer.BatchDecodeWithPagedKVCacheWrapper(ws).plan(_i32([0, 1]), _i32([0]), _i32([3]),
+                                                           8, 2, 128, 16, **kw)
+    with pytest.raises(cls, match=match):
+        cinfer.MultiLevelCascadeAttentionWrapper(1, ws).plan(
+            [args[0]], [args[1]], [args[2]], [args[3]], 8, 2, 128, 16, **kw)
+    # The single-request functions check them first, before looking at the tensors (CPU
+    # tensors here, which they would refuse next).
+    q = torch.zeros(8, 128, dtype=torch.float16)
+    k = torch.zeros(4, 2, 128, dtype=torch.float16)
+    with pytest.raises(cls, match=match):
+        cinfer.single_decode_with_kv_cache(q, k, k, **kw)
+    with pytest.raises(cls, match=match):
+        cinfer.single_prefill_with_kv_cache(q[None], k, k, **kw)
+    assert fake.calls == []
+
+
+def test_single_functions_take_rope():
+    # Valid RoPE arguments pass the argument checks: the call gets as far as the tensors (CPU
+    # here), where the pre-RoPE code raised UnsupportedError for the mode.
+    q = torch.zeros(8, 128, dtype=torch.float16)
+    k = torch.zeros(4, 2, 128, dtype=torch.float16)
+    for f, qq in ((cinfer.single_decode_with_kv_cache, q),
+                  (cinfer.single_prefill_with_kv_cache, q[None])):
+        with pytest.raises(ValueError, match="q: tensor on cpu") as info:
+            f(qq, k, k, pos_encoding_mode="ROPE_LLAMA", rope_scale=8, rope_theta=5e5)
+        assert not isinstance(info.value, cinfer.UnsupportedError)
+
+
+def test_cascade_rope(fake):
+    ws = torch.empty(3 * WS + 100, dtype=torch.uint8)
+    c = cinfer.MultiLevelCascadeAttentionWrapper(3, ws)
+    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
+    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
+    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
+    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    with pytest.raises(cinfer.UnsupportedError, match="ROPE_LLAMA.*3 levels"):
+        c.plan(qo, kv, idx, last, 8, 2, 128, 16, pos_encoding_mode="ROPE_LLAMA")
+    one = cinfer.MultiLevelCascadeAttentionWrapper(1, torch.empty(WS, dtype=torch.uint8))
+    one.plan(qo[2:], kv[2:], idx[2:], last[2:], 8, 2, 128, 16, causal=True,
+             pos_encoding_mode="ROPE_LLAMA", rope_scale=4.0, rope_theta=5e5)
+    assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_ROPE_LLAMA, 4.0, 5e5)
+
+
+# ---- run's reused argument structs ----
+
+def test_decode_run_rebinds_structs(fake):
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    w.plan(_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]), 8, 2, 128, 16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    seen = []
+    for _ in range(3):  # new q and out each call, of one layout: the structs follow them
+        q = torch.randn(2, 8, 128).half()
+        out = w.run(q, cache)
+        seen.append(fake.of("decode_run")[-1][2:4])
+        assert seen[-1] == (q.data_ptr(), out.data_ptr()) and out.shape == q.shape
+    wide = torch.zeros(2, 16, 128, dtype=torch.float16)
+    out, lse = w.run(wide[:, 8:], (cache[:, 0], cache[:, 1]), return_lse=True)
+    assert fake.of("decode_run")[-1][2:] == (wide[:, 8:].data_ptr(), out.data_ptr(), True,
+                                             lse.data_ptr())
+    given = torch.empty(2, 8, 128, dtype=torch.float16)
+    assert w.run(q, cache, out=given) is given
+    assert fake.of("decode_run")[-1][2:5] == (q.data_ptr(), given.data_ptr(), False)
+    # Tensors of another layout are checked again, also after a layout was bound.
+    with pytest.raises(ValueError, match="q: 2 dimensions"):
+        w.run(q[0], cache)
+    with pytest.raises(TypeError, match="q"):
+        w.run("q", cache)
+    with pytest.raises(ValueError, match="paged_kv_cache"):
+        w.run(q, (cache,))
+    with pytest.raises(ValueError, match="paged_kv_cache"):
+        w.run(q, cache[:, 0])
+    with pytest.raises(TypeError, match="out"):
+        w.run(q, cache, out=[0])
+    # A plan with ALiBi: its built-in arguments, and none from the caller.
+    w.plan(_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]), 8, 2, 128, 16,
+           pos_encoding_mode="ALIBI")
+    with pytest.raises(TypeError, match="ALIBI"):
+        w.run(q, cache, None, 8)
+    n = len(fake.of("decode_run"))
+    w.run(q, cache)
+    assert len(fake.of("decode_run")) == n + 1 and fake.of("decode_run")[-1][2] == q.data_ptr()
+
+
+@pytest.mark.parametrize("storage", ["paged", "ragged"])
+def test_prefill_run_rebinds_structs(fake, storage):
+    ws = torch.empty(WS, dtype=torch.uint8)
+    if storage == "paged":
+        w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws)
+        w.plan(*_paged_args([0, 3, 10], [1, 2], [5, 16]), 8, 2, 128, 16, causal=True)
+        cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+        kv_args = [(cache,), ((cache[:, 0], cache[:, 1]),)]
+    else:
+        w = cinfer.BatchPrefillWithRaggedKVCacheWrapper(ws)
+        w.plan(_i32([0, 3, 10]), _i32([0, 9, 20]), 8, 2, 128, causal=True)
+        kv = torch.zeros(20, 2, 2, 128, dtype=torch.float16)
+        kv_args = [(kv[:, 0], kv[:, 1]), (kv[:, 0].contiguous(), kv[:, 1].contiguous())]
+    for i in range(4):
+        q = torch.randn(10, 8, 128).half()
+        out = w.run(q, *kv_args[i % 2])
+        q_ptr, out_ptr, out_strides, lse_ptr, _ = fake.run_views[-1]
+        assert (q_ptr, out_ptr, lse_ptr) == (q.data_ptr(), out.data_ptr(), None)
+        assert out_strides == list(out.stride())
+    wide = torch.zeros(10, 16, 128, dtype=torch.float16)
+    lse = torch.empty(10, 8)
+    out, got = w.run(wide[:, 8:], *kv_args[0], lse=lse, return_lse=True)
+    assert got is lse and fake.run_views[-1][0] == wide[:, 8:].data_ptr()
+    assert fake.run_views[-1][3] == lse.data_ptr()
+    with pytest.raises(ValueError, match="q: 2 dimensions"):
+        w.run(q[0], *kv_args[0])
+    with pytest.raises(TypeError, match="q"):
+        w.run(None, *kv_args[0])
+    if storage == "paged":
+        with pytest.raises(ValueError, match="paged_kv_cache"):
+            w.run(q, (cache, cache, cache))
+    else:
+        with pytest.raises(TypeError, match="k"):
+            w.run(q, "k", kv_args[0][1])
+    w.run(q, *kv_args[0])
+    assert fake.run_views[-1][0] == q.data_ptr()
