@@ -959,6 +959,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                                   ws_bytes, ctypes.byref(op)), where)
         self._destroy()
         self._op = op
+        self._op_lib = lib  # destroys it (a late collection must not mix libraries)
         self._op_key = key
         self._op_capacity = capacity
 
@@ -968,7 +969,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._op_key = None
         self._op_capacity = 0
         if op is not None:
-            _lib.lib().cinfer_batch_decode_destroy(op)
+            self._op_lib.cinfer_batch_decode_destroy(op)
 
     def __del__(self) -> None:
         try:

@@ -329,7 +329,9 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
 class _Op:
     """One cinfer_batch_prefill_t and what it was created for."""
 
-    __slots__ = ("handle", "key", "max_batch", "max_total_qo", "variant")
+    # lib: the library that created the handle, which destroys it (a wrapper collected late
+    # must not hand one library's handle to another, e.g. a test's stand-in to the real one).
+    __slots__ = ("handle", "key", "max_batch", "max_total_qo", "variant", "lib")
 
 
 class _PrefillPlan:
@@ -706,6 +708,7 @@ class _BatchPrefillBase:
             self._drop(key)
         op = _Op()
         op.handle = handle
+        op.lib = lib
         op.key = key
         op.max_batch = max_batch
         op.max_total_qo = max_total_qo
@@ -721,7 +724,7 @@ class _BatchPrefillBase:
         op = self._ops.pop(key)
         if self._plan is not None and self._plan.op is op:
             self._plan = None
-        _lib.lib().cinfer_batch_prefill_destroy(op.handle)
+        op.lib.cinfer_batch_prefill_destroy(op.handle)
 
     def _destroy(self) -> None:
         self._plan = None

@@ -491,7 +491,8 @@ FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(to
 @pytest.mark.parametrize("storage,causal,layout,page_size", [
     ("paged", True, "NHD", 16), ("paged", False, "HND", 1), ("ragged", True, "NHD", None)])
 def test_batch_prefill_fp8(workspace, kv_dtype, storage, causal, layout, page_size):
-    """fp8 K/V (kv_data_type) with k_scale / v_scale given at plan and again at run."""
+    """fp8 K/V (kv_data_type) with k_scale / v_scale given at plan (and again at a paged
+    run)."""
     hq, hk, batch, dtype = 8, 2, 6, torch.bfloat16
     qo_lens, kv_lens = lengths(batch, seed=40 + batch)
     kv = make(storage, kv_lens, page_size, hk, kv_dtype, layout, seed=41,
@@ -502,7 +503,9 @@ def test_batch_prefill_fp8(workspace, kv_dtype, storage, causal, layout, page_si
     w = wrapper(storage, workspace, layout)
     plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, kv_data_type=kv_dtype,
          causal=causal, k_scale=ks, v_scale=vs)
-    out, lse = run(w, storage, q, kv, return_lse=True, k_scale=ks, v_scale=vs)
+    # The paged run takes the scales again (FlashInfer's signature); the ragged run has none.
+    scales = dict(k_scale=ks, v_scale=vs) if storage == "paged" else {}
+    out, lse = run(w, storage, q, kv, return_lse=True, **scales)
     ref_out, ref_lse = reference_batch(q, qo_indptr, kv, batch, hq, causal=causal,
                                        sm_scale=ks / math.sqrt(D))
     atol, rtol = reference.tolerance(dtype)

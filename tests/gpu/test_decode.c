@@ -1035,7 +1035,8 @@ static void rope(void **state) {
     CINFER_TEST_OK(cinfer_batch_decode_workspace_size(ctx, &o, &ws_plain));
     ws_bytes = ws_plain > ws_bytes ? ws_plain : ws_bytes;
     CINFER_TEST_OK(cinfer_test_buf_alloc(&ws, ws_bytes));
-    const int32_t indptr[3] = {0, 1, 1 + (CINFER_ROPE_MAX_LEN / 16)}, last[2] = {3, 1};
+    /* Request 1: 2^20 + 1 pages of 16, the last holding 1 token: 2^24 + 1 tokens. */
+    const int32_t indptr[3] = {0, 1, 2 + (CINFER_ROPE_MAX_LEN / 16)}, last[2] = {3, 1};
     for (int on = 1; on >= 0; on--) {
         o.pos_encoding_mode = on ? CINFER_POS_ENCODING_ROPE_LLAMA : CINFER_POS_ENCODING_NONE;
         cinfer_batch_decode_t *op = NULL;
