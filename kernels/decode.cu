@@ -417,12 +417,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, sub = warp % mw;
     const long long pair = (long long)blockIdx.x * (WARPS / mw) + warp / mw;
     const int batch = p.header->batch_size;
-    if (pair >= (long long)batch * p.num_qo_heads)
+    /* A block that leaves still waits for the attention grid first (cinfer_pdl_wait), so this
+     * grid never completes before the grid it depends on: stream order then carries the
+     * attention kernel's directly written rows (requests that were not split) to whatever the
+     * caller launches next, even when no block of this grid has anything to merge. */
+    if (pair >= (long long)batch * p.num_qo_heads) {
+        cinfer_pdl_wait();
         return;
+    }
     const int b = (int)(pair / p.num_qo_heads), head = (int)(pair % p.num_qo_heads);
     const cinfer_decode_request req = p.requests[b];
-    if (req.num_chunks <= 1)
+    if (req.num_chunks <= 1) {
+        cinfer_pdl_wait();
         return;
+    }
     const int group = p.num_qo_heads / p.num_kv_heads, hpc = p.heads_per_cta;
     const int kv_head = head / group, in_group = head % group;
     const int slice = kv_head * (group / hpc) + in_group / hpc, g = in_group % hpc;
