@@ -432,10 +432,11 @@ typedef enum cinfer_pos_encoding {
  * absolute in cos/sin at any position below 2^24); prefill rounds the rotated q and k to the
  * 16-bit input dtype before its tensor-core products, decode keeps them in float32. Limits:
  * head_dim a multiple of 16; qo_len and kv_len at most CINFER_ROPE_MAX_LEN (2^24, positions stay
- * exact in float32); batch prefill with fp8 KV and the tensor-core decode kernel (use_tensor_cores
- * = 1) are UNSUPPORTED with RoPE (-1 picks the CUDA-core decode kernel). A variant sees the rotated
- * q (its query transform runs after the rotation) and logits of rotated vectors. RoPE is compiled
- * into the kernels (part of their cache key); rope_scale and rope_theta are run-time values.
+ * exact in float32); prefill (single and batch) with fp8 KV and the tensor-core decode kernel
+ * (use_tensor_cores = 1) are UNSUPPORTED with RoPE (-1 picks the CUDA-core decode kernel). A
+ * variant sees the rotated q (its query transform runs after the rotation) and logits of rotated
+ * vectors. RoPE is compiled into the kernels (part of their cache key); rope_scale and rope_theta
+ * are run-time values.
  */
 typedef struct cinfer_attention_options {
     size_t size;      /* sizeof(cinfer_attention_options_t) */
@@ -522,7 +523,8 @@ CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
  * earlier has completed. An argument error leaves the previous plan in place.
  * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
  * kv_indptr[0] < 0, non-monotone kv_indptr, last_page_len outside [1, page_size] for a request
- * with pages, kv_len above 2^31 - 1; the message names the index and value), CUDA_ERROR.
+ * with pages, kv_len above 2^31 - 1; the message names the index and value), UNSUPPORTED (with
+ * in-kernel RoPE, a kv_len above CINFER_ROPE_MAX_LEN, naming the request), CUDA_ERROR.
  * Not thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
@@ -714,7 +716,8 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
  * plan in place.
  * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
  * NULL or non-monotone indptr, too many query rows, last_page_len out of range, lengths too long;
- * the message names the argument, the index and the value), CUDA_ERROR, OUT_OF_MEMORY.
+ * the message names the argument, the index and the value), UNSUPPORTED (with in-kernel RoPE, a
+ * qo_len or kv_len above CINFER_ROPE_MAX_LEN, naming the request), CUDA_ERROR, OUT_OF_MEMORY.
  * Not thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
