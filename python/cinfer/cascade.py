@@ -277,7 +277,7 @@ class _Launch:
     pointers) and the level-state buffers, per stream. A run is then the levels' launches and
     one merge, with one allocation (the output; the LSE too with ``return_lse``)."""
 
-    def __init__(self, wrappers, graph: bool, states) -> None:
+    def __init__(self, wrappers, graph: bool, states, captured) -> None:
         lib = _lib.lib()
         # The plans own the page tables' device tensors and DLTensors that the levels' launches
         # read; keeping them keeps those alive until the next plan.
@@ -308,6 +308,11 @@ class _Launch:
         self.lse = T.DLSlot("lse")
         # The wrapper's, kept from plan to plan (see MultiLevelCascadeAttentionWrapper.plan).
         self.states = states
+        # The wrapper's state sets a CUDA graph captured: its replays write their addresses, so
+        # they live as long as the wrapper, whatever states_for drops later (another row count
+        # on that stream, a fifth stream, another plan key).
+        self.captured = captured
+        self.graph = graph
 
     def states_for(self, stream: int, rows: int) -> _States:
         """The level states for a run on ``stream`` with ``rows`` query rows: allocated on that
@@ -390,6 +395,9 @@ class _Launch:
         # Every level writes its state into its slice of the state buffers, the prefix (the
         # longest) first; one merge_states folds them into out (and lse).
         st = self.states_for(stream, rows)
+        if (self.graph and not any(c is st for c in self.captured)
+                and torch.cuda.is_current_stream_capturing()):
+            self.captured.append(st)
         for (handle, indices_ref, args_ref, _), (o_ref, s_ref) in zip(self.levels,
                                                                     st.level_refs):
             _lib.check(run_fn(handle, q_ref, k_ref, v_ref, indices_ref, o_ref, s_ref, args_ref,
@@ -458,6 +466,7 @@ class MultiLevelCascadeAttentionWrapper:
         # captured before a plan goes on writing the buffers it was captured with.
         self._states: dict = {}
         self._states_key = None
+        self._captured_states: list = []  # see _Launch.captured
         slices = self._split(float_workspace_buffer, num_levels)
         if self._use_cuda_graph:
             arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
@@ -602,7 +611,8 @@ class MultiLevelCascadeAttentionWrapper:
         key = (p.q_dtype, p.num_qo_heads, p.head_dim)
         if key != self._states_key:
             self._states = {}
-        launch = _Launch(self._wrappers, self._use_cuda_graph, self._states)
+        launch = _Launch(self._wrappers, self._use_cuda_graph, self._states,
+                         self._captured_states)
         if self._num_levels > 1 and key != self._states_key:
             launch.warm_merge()
         self._states_key = key
