@@ -171,7 +171,8 @@ static int list_ops(void) {
     printf(
         "\nvalues: dtype_q/kv/o f16, bf16, f32, e4m3, e5m2, i32, u8 (or float16, bfloat16, ...;\n"
         "  dtype= sets all three); head_dim_qk/vo numbers (head_dim= sets both); backend simt,\n"
-        "  sm80, sm90; mask none, causal, custom; flags none or softcap+window+lse+maskrows;\n"
+        "  sm80, sm90 (prefill: sm80 only); mask none, causal, custom; pos none, rope, alibi\n"
+        "  (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
         "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers. A field left out is\n"
         "  0, or the first name of its list (none, simt): give every field the family's limits\n"

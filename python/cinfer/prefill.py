@@ -880,7 +880,7 @@ _RAGGED_RUN = "BatchPrefillWithRaggedKVCacheWrapper.run"
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
-    r"""Batch prefill/append attention over a paged KV cache, planned once per step and run
+    __doc__ = r"""Batch prefill/append attention over a paged KV cache, planned once per step and run
     once per layer.
 
     Request ``b`` owns query rows ``qo_indptr[b]:qo_indptr[b+1]`` of ``q`` and pages
@@ -1281,7 +1281,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
-    r"""Batch prefill/append attention over ragged K/V tensors (every request's K/V rows
+    __doc__ = r"""Batch prefill/append attention over ragged K/V tensors (every request's K/V rows
     concatenated), planned once per step and run once per layer.
 
     Request ``b`` owns query rows ``qo_indptr[b]:qo_indptr[b+1]`` and K/V rows

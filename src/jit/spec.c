@@ -229,9 +229,16 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
     }
     if (f->kind == K_ENUM) {
         int i = find_name(f->values, v, len);
-        if (i < 0)
+        if (i < 0) {
+            char names[96] = "";
+            for (int k = 0; f->values[k]; k++) {
+                const size_t used = strlen(names);
+                cinfer__fmt(names + used, sizeof names - used, "%s%s", k ? ", " : "", f->values[k]);
+            }
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "spec field %s: unknown value \"%.*s\"", f->name, (int)len, v);
+                                 "spec field %s: unknown value \"%.*s\" (expected one of %s)",
+                                 f->name, (int)len, v, names);
+        }
         *out = i;
         return CINFER_STATUS_SUCCESS;
     }
@@ -540,6 +547,13 @@ static cinfer_status_t validate_pos(const cinfer__spec_t *spec, const family_t *
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: pos rope needs head_dim_qk %% 16 == 0, got %d", fam->name,
                              (int)spec->head_dim_qk);
+    /* Prefill rotates K tiles in shared memory as 16-bit values (kernels/prefill.cu). */
+    if (spec->pos == CINFER__POS_ROPE_LLAMA && spec->op == CINFER__OP_PREFILL &&
+        (spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: pos rope with dtype_kv %s is not supported (RoPE needs f16 or "
+                             "bf16 K/V)",
+                             fam->name, cinfer__dtype_name(spec->dtype_kv));
     return CINFER_STATUS_SUCCESS;
 }
 

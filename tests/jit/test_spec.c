@@ -276,6 +276,18 @@ static void rope_specs_render_and_compile(void **state) {
     s = parse("decode:dtype=bf16,head_dim=40,paged=1,pos=rope,tile_q=4,tile_kv=4,warps=4");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
     assert_non_null(strstr(cinfer_last_error(), "head_dim_qk % 16 == 0, got 40"));
+    /* Prefill rotates 16-bit K tiles only: RoPE with fp8 K/V is refused before NVRTC. */
+    s = parse("prefill:backend=sm80,dtype_q=bf16,dtype_kv=e5m2,dtype_o=bf16,head_dim=128,"
+              "batch=0,mask=causal,pos=rope,tile_q=128,tile_kv=64,warps=4,stages=2");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "pos rope with dtype_kv e5m2"));
+    /* An unknown name lists the field's names. */
+    cinfer__spec_t bad;
+    assert_int_equal(cinfer__spec_parse("decode:dtype=bf16,pos=rope_llama", &bad),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(),
+                           "spec field pos: unknown value \"rope_llama\" (expected one of none, "
+                           "rope, alibi)"));
     /* The tensor-core decode has no RoPE: the field is not part of its specs. */
     s = parse("decode_tc:dtype=bf16,head_dim=128,paged=1,pos=rope,tile_q=4,warps=4,stages=2");
     assert_int_equal(s.pos, CINFER__POS_NONE);

@@ -407,7 +407,10 @@ static void tile_is_the_smallest_holding_the_average(void **state) {
 static void layout_is_exact_and_aligned(void **state) {
     (void)state;
     cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 64, 10000, false);
-    cinfer__prefill_layout_t l;
+    /* Zeroed first: the layouts are compared whole below, padding bytes included. */
+    cinfer__prefill_layout_t l, g;
+    memset(&l, 0, sizeof l);
+    memset(&g, 0, sizeof g);
     assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
     /* floor((10000 + 64 * 31) / 32) */
     assert_int_equal(l.work_capacity, (10000 + 64 * 31) / 32);
@@ -423,7 +426,6 @@ static void layout_is_exact_and_aligned(void **state) {
     /* Graph mode and unmergeable variants never split, whatever the device: the same layout. */
     h200_ctas(&c);
     c.graph = true;
-    cinfer__prefill_layout_t g;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
     assert_memory_equal(&g, &l, sizeof g);
     c.graph = false;
