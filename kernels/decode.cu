@@ -408,6 +408,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
  * (request, head), so the named barrier of a pair's warps is never left waiting).
  */
 #define MERGE_UNROLL 4
+#if WARPS % 4 != 0
+#error "decode merge: a block's warps must split into pairs of 1, 2 or 4 warps (header.merge_warps)"
+#endif
 extern "C" __global__ void __launch_bounds__(THREADS)
     CINFER_KERNEL_NAME(const cinfer_decode_params p) {
     __shared__ float sm_state[WARPS][TX][2 + VEC]; /* (m, w, o[VEC]) of warps 1.. of a pair */

@@ -209,9 +209,10 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
 #endif
 
     /* The first item is read beside the header rather than after it (the grid never exceeds the
-     * work list's capacity, and an item past num_work is never used), and each next one while the
-     * current one runs: an item's start then waits for its page-table entries and KV only (the
-     * item carries kv_indptr[request] and kv_len). */
+     * work list's capacity, and an item past num_work is never used: in graph mode that read may
+     * see stale or never-written schedule bytes, which compute-sanitizer's initcheck reports), and
+     * each next one while the current one runs: an item's start then waits for its page-table
+     * entries and KV only (the item carries kv_indptr[request] and kv_len). */
     cinfer_decode_work next_item = load_work(p.work, blockIdx.x);
     /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
      * this grid to finish before they read a partial state. */

@@ -644,7 +644,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             variant=variant, rope=rope)
         self._ensure_op(key, options, batch_size)
 
-        lib = _lib.lib()
+        lib = self._op_lib  # the library that made self._op
         stream = T.stream_of(self.device)
         p_i32 = ctypes.POINTER(ctypes.c_int32)
         _lib.check(
@@ -695,7 +695,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.indptr_ref = ctypes.byref(p.dl_indptr)
         p.indices_ref = ctypes.byref(p.dl_indices)
         p.last_page_len_ref = ctypes.byref(p.dl_last_page_len)
-        p.run_fn = lib.cinfer_batch_decode_run
+        p.run_fn = self._op_lib.cinfer_batch_decode_run  # the library that made the object
         p.pos_encoding_mode = mode
         p.rope = rope
         p.feature = feature

@@ -572,7 +572,7 @@ class _BatchPrefillBase:
 
         p_i32 = ctypes.POINTER(ctypes.c_int32)
         _lib.check(
-            _lib.lib().cinfer_batch_prefill_plan(
+            op.lib.cinfer_batch_prefill_plan(
                 op.handle, ctypes.cast(qo_host.data_ptr(), p_i32),
                 ctypes.cast(kv_host.data_ptr(), p_i32),
                 ctypes.cast(last_host.data_ptr(), p_i32) if last_host is not None and batch_size
@@ -600,7 +600,7 @@ class _BatchPrefillBase:
         p.kv_indices = None
         p.dl_kv_indices = None
         p.kv_indices_ref = None
-        p.run_fn = _lib.lib().cinfer_batch_prefill_run
+        p.run_fn = op.lib.cinfer_batch_prefill_run  # the library that made op
         p.pos_encoding_mode = mode
         p.rope = rope
         p.feature = feature
@@ -825,7 +825,7 @@ class _BatchPrefillBase:
             return (out, lse) if return_lse else out
         _lib.check(
             p.run_fn(p.op.handle, q_ref, k_ref, v_ref, kv_indices_ref, out_ref, lse_ref,
-                         args_ref, slots.stream()),
+                     args_ref, slots.stream()),
             where,
         )
         return (out, lse) if return_lse else out
