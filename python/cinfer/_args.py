@@ -94,6 +94,17 @@ def f32(x: float) -> float:
     return ctypes.c_float(x).value
 
 
+def refuse_unplanned(name: str, given, planned, compared=None) -> None:
+    """*Pure.* ArgumentError when an option given at run/forward (``compared``: its value as the
+    plan stores it, default ``given``) differs from the ``planned`` one: the wrappers fix their
+    options at plan time (changing one at run would rebuild the C object, which allocates)."""
+    if (given if compared is None else compared) != planned:
+        raise ArgumentError(
+            f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer fixes "
+            f"it at plan time; pass plan(..., {name}={given!r})"
+        )
+
+
 def positive(value, name: str, default: Optional[float]) -> Optional[float]:
     """A finite float > 0, rounded to float32 (``default`` for None)."""
     if value is None:

@@ -789,13 +789,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if k_scale is not None or v_scale is not None:
             for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                          ("v_scale", v_scale, p.v_scale)):
-                if given is not None and A.f32(float(given)) != planned:
-                    raise ArgumentError(
-                        f"{name} = {given!r} differs from the planned {name} = {planned!r}: "
-                        f"cinfer fixes fp8 scales at plan time (changing them here would "
-                        f"rebuild the plan object, which allocates); pass "
-                        f"plan(..., {name}={given!r})"
-                    )
+                if given is not None:
+                    A.refuse_unplanned(name, given, planned, A.f32(float(given)))
         slots = self._slots
         q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
                               "[batch_size, num_qo_heads, head_dim]")
@@ -906,12 +901,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             given.update(rope_scale=rope[0], rope_theta=rope[1])
             planned_of.update(rope_scale=p.rope[0], rope_theta=p.rope[1])
         for name, value in given.items():
-            planned = planned_of[name] if name in planned_of else getattr(p, name)
-            if value != planned:
-                raise ArgumentError(
-                    f"{name} = {value!r} differs from the planned {name} = {planned!r}: cinfer "
-                    f"fixes it at plan time; pass plan(..., {name}={value!r})"
-                )
+            A.refuse_unplanned(name, value,
+                               planned_of[name] if name in planned_of else getattr(p, name))
 
     @staticmethod
     def _check_workspace(ws) -> None:

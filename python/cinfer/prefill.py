@@ -747,11 +747,8 @@ class _BatchPrefillBase:
     def _check_scales(self, p: _PrefillPlan, k_scale, v_scale) -> None:
         for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                      ("v_scale", v_scale, p.v_scale)):
-            if given is not None and A.f32(float(given)) != planned:
-                raise ArgumentError(
-                    f"{name} = {given!r} differs from the planned {name} = {planned!r}: cinfer "
-                    f"fixes scales at plan time; pass plan(..., {name}={given!r})"
-                )
+            if given is not None:
+                A.refuse_unplanned(name, given, planned, A.f32(float(given)))
 
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
                                window_left, logits_soft_cap, sm_scale, rope_scale=None,
@@ -776,12 +773,8 @@ class _BatchPrefillBase:
             given.update(rope_scale=rope[0], rope_theta=rope[1])
             planned_of.update(rope_scale=p.rope[0], rope_theta=p.rope[1])
         for name, value in given.items():
-            planned = planned_of[name] if name in planned_of else getattr(p, name)
-            if value != planned:
-                raise ArgumentError(
-                    f"{name} = {value!r} differs from the planned {name} = {planned!r}: cinfer "
-                    f"fixes it at plan time; pass plan(..., {name}={value!r})"
-                )
+            A.refuse_unplanned(name, value,
+                               planned_of[name] if name in planned_of else getattr(p, name))
 
     def _run(self, p: _PrefillPlan, q, k_ref, v_ref, kv_indices_ref, out, lse, return_lse,
              args, variant_args, where):
