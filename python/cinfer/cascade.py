@@ -301,9 +301,7 @@ class _Launch:
         # Outside graph mode a run with no query rows and nothing planned launches nothing.
         self.empty_ok = not graph and all(p.qo_end <= 0 for p in self.plans)
         self.q = T.DLSlot("q")
-        self.kv = T.DLSlot("paged_kv_cache")
-        self.k = T.DLSlot("paged_kv_cache[0]")
-        self.v = T.DLSlot("paged_kv_cache[1]")
+        self.kv = A.PagedKVSlots(self.device)
         self.out = T.DLSlot("out")
         self.lse = T.DLSlot("lse")
         # The wrapper's, kept from plan to plan (see MultiLevelCascadeAttentionWrapper.plan).
@@ -344,25 +342,9 @@ class _Launch:
 
     def run(self, q, paged_kv_cache, return_lse: bool):
         torch = T.torch_module()
-        q_ref = self.q.lookup(q)
-        if q_ref is None:
-            q = T.as_tensor(q, "q")
-            T.check_cuda(q, "q", self.device)
-            T.check_ndim(q, "q", 3, "[num_rows, num_qo_heads, head_dim]")
-            q_ref = self.q.bind(q)
-        kv = paged_kv_cache
-        if isinstance(kv, (tuple, list)) and len(kv) == 2:
-            k_ref, v_ref = self.k.lookup(kv[0]), self.v.lookup(kv[1])
-            bound = k_ref is not None and v_ref is not None
-        else:
-            k_ref, v_ref = self.kv.lookup(kv), None
-            bound = k_ref is not None
-        if not bound:
-            k_cache, v_cache = A.paged_kv_cache(kv, self.device)
-            if v_cache is None:
-                k_ref, v_ref = self.kv.bind(k_cache), None
-            else:
-                k_ref, v_ref = self.k.bind(k_cache), self.v.bind(v_cache)
+        q, q_ref = A.slot_ref(self.q, q, "q", self.device, 3,
+                              "[num_rows, num_qo_heads, head_dim]")
+        k_ref, v_ref = self.kv.refs(paged_kv_cache)
         rows = q.shape[0]
         if rows < self.capture_rows and torch.cuda.is_current_stream_capturing():
             # A replay after a later plan with more rows would read q and write out past the
@@ -377,14 +359,10 @@ class _Launch:
                if return_lse else None)
         if rows == 0 and self.empty_ok:
             return (out, lse) if return_lse else out
-        out_ref = self.out.lookup(out)
-        if out_ref is None:
-            out_ref = self.out.bind(out)
+        out, out_ref = A.slot_ref(self.out, out, "out", self.device)
         lse_ref = None
         if lse is not None:
-            lse_ref = self.lse.lookup(lse)
-            if lse_ref is None:
-                lse_ref = self.lse.bind(lse)
+            lse, lse_ref = A.slot_ref(self.lse, lse, "lse", self.device)
         stream = self.stream()
         run_fn = self.run_fn
         if len(self.levels) == 1:

@@ -356,6 +356,16 @@ def test_ragged_run_passes_no_indices(fake):
     assert out.shape == (0, 8, 128) and len(fake.of("run")) == n
 
 
+def _three_levels():
+    """A three-level cascade's page tables (qo_indptr, kv_indptr, kv_indices, last_page_len per
+    level): 4 rows sharing 8 pages, then two pairs, then one request each."""
+    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
+    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
+    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
+    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    return qo, kv, idx, last
+
+
 def test_cascade_levels(fake):
     ws = torch.empty(3 * WS + 100, dtype=torch.uint8)
     c = cinfer.MultiLevelCascadeAttentionWrapper(3, ws)
@@ -363,10 +373,7 @@ def test_cascade_levels(fake):
     sizes = [w._float_workspace_buffer.numel() for w in c._wrappers]
     assert len(set(sizes)) == 1 and all(p % 256 == 0 for p in ptrs)
     assert all(ptrs[i] + sizes[i] <= ptrs[i + 1] for i in range(2))
-    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
-    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
-    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
-    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    qo, kv, idx, last = _three_levels()
     c.plan(qo, kv, idx, last, 8, 2, 128, 16, causal=True)
     creates = fake.of("create")
     assert [x[3] for x in creates] == [0, 0, 1]  # only the last level is causal
@@ -573,10 +580,7 @@ def test_graph_mode_custom_mask(fake):
 def test_cascade_alibi(fake):
     ws = torch.empty(3 * WS + 100, dtype=torch.uint8)
     c = cinfer.MultiLevelCascadeAttentionWrapper(3, ws)
-    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
-    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
-    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
-    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    qo, kv, idx, last = _three_levels()
     with pytest.raises(cinfer.UnsupportedError, match="ALIBI"):
         c.plan(qo, kv, idx, last, 8, 2, 128, 16, pos_encoding_mode="ALIBI")
     one = cinfer.MultiLevelCascadeAttentionWrapper(1, torch.empty(WS, dtype=torch.uint8))
@@ -715,10 +719,7 @@ def test_single_functions_take_rope():
 def test_cascade_rope(fake):
     ws = torch.empty(3 * WS + 100, dtype=torch.uint8)
     c = cinfer.MultiLevelCascadeAttentionWrapper(3, ws)
-    qo = [_i32([0, 4]), _i32([0, 2, 4]), _i32([0, 1, 2, 3, 4])]
-    kv = [_i32([0, 8]), _i32([0, 1, 2]), _i32([0, 1, 1, 2, 3])]
-    idx = [torch.arange(8, dtype=torch.int32), _i32([8, 9]), _i32([10, 11, 12])]
-    last = [_i32([16]), _i32([3, 4]), _i32([1, 1, 2, 2])]
+    qo, kv, idx, last = _three_levels()
     with pytest.raises(cinfer.UnsupportedError, match="ROPE_LLAMA.*3 levels"):
         c.plan(qo, kv, idx, last, 8, 2, 128, 16, pos_encoding_mode="ROPE_LLAMA")
     one = cinfer.MultiLevelCascadeAttentionWrapper(1, torch.empty(WS, dtype=torch.uint8))
