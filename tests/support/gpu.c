@@ -194,6 +194,22 @@ cinfer_status_t cinfer_test_buf_download(const cinfer_test_buf *buf, size_t offs
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer_test_buf_check_poisoned(const cinfer_test_buf *buf, size_t bytes) {
+    unsigned char *got = malloc(bytes ? bytes : 1);
+    if (!got)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "cinfer_test_buf_check_poisoned: no host memory for %zu bytes", bytes);
+    cinfer_status_t st = cinfer_test_buf_download(buf, 0, got, bytes);
+    for (size_t i = 0; st == CINFER_STATUS_SUCCESS && i < bytes; i++)
+        if (got[i] != CINFER_TEST_POISON_BYTE)
+            st = cinfer__error(CINFER_STATUS_INTERNAL,
+                               "payload byte %zu of %zu written: 0x%02x (expected the poison "
+                               "0x%02x)",
+                               i, bytes, got[i], CINFER_TEST_POISON_BYTE);
+    free(got);
+    return st;
+}
+
 cinfer_status_t cinfer_test_buf_check_canaries(const cinfer_test_buf *buf) {
     const cinfer__cuda_t *cu;
     unsigned char got[CINFER_TEST_CANARY_BYTES];

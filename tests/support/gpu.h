@@ -106,6 +106,9 @@ cinfer_status_t cinfer_test_buf_upload(const cinfer_test_buf *buf, size_t offset
 /* Copies payload[offset, offset + bytes) to host (synchronous); same range rule. */
 cinfer_status_t cinfer_test_buf_download(const cinfer_test_buf *buf, size_t offset, void *host,
                                          size_t bytes);
+/* Downloads payload[0, bytes); INTERNAL naming the first byte that is not
+ * CINFER_TEST_POISON_BYTE (an output a failed call must not have written). */
+cinfer_status_t cinfer_test_buf_check_poisoned(const cinfer_test_buf *buf, size_t bytes);
 /* Downloads both canary zones; INTERNAL naming the zone and the first changed byte when one was
  * written. */
 cinfer_status_t cinfer_test_buf_check_canaries(const cinfer_test_buf *buf);
