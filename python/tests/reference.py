@@ -42,18 +42,35 @@ def alibi_slopes(num_heads, device="cpu"):
     return torch.tensor(slopes, dtype=torch.float64, device=device)
 
 
+def rope_freqs(rotary_dim, rope_scale=1.0, rope_theta=1e4, device="cpu"):
+    """float64 [rotary_dim / 2]: pair m turns by rope_theta^(-2m / rotary_dim) / rope_scale
+    radians per position (Su et al. 2021; positions divided by rope_scale)."""
+    m = torch.arange(rotary_dim // 2, dtype=torch.float64, device=device)
+    return rope_theta ** (-2.0 * m / rotary_dim) / rope_scale
+
+
+def rope_rotate(x, cos, sin, rotary_dim, interleave):
+    """x [n, H, D] float64 with its first rotary_dim dims rotated (the rest copied); cos, sin
+    [n, rotary_dim / 2]. Pairs: (2m, 2m + 1) interleaved, else rotate-half (m, m + rotary_dim/2)."""
+    out = x.clone()
+    r = rotary_dim
+    idx1 = (torch.arange(0, r, 2, device=x.device) if interleave
+            else torch.arange(r // 2, device=x.device))
+    idx2 = idx1 + 1 if interleave else idx1 + r // 2
+    x1, x2 = x[..., idx1], x[..., idx2]
+    c, s = cos[:, None, :], sin[:, None, :]
+    out[..., idx1] = x1 * c - x2 * s
+    out[..., idx2] = x2 * c + x1 * s
+    return out
+
+
 def rope_llama(x, pos, rope_scale=1.0, rope_theta=1e4):
-    """Llama's rotary embedding (rotate-half, Su et al. 2021) of x [n, H, D] float64, row t at
-    position pos[t]: pair m < D/2, (x[m], x[m + D/2]), rotated by the angle
-    (pos / rope_scale) * rope_theta^(-2m / D)."""
+    """Llama's rotary embedding (rotate-half over the whole head dim) of x [n, H, D] float64,
+    row t at position pos[t]: the in-kernel RoPE of the attention functions."""
     d = x.shape[-1]
-    half = d // 2
-    m = torch.arange(half, dtype=torch.float64, device=x.device)
-    inv_freq = float(rope_theta) ** (-2.0 * m / d)
-    angle = (pos.to(device=x.device, dtype=torch.float64) / float(rope_scale))[:, None] * inv_freq
-    cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]  # [n, 1, D/2]
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    angle = (pos.to(device=x.device, dtype=torch.float64)[:, None]
+             * rope_freqs(d, rope_scale, rope_theta, x.device))
+    return rope_rotate(x, torch.cos(angle), torch.sin(angle), d, False)
 
 
 def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_scale=1.0,

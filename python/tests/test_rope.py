@@ -13,15 +13,14 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import cinfer  # noqa: E402
-from reference import f64, tolerance  # noqa: E402
+from reference import f64, rope_freqs, rope_rotate, tolerance  # noqa: E402
 
 DEV = "cuda"
 I32 = torch.int32
 
 
 def _freqs(rotary_dim, rope_scale=1.0, rope_theta=1e4):
-    j = torch.arange(rotary_dim // 2, dtype=torch.float64, device=DEV)
-    return rope_theta ** (-2.0 * j / rotary_dim) / rope_scale
+    return rope_freqs(rotary_dim, rope_scale, rope_theta, DEV)
 
 
 def _llama31_freqs(rotary_dim, rope_scale=8.0, rope_theta=5e5, low_freq_factor=1.0,
@@ -37,23 +36,10 @@ def _llama31_freqs(rotary_dim, rope_scale=8.0, rope_theta=5e5, low_freq_factor=1
                        torch.where(wavelen > low_wavelen, base / rope_scale, blended))
 
 
-def _rotate(x, cos, sin, rotary_dim, interleave):
-    """x [nnz, H, D] (float64); cos, sin [nnz, rotary_dim/2] (float64)."""
-    out = x.clone()
-    r = rotary_dim
-    idx1 = torch.arange(0, r, 2, device=DEV) if interleave else torch.arange(r // 2, device=DEV)
-    idx2 = idx1 + 1 if interleave else idx1 + r // 2
-    x1, x2 = x[..., idx1], x[..., idx2]
-    c, s = cos[:, None, :], sin[:, None, :]
-    out[..., idx1] = x1 * c - x2 * s
-    out[..., idx2] = x2 * c + x1 * s
-    return out
-
-
 def _reference(x, pos, freqs, rotary_dim, interleave, covered=None):
     """RoPE of x at float64 positions pos [nnz]; rows where covered is False are copied."""
     a = pos[:, None] * freqs[None, :]
-    out = _rotate(f64(x), torch.cos(a), torch.sin(a), rotary_dim, interleave)
+    out = rope_rotate(f64(x), torch.cos(a), torch.sin(a), rotary_dim, interleave)
     if covered is not None:
         out[~covered] = f64(x)[~covered]
     return out
@@ -181,7 +167,7 @@ def test_apply_rope_with_cos_sin_cache(rotary_dim, inplace, is_neox):
     t = f64(table[positions])
     cos, sin = t[:, :rotary_dim // 2], t[:, rotary_dim // 2:]
     for got, x0, h in ((q_out, q0, hq), (k_out, k0, hk)):
-        want = _rotate(f64(x0).view(nnz, h, d), cos, sin, rotary_dim, not is_neox)
+        want = rope_rotate(f64(x0).view(nnz, h, d), cos, sin, rotary_dim, not is_neox)
         _check(got.view(nnz, h, d), want, dtype)
 
 
