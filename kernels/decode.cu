@@ -133,7 +133,8 @@ __device__ __forceinline__ void rope_lane(float *x, int tx, float pos, const flo
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
+    CINFER_KERNEL_NAME(const cinfer_decode_params p,
+                       const cinfer_variant_params vp CINFER_ROPE_KERNEL_PARAM) {
     __shared__ float smem_md[ROWS][HPC][2];
     __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
 
@@ -150,9 +151,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
      * this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();
 #if CINFER_ROPE
-    /* The pairs' frequencies, once per CTA (pos_rope.cuh). */
+    /* The pairs' frequencies, from the host's table (pos_rope.cuh). */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+    cinfer_rope_freq_init(rope_freq, rope, D, (int)threadIdx.x, THREADS);
     __syncthreads();
 #endif
 

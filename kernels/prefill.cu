@@ -453,7 +453,8 @@ __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    CINFER_KERNEL_NAME(const cinfer_prefill_params PARAMS, const cinfer_variant_params vp) {
+    CINFER_KERNEL_NAME(const cinfer_prefill_params PARAMS,
+                       const cinfer_variant_params vp CINFER_ROPE_KERNEL_PARAM) {
     extern __shared__ uint4 smem[];
     const unsigned s_q = cinfer_smem_addr(smem);
     const unsigned s_k = s_q + TILE_Q * ROW_CHUNKS * 16;
@@ -603,9 +604,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
 #if CINFER_ROPE
-    /* The pairs' frequencies, computed once per CTA; the loop's first barrier publishes them. */
+    /* The pairs' frequencies, from the host's table; the loop's first barrier publishes them. */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+    cinfer_rope_freq_init(rope_freq, rope, D, (int)threadIdx.x, THREADS);
 #endif
 
     if (num_tiles > 0) {

@@ -318,7 +318,7 @@ static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLT
  * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
  * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
  * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu), which
- * q_scale and v_scale put back. RoPE's scale and base are read only by RoPE kernels.
+ * q_scale and v_scale put back.
  */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
     double sm_scale, q_scale, v_scale = o->v_scale;
@@ -335,9 +335,6 @@ static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_param
     }
     p->q_scale = (float)q_scale;
     p->v_scale = (float)v_scale;
-    const bool rope = cinfer__attention_rope(o);
-    p->rope_scale = rope ? o->rope_scale : 1.0f;
-    p->rope_theta = rope ? o->rope_theta : 1e4f;
 }
 
 /* Checks a loaded kernel's shared memory (smem dynamic bytes for tiles cfg) against the device
@@ -464,8 +461,12 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
     set_scales(o, &p);
+    cinfer_pos_rope_params rope;
+    cinfer__attention_rope_params(o, &rope);
     CINFER__CHECK(prepare_kernel(ctx, &kernel, &cfg, smem));
-    void *kernel_args[] = {&p, variant_blob};
+    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
+     * many entries as the kernel has parameters. */
+    void *kernel_args[] = {&p, variant_blob, &rope};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
                               1, 1, (unsigned)smem, stream, kernel_args, NULL),
@@ -691,8 +692,9 @@ cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
 struct cinfer_batch_prefill {
     cinfer_context_t *ctx;
     batch_setup_t setup;
-    void *workspace;            /* device */
-    cinfer_prefill_params base; /* the scale, head and workspace fields of every launch */
+    void *workspace;             /* device */
+    cinfer_prefill_params base;  /* the scale, head and workspace fields of every launch */
+    cinfer_pos_rope_params rope; /* the RoPE kernels' frequency table (their last parameter) */
 
     /* Plan's host side: scratch of max_batch_size requests and the pinned mirrors of the
      * workspace's schedule (ops/staging.h). */
@@ -762,6 +764,7 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
                      : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
                                                                      : options->window_left;
     set_scales(options, p);
+    cinfer__attention_rope_params(options, &op->rope);
     p->page_size = s->cfg.page_size;
     p->page_shift = -1;
     for (int shift = 0; shift < 31; shift++)
@@ -1040,7 +1043,9 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
     CINFER__CHECK(cinfer__context_activate(op->ctx));
-    void *params[] = {&p, variant_blob};
+    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
+     * many entries as the kernel has parameters. */
+    void *params[] = {&p, variant_blob, &op->rope};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(s->kernels[tile].function, (unsigned)blocks, 1, 1,
                               (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)s->smem[tile],
