@@ -73,9 +73,21 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
 size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg) {
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
-    const size_t kv_row_chunks = is_fp8(kv_dtype) ? ((size_t)head_dim / 16) | 1 : row_chunks;
-    return 16 * (row_chunks * (size_t)cfg->tile_q +
+    if (!is_fp8(kv_dtype))
+        return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
+    /* fp8 stages, then one 16-bit K and V tile that the kernel converts each fp8 tile into */
+    const size_t kv_row_chunks = ((size_t)head_dim / 16) | 1;
+    return 16 * (row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->tile_kv) +
                  kv_row_chunks * 2 * (size_t)cfg->stages * cfg->tile_kv);
+}
+
+/* What tiles must fit: the larger of the 16-bit and the fp8 kernel's shared memory, so that one
+ * choice of tiles serves every K/V dtype (fp8 takes up to 32 bytes per KV row more with 2 stages,
+ * less with more). */
+static size_t fit_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
+    const size_t half = cinfer__prefill_smem_bytes(head_dim, cfg);
+    const size_t fp8 = cinfer__prefill_kv_smem_bytes(head_dim, CINFER__DT_E4M3, cfg);
+    return half > fp8 ? half : fp8;
 }
 
 /*
@@ -92,8 +104,8 @@ size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
  * 16 rows measured 268 against its 374 TFLOP/s at 16k on the H200). It compiles without local
  * memory except for the custom_mask variant (8 bytes) and window + LSE at KV 64 in 3 stages;
  * bench_prefill --sweep compares the candidates on the GPU. With rows padded to D / 8 + 1
- * chunks, the D <= 128 default takes 102 KiB, so on sm_86/sm_89 (99 KiB) fit_config runs it with
- * KV 32.
+ * chunks, the D <= 128 default takes 102 KiB (104 KiB with fp8 K/V: fit_bytes), so on sm_86/sm_89
+ * (99 KiB) fit_config runs it with KV 32.
  */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
 
@@ -126,7 +138,7 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
 
 /* Shrinks tiles until they fit max_smem bytes: stages, then KV rows, then query rows. */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
-    while (cinfer__prefill_smem_bytes(head_dim, cfg) > (size_t)max_smem) {
+    while (fit_bytes(head_dim, cfg) > (size_t)max_smem) {
         if (cfg->stages > 2)
             cfg->stages--;
         else if (cfg->tile_kv > 16)
