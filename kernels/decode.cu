@@ -26,6 +26,7 @@
 #include "common.cuh"
 #include "decode_kv.cuh"
 #include "decode_params.h"
+#include "decode_work.cuh"
 #include "pos_rope.cuh"
 #include "soft_cap.cuh"
 #include "variant.cuh"
@@ -132,7 +133,8 @@ __device__ __forceinline__ void rope_lane(float *x, int tx, float pos, const flo
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    CINFER_KERNEL_NAME(const cinfer_decode_params p, const cinfer_variant_params vp) {
+    CINFER_KERNEL_NAME(const cinfer_decode_params p,
+                       const cinfer_variant_params vp CINFER_ROPE_KERNEL_PARAM) {
     __shared__ float smem_md[ROWS][HPC][2];
     __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
 
@@ -140,20 +142,29 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int tx = lane % TX, row = warp * TY + lane / TX;
     const int group = p.num_qo_heads / p.num_kv_heads;
     const int num_work = p.header->num_work;
+    /* The first item is read beside the header rather than after it, and each next one while the
+     * current one runs, as in kernels/decode_tc.cu (which says why reading an item past num_work
+     * is harmless): an item's start then waits for its page-table entries, q and KV only (the
+     * item carries kv_indptr[request] and kv_len). */
+    cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
+    /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
+     * this grid to finish before they read a partial state. */
+    cinfer_pdl_launch_dependents();
 #if CINFER_ROPE
-    /* The pairs' frequencies, once per CTA (pos_rope.cuh). */
+    /* The pairs' frequencies, from the host's table (pos_rope.cuh). */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+    cinfer_rope_freq_init(rope_freq, rope, D, (int)threadIdx.x, THREADS);
     __syncthreads();
 #endif
 
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
-        const cinfer_decode_work item = p.work[w];
+        const cinfer_decode_work item = next_item;
+        if (w + (int)gridDim.x < num_work)
+            next_item = cinfer_decode_load_work(p.work, w + gridDim.x);
         const int b = item.request;
         const int qo_head0 = item.kv_head * group + item.head_begin;
 #if NEEDS_POS
-        /* The query's absolute position (its request's last). */
-        const int qo_pos = p.requests[b].kv_len - 1;
+        const int qo_pos = item.kv_len - 1; /* the query's absolute position */
 #endif
 
         /* This thread's slice of each query head, pre-scaled into base-2 logit units. */
@@ -195,11 +206,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 acc[g][i] = 0.0f;
         }
 
-#if CINFER_PAGED
-        const int page_begin = p.kv_indptr[b];
-#else
-        const int page_begin = 0;
-#endif
+        const int page_begin = item.page_begin; /* 0 for contiguous KV */
         const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
         kv_vec k_next[U], v_next[U];
         load_step(p, page_begin, head_offset, item.kv_begin, row, tx, item.kv_end, k_next, v_next);

@@ -87,9 +87,6 @@ typedef struct cinfer_decode_params {
     /* Tensor-core kernel with fp8 KV: q is multiplied by q_in_scale before it is converted to fp16
      * (and q_scale is divided by it); 1 otherwise. */
     float q_in_scale;
-    /* In-kernel RoPE (CINFER_POS = 1 kernels of decode.cu, kernels/pos_rope.cuh): positions are
-     * divided by rope_scale, pair m of D turns at rope_theta^(-2m / D) radians per position */
-    float rope_scale, rope_theta;
 } cinfer_decode_params;
 
 #endif

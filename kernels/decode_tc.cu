@@ -42,6 +42,7 @@
 #include "common.cuh"
 #include "decode_kv.cuh"
 #include "decode_params.h"
+#include "decode_work.cuh"
 #include "mma.cuh"
 #include "soft_cap.cuh"
 #include "variant.cuh"
@@ -165,22 +166,6 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int pag
 }
 #endif
 
-/* Work item w, in two 16-byte loads (the work list is 256-byte aligned, items 32 bytes). */
-__device__ __forceinline__ cinfer_decode_work load_work(const cinfer_decode_work *work, int w) {
-    const int4 *src = (const int4 *)(work + w);
-    const int4 a = src[0], c = src[1];
-    cinfer_decode_work item;
-    item.request = a.x;
-    item.kv_head = a.y;
-    item.head_begin = a.z;
-    item.kv_begin = a.w;
-    item.kv_end = c.x;
-    item.partial = c.y;
-    item.page_begin = c.z;
-    item.kv_len = c.w;
-    return item;
-}
-
 /* Hooks that need the query's position. */
 #define NEEDS_POS                                                                                  \
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
@@ -213,14 +198,14 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
      * see stale or never-written schedule bytes, which compute-sanitizer's initcheck reports), and
      * each next one while the current one runs: an item's start then waits for its page-table
      * entries and KV only (the item carries kv_indptr[request] and kv_len). */
-    cinfer_decode_work next_item = load_work(p.work, blockIdx.x);
+    cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
     /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
      * this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();
     for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
         const cinfer_decode_work item = next_item;
         if (w + (int)gridDim.x < num_work)
-            next_item = load_work(p.work, w + gridDim.x);
+            next_item = cinfer_decode_load_work(p.work, w + gridDim.x);
         const int b = item.request;
         const int qo_head0 = item.kv_head * group + item.head_begin;
 #if NEEDS_POS

@@ -130,24 +130,27 @@ __device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_cross(int dtype, unsigne
 }
 
 /*
- * Four fp8 values (element i in byte i) as two fp16x2 words paired across the halves: even =
- * elements 0 and 2, odd = elements 1 and 3, by masks and shifts alone. The prefill kernel's fp8
- * B fragments (kernels/prefill.cu) take these pairings as they come, so no byte permute is
- * needed, and the integer pipe does the work: Hopper issues the F2FP converter at a fraction of
- * that rate, and shares its pipe with the softmax's exp2. e5m2 is the top byte of an fp16,
- * exactly. e4m3 is value / 2^8, exactly (see cinfer_e4m3_to_f16_div256; callers fold 256 into
- * their scales), except that the NaN encodings (0x7f, 0xff) come out as +-480 / 256.
+ * Four fp8 values (element i in byte i) as two fp16x2 words, lo = elements 0 and 1, hi = elements
+ * 2 and 3, by byte permutes, shifts and masks alone: the prefill kernel converts each K/V tile
+ * once per CTA with these (kernels/prefill.cu), on the integer pipe, because Hopper issues the F2FP
+ * converter at a fraction of that rate and shares its pipe with the softmax's exp2. e5m2 is the
+ * top byte of an fp16, exactly. e4m3 is value / 2^8, exactly (see cinfer_e4m3_to_f16_div256;
+ * callers fold 256 into their scales), except that the NaN encodings (0x7f, 0xff) come out as
+ * +-480 / 256.
  */
-__device__ __forceinline__ void cinfer_fp8x4_to_f16x2_even_odd(int dtype, unsigned w,
-                                                               unsigned *even, unsigned *odd) {
+__device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_bits(int dtype, unsigned w, unsigned *lo,
+                                                             unsigned *hi) {
     if (dtype == CINFER_DT_E4M3) {
-        /* The magnitude bits of bytes 0 and 2 go 7 up, of bytes 1 and 3 one down, to bits 7..13
-         * of their halves; each sign bit to bit 15 of its half. */
-        *even = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
-        *odd = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);
+        /* An fp16 of value / 256 is the sign and the seven magnitude bits shifted up 7: its high
+         * byte the sign over the magnitude's top six bits, its low byte the magnitude's lowest
+         * bit in bit 7. Both bytes are formed for all four values at once and interleaved. */
+        const unsigned high = ((w >> 1) & 0x3f3f3f3fu) | (w & 0x80808080u);
+        const unsigned low = (w << 7) & 0x80808080u;
+        *lo = __byte_perm(low, high, 0x5140u);
+        *hi = __byte_perm(low, high, 0x7362u);
     } else {
-        *even = (w << 8) & 0xff00ff00u;
-        *odd = w & 0xff00ff00u;
+        *lo = __byte_perm(w, 0u, 0x1404u);
+        *hi = __byte_perm(w, 0u, 0x3424u);
     }
 }
 

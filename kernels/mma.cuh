@@ -91,23 +91,6 @@ __device__ __forceinline__ void cinfer_ldmatrix_x4_trans(unsigned *dst, unsigned
                  : "memory");
 }
 
-/* Two 8 x 8 matrices (addresses from lanes 0..15) into dst[0..1]; the other two entries of dst
- * are left as they are. */
-__device__ __forceinline__ void cinfer_ldmatrix_x2(unsigned *dst, unsigned smem_addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
-                 : "=r"(dst[0]), "=r"(dst[1])
-                 : "r"(smem_addr)
-                 : "memory");
-}
-
-/* The same, each matrix transposed. */
-__device__ __forceinline__ void cinfer_ldmatrix_x2_trans(unsigned *dst, unsigned smem_addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
-                 : "=r"(dst[0]), "=r"(dst[1])
-                 : "r"(smem_addr)
-                 : "memory");
-}
-
 /*
  * Copies 16 bytes from global src to shared dst asynchronously, bypassing L1 (.cg: every byte is
  * used once per CTA). When valid is false nothing is read and the 16 bytes are zero-filled
@@ -141,11 +124,6 @@ __device__ __forceinline__ unsigned cinfer_pack_half2(int dtype, float lo, float
 /* 4 bytes to shared memory at a shared-window address. */
 __device__ __forceinline__ void cinfer_st_shared_u32(unsigned smem_addr, unsigned v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr), "r"(v) : "memory");
-}
-
-/* 8 bytes to shared memory at a shared-window address (8-byte aligned): lo, then hi. */
-__device__ __forceinline__ void cinfer_st_shared_v2(unsigned smem_addr, unsigned lo, unsigned hi) {
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_addr), "r"(lo), "r"(hi) : "memory");
 }
 
 /* 16 bytes to shared memory at a shared-window address. */

@@ -6,12 +6,13 @@
  *
  * Accuracy at long positions: the angle reaches about 1.7e7 radians at position 2^24, where one
  * float32 ulp of it is 2 radians, so neither sincosf's argument nor __sincosf's (accurate only on
- * [-pi, pi]) can be a float32 product pos * freq. Instead each CTA computes, once, every pair's
- * frequency in turns per position, f_m = rope_theta^(-2m / D) / (2 pi rope_scale), in float64 and
- * keeps it as an unevaluated float32 sum hi + lo (48 significant bits). For an integer position
- * |pos| < 2^24 (exact in float32), pos * hi is split exactly into a rounded product and its error
- * (one fma), the integer number of turns is dropped exactly (a - rint(a)), and what remains,
- * the fraction of a turn in [-1/2, 1/2] with an absolute error near 2^-25, goes through
+ * [-pi, pi]) can be a float32 product pos * freq. Instead the host computes, once per set of
+ * options, every pair's frequency in turns per position, f_m = rope_theta^(-2m / D) /
+ * (2 pi rope_scale), in float64 and keeps it as an unevaluated float32 sum hi + lo (48 significant
+ * bits; kernels/pos_rope_params.h), which each CTA copies into shared memory. For an integer
+ * position |pos| < 2^24 (exact in float32), pos * hi is split exactly into a rounded product and
+ * its error (one fma), the integer number of turns is dropped exactly (a - rint(a)), and what
+ * remains, the fraction of a turn in [-1/2, 1/2] with an absolute error near 2^-25, goes through
  * __sincosf (two MUFU operations, absolute error 2^-21.4 on [-pi, pi]). The result is the
  * rotation within about 1e-6 at any position the host accepts (CINFER_ROPE_MAX_LEN), for a few
  * FMAs and two MUFU operations per pair, far below the 2^-9 / 2^-12 rounding of a bf16 / fp16
@@ -21,6 +22,8 @@
 #ifndef CINFER_POS_ROPE_CUH
 #define CINFER_POS_ROPE_CUH
 
+#include "pos_rope_params.h"
+
 #if defined(CINFER_POS) && CINFER_POS == 1
 #define CINFER_ROPE 1
 #else
@@ -29,17 +32,22 @@
 
 #define CINFER_ROPE_TWO_PI 6.28318530717958647692
 
-/* Fills freq[m] (m in [0, d / 2)) with pair m's frequency in turns per position as a float32
- * pair (hi, lo); thread tid of nthreads takes m = tid, tid + nthreads, ... (a CTA of one or two
- * warps has fewer threads than a head dim of 256 has pairs). The caller synchronizes before use. */
-__device__ __forceinline__ void cinfer_rope_freq_init(float2 *freq, int d, float rope_scale,
-                                                      float rope_theta, int tid, int nthreads) {
-    for (int m = tid; m < d / 2; m += nthreads) {
-        const double f = pow((double)rope_theta, -2.0 * (double)m / (double)d) /
-                         (CINFER_ROPE_TWO_PI * (double)rope_scale);
-        const float hi = (float)f;
-        freq[m] = make_float2(hi, (float)(f - (double)hi));
-    }
+#if CINFER_ROPE
+/* The RoPE kernels' last parameter, after the variant's: the host's frequency table, read in the
+ * parameter space (__grid_constant__: indexing it makes no local copy of the 1 KiB). */
+#define CINFER_ROPE_KERNEL_PARAM , const __grid_constant__ cinfer_pos_rope_params rope
+#else
+#define CINFER_ROPE_KERNEL_PARAM
+#endif
+
+/* Copies pair m's frequency (m in [0, d / 2)) from the kernel parameter table into freq[m];
+ * thread tid of nthreads takes m = tid, tid + nthreads, ... (a CTA of one or two warps has fewer
+ * threads than a head dim of 256 has pairs). The caller synchronizes before use. */
+__device__ __forceinline__ void cinfer_rope_freq_init(float2 *freq,
+                                                      const cinfer_pos_rope_params &table, int d,
+                                                      int tid, int nthreads) {
+    for (int m = tid; m < d / 2; m += nthreads)
+        freq[m] = make_float2(table.freq[m][0], table.freq[m][1]);
 }
 
 /* sin and cos of the angle of position pos (an integer, |pos| < 2^24) at frequency f (turns per

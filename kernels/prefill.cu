@@ -50,23 +50,20 @@
  * before its ldmatrix reads, at absolute positions; the rotated values are rounded back to the
  * 16-bit dtype in place. This costs one more barrier per KV tile; without RoPE nothing changes.
  *
- * fp8 K/V (CINFER_DTYPE_KV e4m3 or e5m2; q and out fp16 or bf16): the K/V tiles stay fp8 in
- * shared memory, rows of D bytes (D / 16 chunks, padded to an odd count for the same bank
- * spread), so a stage takes half the bytes. Both mmas run in fp16, with B fragments built from the
- * fp8 bytes in registers by shifts and masks (cinfer_fp8x4_to_f16x2_even_odd: exact; e4m3 comes
- * out divided by 256, which the host folds into q_scale and v_scale). ldmatrix reads fp8 rows as
- * 16-bit pairs, LDM_TOKENS (32, or 16 for 16-row tiles) rows a matrix group:
- *  - K (plain, tokens as the matrices' rows): lane (g, t) gets bytes 4t .. 4t + 3 of a 16-dim
- *    chunk of token g, whose even pair (dims 4t, 4t + 2) is its k slots 2t, 2t + 1 and odd pair
- *    (4t + 1, 4t + 3) its slots 2t + 8, 2t + 9. So Q's A fragments must hold the chunk's even
- *    dims in k slots 0..7 and its odd dims in 8..15: after loading, the Q tile is rewritten once
- *    in shared memory as fp16, multiplied by q_in_scale, each 16-dim chunk as its 8 even dims
- *    then its 8 odd dims (convert_q), and then read by ldmatrix as before.
- *  - V (transposed): lane (g, t) gets dims 2g, 2g + 1 of tokens 2t and 2t + 1 of a chunk; the
- *    even pair is the B fragment of an n8 tile of the chunk's even dims, the odd pair one of its
- *    odd dims. O's n tile 2c then holds dims 16c + 2j (j its column) and 2c + 1 dims 16c + 2j + 1,
- *    so a lane's four values of a row are the consecutive dims 16c + 4t .. + 3, which the
- *    epilogue stores as such.
+ * fp8 K/V (CINFER_DTYPE_KV e4m3 or e5m2; q and out fp16 or bf16): the stages hold fp8 rows of D
+ * bytes (D / 16 chunks, padded to an odd count for the same bank spread), and one more K and one
+ * more V tile of 16-bit rows (the layout above) after them hold the current tile as fp16. After a
+ * tile lands, the CTA converts it once into those (convert_kv: each thread a slice, by
+ * shifts and masks on the integer pipe, exact; e4m3 comes out divided by 256, which the host
+ * folds into q_scale and v_scale) and passes a second barrier; the warps then run the 16-bit
+ * ldmatrix / mma code above on it, both mmas in fp16. Converting per CTA rather than in each
+ * warp's fragments does the work once instead of once per warp, away from the softmax's issue
+ * slots, for one barrier and 32 bytes of shared-memory stores per 16 fp8 bytes. The fp8 stage is
+ * free once converted, so it takes the tile STAGES ahead right after that barrier: STAGES tiles
+ * are in flight behind the math (STAGES - 1 with 16-bit K/V). The Q tile is converted once, before
+ * the first tile's barrier, to fp16 of q * q_in_scale (convert_q). Shared memory: with STAGES = 2
+ * and an even D / 16, 32 bytes per KV row more than the 16-bit kernel's (104 KiB at the D = 128
+ * default, still two CTAs per SM on sm_90), less otherwise.
  * P is packed as fp16 (it is in [0, 1]; fp16 keeps 3 more bits than bf16).
  *
  * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
@@ -99,20 +96,21 @@
 #define CHUNKS     (D / 8)        /* 16-byte chunks per row */
 #define ROW_CHUNKS (CHUNKS + 1)   /* padded (see the layout above) */
 #define ROW_BYTES  (ROW_CHUNKS * 16)
-/* The K/V tiles: 16-bit rows like Q's, or fp8 rows of D / 16 chunks padded to an odd count. */
+/* The K/V stages: 16-bit rows like Q's, or fp8 rows of D / 16 chunks padded to an odd count. */
 #if CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2
 #define KV_FP8        1
 #define MMA_DT        CINFER_DT_F16 /* the dtype of both mmas' operands */
 #define KV_CHUNKS     (D / 16)
 #define KV_ROW_CHUNKS ((D / 16) | 1)
-/* K/V rows per ldmatrix group: four 8-row matrices (x4), or two (x2) for 16-row tiles */
-#define LDM_TOKENS (TILE_KV % 32 == 0 ? 32 : 16)
+/* K/V tiles issued ahead of the one computed: an fp8 stage is free once converted */
+#define KV_AHEAD STAGES
 typedef unsigned char kv_elem;
 #else
 #define KV_FP8        0
 #define MMA_DT        DT
 #define KV_CHUNKS     CHUNKS
 #define KV_ROW_CHUNKS ROW_CHUNKS
+#define KV_AHEAD      (STAGES - 1)
 typedef cinfer_half_bits kv_elem;
 #endif
 #if KV_FP8 && CINFER_ROPE
@@ -121,6 +119,12 @@ typedef cinfer_half_bits kv_elem;
 #define KV_CHUNK_ELEMS (16 / (int)sizeof(kv_elem)) /* K/V elements per 16-byte chunk */
 #define KV_ROW_BYTES   (KV_ROW_CHUNKS * 16)
 #define KV_BYTES       (TILE_KV * KV_ROW_BYTES) /* one stage of K (or V) */
+/* The K and V tiles the mmas read: each stage's with 16-bit K/V, the fp16 tiles (at 0) with fp8 */
+#if KV_FP8
+#define MMA_KV_OFFSET(stage) 0
+#else
+#define MMA_KV_OFFSET(stage) ((stage)*KV_BYTES)
+#endif
 /* Q fragments stay in registers when they take at most 32 per lane (16 x D x MMA_Q halves over a
  * warp); larger ones would push the O accumulators into local memory, so they are re-read from
  * shared memory at each k step instead. */
@@ -168,7 +172,6 @@ __device__ __forceinline__ unsigned kv_tile_offset(int row, int chunk) {
  * so every address in the unrolled loops is one register plus an immediate.
  */
 #define IMM_OFFSET(R, C) ((R)*ROW_BYTES + (C)*16)
-#define KV_IMM(R, C)     ((R)*KV_ROW_BYTES + (C)*16) /* the same in a K or V tile */
 
 /*
  * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
@@ -378,41 +381,82 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
 #endif
 
 #if KV_FP8
-/* The K (plain) and V (transposed) matrices of one group of LDM_TOKENS rows. */
-__device__ __forceinline__ void ldmatrix_kv(unsigned *dst, unsigned smem_addr) {
-#if LDM_TOKENS == 32
-    cinfer_ldmatrix_x4(dst, smem_addr);
-#else
-    cinfer_ldmatrix_x2(dst, smem_addr);
-#endif
+/*
+ * Rewrites the loaded Q tile at s_q in place as the A operand against fp8 K/V (see the top): fp16
+ * of q * q_in_scale. Once per CTA, before the first tile's conversion barrier.
+ */
+__device__ __forceinline__ void convert_q(unsigned s_q, float q_in_scale) {
+    for (int c = thread_index(); c < TILE_Q * CHUNKS; c += THREADS) {
+        const unsigned at = s_q + tile_offset(c / CHUNKS, c % CHUNKS);
+        float f[8];
+        cinfer_unpack8(f, DT, cinfer_ld_shared_v4(at));
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            f[i] *= q_in_scale;
+        cinfer_st_shared_v4(at, cinfer_pack8(CINFER_DT_F16, f));
+    }
 }
 
-__device__ __forceinline__ void ldmatrix_kv_trans(unsigned *dst, unsigned smem_addr) {
-#if LDM_TOKENS == 32
-    cinfer_ldmatrix_x4_trans(dst, smem_addr);
-#else
-    cinfer_ldmatrix_x2_trans(dst, smem_addr);
+/* The fp8 chunks of a K (or V) tile, and the passes of the threads over them (convert_kv). */
+#define CONVERT_UNITS  (TILE_KV * KV_CHUNKS)
+#define CONVERT_PASSES CINFER_CEIL_DIV(CONVERT_UNITS, THREADS)
+/* Units whose loads are in flight together (4 registers each): all of K and V at the D = 128
+ * default, where the O accumulators leave about 32 registers free, and a bound on what tiles of
+ * more units per thread keep live. */
+#define CONVERT_GROUP 8
+
+/* The row and chunk of the unit that pass `it` of thread tid converts (ch may pass KV_CHUNKS in
+ * the last pass). */
+__device__ __forceinline__ void convert_unit(int tid, int it, int *row, int *ch) {
+#if THREADS % TILE_KV == 0
+    *row = tid % TILE_KV;
+    *ch = tid / TILE_KV + it * (THREADS / TILE_KV);
+#else /* both are powers of two: TILE_KV % THREADS == 0 */
+    *row = tid + (it % (TILE_KV / THREADS)) * THREADS;
+    *ch = it / (TILE_KV / THREADS);
 #endif
 }
 
 /*
- * Rewrites the loaded Q tile at s_q in place as the A operand against fp8 K (see the top): fp16
- * of q * q_in_scale, each 16-dim chunk (two 16-byte chunks of a row) as its 8 even dims, then its
- * 8 odd dims. Once per CTA, between two barriers.
+ * Converts the fp8 K and V tiles of a stage (src: its K tile; V's is STAGES stages later) into the
+ * fp16 tiles (dst: the K one, V's after it) of the 16-bit layout above. A unit is one 16-byte fp8
+ * chunk (16 dims of a row), two fp16 chunks out; the threads take consecutive rows of one chunk
+ * column, so the 8 rows of a quarter warp's load and of each of its two stores lie an odd number
+ * of 16-byte chunks apart: 8 different bank groups. Whole columns per pass (THREADS % TILE_KV ==
+ * 0) or whole passes per column: every address is the thread's own plus a compile-time offset.
+ * The loads of CONVERT_GROUP units are issued before their first store (the shared-memory
+ * accesses are volatile and stay in order), so their latencies overlap.
  */
-__device__ __forceinline__ void convert_q(unsigned s_q, float q_in_scale) {
-    for (int c = (int)threadIdx.x; c < TILE_Q * (D / 16); c += THREADS) {
-        const unsigned at = s_q + tile_offset(c / (D / 16), 2 * (c % (D / 16)));
-        float f[16], even[8], odd[8];
-        cinfer_unpack8(f, DT, cinfer_ld_shared_v4(at));
-        cinfer_unpack8(f + 8, DT, cinfer_ld_shared_v4(at + 16));
+__device__ __forceinline__ void convert_kv(unsigned dst, unsigned src) {
+    const int tid = thread_index();
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            even[i] = f[2 * i] * q_in_scale;
-            odd[i] = f[2 * i + 1] * q_in_scale;
+    for (int j0 = 0; j0 < 2 * CONVERT_PASSES; j0 += CONVERT_GROUP) {
+        /* Unit j: pass j % CONVERT_PASSES of K (j < CONVERT_PASSES) or V. */
+        uint4 in[CONVERT_GROUP];
+#pragma unroll
+        for (int j = j0; j < j0 + CONVERT_GROUP && j < 2 * CONVERT_PASSES; j++) {
+            int row, ch;
+            convert_unit(tid, j % CONVERT_PASSES, &row, &ch);
+            if (CONVERT_UNITS % THREADS == 0 || ch < KV_CHUNKS)
+                in[j - j0] = cinfer_ld_shared_v4(src + (j / CONVERT_PASSES) * STAGES * KV_BYTES +
+                                                 kv_tile_offset(row, ch));
         }
-        cinfer_st_shared_v4(at, cinfer_pack8(CINFER_DT_F16, even));
-        cinfer_st_shared_v4(at + 16, cinfer_pack8(CINFER_DT_F16, odd));
+#pragma unroll
+        for (int j = j0; j < j0 + CONVERT_GROUP && j < 2 * CONVERT_PASSES; j++) {
+            int row, ch;
+            convert_unit(tid, j % CONVERT_PASSES, &row, &ch);
+            if (CONVERT_UNITS % THREADS == 0 || ch < KV_CHUNKS) {
+                const unsigned w[4] = {in[j - j0].x, in[j - j0].y, in[j - j0].z, in[j - j0].w};
+                unsigned h[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    cinfer_fp8x4_to_f16x2x2_bits(CINFER_DTYPE_KV, w[i], &h[2 * i], &h[2 * i + 1]);
+                const unsigned at =
+                    dst + (j / CONVERT_PASSES) * TILE_KV * ROW_BYTES + tile_offset(row, 2 * ch);
+                cinfer_st_shared_v4(at, make_uint4(h[0], h[1], h[2], h[3]));
+                cinfer_st_shared_v4(at + 16, make_uint4(h[4], h[5], h[6], h[7]));
+            }
+        }
     }
 }
 #endif
@@ -453,11 +497,16 @@ __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    CINFER_KERNEL_NAME(const cinfer_prefill_params PARAMS, const cinfer_variant_params vp) {
+    CINFER_KERNEL_NAME(const cinfer_prefill_params PARAMS,
+                       const cinfer_variant_params vp CINFER_ROPE_KERNEL_PARAM) {
     extern __shared__ uint4 smem[];
     const unsigned s_q = cinfer_smem_addr(smem);
     const unsigned s_k = s_q + TILE_Q * ROW_CHUNKS * 16;
     const unsigned s_v = s_k + STAGES * KV_BYTES;
+#if KV_FP8
+    const unsigned s_k16 = s_v + STAGES * KV_BYTES; /* the fp16 tiles (see the top) */
+    const unsigned s_v16 = s_k16 + TILE_KV * ROW_BYTES;
+#endif
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int head = (int)(blockIdx.x % (unsigned)PARAMS.num_qo_heads);
@@ -526,13 +575,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int row_base = warp * WARP_ROWS + lane / 4;
     /* This lane's ldmatrix sources at their tiles' origins (IMM_OFFSET adds the rest): Q
      * (this warp's rows) and V matrices are rows lane % 16, chunk lane / 16; K matrices are rows
-     * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0; another
-     * stage adds a multiple of KV_BYTES. */
+     * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0 (another
+     * stage adds a multiple of KV_BYTES), or in the fp16 tiles. */
     const unsigned q_lane = s_q + tile_offset(warp * WARP_ROWS + lane % 16, lane / 16);
 #if KV_FP8
-    /* fp8: K and V matrices are rows lane % LDM_TOKENS of a group of LDM_TOKENS rows, chunk 0 */
-    const unsigned k_lane = s_k + kv_tile_offset(lane % LDM_TOKENS, 0);
-    const unsigned v_lane = s_v + kv_tile_offset(lane % LDM_TOKENS, 0);
+    const unsigned k_lane = s_k16 + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const unsigned v_lane = s_v16 + tile_offset(lane % 16, lane / 16);
 #else
     const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
@@ -603,16 +651,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
 #if CINFER_ROPE
-    /* The pairs' frequencies, computed once per CTA; the loop's first barrier publishes them. */
+    /* The pairs' frequencies, from the host's table; the loop's first barrier publishes them. */
     __shared__ float2 rope_freq[D / 2];
-    cinfer_rope_freq_init(rope_freq, D, p.rope_scale, p.rope_theta, (int)threadIdx.x, THREADS);
+    cinfer_rope_freq_init(rope_freq, rope, D, (int)threadIdx.x, THREADS);
 #endif
 
     if (num_tiles > 0) {
         load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
         cinfer_cp_async_commit();
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) {
+        for (int s = 0; s < KV_AHEAD; s++) {
             if (s < num_tiles)
                 LOAD_KV(s, tile_begin + s, kv_dst);
             cinfer_cp_async_commit();
@@ -628,16 +676,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if THREADS % KV_CHUNKS == 0
             const unsigned dl = cinfer_opaque_u32(kv_dst);
 #endif
-            /* Groups committed so far: Q, STAGES - 1 prologue tiles, t loop tiles; Q and tiles
-             * 0..t must be complete, so STAGES - 2 may still be in flight. */
-            CINFER_CP_ASYNC_WAIT(STAGES - 2);
+            /* Groups committed so far: Q, KV_AHEAD prologue tiles, t loop tiles; Q and tiles
+             * 0..t must be complete, so KV_AHEAD - 1 may still be in flight. */
+            CINFER_CP_ASYNC_WAIT(KV_AHEAD - 1);
             __syncthreads();
+#if !KV_FP8
             {
                 const int next = t + STAGES - 1;
                 if (next < num_tiles)
                     LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);
                 cinfer_cp_async_commit();
             }
+#endif
 #if CINFER_ROPE
             /* Rotate Q (first tile only) and this K tile in place before any warp reads them:
              * rows that exist, at their absolute positions. */
@@ -671,9 +721,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 #if KV_FP8
-            if (t == 0) {
+            /* Q (first tile only) and this tile to fp16 before any warp reads them; then this
+             * stage is free for the tile KV_AHEAD = STAGES ahead. */
+            if (t == 0)
                 convert_q(s_q, p.q_in_scale);
-                __syncthreads();
+            convert_kv(s_k16, s_k + stage * KV_BYTES);
+            __syncthreads();
+            {
+                const int next = t + STAGES;
+                if (next < num_tiles)
+                    LOAD_KV(stage, tile_begin + next, dl);
+                cinfer_cp_async_commit();
             }
 #endif
 #if Q_IN_REGS
@@ -731,38 +789,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     cinfer_ldmatrix_x4(a[mq], ql + IMM_OFFSET(mq * 16, 2 * kk));
 #endif
                 }
-#if KV_FP8
-#pragma unroll
-                for (int g = 0; g < TILE_KV / LDM_TOKENS; g++) {
-                    /* Matrix i: KV rows g * LDM_TOKENS + 8i .. + 7 by chunk kk (16 dims, 16
-                     * bytes), so register i is n tile g * LDM_TOKENS / 8 + i's B fragment: its
-                     * even pair is k slots 2t, 2t + 1, its odd pair 2t + 8, 2t + 9. */
-                    unsigned kr[4];
-                    ldmatrix_kv(kr, kl + stage * KV_BYTES + KV_IMM(g * LDM_TOKENS, kk));
-#pragma unroll
-                    for (int i = 0; i < LDM_TOKENS / 8; i++) {
-                        unsigned kb[2];
-                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, kr[i], &kb[0], &kb[1]);
-#pragma unroll
-                        for (int mq = 0; mq < MMA_Q; mq++)
-                            cinfer_mma(MMA_DT, s[mq][g * (LDM_TOKENS / 8) + i], a[mq], kb);
-                    }
-                }
-#else
 #pragma unroll
                 for (int np = 0; np < S_TILES / 2; np++) {
                     /* Matrices: KV rows np*16 + 0..7 / + 8..15 (lanes / 16) by head-dim chunk
                      * 2 kk / 2 kk + 1 ((lane / 8) % 2): b[0..1] for n tile 2 np, b[2..3] for
                      * 2 np + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4(b, kl + stage * KV_BYTES + IMM_OFFSET(np * 16, 2 * kk));
+                    cinfer_ldmatrix_x4(b, kl + MMA_KV_OFFSET(stage) + IMM_OFFSET(np * 16, 2 * kk));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(MMA_DT, s[mq][2 * np], a[mq], b);
                         cinfer_mma(MMA_DT, s[mq][2 * np + 1], a[mq], b + 2);
                     }
                 }
-#endif
             }
 
 #if CINFER_VARIANT_NO_TRANSFORM
@@ -1026,36 +1065,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
             /* O += P V */
-#if KV_FP8
-#pragma unroll
-            for (int c = 0; c < D / 16; c++) {
-#pragma unroll
-                for (int g = 0; g < TILE_KV / LDM_TOKENS; g++) {
-                    /* Matrices (transposed): KV rows g * LDM_TOKENS + 8i .. + 7 by chunk c;
-                     * registers 2 k2 and 2 k2 + 1 are the k step's two token halves, each split
-                     * into the B fragments of the chunk's even and odd dims (O tiles 2c, 2c + 1).
-                     */
-                    unsigned vr[4];
-                    ldmatrix_kv_trans(vr, vl + stage * KV_BYTES + KV_IMM(g * LDM_TOKENS, c));
-#pragma unroll
-                    for (int k2 = 0; k2 < LDM_TOKENS / 16; k2++) {
-                        const int kk = g * (LDM_TOKENS / 16) + k2;
-                        unsigned even[2], odd[2];
-                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, vr[2 * k2], &even[0],
-                                                       &odd[0]);
-                        cinfer_fp8x4_to_f16x2_even_odd(CINFER_DTYPE_KV, vr[2 * k2 + 1], &even[1],
-                                                       &odd[1]);
-#pragma unroll
-                        for (int mq = 0; mq < MMA_Q; mq++) {
-                            const unsigned pa[4] = {pf[mq][2 * kk][0], pf[mq][2 * kk][1],
-                                                    pf[mq][2 * kk + 1][0], pf[mq][2 * kk + 1][1]};
-                            cinfer_mma(MMA_DT, o[mq][2 * c], pa, even);
-                            cinfer_mma(MMA_DT, o[mq][2 * c + 1], pa, odd);
-                        }
-                    }
-                }
-            }
-#else
 #pragma unroll
             for (int kk = 0; kk < PV_STEPS; kk++) {
                 unsigned pa[MMA_Q][4];
@@ -1072,8 +1081,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * 2 dp / 2 dp + 1 (lane / 16): b[0..1] for d tile 2 dp, b[2..3] for
                      * 2 dp + 1. */
                     unsigned b[4];
-                    cinfer_ldmatrix_x4_trans(b,
-                                             vl + stage * KV_BYTES + IMM_OFFSET(kk * 16, 2 * dp));
+                    cinfer_ldmatrix_x4_trans(b, vl + MMA_KV_OFFSET(stage) +
+                                                    IMM_OFFSET(kk * 16, 2 * dp));
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++) {
                         cinfer_mma(MMA_DT, o[mq][2 * dp], pa[mq], b);
@@ -1081,7 +1090,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                 }
             }
-#endif
         }
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
         CINFER_CP_ASYNC_WAIT(0);
@@ -1107,21 +1115,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const long long slot =
                     (long long)w.partial +
                     ((long long)row * p.num_qo_heads + head) * (long long)w.num_chunks;
-#if KV_FP8
-                /* This lane's values of the row are dims 16c + 4t .. + 3 (see the top). */
-                float *po = p.partial_o + slot * D + 4 * (lane % 4);
-#pragma unroll
-                for (int c = 0; c < D / 16; c++)
-                    *(float4 *)(po + c * 16) = make_float4(
-                        o[mq][2 * c][2 * h] * inv, o[mq][2 * c + 1][2 * h] * inv,
-                        o[mq][2 * c][2 * h + 1] * inv, o[mq][2 * c + 1][2 * h + 1] * inv);
-#else
                 float *po = p.partial_o + slot * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < O_TILES; n++)
                     *(float2 *)(po + n * 8) =
                         make_float2(o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv);
-#endif
                 if (lane % 4 == 0)
                     p.partial_lse[slot] = sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
             }
@@ -1154,26 +1152,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const float inv = p.v_scale; /* no normalization and no LSE */
             const int row = e_row_base + mq * 16 + h * 8;
 #endif
-#if KV_FP8
-                /* This lane's values of the row are dims 16c + 4t .. + 3 (see the top): 8 bytes at
-                 * chunk 2c + t / 2, byte 8 (t % 2). */
-#pragma unroll
-            for (int c = 0; c < D / 16; c++) {
-                float x[4] = {o[mq][2 * c][2 * h] * inv, o[mq][2 * c + 1][2 * h] * inv,
-                              o[mq][2 * c][2 * h + 1] * inv, o[mq][2 * c + 1][2 * h + 1] * inv};
 #if VARIANT_OUTPUT_TRANSFORM
-                if (row < q_rows) {
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        x[i] = variant_output_transform(&vp, x[i], batch_idx, q0 + row + delta,
-                                                        head, c * 16 + 4 * (e_lane % 4) + i);
-                }
-#endif
-                cinfer_st_shared_v2(
-                    s_q + tile_offset(row, 2 * c + (e_lane % 4) / 2) + (e_lane % 2) * 8,
-                    cinfer_pack_half2(DT, x[0], x[1]), cinfer_pack_half2(DT, x[2], x[3]));
-            }
-#elif VARIANT_OUTPUT_TRANSFORM
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;

@@ -101,9 +101,6 @@ typedef struct cinfer_prefill_params {
     float q_scale;
     float soft_cap_log2;
     float v_scale; /* multiplies the output */
-    /* In-kernel RoPE (CINFER_POS = 1 kernels, kernels/pos_rope.cuh): positions are divided by
-     * rope_scale, pair m of D turns at rope_theta^(-2m / D) radians per position */
-    float rope_scale, rope_theta;
     /* fp8 K/V: q is multiplied by q_in_scale (sm_scale) as it becomes the fp16 mma operand, so
      * that a bf16 q beyond fp16's range stays finite; q_scale is divided by it (and e4m3 scales
      * q_scale and v_scale by 256, kernels/prefill.cu). Unused with 16-bit K/V. */

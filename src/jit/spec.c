@@ -434,7 +434,8 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 
 /*
  * Limits of the sm80 prefill kernel (kernels/prefill.cu): q and out of one 16-bit dtype, k and v
- * of the same or fp8 (e4m3, e5m2: rows of head_dim bytes padded to an odd number of chunks);
+ * of the same or fp8 (e4m3, e5m2: stages of rows of head_dim bytes padded to an odd number of
+ * chunks, plus one 16-bit K and V tile that each fp8 tile is converted into);
  * head dims in 16-element mma steps; warps of 16 * mma_q query rows (mma_q = tile_q / (16 *
  * warps) in {1, 2}); KV tiles in 16-row mma steps; at least double buffering; and shared memory
  * (Q tile + stages x K and V tiles, rows padded by 16 bytes) within the largest opt-in size of
@@ -490,8 +491,8 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
                              fam->name, (int)spec->stages);
     const int64_t chunks = spec->head_dim_qk / 8 + 1;
     const int64_t kv_chunks = fp8 ? (spec->head_dim_qk / 16) | 1 : chunks;
-    const int64_t smem =
-        16 * (chunks * spec->tile_q + kv_chunks * 2 * (int64_t)spec->stages * spec->tile_kv);
+    const int64_t smem = 16 * (chunks * (spec->tile_q + (fp8 ? 2 * (int64_t)spec->tile_kv : 0)) +
+                               kv_chunks * 2 * (int64_t)spec->stages * spec->tile_kv);
     if (smem > 227 * 1024)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: tiles need %lld bytes of shared memory, more than 227 KiB",

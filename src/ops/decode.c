@@ -26,8 +26,8 @@ typedef struct decode_setup {
     cinfer_kv_layout_t layout;
     cinfer__dtype_t dtype_q, dtype_kv;
     float q_scale, soft_cap_log2, v_scale, q_in_scale;
-    bool rope;                    /* in-kernel RoPE (the CUDA-core kernel) */
-    float rope_scale, rope_theta; /* its run-time values */
+    bool rope;                         /* in-kernel RoPE (the CUDA-core kernel) */
+    cinfer_pos_rope_params rope_table; /* its frequencies, the RoPE kernel's last parameter */
     cinfer__kernel_t attention, merge;
     const cinfer_variant_t *variant; /* NULL = default attention */
     int tensor_cores;                /* the attention kernel is kernels/decode_tc.cu */
@@ -166,8 +166,7 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->page_size = batch ? o->page_size : 1;
     s->layout = o->kv_layout;
     s->rope = cinfer__attention_rope(o);
-    s->rope_scale = s->rope ? o->rope_scale : 1.0f;
-    s->rope_theta = s->rope ? o->rope_theta : 1e4f;
+    cinfer__attention_rope_params(o, &s->rope_table);
 
     /* The kernel works in base-2 logits: q is pre-scaled by q_scale (ops/options.h). */
     double sm_scale, q_scale, v_scale = o->v_scale;
@@ -337,8 +336,6 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->soft_cap_log2 = s->soft_cap_log2;
     p->v_scale = s->v_scale;
     p->q_in_scale = s->q_in_scale;
-    p->rope_scale = s->rope_scale;
-    p->rope_theta = s->rope_theta;
 }
 
 /* Launches the attention kernel (with the packed variant parameters) and the merge kernel. */
@@ -346,7 +343,9 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
                               cinfer_decode_params *p, unsigned char *variant_blob,
                               int attention_grid, int64_t merge_grid, CUstream stream) {
     CINFER__CHECK(cinfer__context_activate(ctx));
-    void *attention_args[] = {p, variant_blob};
+    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
+     * many entries as the kernel has parameters. */
+    void *attention_args[] = {p, variant_blob, (void *)&s->rope_table};
     void *args[] = {p};
     const unsigned threads = CINFER__DECODE_WARPS * 32;
     if (attention_grid > 0)

@@ -125,6 +125,23 @@ cinfer_status_t cinfer__attention_rope_lens(const cinfer_attention_options_t *o,
     return CINFER_STATUS_SUCCESS;
 }
 
+void cinfer__attention_rope_params(const cinfer_attention_options_t *o,
+                                   cinfer_pos_rope_params *out) {
+    memset(out, 0, sizeof *out);
+    if (!cinfer__attention_rope(o))
+        return;
+    const double two_pi = 6.28318530717958647692;
+    const int pairs = o->head_dim / 2;
+    for (int m = 0; m < pairs && m < CINFER_POS_ROPE_MAX_PAIRS; m++) {
+        /* The expression the kernels evaluated in every CTA before (kernels/pos_rope.cuh). */
+        const double f = pow((double)o->rope_theta, -2.0 * (double)m / (double)o->head_dim) /
+                         (two_pi * (double)o->rope_scale);
+        const float hi = (float)f;
+        out->freq[m][0] = hi;
+        out->freq[m][1] = (float)(f - (double)hi);
+    }
+}
+
 void cinfer__attention_logit_scales(const cinfer_attention_options_t *o, double *sm_scale,
                                     double *q_scale, float *soft_cap_log2) {
     const double log2e = 1.4426950408889634;

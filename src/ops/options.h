@@ -3,6 +3,7 @@
 #define CINFER_OPS_OPTIONS_H
 
 #include "ops/tensor.h"
+#include "pos_rope_params.h"
 
 /* The cinfer dtype of a DLPack dtype (CINFER__DT_NONE for any other). */
 cinfer__dtype_t cinfer__dl_dtype(DLDataType d);
@@ -25,6 +26,16 @@ bool cinfer__attention_rope(const cinfer_attention_options_t *o);
  * (UNSUPPORTED naming `what`, e.g. "request 3"); without it, always SUCCESS. */
 cinfer_status_t cinfer__attention_rope_lens(const cinfer_attention_options_t *o, int64_t qo_len,
                                             int64_t kv_len, const char *what);
+
+/*
+ * The frequency table the in-kernel RoPE kernels take as their last parameter
+ * (kernels/pos_rope_params.h): pair m < head_dim / 2 gets f = rope_theta^(-2m / head_dim) /
+ * (2 pi rope_scale) in float64, split into float32 hi = (float)f and lo = (float)(f - hi); the
+ * rest is zero, all of it without RoPE. head_dim must be at most 2 * CINFER_POS_ROPE_MAX_PAIRS
+ * (the attention operations' limit of 256); pairs past the table are left out.
+ */
+void cinfer__attention_rope_params(const cinfer_attention_options_t *o,
+                                   cinfer_pos_rope_params *out);
 
 /*
  * The logit scales every attention kernel takes (its params struct). *sm_scale: options->sm_scale,

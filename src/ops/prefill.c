@@ -73,9 +73,21 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
 size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg) {
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
-    const size_t kv_row_chunks = is_fp8(kv_dtype) ? ((size_t)head_dim / 16) | 1 : row_chunks;
-    return 16 * (row_chunks * (size_t)cfg->tile_q +
+    if (!is_fp8(kv_dtype))
+        return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
+    /* fp8 stages, then one 16-bit K and V tile that the kernel converts each fp8 tile into */
+    const size_t kv_row_chunks = ((size_t)head_dim / 16) | 1;
+    return 16 * (row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->tile_kv) +
                  kv_row_chunks * 2 * (size_t)cfg->stages * cfg->tile_kv);
+}
+
+/* What tiles must fit: the larger of the 16-bit and the fp8 kernel's shared memory, so that one
+ * choice of tiles serves every K/V dtype (fp8 takes up to 32 bytes per KV row more with 2 stages,
+ * less with more). */
+static size_t fit_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
+    const size_t half = cinfer__prefill_smem_bytes(head_dim, cfg);
+    const size_t fp8 = cinfer__prefill_kv_smem_bytes(head_dim, CINFER__DT_E4M3, cfg);
+    return half > fp8 ? half : fp8;
 }
 
 /*
@@ -92,8 +104,8 @@ size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
  * 16 rows measured 268 against its 374 TFLOP/s at 16k on the H200). It compiles without local
  * memory except for the custom_mask variant (8 bytes) and window + LSE at KV 64 in 3 stages;
  * bench_prefill --sweep compares the candidates on the GPU. With rows padded to D / 8 + 1
- * chunks, the D <= 128 default takes 102 KiB, so on sm_86/sm_89 (99 KiB) fit_config runs it with
- * KV 32.
+ * chunks, the D <= 128 default takes 102 KiB (104 KiB with fp8 K/V: fit_bytes), so on sm_86/sm_89
+ * (99 KiB) fit_config runs it with KV 32.
  */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg);
 
@@ -126,7 +138,7 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
 
 /* Shrinks tiles until they fit max_smem bytes: stages, then KV rows, then query rows. */
 static void fit_config(int head_dim, int max_smem, cinfer__prefill_config_t *cfg) {
-    while (cinfer__prefill_smem_bytes(head_dim, cfg) > (size_t)max_smem) {
+    while (fit_bytes(head_dim, cfg) > (size_t)max_smem) {
         if (cfg->stages > 2)
             cfg->stages--;
         else if (cfg->tile_kv > 16)
@@ -318,7 +330,7 @@ static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLT
  * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
  * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
  * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu), which
- * q_scale and v_scale put back. RoPE's scale and base are read only by RoPE kernels.
+ * q_scale and v_scale put back.
  */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
     double sm_scale, q_scale, v_scale = o->v_scale;
@@ -335,9 +347,6 @@ static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_param
     }
     p->q_scale = (float)q_scale;
     p->v_scale = (float)v_scale;
-    const bool rope = cinfer__attention_rope(o);
-    p->rope_scale = rope ? o->rope_scale : 1.0f;
-    p->rope_theta = rope ? o->rope_theta : 1e4f;
 }
 
 /* Checks a loaded kernel's shared memory (smem dynamic bytes for tiles cfg) against the device
@@ -464,8 +473,12 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
     set_scales(o, &p);
+    cinfer_pos_rope_params rope;
+    cinfer__attention_rope_params(o, &rope);
     CINFER__CHECK(prepare_kernel(ctx, &kernel, &cfg, smem));
-    void *kernel_args[] = {&p, variant_blob};
+    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
+     * many entries as the kernel has parameters. */
+    void *kernel_args[] = {&p, variant_blob, &rope};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
                               1, 1, (unsigned)smem, stream, kernel_args, NULL),
@@ -691,8 +704,9 @@ cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
 struct cinfer_batch_prefill {
     cinfer_context_t *ctx;
     batch_setup_t setup;
-    void *workspace;            /* device */
-    cinfer_prefill_params base; /* the scale, head and workspace fields of every launch */
+    void *workspace;             /* device */
+    cinfer_prefill_params base;  /* the scale, head and workspace fields of every launch */
+    cinfer_pos_rope_params rope; /* the RoPE kernels' frequency table (their last parameter) */
 
     /* Plan's host side: scratch of max_batch_size requests and the pinned mirrors of the
      * workspace's schedule (ops/staging.h). */
@@ -762,6 +776,7 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
                      : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
                                                                      : options->window_left;
     set_scales(options, p);
+    cinfer__attention_rope_params(options, &op->rope);
     p->page_size = s->cfg.page_size;
     p->page_shift = -1;
     for (int shift = 0; shift < 31; shift++)
@@ -1040,7 +1055,9 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
     CINFER__CHECK(cinfer__context_activate(op->ctx));
-    void *params[] = {&p, variant_blob};
+    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
+     * many entries as the kernel has parameters. */
+    void *params[] = {&p, variant_blob, &op->rope};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(s->kernels[tile].function, (unsigned)blocks, 1, 1,
                               (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)s->smem[tile],

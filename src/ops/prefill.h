@@ -22,9 +22,11 @@ typedef struct cinfer__prefill_config {
  * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg);
 
-/* The same for K/V of kv_dtype: 16-bit rows as above, or fp8 rows of d / 16 chunks padded to an
- * odd count (the Q tile stays 16-bit). Tiles are chosen by the 16-bit size, which is never
- * smaller, so an fp8 kernel runs with the same tiles in less shared memory. */
+/* The same for K/V of kv_dtype: 16-bit rows as above, or fp8 stages of rows of d / 16 chunks
+ * padded to an odd count plus one 16-bit K and V tile, which each fp8 tile is converted into (the
+ * Q tile stays 16-bit). Tiles are chosen to fit the larger of the 16-bit and the fp8 size (fp8
+ * takes 32 bytes per KV row more with 2 stages and an even d / 16, less otherwise), so both
+ * kernels run with the same tiles. */
 size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg);
 

@@ -949,8 +949,8 @@ static void rope(void **state) {
 
 /*
  * fp8 K/V (e4m3, e5m2): ragged and paged (page sizes 1, 16 and 5, lengths off the pages and
- * tiles, a combined cache), causal and not, GQA 4, k_scale / v_scale, D 64, and split-KV (whose
- * partial states the fp8 epilogue writes in its own dim order). Few distinct kernels.
+ * tiles, a combined cache), causal and not, GQA 4, k_scale / v_scale, D 64, and split-KV
+ * (partial states written by the fp8 kernel). Few distinct kernels.
  */
 static void fp8_kv(void **state) {
     (void)state;

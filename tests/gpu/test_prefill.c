@@ -698,11 +698,12 @@ static void randomized_grid(void **state) {
 
 /*
  * fp8 K/V (e4m3, e5m2) with fp16 and bf16 q: both masks, GQA 4, head dims 64 / 128 / 256 (one
- * chunk column per thread), 96 (the generic copies) and 48 (rows of an odd chunk count), HND,
- * k_scale / v_scale, soft cap with a window, rows with nothing kept, lengths off the tile sizes,
- * 16-row KV tiles (two-matrix ldmatrix) and two-warp tiles, e4m3 values that become fp16
- * subnormals in the kernel (K / 256), and variants whose hooks see the output's dims (the fp8
- * epilogue reorders them). Few distinct kernels, to keep compile time down.
+ * chunk column per thread), 96 (the generic copies) and 48 (rows of an odd chunk count, a last
+ * conversion pass that only some threads take), HND, k_scale / v_scale, soft cap with a window,
+ * rows with nothing kept, lengths off the tile sizes, 16-row KV tiles in 3 stages (3 tiles in
+ * flight), two-warp tiles, KV tiles of more rows than the CTA has threads (the conversion's
+ * passes per column), e4m3 values that become fp16 subnormals in the kernel (K / 256), and
+ * variants whose hooks see the output's dims. Few distinct kernels, to keep compile time down.
  */
 static void fp8_kv(void **state) {
     (void)state;
@@ -710,6 +711,8 @@ static void fp8_kv(void **state) {
         .tile_q = 64, .tile_kv = 16, .warps = 4, .stages = 3};
     static const cinfer__prefill_config_t two_warps = {
         .tile_q = 32, .tile_kv = 32, .warps = 2, .stages = 2};
+    static const cinfer__prefill_config_t long_kv = {
+        .tile_q = 32, .tile_kv = 128, .warps = 2, .stages = 2};
     uint64_t seed = cinfer_test_seed() + 2000;
     for (int kv = 0; kv < 2; kv++)
         for (int causal = 0; causal < 2; causal++) {
@@ -772,7 +775,7 @@ static void fp8_kv(void **state) {
         c.kv_len = 277 + 19 * i;
         run_case(&c, seed++);
     }
-    c = base_case("fp8 e4m3, tiles q64 kv16 w4 s3 (two-matrix ldmatrix)");
+    c = base_case("fp8 e4m3, tiles q64 kv16 w4 s3");
     c.kv_dtype = CINFER__DT_E4M3;
     c.tiles = &kv16;
     c.kv_len = 301;
@@ -782,6 +785,17 @@ static void fp8_kv(void **state) {
     c.tiles = &two_warps;
     c.strided_out = 1;
     run_case(&c, seed++);
+    /* 128 KV rows over 64 threads: two passes per chunk column; lengths off the tile. */
+    for (int kv = 0; kv < 2; kv++) {
+        c = base_case(kv ? "fp8 e5m2, tiles q32 kv128 w2 s2, causal"
+                         : "fp8 e4m3, tiles q32 kv128 w2 s2, non-causal");
+        c.kv_dtype = kv ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+        c.tiles = &long_kv;
+        c.causal = kv;
+        c.qo_len = 200;
+        c.kv_len = 333;
+        run_case(&c, seed++);
+    }
     /* The user variant transforms q, the logits and each output dim; custom_mask drops logits. */
     static const tv_kind kinds[] = {TV_USER, TV_MASK};
     for (int i = 0; i < 2; i++) {

@@ -2,7 +2,8 @@
  * In-kernel RoPE in the attention options, without a device: validation of pos_encoding_mode,
  * rope_scale, rope_theta and the head dim (each error naming the field, its value and what was
  * expected), the decode backend choice (RoPE runs on the CUDA-core kernel), the combinations that
- * are rejected, the length limit, and the specs the options turn into.
+ * are rejected, the length limit, the specs the options turn into, and the kernels' frequency
+ * table.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,6 +191,67 @@ static void lengths_are_limited(void **state) {
                      CINFER_STATUS_SUCCESS);
 }
 
+/* Bit pattern of a float, so that table entries compare exactly (0.0f and -0.0f differ). */
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/*
+ * The host's frequency table against a float64 recomputation of what the kernels computed in
+ * every CTA before (the same expression, entry by entry, bit for bit), against the exact frequency
+ * in long double (hi + lo carries 48 bits: within 2^-46 of it, relatively), and zeros past D / 2.
+ */
+static void frequency_table_matches_float64(void **state) {
+    (void)state;
+    const struct {
+        int head_dim;
+        float scale, theta;
+    } cases[] = {{128, 1.0f, 1e4f}, {128, 8.0f, 5e5f}, {64, 0.01f, 1e4f},
+                 {256, 1.0f, 1e6f}, {16, 2.5f, 10.0f}, {256, 40.0f, 1.5e7f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cinfer_attention_options_t o = rope_options();
+        o.head_dim = cases[c].head_dim;
+        o.rope_scale = cases[c].scale;
+        o.rope_theta = cases[c].theta;
+        cinfer_pos_rope_params t;
+        memset(&t, 0xff, sizeof t); /* every entry must be written */
+        cinfer__attention_rope_params(&o, &t);
+        for (int m = 0; m < CINFER_POS_ROPE_MAX_PAIRS; m++) {
+            if (m >= o.head_dim / 2) {
+                assert_int_equal(float_bits(t.freq[m][0]), 0);
+                assert_int_equal(float_bits(t.freq[m][1]), 0);
+                continue;
+            }
+            const double f = pow((double)o.rope_theta, -2.0 * (double)m / (double)o.head_dim) /
+                             (6.28318530717958647692 * (double)o.rope_scale);
+            const float hi = (float)f, lo = (float)(f - (double)hi);
+            if (float_bits(t.freq[m][0]) != float_bits(hi) ||
+                float_bits(t.freq[m][1]) != float_bits(lo))
+                fail_msg("D %d scale %g theta %g pair %d: (%a, %a), expected (%a, %a)", o.head_dim,
+                         (double)o.rope_scale, (double)o.rope_theta, m, (double)t.freq[m][0],
+                         (double)t.freq[m][1], (double)hi, (double)lo);
+            const long double exact =
+                powl((long double)o.rope_theta, -2.0L * m / o.head_dim) /
+                (2.0L * 3.141592653589793238462643383279503L * (long double)o.rope_scale);
+            const long double sum = (long double)t.freq[m][0] + (long double)t.freq[m][1];
+            if (fabsl(sum - exact) > ldexpl(exact, -46))
+                fail_msg("D %d pair %d: hi + lo = %La, exact %La", o.head_dim, m, sum, exact);
+            /* lo is the rounding error of hi: at most half an ulp of it. */
+            assert_true(fabsf(t.freq[m][1]) <= ldexpf(fabsf(hi), -24));
+        }
+    }
+    /* Without RoPE the table is all zeros. */
+    cinfer_attention_options_t o = rope_options();
+    o.pos_encoding_mode = CINFER_POS_ENCODING_NONE;
+    cinfer_pos_rope_params t, zero;
+    memset(&t, 0xff, sizeof t);
+    memset(&zero, 0, sizeof zero);
+    cinfer__attention_rope_params(&o, &t);
+    assert_memory_equal(&t, &zero, sizeof t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(init_macro_defaults),
@@ -197,6 +259,7 @@ int main(void) {
         cmocka_unit_test(decode_runs_rope_on_cuda_cores),
         cmocka_unit_test(prefill_specs_carry_rope),
         cmocka_unit_test(lengths_are_limited),
+        cmocka_unit_test(frequency_table_matches_float64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

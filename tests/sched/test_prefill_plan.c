@@ -311,6 +311,9 @@ static void batch_tiles_are_ascending_and_fit(void **state) {
             assert_memory_equal(&cfgs[n - 1], &def, sizeof def);
             for (int i = 0; i < n; i++) {
                 assert_true(cinfer__prefill_smem_bytes(d, &cfgs[i]) <= (size_t)smem);
+                /* The same tiles serve fp8 K/V (fp8 stages plus the 16-bit tiles they become). */
+                assert_true(cinfer__prefill_kv_smem_bytes(d, CINFER__DT_E4M3, &cfgs[i]) <=
+                            (size_t)smem);
                 if (i > 0)
                     assert_true(cfgs[i].tile_q > cfgs[i - 1].tile_q);
                 if (i < n - 1) /* the small tiles keep 16 rows per warp */
