@@ -2,17 +2,21 @@
 """Cascade attention benchmark (issue 6): one decode step of 64 requests that share an 8k-token
 prefix and own 256 tokens each, as plain batch decode over each request's whole page table
 versus cinfer.MultiLevelCascadeAttentionWrapper (level 0: the prefix, read once for all 64
-query rows; level 1: each request's own tokens; one merge_states of the two levels).
+query rows, batch prefill; level 1: each request's own tokens, batch decode outside graph mode;
+one merge_states of the two levels).
 
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the
 cascade can save (the printed "KV read ratio"). The measured speedup also pays for the prefix
 level's prefill (64 query rows over 8k keys, split-KV: 8 chunks of 1024 keys x 32 heads = 256 CTAs
-on an H200, then their merge) and the merge of the levels.
+on an H200, then their merge), which is compute: 4 * 64 * 32 * 8192 * 128 = 8.6 GFLOP, 24 us at
+the 357 TFLOP/s of the 16k single prefill; and plain decode finds part of the shared prefix in
+the L2 (its queued GB/s exceed the copy ceiling).
 
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50] [--caches 4]
 
-Each path is timed three ways (medians of CUDA-event timings after warm-up):
+Each path is timed three ways, the cascade also per level (medians of CUDA-event timings after
+warm-up):
 
 - per call: one run between two events, then a synchronize, so the host work of the call
   (the Python wrapper between its launches) shows as GPU idle time;
@@ -20,6 +24,8 @@ Each path is timed three ways (medians of CUDA-event timings after warm-up):
   (bench_decode's and peers_decode.py's method), so the figure is GPU time plus the GPU's own
   gaps between launches, as a CUDA graph replay would see; the host's enqueue time per run is
   printed beside it;
+- per level (queued): each level's launches alone, and the merge of the levels alone, with the
+  level's kind (batch prefill, batch decode, or "packed": prefill over GQA-packed rows);
 - graph: a CUDA graph (wrappers in use_cuda_graph mode) of one run per cache, its replays
   queued behind a hold, divided by the runs it holds.
 
@@ -215,6 +221,24 @@ def main() -> int:
     t_cascade = per_call(cascade_run)
     q_plain, host_plain = queued(plain_run)
     q_cascade, host_cascade = queued(cascade_run)
+    # Each level alone and the merge alone (queued): the launch bound at plan (the wrapper's
+    # internals, timing only) with the other levels' launches, or the merge, replaced by no-ops.
+    launch = cascade._launch
+    all_levels, merge_fn = launch.levels, launch.merge_fn
+
+    class Skip:
+        def launch(self, *args):
+            pass
+
+    q_levels = []
+    try:
+        for i in range(len(all_levels) + 1):
+            launch.levels = [lvl if j == i else Skip() for j, lvl in enumerate(all_levels)]
+            launch.merge_fn = merge_fn if i == len(all_levels) else (lambda *args: 0)
+            q_levels.append(queued(cascade_run)[0])
+    finally:
+        launch.levels, launch.merge_fn = all_levels, merge_fn
+    kinds = [lvl.kind for lvl in all_levels]
 
     plain_g = plain_wrapper(graph=True)
     cascade_g = cascade_wrapper(graph=True)
@@ -240,6 +264,9 @@ def main() -> int:
               f"queued {nbytes / tq / 1e3:7.1f} GB/s of {nbytes / 2**20:.0f} MiB KV")
     print(f"  speedup            : {t_plain / t_cascade:8.2f}x {q_plain / q_cascade:8.2f}x "
           f"{g_plain / g_cascade:8.2f}x")
+    print("  cascade per level  : " + ", ".join(
+        f"level {i} ({k}) {t:.1f} us" for i, (k, t) in enumerate(zip(kinds, q_levels))) +
+        f", merge {q_levels[-1]:.1f} us (queued, each alone)")
     print(f"  KV read ratio {plain_bytes / cascade_bytes:.1f}x (the most the cascade can save); "
           f"max |plain - cascade| = {diff:.2e} eager, {diff_graph:.2e} graph")
     print(f"  wall {time.perf_counter() - t_start:.1f} s (JIT included on a cold cache)")

@@ -23,6 +23,7 @@ from . import _lib
 from . import _tensor as T
 from . import variant as V
 from .errors import ArgumentError, UnsupportedError
+from .decode import BatchDecodeWithPagedKVCacheWrapper
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 if TYPE_CHECKING:  # annotations only: torch is imported lazily
@@ -247,11 +248,19 @@ _MAX_STATE_SETS = 4
 _RUN_NAME = "MultiLevelCascadeAttentionWrapper.run"
 
 
+# How a level runs (chosen at plan; graph mode and a single level always run batch prefill):
+# PREFILL: batch prefill of the level's groups;
+# DECODE: every group of the level has one query row (a decode step): batch decode, whose
+#   tensor-core kernel reads each KV head once for all the query heads of its group (batch
+#   prefill runs one query head per CTA, a 1-row tile of 32, and reads the KV once per head).
+_PREFILL, _DECODE = "prefill", "decode"
+
+
 class _States:
     """The levels' partial states of one run, ``v`` ``[rows, num_levels, H, D]`` and ``s``
     ``[rows, num_levels, H]`` float32, with the DLTensors of each level's slice (a level's
-    batch prefill writes its output and LSE there, strided) and of the whole (the input of the
-    one merge_states that folds the levels)."""
+    batch prefill or decode writes its output and LSE there, strided) and of the whole (the input
+    of the one merge_states that folds the levels)."""
 
     __slots__ = ("rows", "v", "s", "level_refs", "dls", "v_ref", "s_ref")
 
@@ -269,24 +278,47 @@ class _States:
         self.v_ref, self.s_ref = (ctypes.byref(d) for d in self.dls[-1])
 
 
+class _Level:
+    """One level's launch, bound at plan: its kind, the C object, the entry point and the
+    references its run takes besides q, the cache and the outputs (the page table: a batch
+    prefill object keeps its indptr from plan, batch decode takes it at run)."""
+
+    __slots__ = ("kind", "handle", "run_fn", "table_refs", "args_ref", "args")
+
+    def __init__(self, kind: str, wrapper, prefill_run) -> None:
+        p = wrapper._plan
+        self.kind = kind
+        self.args = (p.builtin_args if p.builtin_args is not None
+                     else V.pack_args(p.variant, None, _RUN_NAME))
+        self.args_ref = self.args.ref()
+        if kind == _DECODE:
+            self.handle = wrapper._op
+            self.run_fn = p.run_fn
+            self.table_refs = (p.indptr_ref, p.indices_ref, p.last_page_len_ref)
+        else:
+            self.handle = p.op.handle
+            self.run_fn = prefill_run
+            self.table_refs = (ctypes.byref(p.dl_kv_indices),)
+
+    def launch(self, q_ref, k_ref, v_ref, o_ref, s_ref, stream) -> None:
+        _lib.check(self.run_fn(self.handle, q_ref, k_ref, v_ref, *self.table_refs, o_ref, s_ref,
+                               self.args_ref, stream), _RUN_NAME)
+
+
 class _Launch:
     """Everything :meth:`MultiLevelCascadeAttentionWrapper.run` needs, bound once by
-    :meth:`~MultiLevelCascadeAttentionWrapper.plan`: each level's C object, page table and
-    variant arguments, the library's entry points, the context, the stream accessor, reusable
-    argument structs (a call with tensors of the last call's layout only updates their data
-    pointers) and the level-state buffers, per stream. A run is then the levels' launches and
-    one merge, with one allocation (the output; the LSE too with ``return_lse``)."""
+    :meth:`~MultiLevelCascadeAttentionWrapper.plan`: each level's launch (_Level), the library's
+    entry points, the context, the stream accessor, reusable argument structs (a call with
+    tensors of the last call's layout only updates their data pointers) and the level-state
+    buffers, per stream. A run is then the levels' launches and one merge, with one allocation
+    (the output; the LSE too with ``return_lse``)."""
 
-    def __init__(self, wrappers, graph: bool, states, captured) -> None:
+    def __init__(self, wrappers, kinds, graph: bool, states, captured) -> None:
         lib = _lib.lib()
         # The plans own the page tables' device tensors and DLTensors that the levels' launches
         # read; keeping them keeps those alive until the next plan.
         self.plans = [w._plan for w in wrappers]
-        self.levels = []
-        for p in self.plans:
-            packed = (p.builtin_args if p.builtin_args is not None
-                      else V.pack_args(p.variant, None, _RUN_NAME))
-            self.levels.append((p.op.handle, ctypes.byref(p.dl_kv_indices), packed.ref(), packed))
+        self.levels = [_Level(k, w, lib.cinfer_batch_prefill_run) for w, k in zip(wrappers, kinds)]
         first = self.plans[0]
         self.num_heads = first.num_qo_heads
         self.head_dim = first.head_dim
@@ -294,12 +326,11 @@ class _Launch:
         self.device = wrappers[0].device
         self.ctx = T.context_of(self.device)
         self.stream = T.stream_getter(self.device)
-        self.run_fn = lib.cinfer_batch_prefill_run
         self.merge_fn = lib.cinfer_merge_states
         # Graph mode: captured runs must cover the most query rows any later plan may have.
         self.capture_rows = max(w._max_total_qo for w in wrappers) if graph else 0
         # Outside graph mode a run with no query rows and nothing planned launches nothing.
-        self.empty_ok = not graph and all(p.qo_end <= 0 for p in self.plans)
+        self.empty_ok = not graph and all(_planned_rows(p) <= 0 for p in self.plans)
         self.q = T.DLSlot("q")
         self.kv = A.PagedKVSlots(self.device)
         self.out = T.DLSlot("out")
@@ -364,11 +395,8 @@ class _Launch:
         if lse is not None:
             lse, lse_ref = A.slot_ref(self.lse, lse, "lse", self.device)
         stream = self.stream()
-        run_fn = self.run_fn
         if len(self.levels) == 1:
-            handle, indices_ref, args_ref, _ = self.levels[0]
-            _lib.check(run_fn(handle, q_ref, k_ref, v_ref, indices_ref, out_ref, lse_ref,
-                              args_ref, stream), _RUN_NAME)
+            self.levels[0].launch(q_ref, k_ref, v_ref, out_ref, lse_ref, stream)
             return (out, lse) if return_lse else out
         # Every level writes its state into its slice of the state buffers, the prefix (the
         # longest) first; one merge_states folds them into out (and lse).
@@ -376,13 +404,17 @@ class _Launch:
         if (self.graph and not any(c is st for c in self.captured)
                 and torch.cuda.is_current_stream_capturing()):
             self.captured.append(st)
-        for (handle, indices_ref, args_ref, _), (o_ref, s_ref) in zip(self.levels,
-                                                                    st.level_refs):
-            _lib.check(run_fn(handle, q_ref, k_ref, v_ref, indices_ref, o_ref, s_ref, args_ref,
-                              stream), _RUN_NAME)
+        for lvl, (o_ref, s_ref) in zip(self.levels, st.level_refs):
+            lvl.launch(q_ref, k_ref, v_ref, o_ref, s_ref, stream)
         _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, out_ref, lse_ref, stream),
                    _RUN_NAME)
         return (out, lse) if return_lse else out
+
+
+def _planned_rows(p) -> int:
+    """The query rows a level's plan covers (a batch prefill plan's qo_end; a decode plan's
+    batch size)."""
+    return p.qo_end if hasattr(p, "qo_end") else p.batch_size
 
 
 class MultiLevelCascadeAttentionWrapper:
@@ -393,7 +425,11 @@ class MultiLevelCascadeAttentionWrapper:
     KV: the shared prefix is read once for all the rows that attend it instead of once per
     request. The levels' partial states (output, base-2 LSE) are merged exactly with one
     :func:`merge_states`, so the result equals attention over each row's concatenated KV
-    (levels in order).
+    (levels in order). With more than one level and outside CUDA graph mode, a level whose
+    every group is one query row (``qo_indptr_arr[l]`` = ``0, 1, ..., n``: a decode step's own
+    tokens) runs as batch decode instead (cinfer extension, same result: the tensor-core decode
+    kernel reads each KV head once for its query heads, where batch prefill reads it once per
+    query head).
 
     Parameters
     ----------
@@ -446,6 +482,8 @@ class MultiLevelCascadeAttentionWrapper:
         self._states_key = None
         self._captured_states: list = []  # see _Launch.captured
         slices = self._split(float_workspace_buffer, num_levels)
+        self._slices = slices
+        self._decode_wrappers: list = [None] * num_levels
         if self._use_cuda_graph:
             arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
                     "paged_kv_indptr_buf_arr": paged_kv_indptr_buf_arr,
@@ -494,8 +532,12 @@ class MultiLevelCascadeAttentionWrapper:
         on; ``int_workspace_buffers`` is accepted and unused. The current plan is dropped."""
         slices = self._split(float_workspace_buffer, self._num_levels)
         self._launch = None  # the levels' C objects are destroyed
+        self._slices = slices
         for w, ws in zip(self._wrappers, slices):
             w.reset_workspace_buffer(ws)
+        for w, ws in zip(self._decode_wrappers, slices):
+            if w is not None:
+                w.reset_workspace_buffer(ws)
 
     def plan(
         self,
@@ -573,28 +615,65 @@ class MultiLevelCascadeAttentionWrapper:
             )
         # A failed plan leaves no runnable plan (as the batch prefill wrapper's).
         self._launch = None
-        for i, w in enumerate(self._wrappers):
+        kinds = [self._level_kind(i, qo_indptr_arr[i]) for i in range(self._num_levels)]
+        planned = []
+        for i, kind in enumerate(kinds):
+            common = dict(pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale,
+                          window_left=window_left, logits_soft_cap=logits_soft_cap,
+                          rope_scale=rope_scale, rope_theta=rope_theta,
+                          q_data_type=q_data_type, kv_data_type=kv_data_type)
             try:
-                w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
-                       paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
-                       page_size, causal=bool(causal) and i == self._num_levels - 1,
-                       pos_encoding_mode=pos_encoding_mode,
-                       use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
-                       window_left=window_left, logits_soft_cap=logits_soft_cap,
-                       rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
-                       kv_data_type=kv_data_type)
+                if kind == _DECODE:
+                    # One query row per group: causal or not, it attends all of the group's KV
+                    # (bottom-right alignment), as batch decode's query does.
+                    w = self._decode_wrapper(i)
+                    w.plan(paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                           paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
+                           page_size, **common)
+                else:
+                    w = self._wrappers[i]
+                    w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                           paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
+                           page_size, causal=bool(causal) and i == self._num_levels - 1,
+                           use_fp16_qk_reduction=use_fp16_qk_reduction, **common)
             except ArgumentError as e:
                 raise type(e)(f"level {i}: {e}", e.status) from e
-        p = self._wrappers[0]._plan
+            planned.append(w)
+        p = planned[0]._plan
         key = (p.q_dtype, p.num_qo_heads, p.head_dim)
         if key != self._states_key:
             self._states = {}
-        launch = _Launch(self._wrappers, self._use_cuda_graph, self._states,
+        launch = _Launch(planned, kinds, self._use_cuda_graph, self._states,
                          self._captured_states)
         if self._num_levels > 1 and key != self._states_key:
             launch.warm_merge()
         self._states_key = key
         self._launch = launch
+
+    def _level_kind(self, i: int, qo_indptr) -> str:
+        """How level ``i`` runs (_PREFILL or _DECODE). Graph mode keeps batch prefill (its
+        captured launches are those of the first plan's kernels); so does a single level (the
+        wrapper is then one batch prefill, variants and positions included). With more levels
+        there is no RoPE, ALiBi or window (plan refuses them), so a level of one query row per
+        group computes what batch decode computes."""
+        if self._use_cuda_graph or self._num_levels == 1:
+            return _PREFILL
+        _, host = A.host_index(qo_indptr, f"qo_indptr_arr[{i}]")
+        torch = T.torch_module()
+        groups = host.shape[0] - 1
+        if groups >= 1 and torch.equal(host, torch.arange(groups + 1, dtype=torch.int32)):
+            return _DECODE
+        return _PREFILL
+
+    def _decode_wrapper(self, i: int) -> BatchDecodeWithPagedKVCacheWrapper:
+        """Level ``i``'s batch decode wrapper, created on first use over the level's workspace
+        slice (shared with its batch prefill wrapper: only the kind planned last runs, and each
+        plan rewrites the schedule it reads)."""
+        w = self._decode_wrappers[i]
+        if w is None:
+            w = BatchDecodeWithPagedKVCacheWrapper(self._slices[i], self._kv_layout)
+            self._decode_wrappers[i] = w
+        return w
 
     begin_forward = plan
 
@@ -632,8 +711,8 @@ class MultiLevelCascadeAttentionWrapper:
 
         Notes
         -----
-        One batch prefill launch per level (two for a level planned with split-KV) writing its
-        partial state into buffers the wrapper keeps per CUDA stream, then one
+        One batch prefill or batch decode launch per level (two for a level planned with
+        split-KV) writing its partial state into buffers the wrapper keeps per CUDA stream, then one
         :func:`merge_states` launch into the output: no synchronization, no compilation, and
         no allocation but the returned tensors (and the state buffers, at the first run on a
         stream or with another number of rows), so it can be captured in a CUDA graph

@@ -375,13 +375,18 @@ def test_cascade_levels(fake):
     assert all(ptrs[i] + sizes[i] <= ptrs[i + 1] for i in range(2))
     qo, kv, idx, last = _three_levels()
     c.plan(qo, kv, idx, last, 8, 2, 128, 16, causal=True)
+    # Levels 0 and 1 are batch prefill (only the last level is causal); level 2, one query row
+    # per group, is a decode step: batch decode.
     creates = fake.of("create")
-    assert [x[3] for x in creates] == [0, 0, 1]  # only the last level is causal
+    assert [x[3] for x in creates] == [0, 0]
+    assert [x[3] for x in fake.of("plan")] == [[0, 4], [0, 2, 4]]
+    assert len(fake.of("decode_create")) == 1 and fake.of("decode_plan")[-1][2] == 4
     assert len(fake.of("merge_states")) == 1  # plan loads the merge kernel (a one-row merge)
     q = torch.zeros(4, 8, 128, dtype=torch.float16)
     cache = torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16)
     out, lse = c.run(q, cache, return_lse=True)
-    assert len(fake.of("run")) == 3 and len(fake.of("merge")) == 0
+    assert len(fake.of("run")) == 2 and len(fake.of("decode_run")) == 1
+    assert len(fake.of("merge")) == 0
     # Each level writes its slice of one [rows, levels, H, D] / [rows, levels, H] state pair,
     # and one merge_states folds the levels into the returned out and lse.
     _, v_ptr, v_shape, s_ptr, out_ptr, lse_ptr = fake.of("merge_states")[-1]
@@ -390,17 +395,28 @@ def test_cascade_levels(fake):
         assert q_ptr == q.data_ptr()
         assert (o_ptr, o_strides) == (v_ptr + i * 8 * 128 * 2, [3 * 8 * 128, 128, 1])
         assert (l_ptr, l_strides) == (s_ptr + i * 8 * 4, [3 * 8, 1])
+    _, _, dq_ptr, do_ptr, _, dl_ptr = fake.of("decode_run")[-1]
+    assert (dq_ptr, do_ptr, dl_ptr) == (q.data_ptr(), v_ptr + 2 * 8 * 128 * 2, s_ptr + 2 * 8 * 4)
     # Another q and output: the same structs point at them; the states are reused.
     q2 = torch.zeros(4, 8, 128, dtype=torch.float16)
     out2 = c.run(q2, cache)
-    assert [v[0] for v in fake.run_views[3:]] == [q2.data_ptr()] * 3
-    assert [v[1] for v in fake.run_views[3:]] == [v[1] for v in fake.run_views[:3]]
+    assert [v[0] for v in fake.run_views[2:]] == [q2.data_ptr()] * 2
+    assert [v[1] for v in fake.run_views[2:]] == [v[1] for v in fake.run_views[:2]]
+    assert fake.of("decode_run")[-1][2:4] == (q2.data_ptr(), do_ptr)
     assert fake.of("merge_states")[-1][1:] == (v_ptr, v_shape, s_ptr, out2.data_ptr(), None)
     # A strided q is passed with its strides; more rows get new states.
     wide = torch.zeros(5, 16, 128, dtype=torch.float16)
     c.run(wide[:, 8:], cache)
     assert fake.run_views[-1][0] == wide[:, 8:].data_ptr()
+    assert fake.of("decode_run")[-1][2] == wide[:, 8:].data_ptr()
     assert fake.of("merge_states")[-1][2] == [5, 3, 8, 128]
+    # A plan whose last level has a group of two rows runs it as batch prefill again (the
+    # workspace slice is shared: each plan rewrites what its kind reads).
+    c.plan(qo[:2] + [_i32([0, 1, 2, 4, 4])], kv, idx, last, 8, 2, 128, 16, causal=True)
+    n_decode, n_prefill = len(fake.of("decode_run")), len(fake.of("run"))
+    c.run(q, cache)
+    assert len(fake.of("decode_run")) == n_decode and len(fake.of("run")) == n_prefill + 3
+    assert fake.of("plan")[-1][3] == [0, 1, 2, 4, 4] and fake.of("create")[-1][3] == 1
     with pytest.raises(TypeError, match="q"):
         c.run("q", cache)
     with pytest.raises(ValueError, match="paged_kv_cache"):
