@@ -141,9 +141,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tx = lane % TX, row = warp * TY + lane / TX;
     const int group = p.num_qo_heads / p.num_kv_heads;
-    const int num_work = p.header->num_work;
+    const int num_ctas = p.header->num_ctas;
+    const int slices_per_head = group / HPC;
     /* The first item is read beside the header rather than after it, and each next one while the
-     * current one runs, as in kernels/decode_tc.cu (which says why reading an item past num_work
+     * current one runs, as in kernels/decode_tc.cu (which says why reading an item past num_ctas
      * is harmless): an item's start then waits for its page-table entries, q and KV only (the
      * item carries kv_indptr[request] and kv_len). */
     cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
@@ -157,12 +158,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     __syncthreads();
 #endif
 
-    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+    for (int w = (int)blockIdx.x < num_ctas ? (int)blockIdx.x : -1; w >= 0;) {
         const cinfer_decode_work item = next_item;
-        if (w + (int)gridDim.x < num_work)
-            next_item = cinfer_decode_load_work(p.work, w + gridDim.x);
+        w = item.next;
+        if (w >= 0)
+            next_item = cinfer_decode_load_work(p.work, w);
         const int b = item.request;
-        const int qo_head0 = item.kv_head * group + item.head_begin;
+        const int kv_head = item.slice / slices_per_head;
+        const int qo_head0 = cinfer_decode_item_head(&item, group, slices_per_head, HPC);
 #if NEEDS_POS
         const int qo_pos = item.kv_len - 1; /* the query's absolute position */
 #endif
@@ -207,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         }
 
         const int page_begin = item.page_begin; /* 0 for contiguous KV */
-        const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
+        const long long head_offset = (long long)kv_head * p.kv_stride_head;
         kv_vec k_next[U], v_next[U];
         load_step(p, page_begin, head_offset, item.kv_begin, row, tx, item.kv_end, k_next, v_next);
 
@@ -245,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                     float x = CINFER_VARIANT_DROPPED;
                     if (valid) {
                         x = cinfer_variant_logit(&vp, dot, b, qo_pos, t0 + u * ROWS + row,
-                                                 qo_head0 + g, item.kv_head);
+                                                 qo_head0 + g, kv_head);
                         if (VARIANT_USE_SOFTMAX)
                             x *= CINFER_LOG2E; /* -inf stays -inf */
                     }
@@ -312,10 +315,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         }
         __syncthreads();
 #if VARIANT_STATE_INIT
-        /* The initial state joins once per query row: in the request's first chunk. */
-        const cinfer_decode_request req = p.requests[b];
+        /* The initial state joins once per query row: in its slice's first chunk. */
         const bool first_chunk =
-            item.partial < 0 || (item.partial - req.partial_base) % req.num_chunks == 0;
+            item.partial < 0 ||
+            item.partial == p.requests[(long long)b * p.num_kv_heads * slices_per_head + item.slice]
+                                .partial_base;
 #endif
         for (int pair = threadIdx.x; pair < HPC * ROW_LANES; pair += THREADS) {
             const int g = pair / ROW_LANES, x = pair % ROW_LANES;
@@ -436,15 +440,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         return;
     }
     const int b = (int)(pair / p.num_qo_heads), head = (int)(pair % p.num_qo_heads);
-    const cinfer_decode_request req = p.requests[b];
+    const int group = p.num_qo_heads / p.num_kv_heads, hpc = p.heads_per_cta;
+    const int kv_head = head / group, in_group = head % group;
+    const int slice = kv_head * (group / hpc) + in_group / hpc, g = in_group % hpc;
+    /* Decode: one entry per (request, head slice), slots partial_base + c; batch prefill's rows:
+     * one per row, slots partial_base + slice * num_chunks + c (kernels/decode_params.h). */
+    const cinfer_decode_request req =
+        p.slice_infos ? p.requests[(long long)b * p.num_kv_heads * (group / hpc) + slice]
+                      : p.requests[b];
     if (req.num_chunks <= 1) {
         cinfer_pdl_wait();
         return;
     }
-    const int group = p.num_qo_heads / p.num_kv_heads, hpc = p.heads_per_cta;
-    const int kv_head = head / group, in_group = head % group;
-    const int slice = kv_head * (group / hpc) + in_group / hpc, g = in_group % hpc;
-    const long long slot0 = req.partial_base + (long long)slice * req.num_chunks;
+    const long long slot0 =
+        req.partial_base + (p.slice_infos ? 0 : (long long)slice * req.num_chunks);
     /* The schedule above was in place before the attention kernel started; its partial states
      * are not until it has finished (the host may launch this kernel as its programmatic
      * dependent). */

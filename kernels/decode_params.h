@@ -2,11 +2,12 @@
  * Parameters of the decode kernels, shared by the host (src/ops/decode.c, src/sched/decode_plan.c)
  * and the device (kernels/decode.cu): plain C types only, so both compilers lay them out alike.
  *
- * A decode step is a list of work items, one CTA each (a persistent grid strides over the list):
- * item = (request, KV head, first query head of the group slice, KV token range). Items that cover
- * a request's whole KV range write the output and LSE directly; items of a request split into
- * several chunks (split-KV) write a float32 partial state (v normalized, lse base 2) into the
- * workspace, and the merge kernel folds each request's partials into the output.
+ * A decode step is a list of work items: item = (request, head slice, KV token range), a head slice
+ * being one KV head and heads_per_cta of its query heads. CTA i of the attention grid runs item i
+ * (for i < header->num_ctas) and then follows the items' `next` links. Items that cover a slice's
+ * whole KV range write the output and LSE directly; the pieces of a slice split into several
+ * chunks (split-KV) write float32 partial states (v normalized, lse base 2) into the workspace,
+ * and the merge kernel folds each slice's partials into the output.
  *
  * All addresses are computed in 64-bit; strides are in elements.
  */
@@ -24,29 +25,33 @@
 /* 32 bytes: kernels/decode_tc.cu reads an item as two 16-byte vectors. */
 typedef struct cinfer_decode_work {
     int request;    /* batch index */
-    int kv_head;    /* KV head; query heads kv_head * group + head_begin .. + heads_per_cta */
-    int head_begin; /* first query head of this item inside the GQA group */
+    int slice;      /* head slice: KV head slice / (group / heads_per_cta), query heads
+                       kv_head * group + (slice % (group / heads_per_cta)) * heads_per_cta + ... */
     int kv_begin;   /* first KV position of the chunk (inclusive) */
     int kv_end;     /* last KV position of the chunk (exclusive); kv_begin == kv_end is empty */
     int partial;    /* -1: write out/lse directly; else the chunk's partial slot */
     int page_begin; /* kv_indptr[request] as planned (paged KV; 0 otherwise), so that a kernel
                        reads the request's pages without reading kv_indptr first */
     int kv_len;     /* the request's KV length (query position = kv_len - 1) */
+    int next;       /* the CTA's next item, -1 after its last */
 } cinfer_decode_work;
 
-/* Per request: where its partial states live, for the merge kernel. */
+/* Where a split's partial states live, for the merge kernel: in decode, one per (request, head
+ * slice), at requests[b * units + s] (units = head slices per request), with slot(c) =
+ * partial_base + c; in batch prefill's split-KV, one per query row, with slot(h, c) =
+ * partial_base + h * num_chunks + c for query head h (heads_per_cta 1). A slot holds heads_per_cta
+ * heads of one chunk. */
 typedef struct cinfer_decode_request {
     int kv_len;       /* the request's KV length (query position = kv_len - 1) */
     int num_chunks;   /* chunks the KV range was split into; <= 1 means no merge */
-    int partial_base; /* first slot of the request: a slot holds heads_per_cta heads of one chunk;
-                         slot(s, c) = partial_base + s * num_chunks + c, where the head slice
-                         s = kv_head * (group / heads_per_cta) + head_begin / heads_per_cta */
+    int partial_base; /* first slot */
 } cinfer_decode_request;
 
 /* Written by plan into the device workspace; read by run's kernels (so a captured CUDA graph
  * sees each new plan). */
 typedef struct cinfer_decode_header {
     int num_work;
+    int num_ctas; /* CTAs with items: CTA i < num_ctas starts at item i; the others exit */
     int batch_size;
     int merge_warps; /* warps of the merge kernel per (request, query head): 1, 2 or 4 (other
                         values count as 1) */
@@ -76,6 +81,8 @@ typedef struct cinfer_decode_params {
     const cinfer_decode_header *header;
     const cinfer_decode_work *work;
     const cinfer_decode_request *requests;
+    int slice_infos;    /* 1: requests[] holds one entry per (request, head slice) (decode); 0: one
+                           per request (or query row: batch prefill's merge) */
     float *partial_o;   /* [slots * heads_per_cta, D] */
     float *partial_lse; /* [slots * heads_per_cta] */
     int num_qo_heads, num_kv_heads;

@@ -186,7 +186,8 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int group = p.num_qo_heads / p.num_kv_heads;
-    const int num_work = p.header->num_work;
+    const int num_ctas = p.header->num_ctas;
+    const int slices_per_head = group / HPC;
     const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
 #if Q_BYTES
     /* Lane l's 16 bytes of k step ks (the same in every warp). */
@@ -194,20 +195,22 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
 #endif
 
     /* The first item is read beside the header rather than after it (the grid never exceeds the
-     * work list's capacity, and an item past num_work is never used: in graph mode that read may
-     * see stale or never-written schedule bytes, which compute-sanitizer's initcheck reports), and
-     * each next one while the current one runs: an item's start then waits for its page-table
-     * entries and KV only (the item carries kv_indptr[request] and kv_len). */
+     * work list's capacity, and a CTA at or past num_ctas never uses it: in graph mode that read
+     * may see stale or never-written schedule bytes, which compute-sanitizer's initcheck reports),
+     * and each next one (the item's link) while the current one runs: an item's start then waits
+     * for its page-table entries and KV only (the item carries kv_indptr[request] and kv_len). */
     cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
     /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
      * this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();
-    for (int w = blockIdx.x; w < num_work; w += gridDim.x) {
+    for (int w = (int)blockIdx.x < num_ctas ? (int)blockIdx.x : -1; w >= 0;) {
         const cinfer_decode_work item = next_item;
-        if (w + (int)gridDim.x < num_work)
-            next_item = cinfer_decode_load_work(p.work, w + gridDim.x);
+        w = item.next;
+        if (w >= 0)
+            next_item = cinfer_decode_load_work(p.work, w);
         const int b = item.request;
-        const int qo_head0 = item.kv_head * group + item.head_begin;
+        const int kv_head = item.slice / slices_per_head;
+        const int qo_head0 = cinfer_decode_item_head(&item, group, slices_per_head, HPC);
 #if NEEDS_POS
         const int qo_pos = item.kv_len - 1; /* the query's absolute position */
 #endif
@@ -286,7 +289,7 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
         float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 
         const int page_begin = item.page_begin; /* 0 for contiguous KV */
-        const long long head_offset = (long long)item.kv_head * p.kv_stride_head;
+        const long long head_offset = (long long)kv_head * p.kv_stride_head;
         const int span = item.kv_end - item.kv_begin;
         const int num_tiles =
             span > warp * TOKENS ? CINFER_CEIL_DIV(span - warp * TOKENS, WARPS * TOKENS) : 0;
@@ -390,7 +393,7 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                     float x = CINFER_VARIANT_DROPPED;
                     if (t < item.kv_end && row < HPC) {
                         x = cinfer_variant_logit(&vp, s[n][r] * p.q_scale, b, qo_pos, t,
-                                                 qo_head0 + row, item.kv_head);
+                                                 qo_head0 + row, kv_head);
                         if (VARIANT_USE_SOFTMAX)
                             x *= CINFER_LOG2E; /* -inf stays -inf */
                     }
@@ -518,10 +521,11 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
         }
         __syncthreads();
 #if VARIANT_STATE_INIT
-        /* The initial state joins once per query row: in the request's first chunk. */
-        const cinfer_decode_request req = p.requests[b];
+        /* The initial state joins once per query row: in its slice's first chunk. */
         const bool first_chunk =
-            item.partial < 0 || (item.partial - req.partial_base) % req.num_chunks == 0;
+            item.partial < 0 ||
+            item.partial == p.requests[(long long)b * p.num_kv_heads * slices_per_head + item.slice]
+                                .partial_base;
 #endif
         for (int pair = threadIdx.x; pair < HPC * CHUNKS; pair += THREADS) {
             const int row = pair / CHUNKS, x = pair % CHUNKS;

@@ -1,7 +1,8 @@
 /*
  * Reading the decode schedule's work items (kernels/decode_params.h) in the decode kernels
- * (decode.cu, decode_tc.cu). Both read a CTA's first item beside the header and each next one
- * while the current one runs, so an item's start waits for its page-table entries and KV only.
+ * (decode.cu, decode_tc.cu). Both read a CTA's first item (item blockIdx.x) beside the header and
+ * its next one (the item's `next` link) while the current one runs, so an item's start waits for
+ * its page-table entries and KV only.
  */
 #ifndef CINFER_DECODE_WORK_CUH
 #define CINFER_DECODE_WORK_CUH
@@ -15,14 +16,21 @@ cinfer_decode_load_work(const cinfer_decode_work *work, int w) {
     const int4 a = src[0], c = src[1];
     cinfer_decode_work item;
     item.request = a.x;
-    item.kv_head = a.y;
-    item.head_begin = a.z;
-    item.kv_begin = a.w;
-    item.kv_end = c.x;
-    item.partial = c.y;
-    item.page_begin = c.z;
-    item.kv_len = c.w;
+    item.slice = a.y;
+    item.kv_begin = a.z;
+    item.kv_end = a.w;
+    item.partial = c.x;
+    item.page_begin = c.y;
+    item.kv_len = c.z;
+    item.next = c.w;
     return item;
+}
+
+/* The first query head of an item's head slice (slices_per_head = group / heads_per_cta). */
+__device__ __forceinline__ int cinfer_decode_item_head(const cinfer_decode_work *item, int group,
+                                                       int slices_per_head, int heads_per_cta) {
+    const int kv_head = item->slice / slices_per_head;
+    return kv_head * group + (item->slice - kv_head * slices_per_head) * heads_per_cta;
 }
 
 #endif

@@ -325,7 +325,8 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
                           void *workspace, cinfer_decode_params *p) {
     char *ws = workspace;
     p->header = (const cinfer_decode_header *)ws;
-    p->requests = (const cinfer_decode_request *)(ws + layout->requests_offset);
+    p->requests = (const cinfer_decode_request *)(ws + layout->infos_offset);
+    p->slice_infos = 1;
     p->work = (const cinfer_decode_work *)(ws + layout->work_offset);
     p->partial_o = (float *)(ws + layout->partial_o_offset);
     p->partial_lse = (float *)(ws + layout->partial_lse_offset);
@@ -402,15 +403,14 @@ struct cinfer_batch_decode {
     cinfer__decode_layout_t layout;
     void *workspace; /* device */
 
-    /* Plan's host side: scratch arrays of max_batch_size entries, and the pinned mirrors of the
-     * workspace's schedule regions (ops/staging.h). */
+    /* Plan's host side: the requests' KV lengths (max_batch_size entries), and the pinned mirrors
+     * of the workspace's schedule regions (ops/staging.h). */
     int32_t *kv_len;
-    int64_t *order;
     cinfer__staging_t staging;
 
     /* The current plan (what run checks its arguments against). */
     bool planned;
-    int batch_size, num_work;
+    int batch_size, num_ctas;
     bool split;
     int merge_warps;   /* the plan's merge kernel warps per (request, query head) */
     int32_t num_pages; /* kv_indptr[batch_size] */
@@ -453,8 +453,7 @@ cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
 
     const size_t max_batch = (size_t)op->setup.cfg.max_batch_size;
     op->kv_len = malloc(max_batch * sizeof *op->kv_len);
-    op->order = malloc(max_batch * sizeof *op->order);
-    if (!op->kv_len || !op->order) {
+    if (!op->kv_len) {
         st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
                            "batch decode: out of memory for %zu requests", max_batch);
         goto out_free_scratch;
@@ -470,7 +469,6 @@ cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
 
 out_free_scratch:
     free(op->kv_len);
-    free(op->order);
 out_free_op:
     free(op);
     return st;
@@ -509,12 +507,11 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     op->planned = false;
     const cinfer__decode_schedule_t dst = {
         .header = (cinfer_decode_header *)host,
-        .requests = (cinfer_decode_request *)(host + op->layout.requests_offset),
+        .infos = (cinfer_decode_request *)(host + op->layout.infos_offset),
         .work = (cinfer_decode_work *)(host + op->layout.work_offset),
-        .request_capacity = op->layout.request_capacity,
+        .info_capacity = op->layout.info_capacity,
         .work_capacity = op->layout.work_capacity,
         .slot_capacity = op->layout.slot_capacity,
-        .order = op->order,
     };
     CINFER__CHECK(
         cinfer__decode_plan_build(&s->cfg, op->kv_len, kv_indptr, batch_size, &chunking, &dst));
@@ -525,7 +522,7 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
 
     op->planned = true;
     op->batch_size = batch_size;
-    op->num_work = chunking.num_work;
+    op->num_ctas = chunking.num_ctas;
     op->split = chunking.split;
     op->merge_warps = chunking.merge_warps;
     op->num_pages = kv_indptr[batch_size];
@@ -658,7 +655,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     }
     fill_schedule(s, &op->layout, op->workspace, &p);
     return launch(
-        op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_work),
+        op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_ctas),
         cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split, op->merge_warps),
         stream);
 }
@@ -671,7 +668,6 @@ void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op) {
         cinfer__staging_destroy(op->ctx, &op->staging);
     }
     free(op->kv_len);
-    free(op->order);
     free(op);
 }
 
@@ -684,8 +680,8 @@ static cinfer_status_t single_plan(const decode_setup_t *s, int32_t kv_len,
                                    cinfer__decode_chunking_t *chunking,
                                    cinfer__decode_layout_t *layout) {
     CINFER__CHECK(cinfer__decode_plan_chunks(&s->cfg, &kv_len, 1, chunking));
-    cinfer__decode_layout(chunking->num_work, 1, chunking->num_slots, s->cfg.heads_per_cta,
-                          s->head_dim, layout);
+    cinfer__decode_layout(chunking->num_work, cinfer__decode_units(&s->cfg), chunking->num_slots,
+                          s->cfg.heads_per_cta, s->head_dim, layout);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -774,15 +770,13 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
                              "single decode: out of memory for a %zu-byte schedule",
                              layout.schedule_bytes);
-    int64_t order[1];
     const cinfer__decode_schedule_t dst = {
         .header = (cinfer_decode_header *)host,
-        .requests = (cinfer_decode_request *)(host + layout.requests_offset),
+        .infos = (cinfer_decode_request *)(host + layout.infos_offset),
         .work = (cinfer_decode_work *)(host + layout.work_offset),
-        .request_capacity = layout.request_capacity,
+        .info_capacity = layout.info_capacity,
         .work_capacity = layout.work_capacity,
         .slot_capacity = layout.slot_capacity,
-        .order = order,
     };
     cinfer_status_t st = cinfer__decode_plan_build(&s.cfg, &len, NULL, 1, &chunking, &dst);
     if (st == CINFER_STATUS_SUCCESS)
@@ -816,7 +810,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     }
     fill_schedule(&s, &layout, workspace, &p);
     return launch(
-        ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_work),
+        ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_ctas),
         cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split, chunking.merge_warps),
         stream);
 }

@@ -2,7 +2,6 @@
  * The decode planner (see decode_plan.h for the rules): options and page-table checks, split-KV
  * chunking, the work list and the workspace layout. No CUDA calls.
  */
-#include <math.h>
 #include <stdlib.h>
 
 #include "ops/options.h"
@@ -117,15 +116,15 @@ static size_t align_up(size_t n) {
     return (n + CINFER__DECODE_ALIGN - 1) / CINFER__DECODE_ALIGN * CINFER__DECODE_ALIGN;
 }
 
-void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_capacity,
+void cinfer__decode_layout(int work_capacity, int info_capacity, int slot_capacity,
                            int heads_per_cta, int head_dim, cinfer__decode_layout_t *out) {
     out->work_capacity = work_capacity;
-    out->request_capacity = request_capacity;
+    out->info_capacity = info_capacity;
     out->slot_capacity = slot_capacity;
     const size_t slot_heads = (size_t)slot_capacity * (size_t)heads_per_cta;
-    out->requests_offset = align_up(sizeof(cinfer_decode_header));
+    out->infos_offset = align_up(sizeof(cinfer_decode_header));
     out->work_offset =
-        out->requests_offset + align_up((size_t)request_capacity * sizeof(cinfer_decode_request));
+        out->infos_offset + align_up((size_t)info_capacity * sizeof(cinfer_decode_request));
     out->schedule_bytes = out->work_offset + (size_t)work_capacity * sizeof(cinfer_decode_work);
     out->partial_o_offset = align_up(out->schedule_bytes);
     out->partial_lse_offset =
@@ -136,16 +135,15 @@ void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_cap
 cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, int head_dim,
                                             cinfer__decode_layout_t *out) {
     const int64_t unsplit = (int64_t)cfg->max_batch_size * cinfer__decode_units(cfg);
-    const int64_t work = unsplit + CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas;
-    const int64_t slots = 2 * CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas;
-    if (work > INT32_MAX || slots > INT32_MAX)
+    const int64_t work = unsplit + (int64_t)cfg->max_ctas;
+    const int64_t slots = 2 * (int64_t)cfg->max_ctas;
+    if (work > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->max_batch_size = %d x %d head slices per request + %d "
                              "CTAs = %lld work items exceeds 2^31 - 1",
                              cfg->max_batch_size, cinfer__decode_units(cfg), cfg->max_ctas,
                              (long long)work);
-    cinfer__decode_layout((int)work, cfg->max_batch_size, (int)slots, cfg->heads_per_cta, head_dim,
-                          out);
+    cinfer__decode_layout((int)work, (int)unsplit, (int)slots, cfg->heads_per_cta, head_dim, out);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -170,78 +168,102 @@ static int64_t count_chunks(const cinfer__decode_config_t *cfg, const int32_t *k
     return n;
 }
 
-/* Descending order of int64 values. */
-static int compare_desc(const void *a, const void *b);
+/* What a walk of the stream found (cinfer__decode_plan_chunks' fields of the stream regime). */
+typedef struct stream_counts {
+    int64_t pieces, slots, ctas, max_pieces;
+    int64_t last_cost; /* the last lane's cost, tokens + ITEM per piece */
+} stream_counts_t;
 
-/*
- * The estimated step time of chunk C, in tokens: the largest per-CTA sum of item lengths plus
- * CINFER__DECODE_ITEM_TOKENS per item, for the order and assignment cinfer__decode_plan_build
- * gives (items longest first, dealt out in snake order over bands of max_ctas). len[] (batch
- * entries) and load[] (max_ctas entries) are scratch.
- */
-static int64_t estimated_step(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
-                              int64_t chunk, int64_t *len, int64_t *load) {
-    const int64_t units = cinfer__decode_units(cfg), band = cfg->max_ctas;
-    int64_t full = 0; /* whole chunks of the split requests: the longest items */
-    for (int b = 0; b < batch; b++) {
-        const int64_t a = attended(cfg, kv_len[b]), n = chunks_of(a, chunk);
-        full += (n - 1) * units;
-        len[b] = a - (n - 1) * chunk; /* the last (or only) chunk */
-    }
-    qsort(len, (size_t)batch, sizeof *len, compare_desc);
-    for (int64_t c = 0; c < band; c++)
-        load[c] = 0;
-    int64_t i = 0, worst = 0;
-    for (int b = -1; b < batch; b++) {
-        const int64_t n = b < 0 ? full : units,
-                      cost = (b < 0 ? chunk : len[b]) + CINFER__DECODE_ITEM_TOKENS;
-        for (int64_t j = 0; j < n; j++, i++) {
-            const int64_t pos = i % band, cta = (i / band) % 2 ? band - 1 - pos : pos;
-            load[cta] += cost;
-            worst = load[cta] > worst ? load[cta] : worst;
-        }
-    }
-    return worst;
+/* The stream regime's lanes (decode_plan.h): `width` CTAs side by side take the same KV range
+ * of `width` head slices of a request; units / width passes cover a request's slices. */
+static void stream_lanes(const cinfer__decode_config_t *cfg, int64_t *width, int64_t *lanes) {
+    const int64_t units = cinfer__decode_units(cfg), g = cfg->max_ctas;
+    *width = g >= units ? units : 1;
+    *lanes = g / *width;
 }
 
-/* The chunk of the balanced regime: k * ALIGN for the k in [k_lo, k_max] with the shortest
- * estimated step among the chunks that cut the longest request into 1, 2, ... pieces, each CTA's
- * share of the step (k_share) and the lower limit; ties go to the longer chunk (fewer partial
- * states to merge). Host cost: about 20 estimates of O(work items + batch log batch + max_ctas). */
-static cinfer_status_t choose_balanced(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
-                                       int batch, int64_t k_lo, int64_t k_share, int64_t k_max,
-                                       int64_t *k_out) {
-    int64_t *len = malloc(sizeof(int64_t) * ((size_t)batch + (size_t)cfg->max_ctas));
-    if (!len)
-        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                             "decode plan: no host memory for the chunk choice (%d requests)",
-                             batch);
-    int64_t *load = len + batch;
-    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
-    int64_t best_k = k_max, best = estimated_step(cfg, kv_len, batch, k_max * align, len, load);
-    if (k_share < k_max) {
-        const int64_t t = estimated_step(cfg, kv_len, batch, k_share * align, len, load);
-        if (t < best) {
-            best = t;
-            best_k = k_share;
+/* The stream regime's budget of one lane in tokens (decode_plan.h): the sum over the request
+ * passes of (attended + CINFER__DECODE_ITEM_TOKENS), plus CINFER__DECODE_ITEM_TOKENS per cut, over
+ * the lanes, rounded up. */
+static int64_t stream_share(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
+                            int64_t cuts) {
+    int64_t width, lanes;
+    stream_lanes(cfg, &width, &lanes);
+    const int64_t passes = cinfer__decode_units(cfg) / width;
+    int64_t total = cuts * CINFER__DECODE_ITEM_TOKENS;
+    for (int b = 0; b < batch; b++)
+        total += passes * (attended(cfg, kv_len[b]) + CINFER__DECODE_ITEM_TOKENS);
+    return (total + lanes - 1) / lanes;
+}
+
+/*
+ * Walks the stream of the stream regime (decode_plan.h): requests in batch order, each one's
+ * passes (groups of `width` head slices) in order, each pass's attended range [kv_len - a, kv_len)
+ * cut into pieces at the lanes' boundaries. A lane takes pieces until its budget (share, plus what
+ * the lanes before it left unspent or minus what they overspent) is used up; a piece costs its
+ * tokens + CINFER__DECODE_ITEM_TOKENS. A piece that does not fit is cut at a multiple of
+ * CINFER__DECODE_CHUNK_ALIGN tokens when both parts keep at least that many (never with
+ * cfg->no_split); otherwise it stays whole, on this lane if at least the smaller of itself and
+ * CINFER__DECODE_CHUNK_ALIGN tokens fits (no_split: half of it), else on the next. Every lane up
+ * to the last one used gets at least one piece, the last lane takes whatever is left. A piece is
+ * `width` items, slice pass * width + j on CTA lane * width + j. With `items` non-NULL, writes
+ * each item's request, slice, kv_begin, kv_end and kv_len, and its CTA in `next`, in stream order.
+ */
+static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
+                                   int batch, int64_t share, cinfer_decode_work *items) {
+    int64_t width, lanes;
+    stream_lanes(cfg, &width, &lanes);
+    const int64_t passes = cinfer__decode_units(cfg) / width;
+    const int64_t item = CINFER__DECODE_ITEM_TOKENS, align = CINFER__DECODE_CHUNK_ALIGN;
+    stream_counts_t n = {0, 0, 0, 0, 0};
+    int64_t lane = 0, left = share, in_lane = 0, cost = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t end = kv_len[b], begin = end - attended(cfg, kv_len[b]);
+        for (int64_t pass = 0; pass < passes; pass++) {
+            int64_t pos = begin, range_pieces = 0;
+            do {
+                int64_t take = end - pos;
+                const int64_t least = cfg->no_split ? take / 2 : (take < align ? take : align);
+                if (lane < lanes - 1 && in_lane > 0 && left - item < least) {
+                    lane++; /* not even the least of it fits here */
+                    left += share;
+                    in_lane = 0;
+                    cost = 0;
+                }
+                const int64_t room = left - item;
+                if (lane < lanes - 1 && !cfg->no_split && take > room && room >= align &&
+                    take - room >= align)
+                    take = room / align * align;
+                for (int64_t j = 0; items && j < width; j++) {
+                    cinfer_decode_work *it = &items[n.pieces + j];
+                    it->request = b;
+                    it->slice = (int)(pass * width + j);
+                    it->kv_begin = (int)pos;
+                    it->kv_end = (int)(pos + take);
+                    it->kv_len = kv_len[b];
+                    it->next = (int)(lane * width + j);
+                }
+                n.pieces += width;
+                range_pieces++;
+                in_lane++;
+                left -= take + item;
+                cost += take + item;
+                pos += take;
+                if (left <= 0 && lane < lanes - 1) {
+                    lane++;
+                    left += share;
+                    in_lane = 0;
+                    cost = 0;
+                }
+            } while (pos < end);
+            if (range_pieces > 1)
+                n.slots += range_pieces * width;
+            n.max_pieces = range_pieces > n.max_pieces ? range_pieces : n.max_pieces;
         }
     }
-    /* Pieces 2..8, then 25% more each time (at most about 20 candidates in all). */
-    for (int64_t pieces = 2;; pieces = pieces < 8 ? pieces + 1 : pieces + pieces / 4) {
-        int64_t k = (k_max + pieces - 1) / pieces;
-        const bool last = k <= k_lo;
-        k = last ? k_lo : k;
-        const int64_t t = estimated_step(cfg, kv_len, batch, k * align, len, load);
-        if (t < best) {
-            best = t;
-            best_k = k;
-        }
-        if (last)
-            break;
-    }
-    free(len);
-    *k_out = best_k;
-    return CINFER_STATUS_SUCCESS;
+    n.ctas = n.pieces == 0 ? 0 : (in_lane > 0 ? lane + 1 : lane) * width;
+    n.last_cost = cost;
+    return n;
 }
 
 cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
@@ -259,158 +281,214 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
         const int64_t a = attended(cfg, kv_len[b]);
         max_len = a > max_len ? a : max_len;
     }
-    /* Candidates C = k * ALIGN, k in [1, k_max]; at k_max every request is one chunk. */
-    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
-    const int64_t k_max = max_len > align ? (max_len + align - 1) / align : 1;
-    int64_t k = k_max;
-    if (cfg->no_split) {
-        /* k_max: one chunk per request */
-    } else if ((int64_t)batch_size * units <= cfg->max_ctas) {
-        int64_t lo = 1, hi = k_max; /* items(hi * ALIGN) <= max_ctas holds throughout */
-        while (lo < hi) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            if (count_chunks(cfg, kv_len, batch_size, mid * align) * units <= cfg->max_ctas)
-                hi = mid;
+    if ((int64_t)batch_size * units > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "decode plan: batch_size %d x %lld head slices exceeds 2^31 - 1",
+                             batch_size, (long long)units);
+    if ((int64_t)batch_size * units > cfg->max_ctas) {
+        /* Stream regime (decode_plan.h): the smallest budget between "no cut" and "a cut at
+         * every lane boundary" (always enough) that leaves the last lane no more than a piece's
+         * slack above it (a binary search over at most CINFER__DECODE_ITEM_TOKENS values). */
+        const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
+        int64_t width, lanes;
+        stream_lanes(cfg, &width, &lanes);
+        int64_t lo = stream_share(cfg, kv_len, batch_size, 0);
+        int64_t share = stream_share(cfg, kv_len, batch_size, lanes - 1);
+        while (lo < share) {
+            const int64_t mid = lo + (share - lo) / 2;
+            const stream_counts_t t = stream_walk(cfg, kv_len, batch_size, mid, NULL);
+            if (t.ctas < lanes * width || t.last_cost <= mid + slack)
+                share = mid;
             else
                 lo = mid + 1;
         }
-        k = hi;
+        const stream_counts_t n = stream_walk(cfg, kv_len, batch_size, share, NULL);
+        out->stream = true;
+        out->stream_share = share;
+        out->chunk_size = 0;
+        out->num_work = (int)n.pieces;
+        out->num_ctas = (int)n.ctas;
+        out->num_slots = (int)n.slots;
+        out->max_chunks = (int)n.max_pieces;
     } else {
-        /* Balanced regime: the candidate chunk with the shortest estimated step (decode_plan.h). */
-        double total = 0;
-        for (int b = 0; b < batch_size; b++)
-            total += (double)attended(cfg, kv_len[b]);
-        const double share = total * (double)units / (double)cfg->max_ctas;
-        const double lo = fmax(share / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN);
-        const int64_t k_lo = (int64_t)ceil(lo / (double)align);
-        const int64_t k_share =
-            (int64_t)ceil(fmax(share, CINFER__DECODE_BALANCED_MIN) / (double)align);
-        if (k_lo < k_max)
-            CINFER__CHECK(choose_balanced(cfg, kv_len, batch_size, k_lo, k_share, k_max, &k));
+        /* One-wave regime: chunks C = k * ALIGN, k in [1, k_max]; at k_max every request is one
+         * chunk; the smallest C with items(C) <= max_ctas (binary search; items(C) is
+         * non-increasing in C). */
+        const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
+        const int64_t k_max = max_len > align ? (max_len + align - 1) / align : 1;
+        int64_t k = k_max;
+        if (!cfg->no_split) {
+            int64_t lo = 1; /* items(k * ALIGN) <= max_ctas holds for k = k */
+            while (lo < k) {
+                const int64_t mid = lo + (k - lo) / 2;
+                if (count_chunks(cfg, kv_len, batch_size, mid * align) * units <= cfg->max_ctas)
+                    k = mid;
+                else
+                    lo = mid + 1;
+            }
+        }
+        const int64_t chunk = k * align;
+        int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;
+        for (int b = 0; b < batch_size; b++) {
+            const int64_t n = chunks_of(attended(cfg, kv_len[b]), chunk);
+            work += n * units;
+            if (n > 1)
+                slots += n * units;
+            max_chunks = n > max_chunks ? n : max_chunks;
+        }
+        out->stream = false;
+        out->stream_share = 0;
+        out->chunk_size = chunk > INT32_MAX ? INT32_MAX : (int)chunk;
+        out->num_work = (int)work;
+        out->num_ctas = (int)work;
+        out->num_slots = (int)slots;
+        out->max_chunks = (int)max_chunks;
     }
-    const int64_t chunk = k * align;
-    int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;
-    for (int b = 0; b < batch_size; b++) {
-        const int64_t n = chunks_of(attended(cfg, kv_len[b]), chunk);
-        work += n * units;
-        if (n > 1)
-            slots += n * units;
-        max_chunks = n > max_chunks ? n : max_chunks;
-    }
-    if (work > INT32_MAX)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "decode plan: %lld work items (batch_size %d x %lld head slices) "
-                             "exceeds 2^31 - 1",
-                             (long long)work, batch_size, (long long)units);
-    out->chunk_size = chunk > INT32_MAX ? INT32_MAX : (int)chunk;
-    out->num_work = (int)work;
-    out->num_slots = (int)slots;
-    out->max_chunks = (int)max_chunks;
-    out->split = max_chunks > 1;
-    out->merge_warps = cinfer__decode_merge_warps(cfg, batch_size, (int)max_chunks);
+    out->split = out->max_chunks > 1;
+    out->merge_warps = cinfer__decode_merge_warps(cfg, batch_size, out->max_chunks);
     return CINFER_STATUS_SUCCESS;
 }
 
-/* Descending order of the packed (attended length, index) keys. */
-static int compare_desc(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
-/* Longer items first; ties in (kv_begin, request, kv_head, head_begin) order, so plans are
- * deterministic. */
-static int compare_items(const void *a, const void *b) {
-    const cinfer_decode_work *x = a, *y = b;
-    const int lx = x->kv_end - x->kv_begin, ly = y->kv_end - y->kv_begin;
-    if (lx != ly)
-        return lx > ly ? -1 : 1;
-    if (x->kv_begin != y->kv_begin)
-        return x->kv_begin < y->kv_begin ? -1 : 1;
-    if (x->request != y->request)
-        return x->request < y->request ? -1 : 1;
-    if (x->kv_head != y->kv_head)
-        return x->kv_head < y->kv_head ? -1 : 1;
-    return (x->head_begin > y->head_begin) - (x->head_begin < y->head_begin);
+/* Slice infos and partial slots of the items work[0, n), in which each head slice's pieces come in
+ * KV order (not necessarily adjacent): a slice of one piece writes directly (partial -1), the
+ * c-th piece of a split slice takes slot partial_base + c, bases given out in the order of the
+ * slices' first pieces from 0. Also sets page_begin. seen: scratch of batch * units ints.
+ * Returns the slots used. */
+static int assign_slots(const cinfer__decode_config_t *cfg, const int32_t *kv_indptr,
+                        cinfer_decode_work *work, int n, int batch, cinfer_decode_request *infos,
+                        int *seen) {
+    const int64_t units = cinfer__decode_units(cfg);
+    for (int64_t i = 0; i < (int64_t)batch * units; i++) {
+        infos[i].num_chunks = 0;
+        seen[i] = 0;
+    }
+    for (int i = 0; i < n; i++)
+        infos[(int64_t)work[i].request * units + work[i].slice].num_chunks++;
+    int slot = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t k = (int64_t)work[i].request * units + work[i].slice;
+        cinfer_decode_request *info = &infos[k];
+        const int c = seen[k]++;
+        if (c == 0) {
+            info->kv_len = work[i].kv_len;
+            info->partial_base = info->num_chunks > 1 ? slot : -1;
+            if (info->num_chunks > 1)
+                slot += info->num_chunks;
+        }
+        work[i].partial = info->num_chunks > 1 ? info->partial_base + c : -1;
+        work[i].page_begin = kv_indptr ? kv_indptr[work[i].request] : 0;
+    }
+    return slot;
 }
 
 cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
                                           const int32_t *kv_indptr, int batch_size,
                                           const cinfer__decode_chunking_t *chunking,
                                           const cinfer__decode_schedule_t *dst) {
-    if (batch_size > dst->request_capacity || chunking->num_work > dst->work_capacity ||
-        chunking->num_slots > dst->slot_capacity)
-        return cinfer__error(CINFER_STATUS_INTERNAL,
-                             "decode plan: batch %d / %d items / %d partial slots exceed the "
-                             "workspace capacities %d / %d / %d",
-                             batch_size, chunking->num_work, chunking->num_slots,
-                             dst->request_capacity, dst->work_capacity, dst->slot_capacity);
-    const int group = cfg->num_qo_heads / cfg->num_kv_heads;
-    const int hpc = cfg->heads_per_cta, slices_per_head = group / hpc;
     const int units = cinfer__decode_units(cfg);
-    const int64_t chunk = chunking->chunk_size;
-
-    /* Request infos; slots are given out in request order. */
-    int slot = 0;
-    for (int b = 0; b < batch_size; b++) {
-        const int64_t n = chunks_of(attended(cfg, kv_len[b]), chunk);
-        cinfer_decode_request *r = &dst->requests[b];
-        r->kv_len = kv_len[b];
-        r->num_chunks = (int)n;
-        r->partial_base = n > 1 ? slot : -1;
-        if (n > 1)
-            slot += (int)n * units;
+    if ((int64_t)batch_size * units > dst->info_capacity ||
+        chunking->num_work > dst->work_capacity || chunking->num_slots > dst->slot_capacity)
+        return cinfer__error(CINFER_STATUS_INTERNAL,
+                             "decode plan: %lld slice infos / %d items / %d partial slots exceed "
+                             "the workspace capacities %d / %d / %d",
+                             (long long)batch_size * units, chunking->num_work, chunking->num_slots,
+                             dst->info_capacity, dst->work_capacity, dst->slot_capacity);
+    const int n = chunking->num_work;
+    const int64_t infos = (int64_t)batch_size * units;
+    /* Scratch: a counter per slice, and in the stream regime the items in stream order and a
+     * count and an offset per CTA. */
+    const int ctas = chunking->num_ctas;
+    int *seen =
+        malloc(sizeof(int) * (size_t)(infos + (chunking->stream ? 2 * (int64_t)ctas : 0) + 1));
+    cinfer_decode_work *stream =
+        chunking->stream ? malloc(sizeof *stream * (size_t)(n > 0 ? n : 1)) : NULL;
+    if (!seen || (chunking->stream && !stream)) {
+        free(seen);
+        free(stream);
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "decode plan: no host memory for the schedule of %d work items", n);
     }
-
-    /* Longest attended range first; the low 32 bits hold INT32_MAX - b so ties keep index order
-     * in the descending sort (lengths are < 2^31, so the key stays positive). */
-    for (int b = 0; b < batch_size; b++)
-        dst->order[b] = (attended(cfg, kv_len[b]) << 32) | (int64_t)(INT32_MAX - b);
-    qsort(dst->order, (size_t)batch_size, sizeof *dst->order, compare_desc);
-
-    int w = 0;
-    for (int c = 0; c < chunking->max_chunks; c++) {
-        for (int i = 0; i < batch_size; i++) {
-            const int b = INT32_MAX - (int)(dst->order[i] & 0xffffffff);
-            const cinfer_decode_request *r = &dst->requests[b];
-            /* Requests are sorted by attended length, so chunk counts only fall from here on. */
-            if (c >= r->num_chunks)
-                break;
-            const int64_t begin = kv_len[b] - attended(cfg, kv_len[b]) + (int64_t)c * chunk;
-            const int64_t end = begin + chunk < kv_len[b] ? begin + chunk : kv_len[b];
-            for (int s = 0; s < units; s++) {
-                cinfer_decode_work *item = &dst->work[w++];
-                item->request = b;
-                item->kv_head = s / slices_per_head;
-                item->head_begin = (s % slices_per_head) * hpc;
-                item->kv_begin = (int)begin;
-                item->kv_end = (int)end;
-                item->partial = r->num_chunks > 1 ? r->partial_base + s * r->num_chunks + c : -1;
-                item->page_begin = kv_indptr ? kv_indptr[b] : 0;
-                item->kv_len = kv_len[b];
+    int slots = 0;
+    cinfer_status_t st = CINFER_STATUS_SUCCESS;
+    if (!chunking->stream) {
+        /* One wave: every item is a CTA's only one; a slice's chunks adjacent, in KV order. */
+        const int64_t chunk = chunking->chunk_size;
+        int w = 0;
+        for (int b = 0; b < batch_size && st == CINFER_STATUS_SUCCESS; b++) {
+            const int64_t a = attended(cfg, kv_len[b]), c_n = chunks_of(a, chunk);
+            for (int s = 0; s < units; s++)
+                for (int64_t c = 0; c < c_n; c++) {
+                    if (w == n) {
+                        st = cinfer__error(CINFER_STATUS_INTERNAL,
+                                           "decode plan: more items than the %d the chunking "
+                                           "counted",
+                                           n);
+                        break;
+                    }
+                    cinfer_decode_work *it = &dst->work[w++];
+                    const int64_t begin = kv_len[b] - a + c * chunk;
+                    it->request = b;
+                    it->slice = s;
+                    it->kv_begin = (int)begin;
+                    it->kv_end = (int)(begin + chunk < kv_len[b] ? begin + chunk : kv_len[b]);
+                    it->kv_len = kv_len[b];
+                    it->next = -1;
+                }
+        }
+        if (st == CINFER_STATUS_SUCCESS && w != n)
+            st = cinfer__error(CINFER_STATUS_INTERNAL,
+                               "decode plan: wrote %d items, the chunking counted %d", w, n);
+        if (st == CINFER_STATUS_SUCCESS)
+            slots = assign_slots(cfg, kv_indptr, dst->work, n, batch_size, dst->infos, seen);
+    } else {
+        /* Stream: the items in stream order, then CTA c's first item at c and its others after
+         * the num_ctas first ones (CTA by CTA, each in stream order), linked in that order. */
+        const stream_counts_t got =
+            stream_walk(cfg, kv_len, batch_size, chunking->stream_share, stream);
+        if (got.pieces != n || got.ctas != ctas)
+            st = cinfer__error(CINFER_STATUS_INTERNAL,
+                               "decode plan: the stream has %lld items on %lld CTAs, the "
+                               "chunking counted %d on %d",
+                               (long long)got.pieces, (long long)got.ctas, n, ctas);
+        if (st == CINFER_STATUS_SUCCESS) {
+            slots = assign_slots(cfg, kv_indptr, stream, n, batch_size, dst->infos, seen);
+            int *count = seen + infos, *offset = count + ctas;
+            for (int c = 0; c < ctas; c++)
+                count[c] = 0;
+            for (int j = 0; j < n; j++)
+                count[stream[j].next]++;
+            int at = ctas; /* the non-first items of the CTAs before c */
+            for (int c = 0; c < ctas; c++) {
+                offset[c] = at;
+                at += count[c] - 1;
+                count[c] = 0; /* now: items of CTA c placed so far */
+            }
+            for (int j = 0; j < n; j++) {
+                const int c = stream[j].next, k = count[c]++;
+                cinfer_decode_work *it = &dst->work[k == 0 ? c : offset[c] + k - 1];
+                *it = stream[j];
+                it->next = -2; /* linked below */
+            }
+            /* Link CTA c's items: c, then offset[c] .. offset[c] + count[c] - 2. */
+            for (int c = 0; c < ctas; c++) {
+                int prev = c;
+                for (int k = 1; k < count[c]; k++) {
+                    dst->work[prev].next = offset[c] + k - 1;
+                    prev = offset[c] + k - 1;
+                }
+                dst->work[prev].next = -1;
             }
         }
     }
-    if (w != chunking->num_work || slot != chunking->num_slots)
+    free(seen);
+    free(stream);
+    CINFER__CHECK(st);
+    if (slots != chunking->num_slots)
         return cinfer__error(CINFER_STATUS_INTERNAL,
-                             "decode plan: wrote %d items / %d slots, the chunking counted %d / %d",
-                             w, slot, chunking->num_work, chunking->num_slots);
-
-    /* Snake order over bands of max_ctas items (see decode_plan.h). It balances the CTAs only if
-     * the items fall in length; chunk-major order guarantees that unless the balanced regime split
-     * some requests (their later chunks follow shorter whole requests), so sort those plans. */
-    const int band = cfg->max_ctas;
-    if (chunking->split && w > band)
-        qsort(dst->work, (size_t)w, sizeof *dst->work, compare_items);
-    for (int64_t lo = band; lo < w; lo += 2 * (int64_t)band) {
-        int64_t i = lo, j = (lo + band < w ? lo + band : w) - 1;
-        for (; i < j; i++, j--) {
-            const cinfer_decode_work t = dst->work[i];
-            dst->work[i] = dst->work[j];
-            dst->work[j] = t;
-        }
-    }
-
-    dst->header->num_work = w;
+                             "decode plan: used %d partial slots, the chunking counted %d", slots,
+                             chunking->num_slots);
+    dst->header->num_work = n;
+    dst->header->num_ctas = ctas;
     dst->header->batch_size = batch_size;
     dst->header->merge_warps = chunking->merge_warps;
     return CINFER_STATUS_SUCCESS;
@@ -418,10 +496,10 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
 
 /* ---- grids ---- */
 
-int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_work) {
+int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_ctas) {
     if (cfg->graph)
         return cfg->max_ctas;
-    return num_work < cfg->max_ctas ? num_work : cfg->max_ctas;
+    return num_ctas < cfg->max_ctas ? num_ctas : cfg->max_ctas;
 }
 
 int cinfer__decode_merge_warps(const cinfer__decode_config_t *cfg, int batch_size, int max_chunks) {

@@ -2,10 +2,10 @@
  * The decode planner: pure host code (no CUDA calls), unit-tested in CI without a GPU.
  *
  * From the KV length of every request it computes the schedule the decode kernels read
- * (kernels/decode_params.h): the split-KV chunking, one work item per (request, head slice, chunk),
- * the per-request merge information, and the workspace layout that holds them plus the float32
- * partial states of split requests. It also holds the argument checks of the decode API that need
- * no device (options, page table), so CI can test them.
+ * (kernels/decode_params.h): the split-KV pieces, one work item per (request, head slice, KV
+ * range), their assignment to CTAs, the per-slice merge information, and the workspace layout that
+ * holds them plus the float32 partial states of split slices. It also holds the argument checks of
+ * the decode API that need no device (options, page table), so CI can test them.
  *
  * Vocabulary
  * ----------
@@ -18,34 +18,37 @@
  *   positions before kv_len - 1 - w are masked; the planner skips them instead of masking them).
  * - max_ctas: CTAs of the attention kernel resident at once on the device (SMs x blocks per SM).
  *
- * The chunking rule (cinfer__decode_plan_chunks)
- * ----------------------------------------------
- * All requests share one chunk size C (a multiple of CINFER__DECODE_CHUNK_ALIGN). A request with
- * a attended positions has max(1, ceil(a / C)) chunks, and the plan has
- * items(C) = sum_b units * max(1, ceil(a_b / C)) work items. Two regimes:
- * - batch_size * units <= max_ctas: the smallest C with items(C) <= max_ctas (binary search;
- *   items is non-increasing in C), so the whole step is one wave of resident CTAs and the longest
- *   item is as short as one wave allows.
- * - batch_size * units > max_ctas (one chunk per request already fills a wave): the persistent
- *   grid walks the items (longest first, dealt to the CTAs in snake order), so what matters is
- *   that the busiest CTA has little more than its fair share, S = T * units / max_ctas tokens
- *   with T = sum_b a_b. The planner estimates the step as the busiest CTA's sum of (item length
- *   + CINFER__DECODE_ITEM_TOKENS) under that order, for S rounded up to the alignment and the
- *   chunks that cut the longest request into 1, 2, ... pieces, down to the lower limit
- *   max(S / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN) rounded up to the
- *   alignment, and takes the shortest (ties: the longer chunk). A batch of short requests with a
- *   few long ones (real traffic) splits the long ones, which otherwise run on their few CTAs long
- *   after the rest have finished; a uniform batch of 1.3 waves of items is cut rather than leave
- *   70% of the CTAs idle during the second wave.
+ * The schedule (cinfer__decode_plan_chunks, cinfer__decode_plan_build)
+ * -------------------------------------------------------------------
+ * Work items are (request, head slice, KV range) pieces; CTA i of the attention grid runs item i
+ * and then follows the items' `next` links (kernels/decode_params.h). Two regimes:
+ * - One wave, batch_size * units <= max_ctas: all requests share one chunk size C (a multiple of
+ *   CINFER__DECODE_CHUNK_ALIGN), the smallest with items(C) = sum_b units * max(1, ceil(a_b / C))
+ *   <= max_ctas (binary search; items is non-increasing in C), so the whole step is one wave of
+ *   resident CTAs, one item each, and the longest item is as short as one wave allows.
+ * - Stream, batch_size * units > max_ctas (one item per slice already fills a wave): the CTAs
+ *   form lanes of W = units CTAs (W = 1 when max_ctas < units), floor(max_ctas / W) lanes; the
+ *   W CTAs of a lane run W head slices of a request side by side over the same KV range, so the
+ *   K/V rows of one token (adjacent in a page) are read at the same time (slices one by one on a
+ *   CTA, read 1/Hk of every row at a time, cost 7% of a 256-request trace step on an H200). The
+ *   requests' attended ranges (units / W passes each), request by request, are laid end to end
+ *   as one stream of KV tokens and cut into consecutive runs of about equal cost, one per lane, a
+ *   piece costing its tokens plus CINFER__DECODE_ITEM_TOKENS (its start and its partial state);
+ *   the budget of a lane is B, the smallest integer between ceil(sum (a + ITEM) / lanes) and
+ *   ceil((sum (a + ITEM) + (lanes - 1) * ITEM) / lanes) (a cut at every lane boundary, the most
+ *   there can be: always enough) whose walk leaves the last lane at most CHUNK_ALIGN + ITEM above
+ *   B. A range crossing a lane boundary is cut there (at a multiple of CINFER__DECODE_CHUNK_ALIGN
+ *   tokens, each part keeping at least that many); so every CTA's cost is within a piece's slack
+ *   of B whatever the lengths (a persistent grid dealing whole chunks loses up to one chunk per
+ *   CTA: 1.3 waves of items run like 2). With no_split nothing is cut: whole ranges are dealt in
+ *   order, each lane within one range of B.
  *
- * Consequences the workspace relies on, for a batch of at most max_batch_size requests (with
- * F = CINFER__DECODE_BALANCED_SPLIT): in the first regime items <= max_ctas and partial slots <=
- * items. In the second, C >= S / F gives units * T / C <= F * max_ctas, so items <= units *
- * (batch + T / C) <= max_batch_size * units + F * max_ctas, and, since each split request has
- * a_b > C (so their number is below T / C), slots <= units * (T / C + split requests) <
- * 2 * F * max_ctas. Hence:
- *   work items    <= max_batch_size * units + F * max_ctas
- *   partial slots <= 2 * F * max_ctas
+ * Consequences the workspace relies on, for a batch of at most max_batch_size requests: in the
+ * one-wave regime items <= max_ctas and partial slots <= items. In the stream regime each of the
+ * at most lanes - 1 cuts adds one piece (W items) and makes at most one more range split, so
+ *   work items    <= max_batch_size * units + max_ctas
+ *   partial slots <= 2 * max_ctas
+ * and one info per (request, head slice): max_batch_size * units.
  */
 #ifndef CINFER_SCHED_DECODE_PLAN_H
 #define CINFER_SCHED_DECODE_PLAN_H
@@ -57,17 +60,12 @@
 #include "core/core.h"
 #include "decode_params.h"
 
-/* Chunk sizes are multiples of this many tokens and at least this long: a chunk of 64 tokens is
- * 2 steps of the 128-thread kernel at D = 128 (8 token rows x 4 tokens per step), so a shorter
- * chunk would spend more on its partial-state write and merge than on attention. */
+/* Chunk sizes and cuts are multiples of this many tokens, and a cut piece keeps at least this
+ * many: a chunk of 64 tokens is 2 steps of the 128-thread kernel at D = 128 (8 token rows x 4
+ * tokens per step) and one tile per warp of the tensor-core kernel, so a shorter piece would
+ * spend more on its partial-state write and merge than on attention. */
 #define CINFER__DECODE_CHUNK_ALIGN 64
-/* The shortest chunk of the balanced regime: 256 tokens keep the partial-state write and merge
- * (4 heads x D floats per item) under 2% of the item's KV bytes at D = 128. */
-#define CINFER__DECODE_BALANCED_MIN 256
-
-/* The balanced regime's chunks are at least 1 / this of a CTA's share of the step. */
-#define CINFER__DECODE_BALANCED_SPLIT 4
-/* What one work item costs besides its tokens, in tokens, in the balanced regime's estimate: the
+/* What one work item costs besides its tokens, in tokens, in the stream regime's budget: the
  * item's start (work item, page table and first tiles, a DRAM round trip or two) and the partial
  * state's write, about 2 us at a CTA's share of the bandwidth with 3 CTAs per SM. */
 #define CINFER__DECODE_ITEM_TOKENS 64
@@ -137,31 +135,31 @@ cinfer_status_t cinfer__decode_kv_lens(const int32_t *kv_indptr, const int32_t *
 /* ---- workspace ---- */
 
 /*
- * Byte layout of the workspace. The schedule (header, request infos, work items) comes first and
- * in that order, so plan copies one contiguous prefix (header .. its last work item) from host to
+ * Byte layout of the workspace. The schedule (header, slice infos, work items) comes first and in
+ * that order, so plan copies one contiguous prefix (header .. its last work item) from host to
  * device; the float32 partial states follow. Every region starts on CINFER__DECODE_ALIGN bytes and
  * is padded to it:
  *   header      @ 0                     align(sizeof(cinfer_decode_header))
- *   requests    @ requests_offset       align(request_capacity * sizeof(cinfer_decode_request))
+ *   infos       @ infos_offset          align(info_capacity * sizeof(cinfer_decode_request))
  *   work        @ work_offset           align(work_capacity * sizeof(cinfer_decode_work))
  *   partial_o   @ partial_o_offset      align(slot_capacity * HPC * head_dim * 4)
  *   partial_lse @ partial_lse_offset    align(slot_capacity * HPC * 4)
  *   total_bytes = partial_lse_offset + its aligned size
  */
 typedef struct cinfer__decode_layout {
-    int work_capacity, request_capacity, slot_capacity;
-    size_t requests_offset, work_offset, partial_o_offset, partial_lse_offset;
+    int work_capacity, info_capacity, slot_capacity;
+    size_t infos_offset, work_offset, partial_o_offset, partial_lse_offset;
     size_t schedule_bytes; /* work_offset + work_capacity * sizeof(cinfer_decode_work) */
     size_t total_bytes;
 } cinfer__decode_layout_t;
 
 /* The layout for given capacities (each >= 0 and <= 2^31 - 1). */
-void cinfer__decode_layout(int work_capacity, int request_capacity, int slot_capacity,
+void cinfer__decode_layout(int work_capacity, int info_capacity, int slot_capacity,
                            int heads_per_cta, int head_dim, cinfer__decode_layout_t *out);
 
 /*
  * The layout of a batch decode object: capacities that hold any plan of up to max_batch_size
- * requests (work = max_batch_size * units + max_ctas, requests = max_batch_size,
+ * requests (work = max_batch_size * units + max_ctas, infos = max_batch_size * units,
  * slots = 2 * max_ctas; see the top of this file). UNSUPPORTED when a capacity exceeds 2^31 - 1.
  */
 cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, int head_dim,
@@ -169,19 +167,23 @@ cinfer_status_t cinfer__decode_batch_layout(const cinfer__decode_config_t *cfg, 
 
 /* ---- planning ---- */
 
-/* What the chunking rule chose for one batch. */
+/* What the schedule rule chose for one batch. */
 typedef struct cinfer__decode_chunking {
-    int chunk_size;  /* C in tokens; a request with attended length <= C is one chunk */
+    bool stream;          /* the stream regime (else one wave) */
+    int64_t stream_share; /* stream: each CTA's budget B in tokens (top of this file); else 0 */
+    int chunk_size;  /* one wave: C in tokens (a slice attending <= C is one chunk); stream: 0 */
     int num_work;    /* work items */
-    int num_slots;   /* partial slots (items of split requests) */
-    int max_chunks;  /* chunks of the most split request (1 = nothing split) */
-    bool split;      /* some request has more than one chunk: the merge kernel must run */
+    int num_ctas;    /* CTAs with work (one wave: num_work) */
+    int num_slots;   /* partial slots (pieces of split slices) */
+    int max_chunks;  /* pieces of the most split slice (1 = nothing split) */
+    bool split;      /* some slice has more than one piece: the merge kernel must run */
     int merge_warps; /* merge kernel warps per (request, query head): cinfer__decode_merge_warps */
 } cinfer__decode_chunking_t;
 
-/* Applies the chunking rule (top of this file) to kv_len[batch_size]. Pure and cheap: O(batch x
- * log(max_len / 64)). INVALID_ARGUMENT for batch_size < 0 or a negative kv_len; UNSUPPORTED when
- * the counts exceed 2^31 - 1. */
+/* Applies the schedule rule (top of this file) to kv_len[batch_size]: counts only. Pure and
+ * cheap: O(batch x log(max_len / 64)) in one wave, O(items) in the stream regime.
+ * INVALID_ARGUMENT for batch_size < 0 or a negative kv_len; UNSUPPORTED when the counts exceed
+ * 2^31 - 1. */
 cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                                            const int32_t *kv_len, int batch_size,
                                            cinfer__decode_chunking_t *out);
@@ -189,29 +191,26 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
 /* Where plan writes the schedule (the host mirror of the workspace's schedule regions). */
 typedef struct cinfer__decode_schedule {
     cinfer_decode_header *header;
-    cinfer_decode_request *requests; /* [request_capacity] */
-    cinfer_decode_work *work;        /* [work_capacity] */
-    int request_capacity, work_capacity, slot_capacity;
-    int64_t *order; /* scratch of batch_size entries (the request order) */
+    cinfer_decode_request *infos; /* [info_capacity]: one per (request, head slice) */
+    cinfer_decode_work *work;     /* [work_capacity] */
+    int info_capacity, work_capacity, slot_capacity;
 } cinfer__decode_schedule_t;
 
 /*
- * Writes the schedule of kv_len[batch_size] chunked as `chunking` (from cinfer__decode_plan_chunks
+ * Writes the schedule of kv_len[batch_size] as `chunking` counted it (cinfer__decode_plan_chunks
  * with the same arguments) into dst:
- * - header = {num_work, batch_size, merge_warps};
- * - requests[b] = {kv_len, num_chunks, partial_base}: num_chunks = 1 and partial_base = -1 for a
- *   request in one chunk (written directly, including kv_len 0: one empty item that writes 0 and
- *   LSE -inf); split requests take slots partial_base + slice * num_chunks + chunk, given out in
- *   request order from 0;
+ * - header = {num_work, num_ctas, batch_size, merge_warps};
+ * - infos[b * units + s] = {kv_len, num_chunks, partial_base} for head slice s of request b:
+ *   num_chunks = 1 and partial_base = -1 for a slice in one piece (written directly, including
+ *   kv_len 0: one empty item that writes 0 and LSE -inf); the c-th piece of a split slice takes
+ *   slot partial_base + c, bases given out in stream order from 0;
  * - every work item carries its request's kv_len and page_begin = kv_indptr[request] (0 when
  *   kv_indptr is NULL: single decode's contiguous KV);
- * - work items in this order: requests sorted by attended length, longest first (ties by index);
- *   chunk index outermost, then request, then head slice; so one request's chunks are spread
- *   through the list and the items of one (request, chunk) are adjacent (they share page-table
- *   reads). When there are more items than max_ctas (nothing split), the kernel's persistent loop
- *   gives CTA i the items i, i + G, i + 2G, ... (G = max_ctas); odd bands of G items are reversed
- *   (snake order), so each CTA pairs long items with short ones and the CTAs' loads even out.
- * INTERNAL if a capacity is too small (the layout prevents it).
+ * - one wave: item order request, slice, chunk; every `next` -1 (one item per CTA);
+ * - stream: CTA c's first piece at item c (c < num_ctas), its other pieces after the first
+ *   num_ctas items in stream order, each linked to the following one by `next`.
+ * INTERNAL if a capacity is too small (the layout prevents it), OUT_OF_MEMORY without host scratch
+ * for the stream's pieces.
  */
 cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
                                           const int32_t *kv_indptr, int batch_size,
@@ -220,17 +219,17 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
 
 /* ---- grids ---- */
 
-/* Blocks of the attention kernel: max_ctas in graph mode (constant, spare CTAs exit), else
- * min(num_work, max_ctas) (0 = no launch). */
-int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_work);
+/* Blocks of the attention kernel: max_ctas in graph mode (constant, CTAs past the plan's num_ctas
+ * exit), else num_ctas (0 = no launch). */
+int cinfer__decode_attention_grid(const cinfer__decode_config_t *cfg, int num_ctas);
 
-/* Warps of the merge kernel per (request, query head), 1, 2 or 4: one while no request has more
- * than CINFER__DECODE_MERGE_WARP_CHUNKS chunks (a warp's lane groups load them in one step); else
+/* Warps of the merge kernel per (request, query head), 1, 2 or 4: one while no slice has more
+ * than CINFER__DECODE_MERGE_WARP_CHUNKS pieces (a warp's lane groups load them in one step); else
  * 4, and in graph mode the most of 4, 2, 1 whose batch_size * Hq * warps fits the constant grid. */
 int cinfer__decode_merge_warps(const cinfer__decode_config_t *cfg, int batch_size, int max_chunks);
 
 /* Blocks of the merge kernel: graph mode ceil(max_batch_size * Hq / rows) always (constant; rows
- * of requests that were not split exit); else ceil(batch_size * Hq * merge_warps / rows) when the
+ * of slices that were not split exit); else ceil(batch_size * Hq * merge_warps / rows) when the
  * plan split some request, 0 otherwise. rows = cinfer__decode_merge_rows(head_dim) (warps per
  * block). */
 int64_t cinfer__decode_merge_grid(const cinfer__decode_config_t *cfg, int head_dim, int batch_size,

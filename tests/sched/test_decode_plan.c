@@ -1,8 +1,9 @@
 /*
  * The decode planner (src/sched/decode_plan.c) and the decode API's checks that need no device:
- * coverage of every (request, head slice, KV position) exactly once, chunk limits, empty requests,
- * sliding-window clipping, capacities and partial slots, constant graph-mode grids, the exact
- * workspace layout, page-table and options validation, and 200 random batches from a fixed seed.
+ * coverage of every (request, head slice, KV position) exactly once, the one-wave chunk rule, the
+ * stream regime's CTA lists and balance, empty requests, sliding-window clipping, capacities and
+ * partial slots, constant graph-mode grids, the exact workspace layout, page-table and options
+ * validation, and 200 random batches from a fixed seed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,9 +40,8 @@ typedef struct plan {
     cinfer__decode_layout_t layout;
     cinfer__decode_chunking_t chunking;
     char *host; /* schedule_bytes */
-    int64_t *order;
     cinfer_decode_header *header;
-    cinfer_decode_request *requests;
+    cinfer_decode_request *infos; /* [request * units + slice] */
     cinfer_decode_work *work;
 } plan_t;
 
@@ -50,22 +50,19 @@ static cinfer_status_t make_plan(const cinfer__decode_config_t *cfg, const int32
     memset(p, 0, sizeof *p);
     assert_int_equal(cinfer__decode_batch_layout(cfg, 128, &p->layout), CINFER_STATUS_SUCCESS);
     p->host = calloc(1, p->layout.schedule_bytes);
-    p->order = calloc((size_t)(batch ? batch : 1), sizeof *p->order);
     assert_non_null(p->host);
-    assert_non_null(p->order);
     p->header = (cinfer_decode_header *)p->host;
-    p->requests = (cinfer_decode_request *)(p->host + p->layout.requests_offset);
+    p->infos = (cinfer_decode_request *)(p->host + p->layout.infos_offset);
     p->work = (cinfer_decode_work *)(p->host + p->layout.work_offset);
     cinfer_status_t st = cinfer__decode_plan_chunks(cfg, kv_len, batch, &p->chunking);
     if (st != CINFER_STATUS_SUCCESS)
         return st;
     const cinfer__decode_schedule_t dst = {p->header,
-                                           p->requests,
+                                           p->infos,
                                            p->work,
-                                           p->layout.request_capacity,
+                                           p->layout.info_capacity,
                                            p->layout.work_capacity,
-                                           p->layout.slot_capacity,
-                                           p->order};
+                                           p->layout.slot_capacity};
     /* A page table of 16-token pages, so items carry distinct page_begin values. */
     int32_t *indptr = calloc((size_t)batch + 1, sizeof *indptr);
     assert_non_null(indptr);
@@ -78,7 +75,6 @@ static cinfer_status_t make_plan(const cinfer__decode_config_t *cfg, const int32
 
 static void free_plan(plan_t *p) {
     free(p->host);
-    free(p->order);
 }
 
 static int64_t attended_len(const cinfer__decode_config_t *cfg, int32_t kv_len) {
@@ -98,160 +94,114 @@ static int64_t items_for(const cinfer__decode_config_t *cfg, const int32_t *kv_l
     return n * cinfer__decode_units(cfg);
 }
 
-static int group_of(const cinfer__decode_config_t *cfg) {
-    return cfg->num_qo_heads / cfg->num_kv_heads;
-}
-
-/* The head slice of an item, as the merge kernel derives it from a query head. */
-static int slice_of(const cinfer__decode_config_t *cfg, int kv_head, int head_begin) {
-    const int group = group_of(cfg), hpc = cfg->heads_per_cta;
-    const int head = kv_head * group + head_begin;
-    return (head / group) * (group / hpc) + (head % group) / hpc;
-}
-
 static int compare_items(const void *a, const void *b) {
     const cinfer_decode_work *x = a, *y = b;
     if (x->request != y->request)
         return x->request < y->request ? -1 : 1;
-    if (x->kv_head != y->kv_head)
-        return x->kv_head < y->kv_head ? -1 : 1;
-    if (x->head_begin != y->head_begin)
-        return x->head_begin < y->head_begin ? -1 : 1;
+    if (x->slice != y->slice)
+        return x->slice < y->slice ? -1 : 1;
     return (x->kv_begin > y->kv_begin) - (x->kv_begin < y->kv_begin);
 }
 
-static int compare_i64_desc(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
-/* decode_plan.h's estimate of a balanced step, computed from every item: the busiest CTA's sum of
- * (length + CINFER__DECODE_ITEM_TOKENS) when the items, longest first, are dealt out in snake order
- * over bands of max_ctas. */
-static int64_t step_estimate(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
-                             int64_t chunk) {
-    const int64_t units = cinfer__decode_units(cfg), band = cfg->max_ctas;
-    const int64_t n = items_for(cfg, kv_len, batch, chunk);
-    int64_t *len = malloc(sizeof(int64_t) * (size_t)n), *load = calloc((size_t)band, 8);
-    assert_non_null(len);
-    assert_non_null(load);
-    int64_t i = 0;
-    for (int b = 0; b < batch; b++) {
-        const int64_t a = attended_len(cfg, kv_len[b]);
-        for (int64_t begin = 0; begin < a || (a == 0 && begin == 0); begin += chunk) {
-            const int64_t l = a - begin < chunk ? a - begin : chunk;
-            for (int64_t u = 0; u < units; u++)
-                len[i++] = l;
-            if (a == 0)
-                break;
+/* The cost of each CTA's list (tokens + CINFER__DECODE_ITEM_TOKENS per item) into cost[num_ctas],
+ * checking that the lists from items 0 .. num_ctas - 1 visit every item exactly once. */
+static void walk_lists(const plan_t *p, int64_t *cost) {
+    const int n = p->header->num_work, ctas = p->header->num_ctas;
+    unsigned char *seen = calloc((size_t)n + 1, 1);
+    assert_non_null(seen);
+    int visited = 0;
+    for (int c = 0; c < ctas; c++) {
+        cost[c] = 0;
+        for (int w = c; w >= 0; w = p->work[w].next) {
+            assert_true(w < n);
+            assert_int_equal(seen[w], 0);
+            seen[w] = 1;
+            visited++;
+            cost[c] += p->work[w].kv_end - p->work[w].kv_begin + CINFER__DECODE_ITEM_TOKENS;
         }
     }
-    assert_int_equal(i, n);
-    qsort(len, (size_t)n, sizeof *len, compare_i64_desc);
-    int64_t worst = 0;
-    for (i = 0; i < n; i++) {
-        const int64_t pos = i % band, cta = (i / band) % 2 ? band - 1 - pos : pos;
-        load[cta] += len[i] + CINFER__DECODE_ITEM_TOKENS;
-        worst = load[cta] > worst ? load[cta] : worst;
-    }
-    free(len);
-    free(load);
-    return worst;
+    assert_int_equal(visited, n);
+    free(seen);
 }
 
 /* Checks every invariant of a plan (see decode_plan.h). */
 static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_len, int batch,
                         const plan_t *p) {
-    const int units = cinfer__decode_units(cfg), group = group_of(cfg), hpc = cfg->heads_per_cta;
+    const int units = cinfer__decode_units(cfg);
     const cinfer__decode_chunking_t *ch = &p->chunking;
-    const int n = p->header->num_work;
-    const int64_t chunk = ch->chunk_size;
+    const int n = p->header->num_work, ctas = p->header->num_ctas;
+    const int64_t align = CINFER__DECODE_CHUNK_ALIGN, item_cost = CINFER__DECODE_ITEM_TOKENS;
 
     /* Header and capacities. */
     assert_int_equal(p->header->batch_size, batch);
     assert_int_equal(n, ch->num_work);
+    assert_int_equal(ctas, ch->num_ctas);
     assert_true(n <= p->layout.work_capacity);
-    assert_true(batch <= p->layout.request_capacity);
+    assert_true((int64_t)batch * units <= p->layout.info_capacity);
     assert_true(ch->num_slots <= p->layout.slot_capacity);
-    assert_int_equal(n, items_for(cfg, kv_len, batch, chunk));
-    assert_true(chunk >= CINFER__DECODE_CHUNK_ALIGN);
-    assert_int_equal(chunk % CINFER__DECODE_CHUNK_ALIGN == 0 || chunk == INT32_MAX, 1);
+    assert_true(ctas <= cfg->max_ctas && ctas <= n);
 
-    /* The chunking rule (decode_plan.h). */
     int64_t max_att = 0;
-    double total = 0;
     for (int b = 0; b < batch; b++) {
         const int64_t a = attended_len(cfg, kv_len[b]);
         max_att = a > max_att ? a : max_att;
-        total += (double)a;
     }
-    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
-    if ((int64_t)batch * units <= cfg->max_ctas) {
-        /* One wave: a split plan fits max_ctas with the smallest chunk that does; an unsplit
-         * plan has nothing longer than one chunk, or no shorter chunk fits. */
+    const bool stream = (int64_t)batch * units > cfg->max_ctas;
+    assert_int_equal(ch->stream, stream);
+    if (!stream) {
+        /* One wave: one item per CTA; a split plan fits max_ctas with the smallest chunk that
+         * does; an unsplit plan has nothing longer than one chunk, or no shorter chunk fits. */
+        const int64_t chunk = ch->chunk_size;
+        assert_int_equal(ctas, n);
+        assert_true(chunk >= align);
+        assert_int_equal(chunk % align == 0 || chunk == INT32_MAX, 1);
+        assert_int_equal(n, items_for(cfg, kv_len, batch, chunk));
+        for (int w = 0; w < n; w++) {
+            assert_int_equal(p->work[w].next, -1);
+            assert_true(p->work[w].kv_end - p->work[w].kv_begin <= chunk);
+        }
         if (ch->split) {
             assert_true(n <= cfg->max_ctas);
             if (chunk > align)
                 assert_true(items_for(cfg, kv_len, batch, chunk - align) > cfg->max_ctas);
         } else {
             assert_int_equal(n, (int64_t)batch * units);
-            if (max_att > align) {
+            if (max_att > align && !cfg->no_split) {
                 const int64_t below = (max_att - 1) / align * align;
                 assert_true(items_for(cfg, kv_len, batch, below) > cfg->max_ctas);
             }
         }
     } else {
-        /* Balanced: a chunk no shorter than the lower limit, whose estimated step is no longer
-         * than that of splitting nothing or of cutting at each CTA's share (the rule before the
-         * estimate), within the bounds the workspace is sized by. */
-        const double share = total * units / cfg->max_ctas;
-        const double lo = fmax(share / CINFER__DECODE_BALANCED_SPLIT, CINFER__DECODE_BALANCED_MIN);
-        const int64_t k_max = max_att > align ? (max_att + align - 1) / align : 1;
-        const int64_t k_lo = (int64_t)ceil(lo / (double)align);
-        if (k_lo >= k_max) {
+        /* Stream: within the workspace bounds, and every CTA's cost within a piece's slack of the
+         * budget (decode_plan.h). */
+        assert_int_equal(ch->chunk_size, 0);
+        assert_true(n <= (int64_t)batch * units + cfg->max_ctas);
+        assert_true(ch->num_slots <= 2 * (int64_t)cfg->max_ctas);
+        if (cfg->no_split)
             assert_false(ch->split);
-        } else {
-            assert_true(chunk >= k_lo * align && chunk <= k_max * align);
-            const int64_t t = step_estimate(cfg, kv_len, batch, chunk);
-            assert_true(t <= step_estimate(cfg, kv_len, batch, k_max * align));
-            const int64_t at_share =
-                (int64_t)ceil(fmax(share, CINFER__DECODE_BALANCED_MIN) / (double)align) * align;
-            if (at_share < max_att)
-                assert_true(t <= step_estimate(cfg, kv_len, batch, at_share));
-        }
-        assert_true(n <= (int64_t)batch * units + CINFER__DECODE_BALANCED_SPLIT * cfg->max_ctas);
-        assert_true(ch->num_slots < 2 * CINFER__DECODE_BALANCED_SPLIT * (int64_t)cfg->max_ctas);
     }
-
-    /* Request infos and partial slots. */
-    int split_requests = 0, max_chunks = batch ? 1 : 0;
-    for (int b = 0; b < batch; b++) {
-        const cinfer_decode_request *r = &p->requests[b];
-        const int64_t a = attended_len(cfg, kv_len[b]);
-        const int64_t want = a == 0 ? 1 : (a + chunk - 1) / chunk;
-        assert_int_equal(r->kv_len, kv_len[b]);
-        assert_int_equal(r->num_chunks, want);
-        if (r->num_chunks > 1) {
-            split_requests++;
-            assert_true(r->partial_base >= 0);
-            assert_true(r->partial_base + units * r->num_chunks <= ch->num_slots);
-        } else {
-            assert_int_equal(r->partial_base, -1);
-        }
-        max_chunks = r->num_chunks > max_chunks ? r->num_chunks : max_chunks;
+    int64_t *cost = calloc((size_t)(ctas > 0 ? ctas : 1), sizeof *cost);
+    assert_non_null(cost);
+    walk_lists(p, cost);
+    if (stream) {
+        const int64_t share = ch->stream_share;
+        int64_t longest = 0;
+        for (int b = 0; b < batch; b++)
+            longest =
+                attended_len(cfg, kv_len[b]) > longest ? attended_len(cfg, kv_len[b]) : longest;
+        const int64_t slack = cfg->no_split ? longest + item_cost : 2 * (align + item_cost);
+        for (int c = 0; c < ctas; c++)
+            if (cost[c] > share + slack && share >= 4 * (align + item_cost))
+                fail_msg("CTA %d costs %lld, budget %lld + slack %lld", c, (long long)cost[c],
+                         (long long)share, (long long)slack);
     }
-    assert_int_equal(ch->split, split_requests > 0);
-    assert_int_equal(ch->max_chunks, max_chunks);
+    free(cost);
 
-    unsigned char *slot_used = calloc((size_t)p->layout.slot_capacity + 1, 1);
-    assert_non_null(slot_used);
-    int slots_seen = 0;
+    /* Items: fields, page_begin, the attended range. */
     for (int w = 0; w < n; w++) {
         const cinfer_decode_work *it = &p->work[w];
         assert_true(it->request >= 0 && it->request < batch);
-        assert_true(it->kv_head >= 0 && it->kv_head < cfg->num_kv_heads);
-        assert_int_equal(it->head_begin % hpc, 0);
-        assert_true(it->head_begin >= 0 && it->head_begin + hpc <= group);
+        assert_true(it->slice >= 0 && it->slice < units);
         const int32_t len = kv_len[it->request];
         assert_int_equal(it->kv_len, len);
         int32_t page_begin = 0; /* make_plan's page table: 16-token pages */
@@ -260,81 +210,70 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         assert_int_equal(it->page_begin, page_begin);
         assert_true(it->kv_begin >= len - attended_len(cfg, len));
         assert_true(it->kv_begin <= it->kv_end && it->kv_end <= len);
-        assert_true(it->kv_end - it->kv_begin <= chunk);
-        const cinfer_decode_request *r = &p->requests[it->request];
-        if (r->num_chunks > 1) {
-            assert_true(it->partial >= 0 && it->partial < p->layout.slot_capacity);
-            assert_int_equal(slot_used[it->partial], 0); /* unique */
-            slot_used[it->partial] = 1;
-            slots_seen++;
-            /* The slot is where the merge kernel looks for this slice and chunk. */
-            const int rel = it->partial - r->partial_base;
-            assert_int_equal(rel / r->num_chunks, slice_of(cfg, it->kv_head, it->head_begin));
-            const int64_t c = (it->kv_begin - (len - attended_len(cfg, len))) / chunk;
-            assert_int_equal(rel % r->num_chunks, c);
-        } else {
-            assert_int_equal(it->partial, -1);
-        }
     }
-    assert_int_equal(slots_seen, ch->num_slots);
-    free(slot_used);
 
-    /* Coverage: per (request, slice) the items tile [kv_len - attended, kv_len) in order, each
-     * non-last chunk exactly `chunk` long; an empty request has one empty item. */
+    /* Coverage and slots: per (request, slice) the items tile [kv_len - attended, kv_len) in
+     * order (an empty request: one empty item); a slice of one piece writes directly, the c-th
+     * piece of a split one takes slot partial_base + c of its info; split pieces but the last are
+     * multiples of CINFER__DECODE_CHUNK_ALIGN tokens and the last keeps at least that many. */
     cinfer_decode_work *sorted = malloc(sizeof *sorted * (size_t)(n ? n : 1));
+    unsigned char *slot_used = calloc((size_t)p->layout.slot_capacity + 1, 1);
     assert_non_null(sorted);
+    assert_non_null(slot_used);
     memcpy(sorted, p->work, sizeof *sorted * (size_t)n);
     qsort(sorted, (size_t)n, sizeof *sorted, compare_items);
-    int w = 0;
+    int w = 0, slots_seen = 0, split_slices = 0, max_chunks = batch ? 1 : 0;
     for (int b = 0; b < batch; b++) {
         const int64_t begin = kv_len[b] - attended_len(cfg, kv_len[b]);
         for (int s = 0; s < units; s++) {
-            const int kv_head = s / (group / hpc), head_begin = (s % (group / hpc)) * hpc;
+            const cinfer_decode_request *info = &p->infos[(int64_t)b * units + s];
+            assert_int_equal(info->kv_len, kv_len[b]);
             int64_t pos = begin;
             int pieces = 0;
             do {
                 assert_true(w < n);
                 const cinfer_decode_work *it = &sorted[w++];
                 assert_int_equal(it->request, b);
-                assert_int_equal(it->kv_head, kv_head);
-                assert_int_equal(it->head_begin, head_begin);
+                assert_int_equal(it->slice, s);
                 assert_int_equal(it->kv_begin, pos);
-                if (it->kv_end < kv_len[b])
-                    assert_int_equal(it->kv_end - it->kv_begin, chunk);
+                if (info->num_chunks > 1) {
+                    assert_int_equal(it->partial, info->partial_base + pieces);
+                    assert_true(it->partial >= 0 && it->partial < p->layout.slot_capacity);
+                    assert_int_equal(slot_used[it->partial], 0); /* unique */
+                    slot_used[it->partial] = 1;
+                    slots_seen++;
+                    if (stream) {
+                        assert_true(it->kv_end - it->kv_begin >= align);
+                        if (it->kv_end < kv_len[b])
+                            assert_int_equal((it->kv_end - it->kv_begin) % align, 0);
+                    }
+                } else {
+                    assert_int_equal(it->partial, -1);
+                }
                 pos = it->kv_end;
                 pieces++;
             } while (pos < kv_len[b]);
-            assert_int_equal(pieces, p->requests[b].num_chunks);
-            if (kv_len[b] == 0)
-                assert_int_equal(pieces, 1);
+            assert_int_equal(pieces, info->num_chunks);
+            if (info->num_chunks > 1)
+                split_slices++;
+            else
+                assert_int_equal(info->partial_base, -1);
+            max_chunks = pieces > max_chunks ? pieces : max_chunks;
         }
     }
     assert_int_equal(w, n);
+    assert_int_equal(slots_seen, ch->num_slots);
+    assert_int_equal(ch->split, split_slices > 0);
+    assert_int_equal(ch->max_chunks, max_chunks);
     free(sorted);
+    free(slot_used);
 
-    /* Grids, and the persistent loop's balance: CTA i runs items i, i + G, ...; with the snake
-     * order no CTA carries more than the longest item above another. */
-    const int grid = cinfer__decode_attention_grid(cfg, n);
+    /* Grids. */
+    const int grid = cinfer__decode_attention_grid(cfg, ctas);
     if (cfg->graph)
         assert_int_equal(grid, cfg->max_ctas);
     else
-        assert_int_equal(grid, n < cfg->max_ctas ? n : cfg->max_ctas);
-    if (grid > 0) {
-        int64_t *load = calloc((size_t)grid, sizeof *load), longest = 0;
-        assert_non_null(load);
-        for (int i = 0; i < n; i++) {
-            const int64_t l = p->work[i].kv_end - p->work[i].kv_begin;
-            load[i % grid] += l;
-            longest = l > longest ? l : longest;
-        }
-        int64_t lo = load[0], hi = load[0];
-        for (int i = 0; i < grid; i++) {
-            lo = load[i] < lo ? load[i] : lo;
-            hi = load[i] > hi ? load[i] : hi;
-        }
-        assert_true(hi - lo <= longest);
-        free(load);
-    }
+        assert_int_equal(grid, ctas);
     /* The merge: warps per (request, head) as the header says, and enough blocks for them. */
     const int mw = ch->merge_warps;
     assert_int_equal(p->header->merge_warps, mw);
@@ -419,22 +358,22 @@ static void layout_is_exact_and_aligned(void **state) {
                 const size_t pl = (size_t)caps[i][2] * (size_t)hpcs[h] * 4;
 #define UP(x) (((x) + A - 1) / A * A)
                 assert_int_equal(l.work_capacity, caps[i][0]);
-                assert_int_equal(l.request_capacity, caps[i][1]);
+                assert_int_equal(l.info_capacity, caps[i][1]);
                 assert_int_equal(l.slot_capacity, caps[i][2]);
-                assert_int_equal(l.requests_offset, UP(header));
-                assert_int_equal(l.work_offset, l.requests_offset + UP(req));
+                assert_int_equal(l.infos_offset, UP(header));
+                assert_int_equal(l.work_offset, l.infos_offset + UP(req));
                 assert_int_equal(l.schedule_bytes, l.work_offset + work);
                 assert_int_equal(l.partial_o_offset, l.work_offset + UP(work));
                 assert_int_equal(l.partial_lse_offset, l.partial_o_offset + UP(po));
                 assert_int_equal(l.total_bytes, UP(header) + UP(req) + UP(work) + UP(po) + UP(pl));
 #undef UP
                 /* Every region starts aligned and fits before the next one. */
-                assert_int_equal(l.requests_offset % A, 0);
+                assert_int_equal(l.infos_offset % A, 0);
                 assert_int_equal(l.work_offset % A, 0);
                 assert_int_equal(l.partial_o_offset % A, 0);
                 assert_int_equal(l.partial_lse_offset % A, 0);
-                assert_true(header <= l.requests_offset);
-                assert_true(l.requests_offset + req <= l.work_offset);
+                assert_true(header <= l.infos_offset);
+                assert_true(l.infos_offset + req <= l.work_offset);
                 assert_true(l.work_offset + work <= l.partial_o_offset);
                 assert_true(l.partial_o_offset + po <= l.partial_lse_offset);
                 assert_true(l.partial_lse_offset + pl <= l.total_bytes);
@@ -446,19 +385,18 @@ static void layout_is_exact_and_aligned(void **state) {
 static void batch_layout_capacities(void **state) {
     (void)state;
     cinfer__decode_layout_t l;
-    /* Work items: unsplit items plus the balanced regime's extra chunks (F waves); slots: 2F
-     * waves (F = CINFER__DECODE_BALANCED_SPLIT). */
-    const int f = CINFER__DECODE_BALANCED_SPLIT;
+    /* Work items: unsplit items plus one cut per CTA; infos: one per head slice; slots: two per
+     * CTA (decode_plan.h). */
     cinfer__decode_config_t c = config(32, 8, 528, 4, -1, false); /* group 4: HPC 4, 8 units */
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 4 * 8 + f * 528);
-    assert_int_equal(l.request_capacity, 4);
-    assert_int_equal(l.slot_capacity, 2 * f * 528);
+    assert_int_equal(l.work_capacity, 4 * 8 + 528);
+    assert_int_equal(l.info_capacity, 4 * 8);
+    assert_int_equal(l.slot_capacity, 2 * 528);
     c = config(32, 8, 528, 256, -1, true);
     assert_int_equal(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_SUCCESS);
-    assert_int_equal(l.work_capacity, 256 * 8 + f * 528);
-    assert_int_equal(l.request_capacity, 256);
-    assert_int_equal(l.slot_capacity, 2 * f * 528);
+    assert_int_equal(l.work_capacity, 256 * 8 + 528);
+    assert_int_equal(l.info_capacity, 256 * 8);
+    assert_int_equal(l.slot_capacity, 2 * 528);
     /* Too many items for an int. */
     c = config(1024, 1024, 528, 1 << 30, -1, false);
     assert_error(cinfer__decode_batch_layout(&c, 128, &l), CINFER_STATUS_UNSUPPORTED,
@@ -648,10 +586,12 @@ static void empty_requests_get_one_empty_direct_item(void **state) {
     const int32_t mixed[] = {0, 100000, 5};
     plan_and_verify(&c, mixed, 3, &p);
     assert_true(p.chunking.split);
-    assert_int_equal(p.requests[0].num_chunks, 1);
-    assert_int_equal(p.requests[0].partial_base, -1);
-    assert_int_equal(p.requests[2].num_chunks, 1);
-    assert_true(p.requests[1].num_chunks > 1);
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(p.infos[0 * 4 + s].num_chunks, 1);
+        assert_int_equal(p.infos[0 * 4 + s].partial_base, -1);
+        assert_int_equal(p.infos[2 * 4 + s].num_chunks, 1);
+        assert_true(p.infos[1 * 4 + s].num_chunks > 1);
+    }
     int empty = 0;
     for (int w = 0; w < p.header->num_work; w++)
         if (p.work[w].request == 0) {
@@ -674,7 +614,7 @@ static void empty_requests_get_one_empty_direct_item(void **state) {
 static void dense_coverage(const cinfer__decode_config_t *c, const int32_t *lens, int batch) {
     plan_t p;
     plan_and_verify(c, lens, batch, &p);
-    const int units = cinfer__decode_units(c), group = group_of(c), hpc = c->heads_per_cta;
+    const int units = cinfer__decode_units(c);
     for (int b = 0; b < batch; b++) {
         const size_t cells = (size_t)units * (size_t)lens[b];
         unsigned char *cover = calloc(cells + 1, 1);
@@ -683,7 +623,7 @@ static void dense_coverage(const cinfer__decode_config_t *c, const int32_t *lens
             const cinfer_decode_work *it = &p.work[w];
             if (it->request != b)
                 continue;
-            const int s = it->kv_head * (group / hpc) + it->head_begin / hpc;
+            const int s = it->slice;
             for (int t = it->kv_begin; t < it->kv_end; t++)
                 cover[(size_t)s * (size_t)lens[b] + (size_t)t]++;
         }
@@ -749,35 +689,49 @@ static void window_clips_the_attended_range(void **state) {
     free_plan(&p);
 }
 
+/* The largest cost of a CTA's list, and that no list is empty. */
+static int64_t busiest_cta(const plan_t *p) {
+    int64_t *cost = calloc((size_t)p->header->num_ctas + 1, sizeof *cost), worst = 0;
+    assert_non_null(cost);
+    walk_lists(p, cost);
+    for (int c = 0; c < p->header->num_ctas; c++) {
+        assert_true(cost[c] > 0);
+        worst = cost[c] > worst ? cost[c] : worst;
+    }
+    free(cost);
+    return worst;
+}
+
 static void long_requests_split_beyond_one_wave(void **state) {
     (void)state;
     plan_t p;
-    /* 64 requests of 1000 tokens and one of 20000, 8 slices, 264 CTAs: 520 items exceed a wave.
-     * Cutting at each CTA's share (84000 * 8 / 264 = 2545.5 -> 2560 tokens) leaves the busiest
-     * CTA 4752 tokens' worth (items and their starts, decode_plan.h); 640-token chunks (the long
-     * request in 32, the others in 640 + 360) leave it 2960, against a mean of 2545 + 64 x 4.8. */
+    /* 64 requests of 1000 tokens and one of 20000, 8 slices, 264 CTAs: 520 slices exceed a wave.
+     * The stream runs on 33 lanes of 8 CTAs (a request's 8 slices side by side), with a budget
+     * between (84000 + 65 * 64) / 33 = 2671.5 (no cut) and (84000 + 65 * 64 + 32 * 64) / 33 =
+     * 2733.6 (a cut at every boundary); the long request spans about 7 lanes, and every CTA stays
+     * within a piece's slack of the budget (a persistent grid of whole 640-token chunks left the
+     * busiest CTA 2960). */
     int32_t lens[65];
     for (int b = 0; b < 64; b++)
         lens[b] = 1000;
     lens[64] = 20000;
     cinfer__decode_config_t c = config(32, 8, 264, 65, -1, false);
     plan_and_verify(&c, lens, 65, &p);
-    assert_int_equal(p.chunking.chunk_size, 640);
-    assert_true(p.chunking.split);
-    assert_int_equal(p.requests[64].num_chunks, 32);
-    assert_int_equal(p.requests[0].num_chunks, 2);
-    assert_int_equal(p.header->num_work, (64 * 2 + 32) * 8);
-    assert_int_equal(p.chunking.num_slots, (64 * 2 + 32) * 8);
-    assert_int_equal(step_estimate(&c, lens, 65, 640), 2960);
-    assert_int_equal(step_estimate(&c, lens, 65, 2560), 4752);
-    /* The longest items lead (the snake order relies on it). */
-    assert_int_equal(p.work[0].kv_end - p.work[0].kv_begin, 640);
+    assert_true(p.chunking.stream && p.chunking.split);
+    assert_true(p.chunking.stream_share >= 2672 && p.chunking.stream_share <= 2734);
+    assert_int_equal(p.header->num_ctas, 264);
+    for (int s = 0; s < 8; s++)
+        assert_true(p.infos[64 * 8 + s].num_chunks >= 7);
+    assert_true(busiest_cta(&p) <= 2737 + 2 * (64 + 64));
+    assert_true(p.header->num_work <= 65 * 8 + 263);
     free_plan(&p);
-    /* The same batch with uniform lengths splits nothing. */
+    /* The same batch with uniform lengths: 520 slices of 1000 tokens on 264 CTAs, each CTA about
+     * 1.97 slices' worth; the cuts split some slices in two. */
     lens[64] = 1000;
     plan_and_verify(&c, lens, 65, &p);
-    assert_false(p.chunking.split);
-    assert_int_equal(p.header->num_work, 65 * 8);
+    assert_true(p.chunking.split);
+    assert_true(p.chunking.max_chunks <= 3);
+    assert_true(busiest_cta(&p) <= p.chunking.stream_share + 2 * (64 + 64));
     free_plan(&p);
 }
 
@@ -790,36 +744,34 @@ static void chunk_size_is_the_smallest_that_fits_one_wave(void **state) {
     cinfer__decode_config_t c = config(32, 8, 528, 1, -1, false);
     plan_and_verify(&c, one, 1, &p);
     assert_int_equal(p.chunking.chunk_size, 1536);
-    assert_int_equal(p.requests[0].num_chunks, 66);
+    assert_int_equal(p.infos[0].num_chunks, 66);
     assert_int_equal(p.header->num_work, 66 * 8);
     assert_int_equal(p.chunking.num_slots, 66 * 8);
     free_plan(&p);
 
-    /* Big batch: one chunk per request is already more than one wave; the longest requests are
-     * cut only because that shortens the busiest CTA's work (the balanced regime). */
+    /* A uniform batch of 1.29 waves of slices (64 x 1024 tokens, 8 slices, 396 CTAs): whole
+     * slices on a persistent grid would leave the second wave 70% idle; the stream gives each of
+     * 49 lanes of 8 CTAs (392; the 8 slices of a request side by side) 1.31 requests' worth, a
+     * budget between 64 * (1024 + 64) / 49 = 1421.1 and (64 * (1024 + 64) + 48 * 64) / 49 =
+     * 1484.1 tokens. */
     int32_t lens[64];
     for (int b = 0; b < 64; b++)
-        lens[b] = 1000 + 977 * b;
-    c = config(32, 8, 132, 64, -1, false);
-    plan_and_verify(&c, lens, 64, &p);
-    assert_true(p.chunking.split);
-    assert_true(step_estimate(&c, lens, 64, p.chunking.chunk_size) <
-                step_estimate(&c, lens, 64, 62592));
-    free_plan(&p);
-
-    /* A uniform batch of 1.94 waves of items splits nothing (the second wave is nearly full); one
-     * of 1.29 waves (64 x 4096 tokens, 8 slices, 396 CTAs) is cut into pieces. */
-    for (int b = 0; b < 64; b++)
-        lens[b] = 4096;
-    c = config(32, 8, 264, 64, -1, false);
-    plan_and_verify(&c, lens, 64, &p);
-    assert_false(p.chunking.split);
-    free_plan(&p);
+        lens[b] = 1024;
     c = config(32, 8, 396, 64, -1, false);
     plan_and_verify(&c, lens, 64, &p);
-    assert_true(p.chunking.split);
-    assert_true(step_estimate(&c, lens, 64, p.chunking.chunk_size) <
-                step_estimate(&c, lens, 64, 4096) * 3 / 4);
+    assert_true(p.chunking.stream && p.chunking.split);
+    assert_int_equal(p.header->num_ctas, 392);
+    const int64_t share = p.chunking.stream_share;
+    assert_true(share >= 1422 && share <= 1485);
+    assert_true(busiest_cta(&p) <= share + 2 * (64 + 64));
+    /* CTAs 8k .. 8k + 7 run the 8 slices of the same KV ranges. */
+    for (int k = 0; k < 49; k++)
+        for (int j = 0; j < 8; j++) {
+            assert_int_equal(p.work[8 * k + j].slice, j);
+            assert_int_equal(p.work[8 * k + j].request, p.work[8 * k].request);
+            assert_int_equal(p.work[8 * k + j].kv_begin, p.work[8 * k].kv_begin);
+            assert_int_equal(p.work[8 * k + j].kv_end, p.work[8 * k].kv_end);
+        }
     free_plan(&p);
 
     /* Short requests never split below the minimum chunk. */
@@ -831,41 +783,33 @@ static void chunk_size_is_the_smallest_that_fits_one_wave(void **state) {
     free_plan(&p);
 }
 
-static void snake_order_balances_the_persistent_loop(void **state) {
+static void stream_balances_mixed_lengths(void **state) {
     (void)state;
-    /* 8 unsplit items over 4 CTAs: sorted 800..100, the second band reversed, so every CTA runs
-     * a long and a short item: 800 + 100, 700 + 200, ... */
+    /* 8 one-slice requests over 4 CTAs: a budget between (3600 + 8 * 64) / 4 = 1028 and
+     * (3600 + 8 * 64 + 3 * 64) / 4 = 1076 tokens; the stream cuts at 64-token multiples, so the
+     * CTAs' costs stay within 2 * (64 + 64) of it. */
     const int32_t lens[] = {300, 800, 100, 600, 700, 200, 500, 400};
     cinfer__decode_config_t c = config(1, 1, 4, 8, -1, false);
     plan_t p;
     plan_and_verify(&c, lens, 8, &p);
-    assert_false(p.chunking.split);
-    int64_t load[4] = {0};
-    for (int w = 0; w < 8; w++)
-        load[w % 4] += p.work[w].kv_end - p.work[w].kv_begin;
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(load[i], 900);
-    /* The first band is longest first. */
-    for (int w = 1; w < 4; w++)
-        assert_true(p.work[w - 1].kv_end >= p.work[w].kv_end);
+    assert_true(p.chunking.stream);
+    assert_true(p.chunking.stream_share >= 1028 && p.chunking.stream_share <= 1076);
+    assert_int_equal(p.header->num_ctas, 4);
+    assert_true(busiest_cta(&p) <= p.chunking.stream_share + 2 * (64 + 64));
     free_plan(&p);
-}
-
-static void chunks_of_a_request_are_interleaved(void **state) {
-    (void)state;
-    /* Two split requests: chunk index outermost, so the first two (request, chunk) groups are
-     * chunk 0 of the longer request, then chunk 0 of the shorter one. */
-    const int32_t lens[] = {1000, 3000};
-    cinfer__decode_config_t c = config(2, 2, 64, 2, -1, false);
-    plan_t p;
-    plan_and_verify(&c, lens, 2, &p);
-    assert_true(p.chunking.split);
-    assert_int_equal(p.work[0].request, 1);
-    assert_int_equal(p.work[0].kv_begin, 0);
-    assert_int_equal(p.work[2].request, 0);
-    assert_int_equal(p.work[2].kv_begin, 0);
-    assert_int_equal(p.work[4].request, 1);
-    assert_int_equal(p.work[4].kv_begin, p.chunking.chunk_size);
+    /* no_split (variants whose partial states cannot be merged): whole slices, in order. */
+    c.no_split = true;
+    plan_and_verify(&c, lens, 8, &p);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.header->num_work, 8);
+    for (int w = 0; w < 8; w++)
+        assert_int_equal(p.work[w].kv_end - p.work[w].kv_begin, lens[p.work[w].request]);
+    free_plan(&p);
+    /* One CTA: every piece on it, nothing cut. */
+    c = config(1, 1, 1, 8, -1, false);
+    plan_and_verify(&c, lens, 8, &p);
+    assert_int_equal(p.header->num_ctas, 1);
+    assert_false(p.chunking.split);
     free_plan(&p);
 }
 
@@ -884,7 +828,7 @@ static void graph_mode_grids_are_constant(void **state) {
     for (int i = 0; i < 4; i++) {
         plan_t p;
         plan_and_verify(&c, batches[i], sizes[i], &p);
-        const int g = cinfer__decode_attention_grid(&c, p.header->num_work);
+        const int g = cinfer__decode_attention_grid(&c, p.header->num_ctas);
         const int64_t m =
             cinfer__decode_merge_grid(&c, 128, sizes[i], p.chunking.split, p.chunking.merge_warps);
         if (i == 0) {
@@ -918,10 +862,9 @@ static void too_small_capacity_is_an_internal_error(void **state) {
     cinfer__decode_chunking_t ch;
     assert_int_equal(cinfer__decode_plan_chunks(&c, lens, 2, &ch), CINFER_STATUS_SUCCESS);
     cinfer_decode_header header;
-    cinfer_decode_request requests[2];
+    cinfer_decode_request infos[2];
     cinfer_decode_work work[4];
-    int64_t order[2];
-    const cinfer__decode_schedule_t dst = {&header, requests, work, 2, 4, 4, order};
+    const cinfer__decode_schedule_t dst = {&header, infos, work, 2, 4, 4};
     assert_error(cinfer__decode_plan_build(&c, lens, NULL, 2, &ch, &dst), CINFER_STATUS_INTERNAL,
                  "exceed the workspace capacities");
     const int32_t negative[] = {-5};
@@ -977,14 +920,14 @@ static void random_batches(void **state) {
         plan_and_verify(&c, lens, batch, &p);
         splits += p.chunking.split;
         unsplit_big += !p.chunking.split && p.header->num_work > max_ctas;
-        balanced += p.chunking.split && (int64_t)batch * cinfer__decode_units(&c) > max_ctas;
+        balanced += p.chunking.split && p.chunking.stream;
         windows += window >= 0;
         free_plan(&p);
         free(lens);
     }
     /* The seed exercises both regimes, windows and empty requests. */
     assert_true(splits >= 20);
-    fprintf(stderr, "random plans: %d split (%d balanced), %d unsplit beyond a wave\n", splits,
+    fprintf(stderr, "random plans: %d split (%d stream), %d unsplit beyond a wave\n", splits,
             balanced, unsplit_big);
     assert_true(unsplit_big >= 20);
     assert_true(balanced >= 10);
@@ -1037,8 +980,7 @@ int main(void) {
         cmocka_unit_test(window_clips_the_attended_range),
         cmocka_unit_test(chunk_size_is_the_smallest_that_fits_one_wave),
         cmocka_unit_test(long_requests_split_beyond_one_wave),
-        cmocka_unit_test(snake_order_balances_the_persistent_loop),
-        cmocka_unit_test(chunks_of_a_request_are_interleaved),
+        cmocka_unit_test(stream_balances_mixed_lengths),
         cmocka_unit_test(graph_mode_grids_are_constant),
         cmocka_unit_test(too_small_capacity_is_an_internal_error),
         cmocka_unit_test(random_batches),
