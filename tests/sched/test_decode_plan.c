@@ -162,14 +162,14 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         }
         if (ch->split) {
             assert_true(n <= cfg->max_ctas);
-            if (chunk > align)
+            assert_true(chunk >= CINFER__DECODE_MIN_CHUNK);
+            if (chunk > CINFER__DECODE_MIN_CHUNK)
                 assert_true(items_for(cfg, kv_len, batch, chunk - align) > cfg->max_ctas);
         } else {
             assert_int_equal(n, (int64_t)batch * units);
-            if (max_att > align && !cfg->no_split) {
-                const int64_t below = (max_att - 1) / align * align;
+            const int64_t below = (max_att - 1) / align * align;
+            if (max_att > align && !cfg->no_split && below >= CINFER__DECODE_MIN_CHUNK)
                 assert_true(items_for(cfg, kv_len, batch, below) > cfg->max_ctas);
-            }
         }
     } else {
         /* Stream: within the workspace bounds, and every CTA's cost within a piece's slack of the
