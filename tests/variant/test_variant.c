@@ -328,9 +328,10 @@ static void builtins_compile_with_every_family(void **state) {
             }
 }
 
-/* A mask given one position at a time, as bit words, or both, and a position bias alone, with a
- * mask, or before a transform: the host reads each as a logit hook, and each compiles with every
- * family (prefill with one and with two mask words per KV tile). */
+/* A mask given one position at a time, as bit words, both, or as rows of bits in memory (alone
+ * and with bit words), and a position bias alone, with a mask (bit words or rows), or before a
+ * transform: the host reads each as a logit hook, and each compiles with every family (prefill
+ * with one and with two mask words per KV tile). */
 static void logit_hooks_compile_with_every_family(void **state) {
     (void)state;
     static const char *const sources[] = {
@@ -348,9 +349,28 @@ static void logit_hooks_compile_with_every_family(void **state) {
         "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
         "                                             int b, int q, int k, int count, int qh,\n"
         "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n",
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n"
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
         "#define VARIANT_ALIBI_SLOPE 1\n"
         "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
         "                                     int qh) { return 0.5f / (qh + 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n",
         "#define VARIANT_ALIBI_SLOPE 1\n"
         "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
         "                                     int qh) { return 0.5f / (qh + 1); }\n"
