@@ -262,7 +262,9 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  *       int batch_idx, int qo_idx, int qo_head_idx, int kv_head_idx, int64_t *bit);
  *     the same mask for a whole query row, as bits in device memory: kv_idx is kept when bit
  *     b = *bit + kv_idx of the returned 4-byte aligned words is set (bit b & 31 of word b >> 5).
- *     Kernels read only whole words that hold the bit of some kv_idx inside the request.
+ *     Kernels read only whole words that hold the bit of some kv_idx inside the request. Prefill
+ *     copies each KV tile's words into shared memory with the tile's K and V, and skips the
+ *     per-position test on a tile whose positions all the queries of a warp keep.
  *   Define any of the three mask hooks: those left out are built from the others (one position
  *   is a run of count 1; the row form gives the bit words), except the row form itself.
  *   #define VARIANT_ALIBI_SLOPE 1

@@ -409,6 +409,27 @@ static void logit_hooks_compile_with_every_family(void **state) {
     }
 }
 
+/* The custom mask's words travel with the K/V tiles in slots sized by the KV tile (one to four
+ * words and a shift, 16 or 32 bytes) and staged per tile in flight: every KV tile width, 16 and
+ * 32 query rows per warp, and 3 stages (prefill.cu, MASK_ROWS). */
+static void custom_mask_prefill_compiles_for_every_kv_tile(void **state) {
+    (void)state;
+    static const char *const specs[] = {
+        "prefill:backend=sm80,dtype=f16,head_dim=64,mask=none,tile_q=128,tile_kv=128,warps=4,"
+        "stages=2",
+        "prefill:backend=sm80,dtype=bf16,head_dim=64,mask=causal,batch=1,tile_q=64,tile_kv=32,"
+        "warps=4,stages=3",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,batch=1,paged=1,tile_q=32,"
+        "tile_kv=16,warps=2,stages=2",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        cinfer__spec_t s = parse(specs[i]);
+        s.variant = cinfer_variant_builtin("custom_mask");
+        s.variant_id = s.variant->id;
+        compile_spec(&s, "sm_90a");
+    }
+}
+
 /* The prefill kernel's fp8 K/V path (e4m3, e5m2) for sm_80 and sm_90a: single, ragged and paged;
  * head dims with a chunk column per thread (64, 256), the generic copies (96) and rows of an odd
  * chunk count (48); 16-row KV tiles (two-matrix ldmatrix); soft cap with a window; and through
@@ -565,6 +586,7 @@ int main(void) {
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(logit_hooks_compile_with_every_family),
+        cmocka_unit_test(custom_mask_prefill_compiles_for_every_kv_tile),
         cmocka_unit_test(fp8_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
