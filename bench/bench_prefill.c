@@ -44,11 +44,12 @@
 typedef struct buffers {
     int64_t max_s;
     CUdeviceptr q, k, v, out;
-    CUdeviceptr k8, v8;    /* --fp8: fp8 K and V of max_s tokens */
-    DLDataType kv8;        /* their dtype */
-    CUdeviceptr slopes;    /* [HQ] float32 ALiBi slopes */
-    CUdeviceptr mask;      /* max_s^2 bits, all set: a custom mask that keeps what causal keeps */
-    CUdeviceptr mask_rows; /* row_offset (int64) and row_stride (int32) of the one request */
+    CUdeviceptr k8, v8;     /* --fp8: fp8 K and V of max_s tokens */
+    DLDataType kv8;         /* their dtype */
+    CUdeviceptr slopes;     /* [HQ] float32 ALiBi slopes */
+    CUdeviceptr mask;       /* max_s^2 bits, all set: a custom mask that keeps what causal keeps */
+    CUdeviceptr mask_holes; /* the same with bit 31 of every word clear: each KV tile is tested */
+    CUdeviceptr mask_rows;  /* row_offset (int64) and row_stride (int32) of the one request */
 } buffers_t;
 
 typedef struct workload {
@@ -92,14 +93,18 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
     /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor; the custom mask
-     * variant with a mask of all ones (the kernel reads every bit of the causal triangle). */
-    const int masked = w->variant && strcmp(w->variant, "custom_mask") == 0;
+     * variant with a mask of all ones (the kernel reads every bit of the causal triangle), or one
+     * that drops a position in 32 ("custom_mask_holes": no KV tile is kept whole, so every tile
+     * takes the per-position test). */
+    const int masked = w->variant && strncmp(w->variant, "custom_mask", 11) == 0;
+    const int holes = masked && strcmp(w->variant, "custom_mask_holes") == 0;
     o.variant = !w->variant ? NULL
                 : masked    ? cinfer_variant_builtin("custom_mask")
                             : cinfer_variant_builtin("alibi");
     int64_t slopes_shape[1] = {HQ}, mask_shape[1] = {b->max_s * b->max_s / 8}, one[1] = {1};
     DLTensor slopes = tensor(b->slopes, (DLDataType){kDLFloat, 32, 1}, 1, slopes_shape, dev);
-    DLTensor mask = tensor(b->mask, (DLDataType){kDLUInt, 8, 1}, 1, mask_shape, dev);
+    DLTensor mask =
+        tensor(holes ? b->mask_holes : b->mask, (DLDataType){kDLUInt, 8, 1}, 1, mask_shape, dev);
     DLTensor row_offset = tensor(b->mask_rows, (DLDataType){kDLInt, 64, 1}, 1, one, dev);
     DLTensor row_stride = tensor(b->mask_rows + 8, (DLDataType){kDLInt, 32, 1}, 1, one, dev);
     cinfer_arg_t arg_list[3] = {
@@ -383,6 +388,8 @@ int main(int argc, char **argv) {
         CU(cuMemcpyHtoD(b.slopes, slopes, sizeof slopes));
         CU(cuMemAlloc(&b.mask, (size_t)(b.max_s * b.max_s / 8)));
         CU(cuMemsetD8(b.mask, 0xff, (size_t)(b.max_s * b.max_s / 8)));
+        CU(cuMemAlloc(&b.mask_holes, (size_t)(b.max_s * b.max_s / 8)));
+        CU(cuMemsetD32Async(b.mask_holes, 0x7fffffffu, (size_t)(b.max_s * b.max_s / 32), stream));
         CU(cuMemAlloc(&b.mask_rows, 16));
     }
     b.k8 = b.v8 = 0;
@@ -438,6 +445,9 @@ int main(int argc, char **argv) {
         workload_t wm = {16384, 1, 0.0f, -1, "custom_mask", 0};
         print_row("custom mask (variant, causal + mask)", &wm,
                   time_prefill(ctx, stream, &b, &wm, NULL, quick ? 5 : 15));
+        workload_t wh = {16384, 1, 0.0f, -1, "custom_mask_holes", 0};
+        print_row("custom mask, 1 in 32 dropped (causal FLOPs)", &wh,
+                  time_prefill(ctx, stream, &b, &wh, NULL, quick ? 5 : 15));
     }
 
     if (fp8) {
@@ -565,6 +575,7 @@ int main(int argc, char **argv) {
     CU(cuMemFree(b.v));
     CU(cuMemFree(b.slopes));
     CU(cuMemFree(b.mask));
+    CU(cuMemFree(b.mask_holes));
     CU(cuMemFree(b.mask_rows));
     if (fp8) {
         CU(cuMemFree(b.k8));

@@ -256,8 +256,17 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  *     the same mask for count (1..32) consecutive positions of one query: bit k keeps
  *     kv_idx + k; bits at or above count are ignored, and their positions (which may lie past the
  *     request) must not be read. Prefill asks for whole runs of 32, so a mask stored as bits costs
- *     a word or two per 32 logits instead of a load per logit. Define either mask hook or both:
- *     the one left out is built from the other (one position is a run of count 1).
+ *     a word or two per 32 logits instead of a load per logit.
+ *   #define VARIANT_LOGITS_MASK_ROW 1
+ *   __device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,
+ *       int batch_idx, int qo_idx, int qo_head_idx, int kv_head_idx, int64_t *bit);
+ *     the same mask for a whole query row, as bits in device memory: kv_idx is kept when bit
+ *     b = *bit + kv_idx of the returned 4-byte aligned words is set (bit b & 31 of word b >> 5).
+ *     Kernels read only whole words that hold the bit of some kv_idx inside the request. Prefill
+ *     copies each KV tile's words into shared memory with the tile's K and V, and skips the
+ *     per-position test on a tile whose positions all the queries of a warp keep.
+ *   Define any of the three mask hooks: those left out are built from the others (one position
+ *   is a run of count 1; the row form gives the bit words), except the row form itself.
  *   #define VARIANT_ALIBI_SLOPE 1
  *   __device__ float variant_alibi_slope(const cinfer_variant_params *params, int batch_idx,
  *       int qo_head_idx);
@@ -373,8 +382,8 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  request's [qo_len, kv_len] row-major mask at byte mask_indptr[b],
  *                  row_stride[b] = kv_len and row_offset[b] = 8 mask_indptr[b] - (kv_len -
  *                  qo_len) kv_len. Tensors: uint8 packed_mask, int64 row_offset [batch], int32
- *                  row_stride [batch]. The mask is read in aligned 4-byte words (bit words, see
- *                  VARIANT_LOGITS_MASK_BITS): the words that hold its first and last bytes are
+ *                  row_stride [batch]. The mask is read in aligned 4-byte words (its row form,
+ *                  VARIANT_LOGITS_MASK_ROW): the words that hold its first and last bytes are
  *                  read whole, up to 3 bytes beyond the tensor on either side.
  * The returned object is owned by the library (never destroy it). NULL for an unknown name.
  */

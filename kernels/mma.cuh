@@ -103,6 +103,14 @@ __device__ __forceinline__ void cinfer_cp_async_16(unsigned dst, const void *src
                  : "memory");
 }
 
+/* Copies 4 bytes from global src to shared dst asynchronously, through L1 (.ca: .cg copies only
+ * 16 bytes), or zero-fills them when valid is false (src must still be a mapped address). */
+__device__ __forceinline__ void cinfer_cp_async_4(unsigned dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
 /* Closes the group of cp.async copies issued by this thread since the last commit. */
 __device__ __forceinline__ void cinfer_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -37,6 +37,12 @@
  * cross the diagonal, the window edge or kv_len evaluate the element mask. Masked logits are
  * -inf; a row with nothing kept ends with output 0 and LSE -inf.
  *
+ * A variant's mask (kernels/variant.cuh) is tested on every tile, but a mask in its row form
+ * (bits in device memory) travels with the K/V: each KV tile's words of every query row are
+ * copied into shared memory in the tile's cp.async group, so no global load waits in the loop,
+ * and a warp whose rows keep every position of an inside tile (one shared-memory read per lane
+ * and a vote) skips the per-element test, as for default attention.
+ *
  * Single and batch: a single-prefill CTA finds its query tile and head in blockIdx; a batch CTA
  * (CINFER_BATCH) reads them from the planned work list, then rebases q, out, lse and a ragged
  * K/V onto its request, so the pipeline, the softmax and the epilogue below are the same code
@@ -138,6 +144,26 @@ typedef cinfer_half_bits kv_elem;
 #endif
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
 #define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
+/*
+ * A mask in its row form (VARIANT_LOGITS_MASK_ROW) travels with the K/V tiles: for each KV tile
+ * and query row, the MASK_RAW_WORDS aligned words that hold the tile's bits are copied (cp.async)
+ * into the row's slot of MASK_SLOT_WORDS words, whose last word holds the bit of the tile's first
+ * position in the first. MASK_STAGES slots per row: the tiles in flight and the one computed.
+ * Static shared memory, 2 KiB per slot stage and 2 KiB of row places at TILE_Q = 128: 6 KiB at
+ * the D = 128 default (8 with fp8 K/V), so two CTAs still share an sm_90 SM (2 x (102 + 6 + 1
+ * reserved) KiB of 228; 2 x (104 + 8 + 1) with fp8).
+ */
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_ROW
+#define MASK_ROWS       1
+#define MASK_RAW_WORDS  (MASK_WORDS + 1)
+#define MASK_SLOT_WORDS (MASK_RAW_WORDS + 1 <= 4 ? 4 : 8)
+#define MASK_SLOT_BYTES (MASK_SLOT_WORDS * 4)
+#define MASK_STAGES     (KV_AHEAD + 1)
+/* The bits of a row's last mask word that belong to the tile */
+#define MASK_LAST_BITS (TILE_KV % 32 == 0 ? ~0u : (1u << (TILE_KV % 32)) - 1u)
+#else
+#define MASK_ROWS 0
+#endif
 
 #if D % 16 != 0 || TILE_KV % 16 != 0 || TILE_Q % (16 * WARPS) != 0 || STAGES < 2
 #error "prefill: unsupported tile configuration (the spec validator should have refused it)"
@@ -489,6 +515,105 @@ __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos
 }
 #endif
 
+#if MASK_ROWS
+/*
+ * Writes the place of the mask of each query row this thread copies (rows threadIdx.x + k
+ * THREADS of the tile) at row_at + 16 row: the generic address of the aligned word that holds the
+ * row's position 0 (low, high half), that position's bit in it, and 1 if the row exists. A row
+ * past q_rows takes the last row's place with 0 (its slots are zero-filled, but every address
+ * the copies name is one of the mask's words). Only this thread reads them back (load_mask), so
+ * no barrier is needed.
+ */
+__device__ __forceinline__ void mask_rows_init(unsigned row_at, const cinfer_variant_params *vp,
+                                               int batch_idx, int pos0, int q_rows, int head,
+                                               int kv_head) {
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_Q, THREADS); it++) {
+        const int r = (int)threadIdx.x + it * THREADS;
+        if (TILE_Q % THREADS == 0 || r < TILE_Q) {
+            int64_t bit;
+            const uint32_t *words = variant_logits_mask_row(
+                vp, batch_idx, pos0 + CINFER_MIN(r, q_rows - 1), head, kv_head, &bit);
+            const uint64_t first = (uint64_t)(words + (bit >> 5));
+            cinfer_st_shared_v4(row_at + r * 16,
+                                make_uint4((unsigned)first, (unsigned)(first >> 32),
+                                           (unsigned)(bit & 31), r < q_rows));
+        }
+    }
+}
+
+/*
+ * Issues the cp.async copies of the mask words of the KV tile at positions j0 .. j0 + TILE_KV - 1
+ * into the slots of one stage (slots: row 0's), for this thread's rows (mask_rows_init). A word
+ * is copied when it holds the bit of a position below kv_len of a row that exists, else
+ * zero-filled from the last word that does (nothing is read, but the address is the mask's); the
+ * slot's last word receives the tile's first bit. The copies join the tile's K/V group.
+ */
+__device__ __forceinline__ void load_mask(unsigned slots, unsigned row_at, int j0, int kv_len) {
+    const int tid = thread_index();
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_Q, THREADS); it++) {
+        const int r = tid + it * THREADS;
+        if (TILE_Q % THREADS == 0 || r < TILE_Q) {
+            const uint4 at = cinfer_ld_shared_v4(row_at + r * 16);
+            /* The tile's first bit, counted from the row's word, is b = at.z + j0: with whole
+             * words per tile, bit at.z (< 32) of word j0 / 32. */
+            const int b = (int)at.z + j0;
+            const int first = TILE_KV % 32 == 0 ? j0 / 32 : b >> 5;
+            const int shift = TILE_KV % 32 == 0 ? (int)at.z : b & 31;
+            /* Addresses in 64-bit integers with 32-bit offsets (an add each, not a sign-extended
+             * multiply-add per word) */
+            const uint64_t src = (((uint64_t)at.y << 32) | at.x) + 4u * (unsigned)first;
+            /* The word of the tile's last position below kv_len */
+            const unsigned last = (unsigned)(shift + CINFER_MIN(TILE_KV, kv_len - j0) - 1) / 32;
+            const unsigned dst = slots + r * MASK_SLOT_BYTES;
+#pragma unroll
+            for (unsigned k = 0; k < MASK_RAW_WORDS; k++)
+                cinfer_cp_async_4(dst + 4 * k, (const void *)(src + 4u * CINFER_MIN(k, last)),
+                                  at.w && k <= last);
+            cinfer_st_shared_u32(dst + 4 * (MASK_SLOT_WORDS - 1), (unsigned)shift);
+        }
+    }
+}
+
+/* The MASK_WORDS bit words of one row's slot at `at` (bit k of word w: position j0 + 32 w + k).
+ * The loads are volatile, so that a second read of the same slot in a tile is not merged with the
+ * first (which would keep its words in registers in between). */
+__device__ __forceinline__ void mask_slot_bits(uint32_t *bits, unsigned at) {
+    uint32_t w[MASK_SLOT_WORDS];
+#pragma unroll
+    for (int i = 0; i < MASK_SLOT_WORDS; i += 4) {
+        uint4 v;
+        asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(at + 4 * i)
+                     : "memory");
+        w[i] = v.x;
+        w[i + 1] = v.y;
+        w[i + 2] = v.z;
+        w[i + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < MASK_WORDS; i++)
+        bits[i] = __funnelshift_r(w[i], w[i + 1], w[MASK_SLOT_WORDS - 1]);
+}
+
+/* The slot of this lane's first row (row_base) for loop tile t, at slots (stage 0's), from the
+ * thread index read anew (not an address held through the loop). */
+__device__ __forceinline__ unsigned mask_lane_slot(unsigned slots, int t) {
+    const unsigned tid = cinfer_opaque_u32(threadIdx.x);
+    return slots + (t % MASK_STAGES) * (TILE_Q * MASK_SLOT_BYTES) +
+           ((tid / 32) * WARP_ROWS + (tid % 32) / 4) * MASK_SLOT_BYTES;
+}
+
+/* The mask words of tile tile_begin + n into slot stage n % MASK_STAGES. */
+#define LOAD_MASK(n)                                                                               \
+    load_mask(s_mask + ((n) % MASK_STAGES) * (TILE_Q * MASK_SLOT_BYTES), s_mask_at,                \
+              (tile_begin + (n)) * TILE_KV, p.kv_len)
+#else
+#define LOAD_MASK(n) ((void)0)
+#endif
+
 /* A batch kernel rebases a local copy p of its parameters; a single one reads them in place. */
 #if CINFER_BATCH
 #define PARAMS params
@@ -506,6 +631,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if KV_FP8
     const unsigned s_k16 = s_v + STAGES * KV_BYTES; /* the fp16 tiles (see the top) */
     const unsigned s_v16 = s_k16 + TILE_KV * ROW_BYTES;
+#endif
+#if MASK_ROWS
+    /* The mask rows' places and slots (MASK_ROWS) */
+    __shared__ uint4 mask_row_at[TILE_Q];
+    __shared__ uint4 mask_slots[MASK_STAGES * TILE_Q * MASK_SLOT_WORDS / 4];
+    const unsigned s_mask_at = (unsigned)__cvta_generic_to_shared(mask_row_at),
+                   s_mask = (unsigned)__cvta_generic_to_shared(mask_slots);
 #endif
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
@@ -657,12 +789,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     if (num_tiles > 0) {
+#if MASK_ROWS
+        mask_rows_init(s_mask_at, &vp, batch_idx, q0 + delta, q_rows, head, kv_head);
+#endif
         load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
         cinfer_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < KV_AHEAD; s++) {
-            if (s < num_tiles)
+            if (s < num_tiles) {
                 LOAD_KV(s, tile_begin + s, kv_dst);
+                LOAD_MASK(s);
+            }
             cinfer_cp_async_commit();
         }
 
@@ -683,8 +820,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if !KV_FP8
             {
                 const int next = t + STAGES - 1;
-                if (next < num_tiles)
+                if (next < num_tiles) {
                     LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);
+                    LOAD_MASK(next);
+                }
                 cinfer_cp_async_commit();
             }
 #endif
@@ -729,8 +868,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             __syncthreads();
             {
                 const int next = t + STAGES;
-                if (next < num_tiles)
+                if (next < num_tiles) {
                     LOAD_KV(stage, tile_begin + next, dl);
+                    LOAD_MASK(next);
+                }
                 cinfer_cp_async_commit();
             }
 #endif
@@ -745,7 +886,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
             const int j0 = (tile_begin + t) * TILE_KV;
 
-#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS && !MASK_ROWS
             /* This tile's mask words, loaded before Q K^T so that the loads' latency hides under
              * the MMAs. Straight-line calls, each for a row and a first position that exist: a
              * missing row asks for the tile's last row (its logits are never stored), a word
@@ -765,6 +906,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             CINFER_MIN(32, p.kv_len - first), head, kv_head);
                     }
                 }
+#endif
+#if MASK_ROWS
+            /* Whether the warp's rows keep every position of this tile (full): then an inside tile
+             * needs no mask test. Each lane of a quad reads one of the quad's rows (row lane / 4 +
+             * 8 (lane % 4) of the warp's 32, or of its 16 twice) from the tile's slot stage
+             * t % MASK_STAGES; the mask test below reads the lane's own rows again rather than
+             * keeping their words through Q K^T. Zero-filled words (rows past q_rows,
+             * positions past kv_len) are in edge tiles only. */
+            bool full;
+            {
+                uint32_t words[MASK_WORDS], all = ~0u;
+                mask_slot_bits(words, mask_lane_slot(s_mask, t) +
+                                          (thread_index() % 4) % (2 * MMA_Q) * 8 * MASK_SLOT_BYTES);
+#pragma unroll
+                for (int w = 0; w < MASK_WORDS; w++)
+                    all &= words[w] | (w == MASK_WORDS - 1 ? ~MASK_LAST_BITS : 0u);
+                full = __all_sync(0xffffffffu, all == ~0u);
+            }
 #endif
 
             /* S = Q K^T */
@@ -811,9 +970,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * The variant's mask drops positions on every tile, the kernel's own masks where the
              * tile crosses an edge; hooks see only rows and positions that exist. With
              * VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit words (loaded
-             * above), shifted once so that an element's bit has a compile-time index: an element
-             * costs a bit test and a select (rows past q_rows may keep anything: their logits are
-             * never stored). */
+             * above, or read from the row's slot with MASK_ROWS), shifted once so that an
+             * element's bit has a compile-time index: an element costs a bit test and a select
+             * (rows past q_rows may keep anything: their logits are never stored). */
             {
                 bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
 #if CAUSAL
@@ -822,81 +981,102 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
                 edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
 #endif
+#if MASK_ROWS
+                uint32_t bits[MMA_Q][2][MASK_WORDS];
+                /* An inside tile whose every position the warp's rows keep drops nothing (only a
+                 * position bias would be left to add). */
+                if (edge || !full || VARIANT_ALIBI_SLOPE)
+#endif
+                {
+#if MASK_ROWS
+                    const unsigned mask_l = mask_lane_slot(s_mask, t);
+#pragma unroll
+                    for (int mq = 0; mq < MMA_Q; mq++) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            mask_slot_bits(bits[mq][h],
+                                           mask_l + (mq * 16 + h * 8) * MASK_SLOT_BYTES);
+                    }
+#endif
 #if VARIANT_LOGITS_MASK_BITS
-                /* This lane's first position in a word is 2 (lane % 4). */
+                    /* This lane's first position in a word is 2 (lane % 4). */
 #pragma unroll
-                for (int mq = 0; mq < MMA_Q; mq++)
+                    for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
+                        for (int h = 0; h < 2; h++)
 #pragma unroll
-                        for (int w = 0; w < MASK_WORDS; w++)
-                            bits[mq][h][w] >>= 2 * (lane % 4);
+                            for (int w = 0; w < MASK_WORDS; w++)
+                                bits[mq][h][w] >>= 2 * (lane % 4);
 #endif
 #pragma unroll
-                for (int mq = 0; mq < MMA_Q; mq++)
+                    for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int row = row_base + mq * 16 + h * 8;
-                        const int pos = q0 + row + delta;
+                        for (int h = 0; h < 2; h++) {
+                            const int row = row_base + mq * 16 + h * 8;
+                            const int pos = q0 + row + delta;
 #if VARIANT_ALIBI_SLOPE
-                        const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
+                            const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
 #endif
-                        if (!edge) {
+                            if (!edge) {
 #pragma unroll
-                            for (int n = 0; n < S_TILES; n++)
+                                for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-                                for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                    for (int e = 2 * h; e < 2 * h + 2; e++) {
 #if VARIANT_ALIBI_SLOPE
-                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
-                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
+                                        s[mq][n][e] =
+                                            fmaf(s[mq][n][e], q_scale2,
+                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
 #endif
 #if VARIANT_LOGITS_MASK_BITS
-                                    const bool keep =
-                                        (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+                                        const bool keep =
+                                            (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
 #elif VARIANT_LOGITS_MASK
-                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                                    const bool keep =
-                                        variant_logits_mask(&vp, batch_idx, pos, j, head, kv_head);
+                                        const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                        const bool keep = variant_logits_mask(&vp, batch_idx, pos,
+                                                                              j, head, kv_head);
 #else
-                                const bool keep = true;
+                                    const bool keep = true;
 #endif
-                                    if (!keep)
-                                        s[mq][n][e] = -CINFER_INF;
-                                }
-                        } else {
+                                        if (!keep)
+                                            s[mq][n][e] = -CINFER_INF;
+                                    }
+                            } else {
 #pragma unroll
-                            for (int n = 0; n < S_TILES; n++)
+                                for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-                                for (int e = 2 * h; e < 2 * h + 2; e++) {
-                                    const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
+                                    for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                        const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
 #if VARIANT_LOGITS_MASK_BITS
-                                    bool keep = j < p.kv_len &&
-                                                (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
+                                        bool keep =
+                                            j < p.kv_len &&
+                                            (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
 #elif VARIANT_LOGITS_MASK
-                                    bool keep = j < p.kv_len && row < q_rows;
+                                        bool keep = j < p.kv_len && row < q_rows;
 #else
-                                bool keep = j < p.kv_len;
+                                    bool keep = j < p.kv_len;
 #endif
 #if CAUSAL
-                                    keep = keep && j <= pos;
+                                        keep = keep && j <= pos;
 #endif
 #if CINFER_WINDOW
-                                    keep = keep && j >= pos - p.window_left;
+                                        keep = keep && j >= pos - p.window_left;
 #endif
 #if VARIANT_LOGITS_MASK && !VARIANT_LOGITS_MASK_BITS
-                                    if (keep)
-                                        keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
-                                                                   kv_head);
+                                        if (keep)
+                                            keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
+                                                                       kv_head);
 #endif
 #if VARIANT_ALIBI_SLOPE
-                                    s[mq][n][e] = fmaf(s[mq][n][e], q_scale2,
-                                                       fmaf(slope2, (float)(n * 8 + e % 2), bias0));
+                                        s[mq][n][e] =
+                                            fmaf(s[mq][n][e], q_scale2,
+                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
 #endif
-                                    if (!keep)
-                                        s[mq][n][e] = -CINFER_INF;
-                                }
+                                        if (!keep)
+                                            s[mq][n][e] = -CINFER_INF;
+                                    }
+                            }
                         }
-                    }
+                }
             }
 #elif CINFER_VARIANT_LOGITS
             /* Every element through the hooks, in natural-log units (the host's q_scale has no

@@ -42,12 +42,48 @@ __device__ __forceinline__ float variant_logits_transform(const cinfer_variant_p
 }
 #endif
 
-/* The mask comes one position at a time (variant_logits_mask) or as bit words, up to 32
+/* The mask comes one position at a time (variant_logits_mask), as bit words, up to 32
  * consecutive positions of one query row at once (variant_logits_mask_bits): bit k keeps
  * kv_idx + k, for k < count (1 <= count <= 32; the higher bits are ignored, and the hook must not
- * read anything for their positions). A variant may define either or both; what it leaves out
- * is built from the other. Prefill calls the bit words where a variant defines them; decode, and
- * prefill for a variant with only the per-position form, call that. */
+ * read anything for their positions), or as the place of a query row's bits in global memory
+ * (variant_logits_mask_row): position kv_idx is kept when bit *bit + kv_idx of the returned
+ * 4-byte aligned words is set (bit b is bit b & 31 of word b >> 5), and a kernel reads only whole
+ * words that hold a bit of a position inside the request. A variant may define any of them; what
+ * it leaves out is built from the others (the row form cannot be built). Prefill copies a row's
+ * words per KV tile itself where a variant gives the row form, else calls the bit words where a
+ * variant defines them; decode, and prefill for a variant with only the per-position form, call
+ * that. */
+#ifndef VARIANT_LOGITS_MASK_ROW
+#define VARIANT_LOGITS_MASK_ROW 0
+__device__ __forceinline__ const uint32_t *
+variant_logits_mask_row(const cinfer_variant_params *params, int batch_idx, int qo_idx,
+                        int qo_head_idx, int kv_head_idx, int64_t *bit) {
+    *bit = 0;
+    return 0;
+}
+#endif
+
+/* Bit words from the row form: the run's bits lie in at most two aligned words, both loaded whole
+ * and funnel-shifted into place, the second only when it holds a bit of the run's first count
+ * positions (so every word read holds a bit of a position inside the request). */
+#if VARIANT_LOGITS_MASK_ROW && !defined(VARIANT_LOGITS_MASK_BITS)
+#define VARIANT_LOGITS_MASK_BITS 1
+__device__ __forceinline__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,
+                                                             int batch_idx, int qo_idx, int kv_idx,
+                                                             int count, int qo_head_idx,
+                                                             int kv_head_idx) {
+    int64_t bit;
+    const uint32_t *words =
+        variant_logits_mask_row(params, batch_idx, qo_idx, qo_head_idx, kv_head_idx, &bit);
+    bit += kv_idx;
+    const int64_t w = bit >> 5;
+    const int shift = (int)(bit & 31);
+    const uint32_t lo = __ldg(words + w);
+    const uint32_t hi = shift != 0 && 32 - shift < count ? __ldg(words + w + 1) : 0u;
+    return __funnelshift_r(lo, hi, (unsigned)shift);
+}
+#endif
+
 #ifndef VARIANT_LOGITS_MASK_BITS
 #define VARIANT_LOGITS_MASK_BITS 0
 #endif
@@ -133,7 +169,7 @@ __device__ __forceinline__ float variant_output_transform(const cinfer_variant_p
     (VARIANT_LOGITS_TRANSFORM || VARIANT_LOGITS_MASK || VARIANT_ALIBI_SLOPE || !VARIANT_USE_SOFTMAX)
 #if CINFER_VARIANT_LOGITS != CINFER_VARIANT_HOST_LOGITS
 #error                                                                                             \
-    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK / VARIANT_LOGITS_MASK_BITS / VARIANT_ALIBI_SLOPE with plain '#define NAME 1' lines"
+    "variant: announce VARIANT_LOGITS_TRANSFORM / VARIANT_LOGITS_MASK / VARIANT_LOGITS_MASK_BITS / VARIANT_LOGITS_MASK_ROW / VARIANT_ALIBI_SLOPE with plain '#define NAME 1' lines"
 #endif
 
 /* Logit hooks that never see a logit (a mask, a linear position bias, or both; no logits

@@ -7,23 +7,16 @@
  * (qo_idx is the absolute, bottom-right aligned position). Parameters: uint8 tensor packed_mask,
  * int64 tensor row_offset [batch], int32 tensor row_stride [batch].
  *
- * The mask is given as bit words (one position at a time is a run of one): a run's bits lie in
- * at most two 4-byte words, counted from the aligned word that holds packed_mask's first byte;
- * both are loaded whole and funnel-shifted into place, the second only when it holds a bit of
- * the run's first count positions. A word read thus always holds a bit of the mask, so reading
- * it whole never leaves the aligned 4-byte words that the mask's bytes occupy (the extra bits
- * are never used). */
-#define VARIANT_LOGITS_MASK_BITS 1
-__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params, int batch_idx,
-                                             int qo_idx, int kv_idx, int count, int qo_head_idx,
-                                             int kv_head_idx) {
+ * The mask is given in its row form (VARIANT_LOGITS_MASK_ROW): the words are counted from the
+ * aligned word that holds packed_mask's first byte, so its first bit is bit 8 (packed_mask & 3).
+ * Kernels read whole aligned 4-byte words that hold a bit of the mask, so reads never leave the
+ * aligned words that the mask's bytes occupy (the extra bits are never used). */
+#define VARIANT_LOGITS_MASK_ROW 1
+__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,
+                                                   int batch_idx, int qo_idx, int qo_head_idx,
+                                                   int kv_head_idx, int64_t *bit) {
     const uint64_t addr = (uint64_t)params->packed_mask;
-    const uint32_t *words = (const uint32_t *)(addr & ~(uint64_t)3);
-    const int64_t bit = (int64_t)(addr & 3) * 8 + __ldg(params->row_offset + batch_idx) +
-                        (int64_t)qo_idx * __ldg(params->row_stride + batch_idx) + kv_idx;
-    const int64_t w = bit >> 5;
-    const int shift = (int)(bit & 31);
-    const uint32_t lo = __ldg(words + w);
-    const uint32_t hi = shift != 0 && 32 - shift < count ? __ldg(words + w + 1) : 0u;
-    return __funnelshift_r(lo, hi, (unsigned)shift);
+    *bit = (int64_t)(addr & 3) * 8 + __ldg(params->row_offset + batch_idx) +
+           (int64_t)qo_idx * __ldg(params->row_stride + batch_idx);
+    return (const uint32_t *)(addr & ~(uint64_t)3);
 }

@@ -102,7 +102,8 @@ static size_t fit_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
  *             16, 3 stages (213).
  * 32 rows per warp halves the K/V shared-memory reads per mma (the D <= 128 default; 8 warps x
  * 16 rows measured 268 against its 374 TFLOP/s at 16k on the H200). It compiles without local
- * memory except for the custom_mask variant (8 bytes) and window + LSE at KV 64 in 3 stages;
+ * memory except for the custom_mask variant's batch kernels (8 bytes, outside the tile loop) and
+ * window + LSE at KV 64 in 3 stages;
  * bench_prefill --sweep compares the candidates on the GPU. With rows padded to D / 8 + 1
  * chunks, the D <= 128 default takes 102 KiB (104 KiB with fp8 K/V: fit_bytes), so on sm_86/sm_89
  * (99 KiB) fit_config runs it with KV 32.

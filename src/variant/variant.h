@@ -24,8 +24,8 @@ enum {
     CINFER__VARIANT_NO_SOFTMAX = 1u << 0,       /* #define VARIANT_USE_SOFTMAX 0 */
     CINFER__VARIANT_OUTPUT_TRANSFORM = 1u << 1, /* #define VARIANT_OUTPUT_TRANSFORM 1 */
     /* logits go through hooks in natural-log units: VARIANT_LOGITS_TRANSFORM 1,
-     * VARIANT_LOGITS_MASK 1, VARIANT_LOGITS_MASK_BITS 1, VARIANT_ALIBI_SLOPE 1 or
-     * VARIANT_USE_SOFTMAX 0; the kernel's q_scale then has no log2(e) */
+     * VARIANT_LOGITS_MASK 1, VARIANT_LOGITS_MASK_BITS 1, VARIANT_LOGITS_MASK_ROW 1,
+     * VARIANT_ALIBI_SLOPE 1 or VARIANT_USE_SOFTMAX 0; the kernel's q_scale then has no log2(e) */
     CINFER__VARIANT_LOGITS = 1u << 2,
 };
 

@@ -1049,9 +1049,9 @@ static void rope(void **state) {
 
 /* Every built-in variant and the suites' user variant (tests/support/variants.c) against the
  * reference's own implementation of each, causal and not, with a window, GQA, lengths that are
- * not tile multiples, qo_len > kv_len, and an empty KV. */
+ * not tile multiples, qo_len > kv_len, and an empty KV; the custom mask also over 1100 keys. */
 static void run_variant(tv_kind k) {
-    for (int shape = 0; shape < 5; shape++) {
+    for (int shape = 0; shape < (k == TV_MASK ? 6 : 5); shape++) {
         char desc[96];
         snprintf(desc, sizeof desc, "variant %s, shape %d", tv_name(k), shape);
         prefill_case c = base_case(desc);
@@ -1081,6 +1081,11 @@ static void run_variant(tv_kind k) {
             c.qo_len = 100;
             c.kv_len = 333;
             c.d = 240;
+            break;
+        case 5: /* custom mask only: long enough for tiles inside the causal and length edges,
+                 * some of which the mask's kept blocks cover for a whole warp */
+            c.qo_len = 520;
+            c.kv_len = 1100;
             break;
         default: /* empty KV */
             c.qo_len = 33;

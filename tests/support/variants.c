@@ -175,8 +175,21 @@ void tv_setup_mask(tv_state *s, cinfer_test_rng *rng, int batch, const int *qo_l
     for (int b = 0; b < batch; b++) {
         const int64_t n = (int64_t)qo_len[b] * kv_len[b];
         const double keep = cinfer_test_rng_uniform(rng, 0.2, 0.9);
+        /* Blocks of 16..64 rows by 64..256 positions: kept whole, dropped whole or random, so
+         * that KV tiles whose positions a warp's rows all keep (prefill then skips the per-element
+         * test) and rows that keep nothing occur beside random bits. */
+        const int block_rows = 16 << cinfer_test_rng_below(rng, 3);
+        const int block_cols = 64 << cinfer_test_rng_below(rng, 3);
+        uint8_t kind[64][64]; /* per block: 0 drop, 1 keep, 2 random */
+        for (int r = 0; r < 64; r++)
+            for (int c = 0; c < 64; c++) {
+                const uint64_t k = cinfer_test_rng_below(rng, 8);
+                kind[r][c] = k < 3 ? 1 : k < 5 ? 0 : 2;
+            }
         for (int64_t i = 0; i < n; i++) {
-            const uint8_t bit = cinfer_test_rng_uniform(rng, 0.0, 1.0) < keep;
+            const int64_t row = i / kv_len[b], col = i % kv_len[b];
+            const int k = kind[row / block_rows % 64][col / block_cols % 64];
+            const uint8_t bit = k == 2 ? cinfer_test_rng_uniform(rng, 0.0, 1.0) < keep : (uint8_t)k;
             s->mask[at + i] = bit;
             packed[byte + i / 8] |= (uint8_t)(bit << (i % 8));
         }

@@ -71,10 +71,11 @@ void tv_setup(tv_state *s, tv_kind kind, int hq, cinfer_test_rng *rng, int64_t l
  * grow with the sum; the tolerance scales with the largest reference magnitude. */
 double tv_max_abs_tol(const tv_state *s, const double *ref, int64_t n);
 
-/* TV_MASK: draws a random mask for requests of these lengths (keeping 0 < p < 1 of the
- * positions, p drawn per request), packs each request's bits from a byte boundary on, and
- * uploads the mask and the row offsets and strides; s->mask holds the booleans for the reference.
- * Call after tv_setup(TV_MASK) and before run. */
+/* TV_MASK: draws a random mask for requests of these lengths (blocks of rows x positions that
+ * are kept whole, dropped whole, or random, keeping 0 < p < 1 of their positions, p drawn per
+ * request), packs each request's bits from a byte boundary on, and uploads the mask and the row
+ * offsets and strides; s->mask holds the booleans for the reference. Call after tv_setup(TV_MASK)
+ * and before run. */
 void tv_setup_mask(tv_state *s, cinfer_test_rng *rng, int batch, const int *qo_len,
                    const int *kv_len);
 

@@ -328,9 +328,10 @@ static void builtins_compile_with_every_family(void **state) {
             }
 }
 
-/* A mask given one position at a time, as bit words, or both, and a position bias alone, with a
- * mask, or before a transform: the host reads each as a logit hook, and each compiles with every
- * family (prefill with one and with two mask words per KV tile). */
+/* A mask given one position at a time, as bit words, both, or as rows of bits in memory (alone
+ * and with bit words), and a position bias alone, with a mask (bit words or rows), or before a
+ * transform: the host reads each as a logit hook, and each compiles with every family (prefill
+ * with one and with two mask words per KV tile). */
 static void logit_hooks_compile_with_every_family(void **state) {
     (void)state;
     static const char *const sources[] = {
@@ -348,9 +349,28 @@ static void logit_hooks_compile_with_every_family(void **state) {
         "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
         "                                             int b, int q, int k, int count, int qh,\n"
         "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n",
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n"
+        "#define VARIANT_LOGITS_MASK_BITS 1\n"
+        "__device__ uint32_t variant_logits_mask_bits(const cinfer_variant_params *params,\n"
+        "                                             int b, int q, int k, int count, int qh,\n"
+        "                                             int kh) { return 0x55555555u >> (k & 1); }\n",
         "#define VARIANT_ALIBI_SLOPE 1\n"
         "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
         "                                     int qh) { return 0.5f / (qh + 1); }\n",
+        "#define VARIANT_ALIBI_SLOPE 1\n"
+        "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
+        "                                     int qh) { return 0.5f / (qh + 1); }\n"
+        "#define VARIANT_LOGITS_MASK_ROW 1\n"
+        "__device__ const uint32_t *variant_logits_mask_row(const cinfer_variant_params *params,\n"
+        "    int b, int q, int qh, int kh, int64_t *bit) {\n"
+        "  *bit = 37 * (int64_t)q + 5; return (const uint32_t *)0x1000; }\n",
         "#define VARIANT_ALIBI_SLOPE 1\n"
         "__device__ float variant_alibi_slope(const cinfer_variant_params *params, int b,\n"
         "                                     int qh) { return 0.5f / (qh + 1); }\n"
@@ -386,6 +406,27 @@ static void logit_hooks_compile_with_every_family(void **state) {
             compile_spec(&s, "sm_90a");
         }
         cinfer_variant_destroy(v);
+    }
+}
+
+/* The custom mask's words travel with the K/V tiles in slots sized by the KV tile (one to four
+ * words and a shift, 16 or 32 bytes) and staged per tile in flight: every KV tile width, 16 and
+ * 32 query rows per warp, and 3 stages (prefill.cu, MASK_ROWS). */
+static void custom_mask_prefill_compiles_for_every_kv_tile(void **state) {
+    (void)state;
+    static const char *const specs[] = {
+        "prefill:backend=sm80,dtype=f16,head_dim=64,mask=none,tile_q=128,tile_kv=128,warps=4,"
+        "stages=2",
+        "prefill:backend=sm80,dtype=bf16,head_dim=64,mask=causal,batch=1,tile_q=64,tile_kv=32,"
+        "warps=4,stages=3",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,batch=1,paged=1,tile_q=32,"
+        "tile_kv=16,warps=2,stages=2",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        cinfer__spec_t s = parse(specs[i]);
+        s.variant = cinfer_variant_builtin("custom_mask");
+        s.variant_id = s.variant->id;
+        compile_spec(&s, "sm_90a");
     }
 }
 
@@ -545,6 +586,7 @@ int main(void) {
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(logit_hooks_compile_with_every_family),
+        cmocka_unit_test(custom_mask_prefill_compiles_for_every_kv_tile),
         cmocka_unit_test(fp8_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
