@@ -312,14 +312,14 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
         out->max_chunks = (int)n.max_pieces;
     } else {
         /* One-wave regime: chunks C = k * ALIGN, k in [1, k_max]; at k_max every request is one
-         * chunk; the smallest C >= CINFER__DECODE_MIN_CHUNK with items(C) <= max_ctas (binary
-         * search; items(C) is non-increasing in C). */
+         * chunk; the smallest C with items(C) <= max_ctas (binary search; items(C) is
+         * non-increasing in C), raised to CINFER__DECODE_MIN_CHUNK when that still makes at least
+         * half a wave of items. */
         const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
         const int64_t k_max = max_len > align ? (max_len + align - 1) / align : 1;
-        const int64_t k_min = CINFER__DECODE_MIN_CHUNK / align;
         int64_t k = k_max;
         if (!cfg->no_split) {
-            int64_t lo = k_min < k_max ? k_min : k_max; /* items(k * ALIGN) <= max_ctas for k */
+            int64_t lo = 1; /* items(k * ALIGN) <= max_ctas holds for k = k */
             while (lo < k) {
                 const int64_t mid = lo + (k - lo) / 2;
                 if (count_chunks(cfg, kv_len, batch_size, mid * align) * units <= cfg->max_ctas)
@@ -327,6 +327,11 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                 else
                     lo = mid + 1;
             }
+            const int64_t k_min = CINFER__DECODE_MIN_CHUNK / align;
+            const int64_t k_up = k_min < k_max ? k_min : k_max;
+            if (k < k_up &&
+                2 * count_chunks(cfg, kv_len, batch_size, k_up * align) * units >= cfg->max_ctas)
+                k = k_up;
         }
         const int64_t chunk = k * align;
         int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;

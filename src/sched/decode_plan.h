@@ -23,10 +23,11 @@
  * Work items are (request, head slice, KV range) pieces; CTA i of the attention grid runs item i
  * and then follows the items' `next` links (kernels/decode_params.h). Two regimes:
  * - One wave, batch_size * units <= max_ctas: all requests share one chunk size C (a multiple of
- *   CINFER__DECODE_CHUNK_ALIGN), the smallest of at least CINFER__DECODE_MIN_CHUNK with
- *   items(C) = sum_b units * max(1, ceil(a_b / C)) <= max_ctas (binary search; items is
- *   non-increasing in C), so the whole step is one wave of resident CTAs, one item each, and the
- *   longest item is as short as one wave allows without falling below the minimum.
+ *   CINFER__DECODE_CHUNK_ALIGN), the smallest with items(C) = sum_b units * max(1, ceil(a_b / C))
+ *   <= max_ctas (binary search; items is non-increasing in C), so the whole step is one wave of
+ *   resident CTAs, one item each, and the longest item is as short as one wave allows; C is
+ *   raised to CINFER__DECODE_MIN_CHUNK (or the longest request) when items at that size still
+ *   fill half a wave.
  * - Stream, batch_size * units > max_ctas (one item per slice already fills a wave): the CTAs
  *   form lanes of W = units CTAs (W = 1 when max_ctas < units), floor(max_ctas / W) lanes; the
  *   W CTAs of a lane run W head slices of a request side by side over the same KV range, so the
@@ -66,10 +67,12 @@
  * tokens per step) and one tile per warp of the tensor-core kernel, so a shorter piece would
  * spend more on its partial-state write and merge than on attention. */
 #define CINFER__DECODE_CHUNK_ALIGN 64
-/* The shortest chunk of the one-wave regime (when a request is longer): one 8k request on an
- * H200 ran in 19.0 us as 344 items of 192 tokens and in 17.9 us as 256 items of 256 tokens (same
- * binary, 2026-11-30): below this an item's start (work item, page table, first tiles: dependent
- * DRAM round trips) and its partial state outweigh the parallelism. */
+/* The chunk the one-wave regime raises shorter chunks to while half a wave of items remains. H200,
+ * one request, 32/8 heads, 2026-11-30: 8k tokens ran in 19.0 us as 344 items of 192 tokens and in
+ * 17.5-17.9 us as 256 items of 256 (an item's start, dependent DRAM round trips, and its partial
+ * state outweigh the parallelism), but 4k tokens in 13.6 us as 256 items of 128 against 14.3 us
+ * as 128 of 256, and 1k in 10 us as 128 items of 64 against 13.4 us as 32 of 256 (too few CTAs to
+ * keep the DRAM busy). */
 #define CINFER__DECODE_MIN_CHUNK 256
 /* What one work item costs besides its tokens, in tokens, in the stream regime's budget: the
  * item's start (work item, page table and first tiles, a DRAM round trip or two) and the partial

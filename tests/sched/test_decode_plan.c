@@ -160,17 +160,21 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             assert_int_equal(p->work[w].next, -1);
             assert_true(p->work[w].kv_end - p->work[w].kv_begin <= chunk);
         }
-        if (ch->split) {
-            assert_true(n <= cfg->max_ctas);
-            assert_true(chunk >= CINFER__DECODE_MIN_CHUNK);
-            if (chunk > CINFER__DECODE_MIN_CHUNK)
-                assert_true(items_for(cfg, kv_len, batch, chunk - align) > cfg->max_ctas);
-        } else {
+        /* The smallest chunk that fits one wave, or CINFER__DECODE_MIN_CHUNK above it when that
+         * still makes half a wave of items. */
+        int64_t fit = align;
+        while (items_for(cfg, kv_len, batch, fit) > cfg->max_ctas)
+            fit += align;
+        const int64_t k_max_len = max_att > align ? (max_att + align - 1) / align * align : align;
+        int64_t want = cfg->no_split ? k_max_len : fit;
+        const int64_t up =
+            CINFER__DECODE_MIN_CHUNK < k_max_len ? CINFER__DECODE_MIN_CHUNK : k_max_len;
+        if (!cfg->no_split && fit < up && 2 * items_for(cfg, kv_len, batch, up) >= cfg->max_ctas)
+            want = up;
+        assert_int_equal(chunk, want);
+        assert_true(n <= cfg->max_ctas);
+        if (!ch->split)
             assert_int_equal(n, (int64_t)batch * units);
-            const int64_t below = (max_att - 1) / align * align;
-            if (max_att > align && !cfg->no_split && below >= CINFER__DECODE_MIN_CHUNK)
-                assert_true(items_for(cfg, kv_len, batch, below) > cfg->max_ctas);
-        }
     } else {
         /* Stream: within the workspace bounds, and every CTA's cost within a piece's slack of the
          * budget (decode_plan.h). */
