@@ -524,7 +524,8 @@ CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
 /*
  * Plans one decode step (once per step, shared by all layers): from the host copies of the page
  * table's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] (int32), chooses the
- * split-KV chunking and writes the schedule into the workspace with an asynchronous copy on
+ * split-KV schedule (one wave of chunks, or beyond one wave equal-cost runs of the requests' KV
+ * ranges per group of CTAs) and writes it into the workspace with an asynchronous copy on
  * stream (runs on another stream must be ordered after it by the caller). kv_len of request b =
  * (pages - 1) * page_size + last_page_len (0 without pages; last_page_len is then ignored); with
  * window_left = w >= 0 only the last w + 1 positions of each request are scheduled. The schedule
@@ -533,8 +534,8 @@ CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
  * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
  * kv_indptr[0] < 0, non-monotone kv_indptr, last_page_len outside [1, page_size] for a request
  * with pages, kv_len above 2^31 - 1; the message names the index and value), UNSUPPORTED (with
- * in-kernel RoPE, a kv_len above CINFER_ROPE_MAX_LEN, naming the request), CUDA_ERROR.
- * Not thread-safe per object.
+ * in-kernel RoPE, a kv_len above CINFER_ROPE_MAX_LEN, naming the request), OUT_OF_MEMORY (host
+ * scratch of a schedule beyond one wave), CUDA_ERROR. Not thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
                                                     const int32_t *kv_indptr,
