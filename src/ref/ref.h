@@ -39,8 +39,9 @@
  *   1. Absolute query position p_i = i + kv_len - qo_len (the query block is the last qo_len
  *      tokens of the request, so causal masking is bottom-right aligned; p_i may be negative).
  *   2. RoPE (rope_llama): q_i is rotated at position p_i and k_j at position j, rotate-half
- *      convention with D = Dqk (must be even): for pair m in [0, D/2),
- *        freq_m = rope_theta^(-2m/D), angle = (pos / rope_scale) * freq_m,
+ *      convention with D = Dqk (even, at most 1024), as cinfer__ref_rope_row (ref_utils.h) with
+ *      rotary_dim = D: for pair m in [0, D/2),
+ *        freq_m = rope_theta^(-2m/D) / rope_scale, angle = pos * freq_m,
  *        out[m]       = x[m] cos(angle) - x[m + D/2] sin(angle),
  *        out[m + D/2] = x[m + D/2] cos(angle) + x[m] sin(angle).
  *   3. Logit s = (q_i . k_j) * sm_scale * k_scale.
@@ -179,8 +180,8 @@ typedef struct {
     const double *alibi_slopes; /* [Hq] slopes, or NULL for cinfer__ref_alibi_default_slopes */
 
     bool rope_llama;   /* rotate q and k in the kernel (Llama rotate-half) */
-    double rope_theta; /* > 0, default 1e4 */
-    double rope_scale; /* != 0, positions are divided by it; default 1 */
+    double rope_theta; /* finite > 0, default 1e4 */
+    double rope_scale; /* finite > 0, positions are divided by it; default 1 */
     int rope_round;    /* -1 (default): rotated q and k stay exact; else the cinfer__ref_dtype_t
                           (F16 or BF16) they are rounded to after the rotation, as a kernel that
                           rotates into its 16-bit mma operands does (prefill, include/cinfer.h) */

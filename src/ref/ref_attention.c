@@ -6,6 +6,7 @@
  * of the math.
  */
 #include "ref/ref.h"
+#include "ref/ref_utils.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -58,8 +59,9 @@ static bool cinfer__ref_opts_ok(const cinfer__ref_attn_opts_t *opts,
         return false;
     }
     if (opts->rope_llama) {
-        if (heads->head_dim_qk % 2 != 0 || !(opts->rope_theta > 0.0) || opts->rope_scale == 0.0 ||
-            isnan(opts->rope_scale)) {
+        if (heads->head_dim_qk % 2 != 0 || heads->head_dim_qk > 1024 || !(opts->rope_theta > 0.0) ||
+            !isfinite(opts->rope_theta) || !(opts->rope_scale > 0.0) ||
+            !isfinite(opts->rope_scale)) {
             return false;
         }
         if (opts->rope_round != -1 && opts->rope_round != CINFER__REF_DTYPE_F16 &&
@@ -132,18 +134,13 @@ int cinfer__ref_alibi_default_slopes(int64_t num_heads, double *out) {
     return CINFER__REF_OK;
 }
 
-/* Llama rotate-half RoPE of one head vector x[d] at position pos into out[d] (no aliasing). */
+/* Llama rotate-half RoPE of one head vector x[d] at position pos into out[d]: the RoPE utilities'
+ * row (ref_utils.c) over all d dimensions; opts were validated (d even, at most 1024; theta and
+ * scale finite and positive), so it cannot fail. */
 static void cinfer__ref_rope(double *out, const double *x, int64_t d, double pos, double theta,
                              double scale) {
-    const int64_t half = d / 2;
-    for (int64_t m = 0; m < half; m++) {
-        const double freq = pow(theta, -2.0 * (double)m / (double)d);
-        const double angle = (pos / scale) * freq;
-        const double c = cos(angle);
-        const double s = sin(angle);
-        out[m] = x[m] * c - x[m + half] * s;
-        out[m + half] = x[m + half] * c + x[m] * s;
-    }
+    const cinfer__ref_rope_t rope = {.rotary_dim = d, .rope_theta = theta, .rope_scale = scale};
+    cinfer__ref_rope_row(&rope, d, pos, x, out);
 }
 
 /* Logistic function, written in the form whose exponential cannot overflow for either sign. */
