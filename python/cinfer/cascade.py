@@ -615,14 +615,15 @@ class MultiLevelCascadeAttentionWrapper:
             )
         # A failed plan leaves no runnable plan (as the batch prefill wrapper's).
         self._launch = None
-        kinds = [self._level_kind(i, qo_indptr_arr[i]) for i in range(self._num_levels)]
-        planned = []
-        for i, kind in enumerate(kinds):
+        kinds, planned = [], []
+        for i in range(self._num_levels):
             common = dict(pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale,
                           window_left=window_left, logits_soft_cap=logits_soft_cap,
                           rope_scale=rope_scale, rope_theta=rope_theta,
                           q_data_type=q_data_type, kv_data_type=kv_data_type)
             try:
+                kind, qo_indptr = self._level_kind(qo_indptr_arr[i])
+                kinds.append(kind)
                 if kind == _DECODE:
                     # One query row per group: causal or not, it attends all of the group's KV
                     # (bottom-right alignment), as batch decode's query does.
@@ -632,7 +633,7 @@ class MultiLevelCascadeAttentionWrapper:
                            page_size, **common)
                 else:
                     w = self._wrappers[i]
-                    w.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                    w.plan(qo_indptr, paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
                            paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
                            page_size, causal=bool(causal) and i == self._num_levels - 1,
                            use_fp16_qk_reduction=use_fp16_qk_reduction, **common)
@@ -650,20 +651,23 @@ class MultiLevelCascadeAttentionWrapper:
         self._states_key = key
         self._launch = launch
 
-    def _level_kind(self, i: int, qo_indptr) -> str:
-        """How level ``i`` runs (_PREFILL or _DECODE). Graph mode keeps batch prefill (its
-        captured launches are those of the first plan's kernels); so does a single level (the
-        wrapper is then one batch prefill, variants and positions included). With more levels
-        there is no RoPE, ALiBi or window (plan refuses them), so a level of one query row per
-        group computes what batch decode computes."""
+    def _level_kind(self, qo_indptr):
+        """How a level runs (_PREFILL or _DECODE), and the qo_indptr its batch prefill plans
+        with: the host copy this function read (so a CUDA tensor is copied to the host once), or
+        the argument itself when nothing was read. Graph mode keeps batch prefill (its captured
+        launches are those of the first plan's kernels); so does a single level (the wrapper is
+        then one batch prefill, variants and positions included). With more levels there is no
+        RoPE, ALiBi or window (plan refuses them), so a level of one query row per group
+        computes what batch decode computes. ArgumentError names ``qo_indptr``, as batch
+        prefill's plan does."""
         if self._use_cuda_graph or self._num_levels == 1:
-            return _PREFILL
-        _, host = A.host_index(qo_indptr, f"qo_indptr_arr[{i}]")
+            return _PREFILL, qo_indptr
+        _, host = A.host_index(qo_indptr, "qo_indptr")
         torch = T.torch_module()
         groups = host.shape[0] - 1
         if groups >= 1 and torch.equal(host, torch.arange(groups + 1, dtype=torch.int32)):
-            return _DECODE
-        return _PREFILL
+            return _DECODE, host
+        return _PREFILL, host
 
     def _decode_wrapper(self, i: int) -> BatchDecodeWithPagedKVCacheWrapper:
         """Level ``i``'s batch decode wrapper, created on first use over the level's workspace

@@ -427,6 +427,8 @@ def test_cascade_levels(fake):
         c.plan(qo, kv, idx, last, 8, 2, 128, 16, window_left=10)
     with pytest.raises(ValueError, match="level 1"):
         c.plan(qo, [kv[0], kv[1][:2], kv[2]], idx, last, 8, 2, 128, 16)
+    with pytest.raises(ValueError, match="level 0: qo_indptr"):
+        c.plan([qo[0].long()] + qo[1:], kv, idx, last, 8, 2, 128, 16)
     with pytest.raises(ValueError, match="num_levels"):
         cinfer.MultiLevelCascadeAttentionWrapper(0, ws)
     with pytest.raises(ValueError, match="qo_indptr_buf_arr"):
