@@ -225,7 +225,7 @@ static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int
                 int64_t take = end - pos;
                 const int64_t least = cfg->no_split ? take / 2 : (take < align ? take : align);
                 if (lane < lanes - 1 && in_lane > 0 && left - item < least) {
-                    lane++; /* not even the least of it fits here */
+                    lane++; /* not even the least of it fits here (always so once left <= 0) */
                     left += share;
                     in_lane = 0;
                     cost = 0;
@@ -249,19 +249,13 @@ static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int
                 left -= take + item;
                 cost += take + item;
                 pos += take;
-                if (left <= 0 && lane < lanes - 1) {
-                    lane++;
-                    left += share;
-                    in_lane = 0;
-                    cost = 0;
-                }
             } while (pos < end);
             if (range_pieces > 1)
                 n.slots += range_pieces * width;
             n.max_pieces = range_pieces > n.max_pieces ? range_pieces : n.max_pieces;
         }
     }
-    n.ctas = n.pieces == 0 ? 0 : (in_lane > 0 ? lane + 1 : lane) * width;
+    n.ctas = n.pieces == 0 ? 0 : (lane + 1) * width; /* a lane is entered only with a piece */
     n.last_cost = cost;
     return n;
 }
