@@ -165,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             next_item = cinfer_decode_load_work(p.work, w);
         const int b = item.request;
         const int kv_head = item.slice / slices_per_head;
-        const int qo_head0 = cinfer_decode_item_head(&item, group, slices_per_head, HPC);
+        const int qo_head0 = cinfer_decode_item_head(&item, kv_head, group, slices_per_head, HPC);
 #if NEEDS_POS
         const int qo_pos = item.kv_len - 1; /* the query's absolute position */
 #endif

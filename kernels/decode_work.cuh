@@ -26,10 +26,11 @@ cinfer_decode_load_work(const cinfer_decode_work *work, int w) {
     return item;
 }
 
-/* The first query head of an item's head slice (slices_per_head = group / heads_per_cta). */
-__device__ __forceinline__ int cinfer_decode_item_head(const cinfer_decode_work *item, int group,
-                                                       int slices_per_head, int heads_per_cta) {
-    const int kv_head = item->slice / slices_per_head;
+/* The first query head of an item's head slice, whose KV head is kv_head (slices_per_head =
+ * group / heads_per_cta, kv_head = item->slice / slices_per_head). */
+__device__ __forceinline__ int cinfer_decode_item_head(const cinfer_decode_work *item, int kv_head,
+                                                       int group, int slices_per_head,
+                                                       int heads_per_cta) {
     return kv_head * group + (item->slice - kv_head * slices_per_head) * heads_per_cta;
 }
 
