@@ -760,15 +760,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_VARIANT_NO_TRANSFORM
     /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask and a
      * position bias never show a logit to the variant, so the kernel works in base 2 itself: the
-     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k) + slope2 (j - pos),
-     * scaled before the softmax. The slope depends only on the request and the head: one hook
-     * call per CTA. */
+     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k + slope_qk (j - pos)),
+     * scaled by the softmax as default attention's are. The bias is in the units of q . k
+     * (slope / q_scale; q_scale > 0) so that it can start the accumulators of Q K^T. The slope
+     * depends only on the request and the head: one hook call per CTA. */
     const float q_scale2 = p.q_scale * CINFER_LOG2E;
-#if VARIANT_ALIBI_SLOPE
-    const float slope2 = variant_alibi_slope(&vp, batch_idx, head) * CINFER_LOG2E;
-    const float scale = 1.0f;
-#else
     const float scale = q_scale2;
+#if VARIANT_ALIBI_SLOPE
+    const float slope_qk = variant_alibi_slope(&vp, batch_idx, head) / p.q_scale;
 #endif
 #elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
@@ -926,15 +925,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-            /* S = Q K^T */
+            /* S = Q K^T. A position bias starts the accumulators: slope_qk (j - pos) is bias0 (this
+             * lane's first element: its first position less its first row's) plus slope_qk times
+             * the element's compile-time offset from it, one fma per logit and none after the
+             * mmas. */
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+            const float bias0 = slope_qk * (float)(j0 + 2 * (lane % 4) - (q0 + row_base + delta));
+#endif
             float s[MMA_Q][S_TILES][4];
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
+                    for (int e = 0; e < 4; e++) {
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+                        s[mq][n][e] =
+                            fmaf(slope_qk, (float)(n * 8 + e % 2 - mq * 16 - (e / 2) * 8), bias0);
+#else
                         s[mq][n][e] = 0.0f;
+#endif
+                    }
 #pragma unroll
             for (int kk = 0; kk < K_STEPS; kk++) {
                 unsigned a[MMA_Q][4];
@@ -964,15 +975,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 
 #if CINFER_VARIANT_NO_TRANSFORM
-            /* Hooks that never see a logit: the logits keep the kernel's units. A position bias
-             * slope2 (j - pos) is formed per row and tile as bias0 (this lane's first position)
-             * plus slope2 times the element's compile-time offset, and joins the scale in an fma.
-             * The variant's mask drops positions on every tile, the kernel's own masks where the
-             * tile crosses an edge; hooks see only rows and positions that exist. With
-             * VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit words (loaded
-             * above, or read from the row's slot with MASK_ROWS), shifted once so that an
-             * element's bit has a compile-time index: an element costs a bit test and a select
-             * (rows past q_rows may keep anything: their logits are never stored). */
+            /* Hooks that never see a logit: the logits keep the kernel's units (a position bias
+             * is in them already). The variant's mask drops positions on every tile, the kernel's
+             * own masks where the tile crosses an edge; hooks see only rows and positions that
+             * exist. With VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit
+             * words (loaded above, or read from the row's slot with MASK_ROWS), shifted once so
+             * that an element's bit has a compile-time index: an element costs a bit test and a
+             * select (rows past q_rows may keep anything: their logits are never stored). */
             {
                 bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
 #if CAUSAL
@@ -983,9 +992,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if MASK_ROWS
                 uint32_t bits[MMA_Q][2][MASK_WORDS];
-                /* An inside tile whose every position the warp's rows keep drops nothing (only a
-                 * position bias would be left to add). */
-                if (edge || !full || VARIANT_ALIBI_SLOPE)
+                /* An inside tile whose every position the warp's rows keep drops nothing. */
+                if (edge || !full)
 #endif
                 {
 #if MASK_ROWS
@@ -1014,19 +1022,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         for (int h = 0; h < 2; h++) {
                             const int row = row_base + mq * 16 + h * 8;
                             const int pos = q0 + row + delta;
-#if VARIANT_ALIBI_SLOPE
-                            const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
-#endif
                             if (!edge) {
 #pragma unroll
                                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                                     for (int e = 2 * h; e < 2 * h + 2; e++) {
-#if VARIANT_ALIBI_SLOPE
-                                        s[mq][n][e] =
-                                            fmaf(s[mq][n][e], q_scale2,
-                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
-#endif
 #if VARIANT_LOGITS_MASK_BITS
                                         const bool keep =
                                             (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
@@ -1065,11 +1065,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                         if (keep)
                                             keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
                                                                        kv_head);
-#endif
-#if VARIANT_ALIBI_SLOPE
-                                        s[mq][n][e] =
-                                            fmaf(s[mq][n][e], q_scale2,
-                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
 #endif
                                         if (!keep)
                                             s[mq][n][e] = -CINFER_INF;
