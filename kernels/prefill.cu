@@ -13,7 +13,8 @@
  *               stay per lane until the end;
  *   O += P V    the S accumulators become P's A fragments (the C layout of two n8 tiles is the
  *               A layout of one k16 step), converted to fp16/bf16 in one step after the softmax;
- *               B = V through ldmatrix.trans. O is rescaled only when some row's maximum grew.
+ *               B = V through ldmatrix.trans. O is rescaled only when some row's maximum grew
+ *               (with a position bias: by more than LAZY_MAX_SLACK).
  *
  * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
  * is D / 8 chunks of 16 bytes, padded by one chunk: D / 8 + 1 is odd (D is a multiple of 16), so
@@ -142,6 +143,18 @@ typedef cinfer_half_bits kv_elem;
 #else
 #define LSE_OF(max, sum) ((max) + log2f(sum))
 #endif
+/*
+ * A position bias (ALiBi) rises toward the diagonal by slope * TILE_KV per KV tile, so a row's
+ * maximum grows on nearly every tile and O would be rescaled on each (a CPU model of the 16k
+ * causal benchmark's data: 100% of a warp's tiles, against 43% for default attention; 61% with
+ * the slack). With LAZY_MAX the running maximum stays until a tile's exceeds it by more than
+ * LAZY_MAX_SLACK (base 2): P is then at most 2^8, within fp16 range, and O, the denominator and
+ * the LSE share that maximum, so the result is the same up to rounding; heads whose bias rises by
+ * less than the slack per tile skip most rescales. Default attention keeps the exact maximum (and
+ * its instructions).
+ */
+#define LAZY_MAX       (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
+#define LAZY_MAX_SLACK 8.0f
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
 #define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 /*
@@ -760,15 +773,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_VARIANT_NO_TRANSFORM
     /* The host's q_scale is in natural-log units for a variant with logit hooks; a mask and a
      * position bias never show a logit to the variant, so the kernel works in base 2 itself: the
-     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k) + slope2 (j - pos),
-     * scaled before the softmax. The slope depends only on the request and the head: one hook
-     * call per CTA. */
+     * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k + slope_qk (j - pos)),
+     * scaled by the softmax as default attention's are. The bias is in the units of q . k
+     * (slope / q_scale; q_scale > 0) so that it can start the accumulators of Q K^T. The slope
+     * depends only on the request and the head: one hook call per CTA. */
     const float q_scale2 = p.q_scale * CINFER_LOG2E;
-#if VARIANT_ALIBI_SLOPE
-    const float slope2 = variant_alibi_slope(&vp, batch_idx, head) * CINFER_LOG2E;
-    const float scale = 1.0f;
-#else
     const float scale = q_scale2;
+#if VARIANT_ALIBI_SLOPE
+    const float slope_qk = variant_alibi_slope(&vp, batch_idx, head) / p.q_scale;
 #endif
 #elif CINFER_VARIANT_LOGITS
     const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
@@ -926,15 +938,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 
-            /* S = Q K^T */
+            /* S = Q K^T. A position bias starts the accumulators: slope_qk (j - pos) is bias0 (this
+             * lane's first element: its first position less its first row's) plus slope_qk times
+             * the element's compile-time offset from it, one fma per logit and none after the
+             * mmas. */
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+            const float bias0 = slope_qk * (float)(j0 + 2 * (lane % 4) - (q0 + row_base + delta));
+#endif
             float s[MMA_Q][S_TILES][4];
 #pragma unroll
             for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
+                    for (int e = 0; e < 4; e++) {
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+                        s[mq][n][e] =
+                            fmaf(slope_qk, (float)(n * 8 + e % 2 - mq * 16 - (e / 2) * 8), bias0);
+#else
                         s[mq][n][e] = 0.0f;
+#endif
+                    }
 #pragma unroll
             for (int kk = 0; kk < K_STEPS; kk++) {
                 unsigned a[MMA_Q][4];
@@ -964,15 +988,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 
 #if CINFER_VARIANT_NO_TRANSFORM
-            /* Hooks that never see a logit: the logits keep the kernel's units. A position bias
-             * slope2 (j - pos) is formed per row and tile as bias0 (this lane's first position)
-             * plus slope2 times the element's compile-time offset, and joins the scale in an fma.
-             * The variant's mask drops positions on every tile, the kernel's own masks where the
-             * tile crosses an edge; hooks see only rows and positions that exist. With
-             * VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit words (loaded
-             * above, or read from the row's slot with MASK_ROWS), shifted once so that an
-             * element's bit has a compile-time index: an element costs a bit test and a select
-             * (rows past q_rows may keep anything: their logits are never stored). */
+            /* Hooks that never see a logit: the logits keep the kernel's units (a position bias
+             * is in them already). The variant's mask drops positions on every tile, the kernel's
+             * own masks where the tile crosses an edge; hooks see only rows and positions that
+             * exist. With VARIANT_LOGITS_MASK_BITS each row of the tile comes as MASK_WORDS bit
+             * words (loaded above, or read from the row's slot with MASK_ROWS), shifted once so
+             * that an element's bit has a compile-time index: an element costs a bit test and a
+             * select (rows past q_rows may keep anything: their logits are never stored). */
             {
                 bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
 #if CAUSAL
@@ -983,9 +1005,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if MASK_ROWS
                 uint32_t bits[MMA_Q][2][MASK_WORDS];
-                /* An inside tile whose every position the warp's rows keep drops nothing (only a
-                 * position bias would be left to add). */
-                if (edge || !full || VARIANT_ALIBI_SLOPE)
+                /* An inside tile whose every position the warp's rows keep drops nothing. */
+                if (edge || !full)
 #endif
                 {
 #if MASK_ROWS
@@ -1014,19 +1035,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         for (int h = 0; h < 2; h++) {
                             const int row = row_base + mq * 16 + h * 8;
                             const int pos = q0 + row + delta;
-#if VARIANT_ALIBI_SLOPE
-                            const float bias0 = slope2 * (float)(j0 + 2 * (lane % 4) - pos);
-#endif
                             if (!edge) {
 #pragma unroll
                                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                                     for (int e = 2 * h; e < 2 * h + 2; e++) {
-#if VARIANT_ALIBI_SLOPE
-                                        s[mq][n][e] =
-                                            fmaf(s[mq][n][e], q_scale2,
-                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
-#endif
 #if VARIANT_LOGITS_MASK_BITS
                                         const bool keep =
                                             (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
@@ -1065,11 +1078,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                         if (keep)
                                             keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
                                                                        kv_head);
-#endif
-#if VARIANT_ALIBI_SLOPE
-                                        s[mq][n][e] =
-                                            fmaf(s[mq][n][e], q_scale2,
-                                                 fmaf(slope2, (float)(n * 8 + e % 2), bias0));
 #endif
                                         if (!keep)
                                             s[mq][n][e] = -CINFER_INF;
@@ -1193,7 +1201,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         mx = fmaxf(mx, fmaxf(s[mq][n][2 * h], s[mq][n][2 * h + 1]));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float m_new = fmaxf(m[mq][h], mx * scale);
+                    float m_new = fmaxf(m[mq][h], mx * scale);
+#if LAZY_MAX
+                    /* (NaN when nothing is kept yet: the new maximum is taken) */
+                    if (m_new - m[mq][h] <= LAZY_MAX_SLACK)
+                        m_new = m[mq][h];
+#endif
                     /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
                     const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
                     alpha[mq][h] = fast_exp2(m[mq][h] - m_use);
