@@ -662,6 +662,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (item >= (unsigned)params.header->num_work)
         return; /* a spare CTA of a CUDA-graph grid */
     const cinfer_prefill_work w = params.work[item];
+    /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
+     * for this grid to finish before they read a partial state. */
+    cinfer_pdl_launch_dependents();
     cinfer_prefill_params p = params;
     p.qo_len = w.qo_len;
     p.kv_len = w.kv_len;

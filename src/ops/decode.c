@@ -339,6 +339,26 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->q_in_scale = s->q_in_scale;
 }
 
+cinfer_status_t cinfer__decode_launch_merge(const cinfer_context_t *ctx, CUfunction merge,
+                                            int64_t grid, cinfer_decode_params *params,
+                                            CUstream stream, const char *what) {
+    void *args[] = {params};
+    CUlaunchAttribute pdl = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+    pdl.value.programmaticStreamSerializationAllowed = 1;
+    const CUlaunchConfig config = {.gridDimX = (unsigned)grid,
+                                   .gridDimY = 1,
+                                   .gridDimZ = 1,
+                                   .blockDimX = CINFER__DECODE_WARPS * 32,
+                                   .blockDimY = 1,
+                                   .blockDimZ = 1,
+                                   .sharedMemBytes = 0,
+                                   .hStream = stream,
+                                   .attrs = &pdl,
+                                   .numAttrs = ctx->cc_major >= 9 ? 1u : 0u};
+    CINFER__CU(ctx->cu, cuLaunchKernelEx(&config, merge, args, NULL), what);
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* Launches the attention kernel (with the packed variant parameters) and the merge kernel. */
 static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
                               cinfer_decode_params *p, unsigned char *variant_blob,
@@ -347,33 +367,15 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
      * many entries as the kernel has parameters. */
     void *attention_args[] = {p, variant_blob, (void *)&s->rope_table};
-    void *args[] = {p};
     const unsigned threads = CINFER__DECODE_WARPS * 32;
     if (attention_grid > 0)
         CINFER__CU(ctx->cu,
                    cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,
                                   1, s->attention_smem, stream, attention_args, NULL),
                    "launching the decode kernel");
-    if (merge_grid > 0) {
-        /* On sm_90 and later the merge is a programmatic dependent launch: its blocks start while
-         * the attention kernel runs (which lets them go at its start), read the schedule, then
-         * wait in griddepcontrol.wait until the attention grid has finished and its partial states
-         * are visible; the launch gap and the merge's first reads leave the critical path. */
-        CUlaunchAttribute pdl = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-        pdl.value.programmaticStreamSerializationAllowed = 1;
-        const CUlaunchConfig config = {.gridDimX = (unsigned)merge_grid,
-                                       .gridDimY = 1,
-                                       .gridDimZ = 1,
-                                       .blockDimX = threads,
-                                       .blockDimY = 1,
-                                       .blockDimZ = 1,
-                                       .sharedMemBytes = 0,
-                                       .hStream = stream,
-                                       .attrs = &pdl,
-                                       .numAttrs = ctx->cc_major >= 9 ? 1u : 0u};
-        CINFER__CU(ctx->cu, cuLaunchKernelEx(&config, s->merge.function, args, NULL),
-                   "launching the decode merge kernel");
-    }
+    if (merge_grid > 0)
+        CINFER__CHECK(cinfer__decode_launch_merge(ctx, s->merge.function, merge_grid, p, stream,
+                                                  "launching the decode merge kernel"));
     return CINFER_STATUS_SUCCESS;
 }
 
