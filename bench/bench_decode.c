@@ -9,9 +9,10 @@
  * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
  * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
  *
- * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]]. Prints a Markdown table;
- * --case times one configuration on both kernels, or on KERNEL alone (0: CUDA cores, 1: tensor
- * cores; LEN 0: lengths sampled from the trace), e.g. under ncu.
+ * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--kv bf16|e4m3|e5m2].
+ * Prints a Markdown table; --case times one configuration on both kernels, or on KERNEL alone
+ * (0: CUDA cores, 1: tensor cores; LEN 0: lengths sampled from the trace), with the KV dtype of
+ * --kv (bf16 by default), e.g. under ncu.
  */
 #include <math.h>
 #include <stdio.h>
@@ -225,10 +226,18 @@ int main(int argc, char **argv) {
     const char *trace = NULL;
     int quick = 0;
     int case_batch = 0, case_len = -1, case_kernel = -1;
+    const char *case_kv = "bf16";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
-        else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+        else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
+            case_kv = argv[++i];
+            if (strcmp(case_kv, "bf16") != 0 && strcmp(case_kv, "e4m3") != 0 &&
+                strcmp(case_kv, "e5m2") != 0) {
+                fprintf(stderr, "bench_decode: --kv %s, expected bf16, e4m3 or e5m2\n", case_kv);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
             const int got = sscanf(argv[++i], "%d:%d:%d", &case_batch, &case_len, &case_kernel);
             if (got < 2 || case_batch < 1 || case_batch > 256 || case_len < 0 ||
                 (got == 3 && (case_kernel < 0 || case_kernel > 1))) {
@@ -272,10 +281,13 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 2; k++) {
             if (case_kernel >= 0 && k != case_kernel)
                 continue;
-            result_t r = run_case(ctx, stream, lens, case_batch, bf16, k, iters);
-            printf("| %s | %s | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n",
-                   n > 0 ? "trace" : "uniform", KERNEL(k), case_batch, case_len, r.us, r.tbps,
-                   100 * r.tbps / ceiling);
+            const DLDataType kv = strcmp(case_kv, "e4m3") == 0   ? e4m3
+                                  : strcmp(case_kv, "e5m2") == 0 ? e5m2
+                                                                 : bf16;
+            result_t r = run_case(ctx, stream, lens, case_batch, kv, k, iters);
+            printf("| %s | %s | %s | %d | %d | %.1f | %.2f | %.0f%% |\n",
+                   n > 0 ? "trace" : "uniform", KERNEL(k), case_kv, case_batch, case_len, r.us,
+                   r.tbps, 100 * r.tbps / ceiling);
         }
         free(tc);
         free(tg);

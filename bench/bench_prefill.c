@@ -46,7 +46,7 @@ typedef struct buffers {
     CUdeviceptr q, k, v, out;
     CUdeviceptr k8, v8;     /* --fp8: fp8 K and V of max_s tokens */
     DLDataType kv8;         /* their dtype */
-    CUdeviceptr slopes;     /* [HQ] float32 ALiBi slopes */
+    CUdeviceptr slopes;     /* [2][HQ] float32 ALiBi slopes: 0.5 / (h + 1), then the paper's */
     CUdeviceptr mask;       /* max_s^2 bits, all set: a custom mask that keeps what causal keeps */
     CUdeviceptr mask_holes; /* the same with bit 31 of every word clear: each KV tile is tested */
     CUdeviceptr mask_rows;  /* row_offset (int64) and row_stride (int32) of the one request */
@@ -92,7 +92,8 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.head_dim = HD;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
-    /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor; the custom mask
+    /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor (0.5 / (h + 1), or
+     * the paper's values: the same kernel, to tell data from code); the custom mask
      * variant with a mask of all ones (the kernel reads every bit of the causal triangle), or one
      * that drops a position in 32 ("custom_mask_holes": no KV tile is kept whole, so every tile
      * takes the per-position test). */
@@ -102,13 +103,16 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
                 : masked    ? cinfer_variant_builtin("custom_mask")
                             : cinfer_variant_builtin("alibi");
     int64_t slopes_shape[1] = {HQ}, mask_shape[1] = {b->max_s * b->max_s / 8}, one[1] = {1};
-    DLTensor slopes = tensor(b->slopes, (DLDataType){kDLFloat, 32, 1}, 1, slopes_shape, dev);
+    const int paper = w->variant && strcmp(w->variant, "alibi_slopes_paper") == 0;
+    DLTensor slopes = tensor(b->slopes + (paper ? HQ * sizeof(float) : 0),
+                             (DLDataType){kDLFloat, 32, 1}, 1, slopes_shape, dev);
     DLTensor mask =
         tensor(holes ? b->mask_holes : b->mask, (DLDataType){kDLUInt, 8, 1}, 1, mask_shape, dev);
     DLTensor row_offset = tensor(b->mask_rows, (DLDataType){kDLInt, 64, 1}, 1, one, dev);
     DLTensor row_stride = tensor(b->mask_rows + 8, (DLDataType){kDLInt, 32, 1}, 1, one, dev);
     cinfer_arg_t arg_list[3] = {
-        CINFER_ARG_TENSOR(w->variant && strcmp(w->variant, "alibi_slopes") == 0 ? &slopes : NULL),
+        CINFER_ARG_TENSOR(w->variant && strncmp(w->variant, "alibi_slopes", 12) == 0 ? &slopes
+                                                                                     : NULL),
         CINFER_ARG_I32(HQ)};
     cinfer_args_t args = {2, arg_list};
     if (masked) {
@@ -381,9 +385,11 @@ int main(int argc, char **argv) {
     fill_random(b.k, kv_bytes);
     fill_random(b.v, kv_bytes);
     {
-        float slopes[HQ];
-        for (int h = 0; h < HQ; h++)
+        float slopes[2 * HQ];
+        for (int h = 0; h < HQ; h++) {
             slopes[h] = 0.5f / (float)(h + 1);
+            slopes[HQ + h] = exp2f(-8.0f * (float)(h + 1) / HQ); /* the paper's, HQ a power of 2 */
+        }
         CU(cuMemAlloc(&b.slopes, sizeof slopes));
         CU(cuMemcpyHtoD(b.slopes, slopes, sizeof slopes));
         CU(cuMemAlloc(&b.mask, (size_t)(b.max_s * b.max_s / 8)));
@@ -442,6 +448,9 @@ int main(int argc, char **argv) {
         workload_t ws = {16384, 1, 0.0f, -1, "alibi_slopes", 0};
         print_row("alibi (variant, slopes tensor)", &ws,
                   time_prefill(ctx, stream, &b, &ws, NULL, quick ? 5 : 15));
+        workload_t wp = {16384, 1, 0.0f, -1, "alibi_slopes_paper", 0};
+        print_row("alibi (variant, slopes tensor of the paper's values)", &wp,
+                  time_prefill(ctx, stream, &b, &wp, NULL, quick ? 5 : 15));
         workload_t wm = {16384, 1, 0.0f, -1, "custom_mask", 0};
         print_row("custom mask (variant, causal + mask)", &wm,
                   time_prefill(ctx, stream, &b, &wm, NULL, quick ? 5 : 15));
