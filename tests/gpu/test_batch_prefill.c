@@ -1151,12 +1151,14 @@ static void graph_split_replays(int capture_split, uint64_t seed) {
         {3, {20, 30, 10}, {4500, 9000, 600}, 1},
     };
     const int n_steps = (int)(sizeof steps / sizeof steps[0]);
-    int64_t kv_cap = 0; /* pages: the largest step's, plus the spare pages */
+    /* Pages: the largest step's, plus the 2 unused page-table entries before the first
+     * request's (make_data) and the spare pages. */
+    int64_t kv_cap = 0;
     for (int i = 0; i < n_steps; i++) {
-        int64_t pages = 0;
+        int64_t pages = 2 + EXTRA_PAGES;
         for (int b = 0; b < steps[i].batch; b++)
             pages += (steps[i].kv[b] + 15) / 16;
-        kv_cap = pages + EXTRA_PAGES > kv_cap ? pages + EXTRA_PAGES : kv_cap;
+        kv_cap = pages > kv_cap ? pages : kv_cap;
     }
     const graph_step *first = &steps[capture_split ? 0 : 2];
     bp_case big = base_case(capture_split ? "graph split: capture (split)"
