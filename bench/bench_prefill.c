@@ -16,9 +16,10 @@
  *
  * With --split, batch prefill of one request with few query rows over a long KV (ragged): the
  * split-KV plan (the KV cut into chunks so the step fills one wave of CTAs, partial states merged
- * by a second kernel) against the unsplit one of a CUDA-graph-mode object (which never splits and
- * runs the same kernels), both timed in this run, with the chunk size the planner chose. The first
- * row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys, not causal).
+ * by a second kernel) against the unsplit one of an object that never splits (the same kernel;
+ * cinfer__batch_prefill_test_no_split), both timed in this run, with the chunk size the planner
+ * chose. The first row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys,
+ * not causal).
  *
  * With --fp8 e4m3 (or e5m2), single prefill with fp8 K/V (k_scale = v_scale = 1, q and out bf16)
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
@@ -288,10 +289,10 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
 }
 
 /* Median milliseconds of one batch prefill run of a single request, qo_len rows over kv_len
- * positions (ragged); graph = 1 uses a CUDA-graph-mode object, whose plans are never split.
+ * positions (ragged); unsplit = 1 uses an object whose plans are never split.
  * *chunk: the plan's split-KV chunk size (0 = unsplit); *flop: 4 D Hq per kept (row, key). */
 static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
-                        int kv_len, int causal, int graph, int iters, int *chunk, double *flop) {
+                        int kv_len, int causal, int unsplit, int iters, int *chunk, double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
@@ -306,7 +307,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     o.num_kv_heads = HK;
     o.head_dim = HD;
     o.max_batch_size = 1;
-    o.use_cuda_graph = graph;
+    cinfer__batch_prefill_test_no_split(unsplit);
     size_t ws_bytes = 0;
     CI(cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
                                            &ws_bytes));
@@ -315,6 +316,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     cinfer_batch_prefill_t *op;
     CI(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
                                    (void *)(uintptr_t)ws, ws_bytes, &op));
+    cinfer__batch_prefill_test_no_split(false);
     CI(cinfer_batch_prefill_plan(op, qo, kv, NULL, 1, stream));
     *chunk = cinfer__batch_prefill_chunk_size(op);
     int64_t q_shape[3] = {qo_len, HQ, HD}, kv_shape[3] = {kv_len, HK, HD};
@@ -526,7 +528,7 @@ int main(int argc, char **argv) {
             {64, 16384, 1}, {128, 16384, 1}, {256, 16384, 1}, {512, 16384, 1},
         };
         printf("\nbatch prefill, one request of few rows over a long KV (ragged, %d/%d heads, D = "
-               "%d, bf16): split-KV against unsplit (graph-mode object), same run\n\n",
+               "%d, bf16): split-KV against unsplit (same kernel), same run\n\n",
                HQ, HK, HD);
         printf("| qo_len | kv_len | causal | chunk | split (us) | TFLOP/s | unsplit (us) | TFLOP/s "
                "| speedup |\n|---|---|---|---|---|---|---|---|---|\n");

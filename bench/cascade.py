@@ -2,8 +2,8 @@
 """Cascade attention benchmark (issue 6): one decode step of 64 requests that share an 8k-token
 prefix and own 256 tokens each, as plain batch decode over each request's whole page table
 versus cinfer.MultiLevelCascadeAttentionWrapper (level 0: the prefix, read once for all 64
-query rows, batch prefill; level 1: each request's own tokens, batch decode outside graph mode;
-one merge_states of the two levels).
+query rows, batch prefill; level 1: each request's own tokens, batch decode, in CUDA graph mode
+too; one merge_states of the two levels).
 
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the

@@ -653,8 +653,9 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * query tiles of a step alone would fill well under one wave of the GPU (few query rows over a long
  * KV: a cascade's shared prefix, a long context with a short chunk), plan splits their KV into
  * chunks of 512 positions or more so the step fills one wave, and run merges the chunks' float32
- * partial states with a second kernel. Plans in CUDA graph mode, and of variants without softmax or
- * with an output transform, are never split.
+ * partial states with a second kernel (in CUDA graph mode within grids fixed at create: see
+ * cinfer_batch_prefill_run). Plans of variants without softmax or with an output transform are
+ * never split.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct cinfer_batch_prefill cinfer_batch_prefill_t;
@@ -669,13 +670,12 @@ typedef enum cinfer_kv_storage {
  * The device workspace (bytes) of a batch prefill object: the schedule of any plan of at most
  * options->max_batch_size requests and max_total_qo_tokens query rows and, when plans may split
  * the KV, the float32 split-KV partial states (at most one wave of CTAs' worth). Exact: create
- * accepts this many bytes or more. When plans may split, the size depends on how many prefill
- * CTAs fit on the device at once, so, like create, it loads the kernels (JIT-compiling them on
- * first use); in CUDA-graph mode, or with a variant without softmax or with an output transform,
- * it needs no device and compiles nothing. *device_bytes is 0 on failure. The arguments are
- * checked as by create.
- * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (naming the option or argument), NO_DEVICE,
- * CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
+ * accepts this many bytes or more. When plans may split (CUDA-graph mode included), the size
+ * depends on how many prefill CTAs fit on the device at once, so, like create, it loads the
+ * kernels (JIT-compiling them on first use); with a variant without softmax or with an output
+ * transform (whose plans never split) it needs no device and compiles nothing. *device_bytes is 0
+ * on failure. The arguments are checked as by create. Returns SUCCESS, INVALID_ARGUMENT,
+ * UNSUPPORTED (naming the option or argument), NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
     cinfer_context_t *ctx, const cinfer_attention_options_t *options, cinfer_kv_storage_t storage,
@@ -698,10 +698,10 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * Loads (JIT-compiling on first use) the kernels the object may run: one per query tile size
  * (up to three; plan picks the tile from the average query length) and the split-KV merge kernel,
  * or, with use_cuda_graph = 1, the one tile fixed for the average max_total_qo_tokens /
- * max_batch_size. The object also owns a small pinned host buffer for staging schedules. *out is
- * NULL on failure.
- * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
- * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not thread-safe per object.
+ * max_batch_size and the merge kernel. The object also owns a small pinned host buffer for staging
+ * schedules. *out is NULL on failure. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED,
+ * WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not
+ * thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
                                                        const cinfer_attention_options_t *options,
@@ -718,8 +718,8 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
  *   kv_last_page_len [batch_size]: paged: valid slots of each request's last page, 1..page_size
  *     for a request with pages (ignored without pages: kv_len 0); ragged: must be NULL.
  * kv_len of a request: ragged kv_indptr[b+1] - kv_indptr[b]; paged (pages - 1) * page_size +
- * last_page_len. qo_len and kv_len must be below 2^30. Chooses the query tile and the split-KV
- * chunking (outside graph mode), builds the work list (longest first) and writes it into the
+ * last_page_len. qo_len and kv_len must be below 2^30. Chooses the query tile (outside graph
+ * mode) and the split-KV chunking, builds the work list (longest first) and writes it into the
  * workspace with asynchronous copies on stream (runs on another stream must be ordered after it
  * by the caller). The schedule is staged in the object's pinned host buffers: plan blocks only
  * until the copies made two plans earlier have completed. An argument error leaves the previous
@@ -741,11 +741,14 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  * logs, so it can be captured in a CUDA graph. The lengths and offsets of the requests come from
  * the plan (the workspace), not from device copies of the indptr arrays; only the page indices
  * are read from the device. A split plan launches the merge kernel after the attention kernel
- * (both on stream). In graph mode (use_cuda_graph = 1) nothing is split, the grid is fixed for
- * max_total_qo_tokens and max_batch_size and the kernel reads the schedule from the workspace,
- * so a captured run replays correctly after any later plan, provided the captured tensors (same
- * addresses and strides) hold the new step's data: capture with buffers that have room for the
- * largest step you will replay.
+ * (both on stream). In graph mode (use_cuda_graph = 1) the grids are fixed for
+ * max_total_qo_tokens, max_batch_size and one wave of CTAs, the merge kernel is launched by every
+ * run (it does nothing after a plan that did not split) and both kernels read the schedule from
+ * the workspace, so a captured run replays correctly after any later plan, split or not, provided
+ * the captured tensors (same addresses and strides) hold the new step's data: capture with
+ * buffers that have room for the largest step you will replay. A graph-mode plan splits only when
+ * qo_indptr[batch_size] is within the merge's fixed rows (min(one wave of query tiles' rows,
+ * max_total_qo_tokens)); with qo_indptr[0] = 0 every plan that would split does.
  * q: [total_q, Hq, D] q_dtype with total_q >= the planned qo_indptr[batch_size]; out: the same
  *   shape, q_dtype; lse: NULL or [total_q, Hq] float32 (base 2). Rows no request owns are
  *   neither read nor written.

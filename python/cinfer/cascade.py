@@ -248,7 +248,8 @@ _MAX_STATE_SETS = 4
 _RUN_NAME = "MultiLevelCascadeAttentionWrapper.run"
 
 
-# How a level runs (chosen at plan; graph mode and a single level always run batch prefill):
+# How a level runs (chosen at plan; a single level always runs batch prefill; in CUDA graph mode
+# each level keeps the kind of the wrapper's first plan, see MultiLevelCascadeAttentionWrapper):
 # PREFILL: batch prefill of the level's groups;
 # DECODE: every group of the level has one query row (a decode step): batch decode, whose
 #   tensor-core kernel reads each KV head once for all the query heads of its group (batch
@@ -262,7 +263,7 @@ class _States:
     batch prefill or decode writes its output and LSE there, strided) and of the whole (the input
     of the one merge_states that folds the levels)."""
 
-    __slots__ = ("rows", "v", "s", "level_refs", "dls", "v_ref", "s_ref")
+    __slots__ = ("rows", "v", "s", "level_refs", "dls", "v_ref", "s_ref", "first_rows")
 
     def __init__(self, rows: int, num_levels: int, num_heads: int, head_dim: int, dtype,
                  device) -> None:
@@ -276,6 +277,22 @@ class _States:
         self.dls.append((T.to_dl(self.v, "v"), T.to_dl(self.s, "s")))
         self.level_refs = [(ctypes.byref(dv), ctypes.byref(ds)) for dv, ds in self.dls[:-1]]
         self.v_ref, self.s_ref = (ctypes.byref(d) for d in self.dls[-1])
+        self.first_rows: dict = {}  # see level_refs_of
+
+    def level_refs_of(self, level: int, n: int):
+        """Level ``level``'s slice cut to its first ``n`` rows (a batch decode level takes
+        exactly its batch's rows): the same addresses as ``level_refs[level]``, so a captured
+        launch writes where a replay after a plan with another batch expects. Made once per
+        (level, n)."""
+        if n == self.rows:
+            return self.level_refs[level]
+        got = self.first_rows.get((level, n))
+        if got is None:
+            dv = T.to_dl(self.v[:n, level], "out")
+            ds = T.to_dl(self.s[:n, level], "lse")
+            got = (dv, ds, (ctypes.byref(dv), ctypes.byref(ds)))
+            self.first_rows[(level, n)] = got
+        return got[2]
 
 
 class _Level:
@@ -283,7 +300,7 @@ class _Level:
     references its run takes besides q, the cache and the outputs (the page table: a batch
     prefill object keeps its indptr from plan, batch decode takes it at run)."""
 
-    __slots__ = ("kind", "handle", "run_fn", "table_refs", "args_ref", "args")
+    __slots__ = ("kind", "handle", "run_fn", "table_refs", "args_ref", "args", "rows", "q")
 
     def __init__(self, kind: str, wrapper, prefill_run) -> None:
         p = wrapper._plan
@@ -291,10 +308,17 @@ class _Level:
         self.args = (p.builtin_args if p.builtin_args is not None
                      else V.pack_args(p.variant, None, _RUN_NAME))
         self.args_ref = self.args.ref()
+        # Batch decode takes q, out and lse of exactly its batch's rows; when the run's q has
+        # more (a CUDA-graph capture sized for later plans), the level gets its first rows
+        # through its own q struct (same addresses).
+        self.rows = None
+        self.q = None
         if kind == _DECODE:
             self.handle = wrapper._op
             self.run_fn = p.run_fn
             self.table_refs = (p.indptr_ref, p.indices_ref, p.last_page_len_ref)
+            self.rows = p.batch_size
+            self.q = T.DLSlot("q")
         else:
             self.handle = p.op.handle
             self.run_fn = prefill_run
@@ -327,8 +351,10 @@ class _Launch:
         self.ctx = T.context_of(self.device)
         self.stream = T.stream_getter(self.device)
         self.merge_fn = lib.cinfer_merge_states
-        # Graph mode: captured runs must cover the most query rows any later plan may have.
-        self.capture_rows = max(w._max_total_qo for w in wrappers) if graph else 0
+        # Graph mode: captured runs must cover the most query rows any later plan may have (a
+        # batch decode level's: its buffers' batch capacity).
+        self.capture_rows = (max(w._fixed_batch_size if k == _DECODE else w._max_total_qo
+                                 for w, k in zip(wrappers, kinds)) if graph else 0)
         # Outside graph mode a run with no query rows and nothing planned launches nothing.
         self.empty_ok = not graph and all(_planned_rows(p) <= 0 for p in self.plans)
         self.q = T.DLSlot("q")
@@ -404,8 +430,12 @@ class _Launch:
         if (self.graph and not any(c is st for c in self.captured)
                 and torch.cuda.is_current_stream_capturing()):
             self.captured.append(st)
-        for lvl, (o_ref, s_ref) in zip(self.levels, st.level_refs):
-            lvl.launch(q_ref, k_ref, v_ref, o_ref, s_ref, stream)
+        for i, lvl in enumerate(self.levels):
+            if lvl.rows is not None and lvl.rows < rows:
+                _, lq_ref = A.slot_ref(lvl.q, q[:lvl.rows], "q", self.device)
+                lvl.launch(lq_ref, k_ref, v_ref, *st.level_refs_of(i, lvl.rows), stream)
+            else:
+                lvl.launch(q_ref, k_ref, v_ref, *st.level_refs[i], stream)
         _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, out_ref, lse_ref, stream),
                    _RUN_NAME)
         return (out, lse) if return_lse else out
@@ -425,11 +455,11 @@ class MultiLevelCascadeAttentionWrapper:
     KV: the shared prefix is read once for all the rows that attend it instead of once per
     request. The levels' partial states (output, base-2 LSE) are merged exactly with one
     :func:`merge_states`, so the result equals attention over each row's concatenated KV
-    (levels in order). With more than one level and outside CUDA graph mode, a level whose
-    every group is one query row (``qo_indptr_arr[l]`` = ``0, 1, ..., n``: a decode step's own
-    tokens) runs as batch decode instead (cinfer extension, same result: the tensor-core decode
-    kernel reads each KV head once for its query heads, where batch prefill reads it once per
-    query head).
+    (levels in order). With more than one level, a level whose every group is one query row
+    (``qo_indptr_arr[l]`` = ``0, 1, ..., n``: a decode step's own tokens) runs as batch decode
+    instead (cinfer extension, same result: the tensor-core decode kernel reads each KV head once
+    for its query heads, where batch prefill reads it once per query head); in CUDA graph mode
+    under the rule in the notes.
 
     Parameters
     ----------
@@ -442,11 +472,14 @@ class MultiLevelCascadeAttentionWrapper:
         ``"NHD"`` (default) or ``"HND"``.
     use_cuda_graph : bool
         CUDA graph mode: each level keeps its page table in the buffers below, and :meth:`run`
-        can be captured (see :class:`cinfer.BatchPrefillWithPagedKVCacheWrapper`).
+        can be captured (see :class:`cinfer.BatchPrefillWithPagedKVCacheWrapper` and
+        :class:`cinfer.BatchDecodeWithPagedKVCacheWrapper`).
     qo_indptr_buf_arr, paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
     paged_kv_last_page_len_buf_arr : Optional[List[torch.Tensor]]
         Graph mode: one buffer per level, as the batch prefill wrapper's ``qo_indptr_buf``,
-        ``paged_kv_indptr_buf``, ``paged_kv_indices_buf``, ``paged_kv_last_page_len_buf``.
+        ``paged_kv_indptr_buf``, ``paged_kv_indices_buf``, ``paged_kv_last_page_len_buf``
+        (a level running as batch decode uses the last three as the batch decode wrapper's
+        buffers).
 
     Notes
     -----
@@ -455,6 +488,15 @@ class MultiLevelCascadeAttentionWrapper:
     the levels above hold positions that precede every query. ``window_left`` must be -1 with
     more than one level (a window relative to a level's own KV is not the window of the
     concatenated KV). Not thread-safe.
+
+    CUDA graph mode: a captured run replays the launches of the plan it was captured after, so
+    each level's kind is fixed by the wrapper's **first** successful :meth:`plan`: a level whose
+    groups were one query row each then runs as batch decode in every later plan, and a later
+    plan that gives it a group of several rows raises ValueError naming the level and
+    ``qo_indptr`` (plan the first step as the steps you will capture, or use another wrapper); a
+    level first planned as batch prefill stays batch prefill whatever its groups. A batch decode
+    level holds at most ``len(paged_kv_last_page_len_buf_arr[l])`` groups, and captures need q
+    with at least that many rows (as for a batch prefill level's ``max_total_qo`` rows).
     """
 
     def __init__(
@@ -484,6 +526,10 @@ class MultiLevelCascadeAttentionWrapper:
         slices = self._split(float_workspace_buffer, num_levels)
         self._slices = slices
         self._decode_wrappers: list = [None] * num_levels
+        # Graph mode: each level's kind, fixed by the first successful plan (see the class
+        # notes), and the page-table buffers a batch decode level's wrapper is made over.
+        self._graph_kinds: Optional[List[str]] = None
+        self._graph_tables = None
         if self._use_cuda_graph:
             arrs = {"qo_indptr_buf_arr": qo_indptr_buf_arr,
                     "paged_kv_indptr_buf_arr": paged_kv_indptr_buf_arr,
@@ -493,6 +539,8 @@ class MultiLevelCascadeAttentionWrapper:
                 if arr is None or len(arr) != num_levels:
                     raise ArgumentError(f"{name}: expected a list of {num_levels} buffers (one "
                                         "per level) in cudagraph mode")
+            self._graph_tables = (paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
+                                  paged_kv_last_page_len_buf_arr)
             self._wrappers = [
                 BatchPrefillWithPagedKVCacheWrapper(
                     slices[i], kv_layout, use_cuda_graph=True,
@@ -622,7 +670,7 @@ class MultiLevelCascadeAttentionWrapper:
                           rope_scale=rope_scale, rope_theta=rope_theta,
                           q_data_type=q_data_type, kv_data_type=kv_data_type)
             try:
-                kind, qo_indptr = self._level_kind(qo_indptr_arr[i])
+                kind, qo_indptr = self._level_kind(i, qo_indptr_arr[i])
                 kinds.append(kind)
                 if kind == _DECODE:
                     # One query row per group: causal or not, it attends all of the group's KV
@@ -640,6 +688,8 @@ class MultiLevelCascadeAttentionWrapper:
             except ArgumentError as e:
                 raise type(e)(f"level {i}: {e}", e.status) from e
             planned.append(w)
+        if self._use_cuda_graph and self._graph_kinds is None:
+            self._graph_kinds = kinds
         p = planned[0]._plan
         key = (p.q_dtype, p.num_qo_heads, p.head_dim)
         if key != self._states_key:
@@ -651,31 +701,53 @@ class MultiLevelCascadeAttentionWrapper:
         self._states_key = key
         self._launch = launch
 
-    def _level_kind(self, qo_indptr):
-        """How a level runs (_PREFILL or _DECODE), and the qo_indptr its batch prefill plans
-        with: the host copy this function read (so a CUDA tensor is copied to the host once), or
-        the argument itself when nothing was read. Graph mode keeps batch prefill (its captured
-        launches are those of the first plan's kernels); so does a single level (the wrapper is
-        then one batch prefill, variants and positions included). With more levels there is no
-        RoPE, ALiBi or window (plan refuses them), so a level of one query row per group
-        computes what batch decode computes. ArgumentError names ``qo_indptr``, as batch
-        prefill's plan does."""
-        if self._use_cuda_graph or self._num_levels == 1:
+    def _level_kind(self, level: int, qo_indptr):
+        """How level ``level`` runs (_PREFILL or _DECODE), and the qo_indptr its batch prefill
+        plans with: the host copy this function read (so a CUDA tensor is copied to the host
+        once), or the argument itself when nothing was read. A single level runs batch prefill
+        (the wrapper is then one batch prefill, variants and positions included). With more
+        levels there is no RoPE, ALiBi or window (plan refuses them), so a level of one query
+        row per group computes what batch decode computes. In CUDA graph mode the first plan
+        fixes each level's kind (captured graphs replay its launches): a level fixed as batch
+        prefill stays so (it computes any grouping), one fixed as batch decode must get one
+        query row per group again. ArgumentError names ``qo_indptr``, as batch prefill's plan
+        does."""
+        if self._num_levels == 1:
             return _PREFILL, qo_indptr
         _, host = A.host_index(qo_indptr, "qo_indptr")
         torch = T.torch_module()
         groups = host.shape[0] - 1
-        if groups >= 1 and torch.equal(host, torch.arange(groups + 1, dtype=torch.int32)):
-            return _DECODE, host
-        return _PREFILL, host
+        one_row_each = groups >= 0 and torch.equal(
+            host, torch.arange(groups + 1, dtype=torch.int32))
+        fixed = self._graph_kinds[level] if self._graph_kinds is not None else None
+        if fixed == _DECODE and not one_row_each:
+            shown = host.tolist()
+            text = str(shown if len(shown) <= 8 else shown[:4] + ["..."] + shown[-2:])
+            raise ArgumentError(
+                f"qo_indptr: {text}, expected 0, 1, ..., n (one query row per group): in CUDA "
+                "graph mode the level runs as batch decode, as the wrapper's first plan "
+                "(captured graphs replay its launches); plan its groups one query row each, or "
+                "use another wrapper"
+            )
+        if fixed is not None:
+            return fixed, host
+        return (_DECODE if groups >= 1 and one_row_each else _PREFILL), host
 
     def _decode_wrapper(self, i: int) -> BatchDecodeWithPagedKVCacheWrapper:
         """Level ``i``'s batch decode wrapper, created on first use over the level's workspace
         slice (shared with its batch prefill wrapper: only the kind planned last runs, and each
-        plan rewrites the schedule it reads)."""
+        plan rewrites the schedule it reads); in CUDA graph mode over the level's page-table
+        buffers (the level's batch capacity is ``len(paged_kv_last_page_len_buf_arr[i])``)."""
         w = self._decode_wrappers[i]
         if w is None:
-            w = BatchDecodeWithPagedKVCacheWrapper(self._slices[i], self._kv_layout)
+            if self._use_cuda_graph:
+                indptr, indices, last = (arr[i] for arr in self._graph_tables)
+                w = BatchDecodeWithPagedKVCacheWrapper(
+                    self._slices[i], self._kv_layout, use_cuda_graph=True,
+                    paged_kv_indptr_buffer=indptr, paged_kv_indices_buffer=indices,
+                    paged_kv_last_page_len_buffer=last)
+            else:
+                w = BatchDecodeWithPagedKVCacheWrapper(self._slices[i], self._kv_layout)
             self._decode_wrappers[i] = w
         return w
 
@@ -716,7 +788,8 @@ class MultiLevelCascadeAttentionWrapper:
         Notes
         -----
         One batch prefill or batch decode launch per level (two for a level planned with
-        split-KV) writing its partial state into buffers the wrapper keeps per CUDA stream, then one
+        split-KV, and in CUDA graph mode for every batch prefill level whose plans may split)
+        writing its partial state into buffers the wrapper keeps per CUDA stream, then one
         :func:`merge_states` launch into the output: no synchronization, no compilation, and
         no allocation but the returned tensors (and the state buffers, at the first run on a
         stream or with another number of rows), so it can be captured in a CUDA graph

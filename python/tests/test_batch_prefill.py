@@ -209,7 +209,9 @@ def test_batch_prefill_options_replan_and_buffers(workspace, storage):
 
 @pytest.mark.parametrize("storage", ["paged", "ragged"])
 def test_batch_prefill_cuda_graph(storage):
-    """Capture run() at the graph capacity, re-plan other lengths and smaller batches, replay."""
+    """Capture run() at the graph capacity, re-plan other lengths and smaller batches, replay;
+    also steps of few rows over long KV, which graph mode splits (split-KV) inside the grids
+    fixed at create, replayed through the same capture."""
     cap, hq, hk, dtype, page_size, max_rows = 8, 16, 4, torch.bfloat16, 16, 400
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=DEV)
     qo_buf = torch.empty(cap + 1, dtype=torch.int32, device=DEV)
@@ -232,8 +234,9 @@ def test_batch_prefill_cuda_graph(storage):
     assert w.is_cuda_graph_enabled
     q = torch.randn(max_rows, hq, D, device=DEV).to(dtype)
 
-    def step(batch, seed):
-        qo_lens, kv_lens = lengths(batch, seed, max_qo=max_rows // cap)
+    def step(batch, seed, lens=None):
+        qo_lens, kv_lens = lens if lens is not None else lengths(batch, seed,
+                                                                 max_qo=max_rows // cap)
         if storage == "paged":  # pages of the one pool, in a random order
             kv = Paged(kv_lens, page_size, hk, dtype, "NHD", True, seed)
             kv.cache, kv.k, kv.v = pool.cache, pool.k, pool.v
@@ -256,8 +259,10 @@ def test_batch_prefill_cuda_graph(storage):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, lse = run(w, storage, q, kv, return_lse=True)
-    for i, batch in enumerate([cap, 3, 1, cap, 5]):
-        kv, qo_indptr = step(batch, seed=20 + i)
+    long_kv = {5: ([40], [6000]), 6: ([1, 30], [3000, 4500]),
+               8: ([64, 2, 17], [2500, 2000, 1200])}  # split-KV steps
+    for i, batch in enumerate([cap, 3, 1, cap, 5, 1, 2, cap, 3, 4]):
+        kv, qo_indptr = step(batch, seed=20 + i, lens=long_kv.get(i))
         q.copy_(torch.randn(max_rows, hq, D, device=DEV).to(dtype))
         graph.replay()
         torch.cuda.synchronize()

@@ -245,3 +245,63 @@ def test_cascade_cuda_graph_replays_follow_later_plans():
     plain = plain_prefill(plain_table, batch, hq, hk, page_size, dtype)
     torch.testing.assert_close(out.double(), plain.run(q, pool.cache).double(), atol=atol,
                                rtol=rtol)
+
+
+def test_cascade_cuda_graph_split_prefix_and_decode_level():
+    """CUDA graph mode with the benchmark's shape of step (bench/cascade.py): a long shared
+    prefix over every request's query row (batch prefill, split-KV inside the grids fixed at
+    create) and each request's own tokens as batch decode (the kind the first plan fixed).
+    One capture at the buffers' capacity, then plans with fewer requests, another prefix length
+    and other own lengths, each replayed and compared with an eager run of that plan (bit for
+    bit) and with plain batch prefill over the concatenated pages; a plan that gives the decode
+    level a group of two rows is refused, naming the level."""
+    hq, hk, page_size, dtype, cap = 32, 8, 16, torch.float16, 8
+    pool = Pool(256 + 150 + cap * 7 * 3, page_size, hk, dtype, seed=13)
+    prefixes = [pool.take(256 * page_size)[0], pool.take(150 * page_size)[0]]
+
+    def bufs(n):
+        return torch.zeros(n, dtype=torch.int32, device=DEV)
+
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=DEV)
+    w = cinfer.MultiLevelCascadeAttentionWrapper(
+        2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=[bufs(2), bufs(cap + 1)],
+        paged_kv_indptr_buf_arr=[bufs(2), bufs(cap + 1)],
+        paged_kv_indices_buf_arr=[bufs(256), bufs(cap * 7)],
+        paged_kv_last_page_len_buf_arr=[bufs(1), bufs(cap)])
+    atol, rtol = reference.tolerance(dtype)
+    q = torch.randn(cap, hq, D, device=DEV).to(dtype)
+
+    levels, plain_table = two_level_decode(pool, cap, prefixes[0], [100, 3, 64, 1, 77, 112, 0, 9])
+    w.plan(*levels, hq, hk, D, page_size, causal=True, q_data_type=dtype)
+    assert w._graph_kinds == ["prefill", "decode"]
+    eager = w.run(q, pool.cache)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = w.run(q, pool.cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    plain = plain_prefill(plain_table, cap, hq, hk, page_size, dtype)
+    torch.testing.assert_close(out.double(), plain.run(q, pool.cache).double(), atol=atol,
+                               rtol=rtol)
+
+    steps = [(3, prefixes[1], [40, 0, 111]), (cap, prefixes[0], [1, 2, 3, 4, 5, 6, 7, 8]),
+             (1, prefixes[1], [50]), (5, prefixes[0], [16, 32, 48, 64, 80])]
+    for batch, prefix, own in steps:
+        levels, plain_table = two_level_decode(pool, batch, prefix, own)
+        w.plan(*levels, hq, hk, D, page_size, causal=True, q_data_type=dtype)
+        q.copy_(torch.randn(cap, hq, D, device=DEV).to(dtype))
+        graph.replay()
+        eager = w.run(q[:batch], pool.cache)
+        torch.cuda.synchronize()
+        assert torch.equal(out[:batch], eager), (batch, len(prefix))
+        plain = plain_prefill(plain_table, batch, hq, hk, page_size, dtype)
+        torch.testing.assert_close(out[:batch].double(),
+                                   plain.run(q[:batch], pool.cache).double(), atol=atol,
+                                   rtol=rtol)
+
+    levels, _ = two_level_decode(pool, 2, prefixes[0], [5, 6])
+    bad = [[levels[0][0], i32([0, 2])], [levels[1][0], i32([0, 1])],
+           [levels[2][0], levels[2][1][:1]], [levels[3][0], i32([16])]]
+    with pytest.raises(ValueError, match="level 1: qo_indptr.*batch decode"):
+        w.plan(*bad, hq, hk, D, page_size, causal=True, q_data_type=dtype)

@@ -61,6 +61,8 @@ class StandIn:
         self.run_ptrs = []  # and the data pointers of its tensor arguments
         self.run_views = []  # (q data, out data, out strides, lse data, lse strides) of each run
         self.calls = []
+        self.decode_graph = []  # use_cuda_graph of each batch decode create
+        self.decode_rows = []  # rows of q, out and lse (None) of each batch decode run
         self.live = set()
         self.next_handle = 1000
         self.size_extra = 0
@@ -105,6 +107,7 @@ class StandIn:
         self.next_handle += 1
         self.calls.append(("decode_create", self.next_handle, o.max_batch_size,
                            o.use_tensor_cores, o.pos_encoding_mode, o.rope_scale, o.rope_theta))
+        self.decode_graph.append(o.use_cuda_graph)
         self.live.add(self.next_handle)
         out._obj.value = self.next_handle
         return 0
@@ -117,6 +120,8 @@ class StandIn:
                                 stream):
         self.calls.append(("decode_run", op.value, q._obj.data, out._obj.data, bool(v),
                            lse._obj.data if lse else None))
+        self.decode_rows.append((q._obj.shape[0], out._obj.shape[0],
+                                 lse._obj.shape[0] if lse else None))
         return 0
 
     def cinfer_batch_decode_destroy(self, op):
@@ -433,6 +438,81 @@ def test_cascade_levels(fake):
         cinfer.MultiLevelCascadeAttentionWrapper(0, ws)
     with pytest.raises(ValueError, match="qo_indptr_buf_arr"):
         cinfer.MultiLevelCascadeAttentionWrapper(2, ws, use_cuda_graph=True)
+
+
+def _graph_cascade(capacity):
+    """A three-level graph-mode cascade whose last level's buffers hold ``capacity`` groups,
+    and the buffers (per level: qo_indptr, kv_indptr, kv_indices, last_page_len)."""
+    caps = [1, 4, capacity]
+    bufs = [[torch.zeros(c + 1, dtype=torch.int32) for c in caps],
+            [torch.zeros(c + 1, dtype=torch.int32) for c in caps],
+            [torch.zeros(16, dtype=torch.int32) for _ in caps],
+            [torch.zeros(c, dtype=torch.int32) for c in caps]]
+    c = cinfer.MultiLevelCascadeAttentionWrapper(
+        3, torch.empty(3 * WS, dtype=torch.uint8), use_cuda_graph=True,
+        qo_indptr_buf_arr=bufs[0], paged_kv_indptr_buf_arr=bufs[1],
+        paged_kv_indices_buf_arr=bufs[2], paged_kv_last_page_len_buf_arr=bufs[3])
+    return c, bufs
+
+
+def test_cascade_graph_mode_decode_levels(fake, monkeypatch):
+    c, bufs = _graph_cascade(6)
+    qo, kv, idx, last = _three_levels()
+    c.plan(qo, kv, idx, last, 8, 2, 128, 16, causal=True)
+    # The first plan fixes the kinds: levels 0 and 1 batch prefill, level 2 (one row per
+    # group) batch decode, a graph-mode object over level 2's buffers (capacity 6).
+    assert c._graph_kinds == ["prefill", "prefill", "decode"]
+    assert [x[2] for x in fake.of("decode_create")] == [6] and fake.decode_graph == [1]
+    assert fake.of("decode_plan")[-1][2] == 4
+    assert bufs[1][2][:5].tolist() == [0, 1, 1, 2, 3]
+    assert bufs[2][2][:3].tolist() == [10, 11, 12]
+    assert bufs[3][2][:4].tolist() == [1, 1, 2, 2]
+    cache = torch.zeros(13, 2, 16, 2, 128, dtype=torch.float16)
+    # A capture needs q of the most rows a later plan may have: 6, the decode level's capacity.
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(ValueError, match="capturing run.. with 4 rows, below the 6"):
+        c.run(torch.zeros(4, 8, 128, dtype=torch.float16), cache)
+    q = torch.zeros(6, 8, 128, dtype=torch.float16)
+    out, lse = c.run(q, cache, return_lse=True)
+    # Batch decode gets exactly its 4 rows of q and of its state slice, at the run's addresses.
+    _, _, dq_ptr, do_ptr, _, dl_ptr = fake.of("decode_run")[-1]
+    _, v_ptr, v_shape, s_ptr, _, _ = fake.of("merge_states")[-1]
+    assert v_shape == [6, 3, 8, 128]
+    assert (dq_ptr, do_ptr, dl_ptr) == (q.data_ptr(), v_ptr + 2 * 8 * 128 * 2, s_ptr + 2 * 8 * 4)
+    assert fake.decode_rows[-1] == (4, 4, 4)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    # A later plan with 3 requests: the same decode object (capacity), 3 rows.
+    qo3 = [_i32([0, 3]), _i32([0, 2, 3]), _i32([0, 1, 2, 3])]
+    kv3 = [kv[0], kv[1], _i32([0, 1, 1, 2])]
+    c.plan(qo3, kv3, idx, [last[0], last[1], _i32([1, 1, 2])], 8, 2, 128, 16, causal=True)
+    assert len(fake.of("decode_create")) == 1 and fake.of("decode_plan")[-1][2] == 3
+    c.run(q, cache)
+    assert fake.decode_rows[-1] == (3, 3, 3)
+    assert fake.of("decode_run")[-1][2:4] == (q.data_ptr(), do_ptr)
+    # q of exactly the decode batch's rows: passed whole.
+    c.run(q[:3], cache)
+    assert fake.decode_rows[-1] == (3, 3, 3) and fake.of("decode_run")[-1][2] == q.data_ptr()
+    # The decode level cannot get a group of several rows any more: a clear error, no plan.
+    n_plans = len(fake.of("plan"))
+    with pytest.raises(ValueError, match=r"level 2: qo_indptr: \[0, 1, 3\].*batch decode"):
+        c.plan(qo3[:2] + [_i32([0, 1, 3])], kv3[:2] + [_i32([0, 1, 2])], idx,
+               [last[0], last[1], _i32([1, 1])], 8, 2, 128, 16, causal=True)
+    assert len(fake.of("plan")) == n_plans + 2  # levels 0 and 1 only
+    with pytest.raises(ValueError, match="before plan"):
+        c.run(q, cache)
+    # Levels fixed as batch prefill stay so, even with one row per group.
+    qo_d = [_i32([0, 4]), _i32([0, 1, 2, 3, 4]), qo[2]]
+    c.plan(qo_d, [kv[0], _i32([0, 1, 1, 2, 2]), kv[2]], idx,
+           [last[0], _i32([3, 4, 4, 4]), last[2]], 8, 2, 128, 16, causal=True)
+    assert fake.of("plan")[-1][3] == [0, 1, 2, 3, 4]
+    assert len(fake.of("decode_create")) == 1
+    # A level's kind is the first plan's: a wrapper first planned with level 2 in groups of two
+    # keeps batch prefill there.
+    c2, _ = _graph_cascade(6)
+    c2.plan(qo[:2] + [_i32([0, 1, 2, 4])], kv[:2] + [_i32([0, 1, 1, 2])], idx,
+            [last[0], last[1], _i32([1, 1, 2])], 8, 2, 128, 16, causal=True)
+    c2.plan(qo, kv, idx, last, 8, 2, 128, 16, causal=True)
+    assert c2._graph_kinds == ["prefill"] * 3 and len(fake.of("decode_create")) == 1
 
 
 # ---- custom masks and ALiBi: the built-in variants' arguments ----

@@ -518,11 +518,18 @@ typedef struct batch_setup {
     size_t smem[CINFER__PREFILL_MAX_TILES];
 } batch_setup_t;
 
-/* Whether plans of these options may split the KV: not in CUDA-graph mode (prefill_plan.h says
- * why), and not for variants whose partial states cannot be merged (no softmax: no LSE to weigh
- * them by; an output transform: it applies to the merged output, not to each part). */
+/* Whether plans of these options may split the KV: not for variants whose partial states cannot
+ * be merged (no softmax: no LSE to weigh them by; an output transform: it applies to the merged
+ * output, not to each part). CUDA-graph mode splits within bounds fixed at create
+ * (prefill_plan.h). */
 static bool splittable(const cinfer__prefill_plan_config_t *cfg) {
-    return !cfg->graph && !cfg->no_split;
+    return !cfg->no_split;
+}
+
+static bool test_no_split;
+
+void cinfer__batch_prefill_test_no_split(bool on) {
+    test_no_split = on;
 }
 
 /* batch_setup's device-free part for a device allowing max_smem_optin bytes of shared memory per
@@ -574,8 +581,9 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     c->max_batch_size = o->max_batch_size;
     c->max_total_qo = max_total_qo;
     c->graph = o->use_cuda_graph;
-    c->no_split = o->variant && (o->variant->hooks &
-                                 (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM));
+    c->no_split = test_no_split ||
+                  (o->variant && (o->variant->hooks &
+                                  (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
     /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
     cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, s->tiles, &c->num_tiles);
     for (int i = 0; i < c->num_tiles; i++) {
@@ -719,7 +727,8 @@ struct cinfer_batch_prefill {
     int batch_size, num_work, tile;
     bool split;       /* the merge kernel runs after the attention kernel */
     int chunk_size;   /* split: KV positions per chunk */
-    int merge_rows;   /* split: query rows the merge covers, from qo_indptr[0] */
+    int merge_rows;   /* split: query rows the merge covers, from qo_indptr[0] (graph mode:
+                         from row 0) */
     int64_t qo_first; /* qo_indptr[0] */
     int64_t qo_end;   /* qo_indptr[batch_size]: q and out need this many rows */
     int64_t kv_end;   /* kv_indptr[batch_size]: K/V rows (ragged) or kv_indices entries (paged) */
@@ -855,13 +864,15 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
         .state_capacity = l->state_capacity,
     };
     CINFER__CHECK(cinfer__prefill_plan_build(cfg, op->requests, batch_size, tile, &chunking, &dst));
-    /* The used parts of the schedule: the merge header and rows (split plans), then the header
-     * and the work list, whose copy finishes the plan. */
-    if (chunking.split)
+    /* The used parts of the schedule: the merge header and rows (split plans; graph mode: the
+     * header always, since every run launches the merge, which reads its row count there), then
+     * the header and the work list, whose copy finishes the plan. */
+    if (chunking.split || (cfg->graph && dst.merge))
         CINFER__CHECK(cinfer__staging_copy_range(
             ctx, &op->staging, op->workspace, l->merge_offset,
-            l->rows_offset - l->merge_offset +
-                (size_t)chunking.num_rows * sizeof(cinfer_decode_request),
+            chunking.split ? l->rows_offset - l->merge_offset +
+                                 (size_t)chunking.num_rows * sizeof(cinfer_decode_request)
+                           : sizeof(cinfer_decode_header),
             stream, "copying the batch prefill merge rows to the workspace"));
     const size_t bytes = l->work_offset + (size_t)chunking.num_work * sizeof(cinfer_prefill_work);
     CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
@@ -1064,20 +1075,25 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
                               (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)s->smem[tile],
                               stream, params, NULL),
                "launching the batch prefill kernel");
-    if (!op->split)
+    /* Graph mode launches the merge whenever plans may split (its grid is fixed; it reads the
+     * plan's row count, 0 when unsplit, from the workspace), other plans only when split. */
+    const bool graph_merge = s->cfg.graph && s->layout.row_capacity > 0;
+    if (!op->split && !graph_merge)
         return CINFER_STATUS_SUCCESS;
 
     /* Split-KV: the decode merge kernel folds the partial states into out and lse; its requests
-     * are the plan's query rows from qo_indptr[0], one query head per slot (prefill_plan.h). */
+     * are query rows, one query head per slot: the plan's from qo_indptr[0], or in graph mode
+     * the rows of out from row 0, an address a later plan cannot move (prefill_plan.h). */
     cinfer_decode_params m;
     memset(&m, 0, sizeof m);
     const char *ws = op->workspace;
     const size_t esz = cinfer__dtype_size(s->dtype);
-    m.out = (char *)p.out + (size_t)op->qo_first * (size_t)p.out_stride_n * esz;
+    const int64_t row0 = s->cfg.graph ? 0 : op->qo_first;
+    m.out = (char *)p.out + (size_t)row0 * (size_t)p.out_stride_n * esz;
     m.out_stride_n = p.out_stride_n;
     m.out_stride_h = p.out_stride_h;
     if (p.lse) {
-        m.lse = p.lse + op->qo_first * p.lse_stride_n;
+        m.lse = p.lse + row0 * p.lse_stride_n;
         m.lse_stride_n = p.lse_stride_n;
         m.lse_stride_h = p.lse_stride_h;
     }

@@ -6,6 +6,8 @@
 #ifndef CINFER_OPS_PREFILL_H
 #define CINFER_OPS_PREFILL_H
 
+#include <stdbool.h>
+
 #include "cinfer.h"
 #include "cuda/context.h"
 #include "jit/spec.h"
@@ -78,6 +80,11 @@ cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t
 /* The chunk size of op's current plan in KV positions when it split some query tile's KV
  * (split-KV), else 0 (no plan, or nothing split). For tests and benchmarks. */
 int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
+
+/* Tests and benchmarks only: while on, batch prefill objects sized and created afterwards never
+ * split the KV (as for variants whose partial states cannot be merged), so that a benchmark can
+ * time the unsplit plan of the same kernel. Not thread-safe; off by default. */
+void cinfer__batch_prefill_test_no_split(bool on);
 
 /* The default tiles for head_dim on the context's device (what cinfer_single_prefill uses). */
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,

@@ -109,13 +109,26 @@ int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int
     return (cfg->max_total_qo + (int64_t)cfg->max_batch_size * (tile_q - 1)) / tile_q;
 }
 
+int64_t cinfer__prefill_split_items(const cinfer__prefill_plan_config_t *cfg, int tile) {
+    if (cfg->no_split || (cfg->graph && tile != cinfer__prefill_choose_tile(cfg, 0, 0)))
+        return 0;
+    return cfg->max_ctas[tile] / cfg->num_qo_heads;
+}
+
 bool cinfer__prefill_may_split(const cinfer__prefill_plan_config_t *cfg) {
-    if (cfg->graph || cfg->no_split)
-        return false;
     for (int i = 0; i < cfg->num_tiles; i++)
-        if (cfg->max_ctas[i] > 0)
+        if (cinfer__prefill_split_items(cfg, i) > 0)
             return true;
     return false;
+}
+
+int64_t cinfer__prefill_row_bound(const cinfer__prefill_plan_config_t *cfg) {
+    int64_t rows = 0;
+    for (int i = 0; i < cfg->num_tiles; i++) {
+        const int64_t r = cinfer__prefill_split_items(cfg, i) * cfg->tile_q[i];
+        rows = r > rows ? r : rows;
+    }
+    return rows < cfg->max_total_qo ? rows : cfg->max_total_qo;
 }
 
 /* ---- workspace ---- */
@@ -137,19 +150,16 @@ cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t
     /* A split plan with tile i has at most items = floor(max_ctas / Hq) work items (its CTAs fit
      * one wave), each writing at most min(tile_q, max_total_qo) rows x Hq partial states, and, as
      * every row is in one of at most `items` unsplit tiles, items x tile_q merge rows
-     * (prefill_plan.h). */
-    int64_t rows = 0, states = 0;
-    if (cinfer__prefill_may_split(cfg)) {
-        for (int i = 0; i < cfg->num_tiles; i++) {
-            const int64_t items = cfg->max_ctas[i] / cfg->num_qo_heads;
-            work = items > work ? items : work;
-            rows = items * cfg->tile_q[i] > rows ? items * cfg->tile_q[i] : rows;
-            const int64_t t_states =
-                items * cfg->num_qo_heads *
-                (cfg->tile_q[i] < cfg->max_total_qo ? cfg->tile_q[i] : cfg->max_total_qo);
-            states = t_states > states ? t_states : states;
-        }
-        rows = rows < cfg->max_total_qo ? rows : cfg->max_total_qo;
+     * (prefill_plan.h; graph mode: only the fixed tile has split items). */
+    int64_t states = 0;
+    const int64_t rows = cinfer__prefill_row_bound(cfg);
+    for (int i = 0; i < cfg->num_tiles; i++) {
+        const int64_t items = cinfer__prefill_split_items(cfg, i);
+        work = items > work ? items : work;
+        const int64_t t_states =
+            items * cfg->num_qo_heads *
+            (cfg->tile_q[i] < cfg->max_total_qo ? cfg->tile_q[i] : cfg->max_total_qo);
+        states = t_states > states ? t_states : states;
     }
     if (states > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -244,8 +254,13 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
     const int tile_q = cfg->tile_q[tile];
     const int64_t align = chunk_align(cfg, tile), heads = cfg->num_qo_heads;
     const int64_t unsplit = count_items(cfg, req, batch_size, tile, 0);
+    /* Graph mode: the merge's rows are absolute, within its fixed range (prefill_plan.h). */
+    const int64_t qo_end =
+        batch_size > 0 ? (int64_t)req[batch_size - 1].qo_begin + req[batch_size - 1].qo_len : 0;
+    const bool rows_fit = !cfg->graph || qo_end <= cinfer__prefill_row_bound(cfg);
     int64_t chunk = 0;
-    if (!cfg->graph && !cfg->no_split && unsplit * heads < cfg->max_ctas[tile]) {
+    if (cinfer__prefill_split_items(cfg, tile) > 0 && rows_fit &&
+        unsplit * heads < cfg->max_ctas[tile]) {
         int64_t max_len = 0, first;
         for (int b = 0; b < batch_size; b++)
             for (int32_t q = 0; q < req[b].qo_len; q += tile_q)
@@ -283,9 +298,7 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
                              "prefill plan: %lld work items / %lld partial states exceed 2^31 - 1",
                              (long long)work, (long long)states);
     const bool split = max_chunks > 1;
-    const int64_t rows = split && batch_size > 0 ? (int64_t)req[batch_size - 1].qo_begin +
-                                                       req[batch_size - 1].qo_len - req[0].qo_begin
-                                                 : 0;
+    const int64_t rows = !split ? 0 : cfg->graph ? qo_end : qo_end - req[0].qo_begin;
     out->chunk_size = split ? (int)chunk : 0;
     out->num_work = (int)work;
     out->num_states = (int)states;
@@ -334,7 +347,13 @@ cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *
     if (!keyed)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
                              "prefill plan: out of memory for %d work items", num_work);
-    const int32_t row0 = batch_size > 0 ? req[0].qo_begin : 0;
+    /* The merge's row 0: the plan's first row, or row 0 of q/out in graph mode (whose rows
+     * before the plan's are skipped). */
+    const int32_t row0 = batch_size > 0 && !cfg->graph ? req[0].qo_begin : 0;
+    if (chunking->split)
+        for (int32_t r = 0; batch_size > 0 && r < req[0].qo_begin - row0; r++)
+            dst->rows[r] =
+                (cinfer_decode_request){.kv_len = 0, .num_chunks = 1, .partial_base = -1};
     int64_t n = 0, slot = 0;
     for (int b = 0; b < batch_size; b++) {
         for (int32_t q = 0; q < req[b].qo_len; q += tile_q) {
@@ -388,23 +407,30 @@ cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *
     free(keyed);
     dst->header->num_work = (int)n;
     dst->header->batch_size = batch_size;
-    if (chunking->split) {
-        dst->merge->num_work = chunking->num_states;
-        dst->merge->batch_size = chunking->num_rows;
-        dst->merge->merge_warps = 1;
-    }
+    if (dst->merge)
+        *dst->merge = (cinfer_decode_header){
+            .num_work = chunking->split ? chunking->num_states : 0,
+            .num_ctas = 0,
+            .batch_size = chunking->split ? chunking->num_rows : 0,
+            .merge_warps = 1,
+        };
     return CINFER_STATUS_SUCCESS;
 }
 
 /* ---- grids ---- */
 
 int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_q, int num_work) {
-    if (cfg->graph)
-        return cinfer__prefill_work_bound(cfg, tile_q) * cfg->num_qo_heads;
+    if (cfg->graph) {
+        const int64_t unsplit = cinfer__prefill_work_bound(cfg, tile_q);
+        const int64_t split =
+            cinfer__prefill_split_items(cfg, cinfer__prefill_choose_tile(cfg, 0, 0));
+        return (unsplit > split ? unsplit : split) * cfg->num_qo_heads;
+    }
     return (int64_t)num_work * cfg->num_qo_heads;
 }
 
 int64_t cinfer__prefill_merge_grid(const cinfer__prefill_plan_config_t *cfg, int num_rows) {
     const int64_t per_block = cinfer__decode_merge_rows(cfg->head_dim);
-    return ((int64_t)num_rows * cfg->num_qo_heads + per_block - 1) / per_block;
+    const int64_t rows = cfg->graph ? cinfer__prefill_row_bound(cfg) : num_rows;
+    return (rows * cfg->num_qo_heads + per_block - 1) / per_block;
 }

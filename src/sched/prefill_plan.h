@@ -31,10 +31,9 @@
  * long KV (a cascade's shared prefix: 64 query rows of one group over 8192 positions, 32 heads:
  * 32 CTAs) leave most SMs idle. With max_ctas = the chosen kernel's resident CTAs on the device
  * (SMs x blocks per SM, from the occupancy API when the object is sized and created):
- * - never in CUDA-graph mode (the grid and the merge launch are fixed at capture, and the merge
- *   writes rows relative to qo_indptr[0], which a replay after a new plan may move), nor for
- *   variants whose partial states cannot be merged (no softmax, output transform), nor when
- *   items x Hq >= max_ctas (one chunk per tile already fills a wave);
+ * - never for variants whose partial states cannot be merged (no softmax, output transform), nor
+ *   when items x Hq >= max_ctas (one chunk per tile already fills a wave), nor in CUDA-graph mode
+ *   when qo_indptr[batch] exceeds the merge's fixed rows (below);
  * - else all tiles share one chunk size C, a multiple of A = max(CINFER__PREFILL_CHUNK_ALIGN,
  *   tile_kv) and at least CINFER__PREFILL_CHUNK_MIN: the tile with range [b, e) has
  *   n = max(1, ceil((e - b') / C)) chunks with b' = b rounded down to A, chunk c covering
@@ -46,15 +45,32 @@
  * window masks stay where they were). A row that keeps none of a chunk's positions (causal: a
  * chunk past the row's position) gets an empty partial state (0, LSE -inf): weight 0 in the merge.
  *
+ * CUDA-graph mode
+ * ---------------
+ * A captured run replays the launches of the plan it was captured after: the kernel (the tile,
+ * fixed at create), the grids and every address are those of the capture; only the workspace's
+ * contents change with later plans. So graph mode splits by the same rule, inside bounds fixed
+ * at create: the attention grid is max(work_bound(T), I) x Hq for the fixed tile T and
+ * I = floor(max_ctas / Hq) (every unsplit plan, and every split one, fits; CTAs past the plan's
+ * items exit), and the merge kernel is launched after it by every run, with a grid for
+ * R = min(I x T, max_total_qo) rows; it reads the plan's row count from its header in the
+ * workspace, 0 when the plan did not split (every block then exits). The merge's rows are the
+ * absolute rows of q/out from row 0 (rows before qo_indptr[0] are skipped), because the output
+ * address a captured merge writes through cannot move with a later plan's qo_indptr[0]: a
+ * graph-mode plan splits only when qo_indptr[batch] <= R, which every split plan with
+ * qo_indptr[0] = 0 satisfies (its rows lie in at most I tiles of T rows, and there are at most
+ * max_total_qo of them); a plan with rows further out runs unsplit (correct, not faster).
+ *
  * Partial states and the merge
  * ----------------------------
  * A split tile of r rows and n chunks takes r x Hq x n consecutive slots from partial_base P
  * (tiles in work-list creation order): row i, head h, chunk c is slot P + (i Hq + h) n + c. Its
  * items carry partial = P + c; items of unsplit tiles carry -1 and write out/lse directly. The
  * decode merge kernel (kernels/decode.cu, heads_per_cta = 1) folds the slots: its "requests" are
- * the plan's query rows, relative to qo_indptr[0] (entry {kv_len, n, P + i Hq n} for a split row,
- * {kv_len, 1, -1}, which it skips, for the others), and its header's batch_size is the number of
- * rows.
+ * query rows (entry {kv_len, n, P + i Hq n} for a split row, {kv_len, 1, -1}, which it skips, for
+ * the others): the plan's rows from qo_indptr[0] outside graph mode, the rows [0,
+ * qo_indptr[batch]) in graph mode (rows before qo_indptr[0]: {0, 1, -1}); its header's
+ * batch_size is the number of those rows.
  *
  * The work list and the workspace bound
  * -------------------------------------
@@ -63,8 +79,9 @@
  * the work bound of the smallest candidate tile. A split plan has at most I = floor(max_ctas / Hq)
  * items (its CTAs fit one wave), so at most I x Hq x min(tile_q, max_total_qo) partial states
  * (each CTA writes at most that many rows of its head) and, since every row is in one of its at
- * most I unsplit tiles, at most min(I x tile_q, max_total_qo) merge rows. The workspace holds the
- * larger of the bounds over the candidate tiles, so any plan fits.
+ * most I unsplit tiles, at most min(I x tile_q, max_total_qo) merge rows (graph mode: R above,
+ * which bounds its absolute rows by construction). The workspace holds the larger of the bounds
+ * over the candidate tiles (graph mode: the fixed tile's), so any plan fits.
  * Items are sorted by the KV positions their CTA visits (the range above, cut to the item's
  * chunk), longest first, ties in (request, row, chunk) order: the long CTAs start first and the
  * short ones fill the tail of the last wave.
@@ -105,7 +122,7 @@ typedef struct cinfer__prefill_plan_config {
     int page_size;        /* paged: tokens per page, 1..256 */
     int max_batch_size;   /* requests a plan may hold, >= 1 */
     int64_t max_total_qo; /* query rows a plan may hold (qo_indptr[batch] - qo_indptr[0]), >= 1 */
-    bool graph;           /* CUDA-graph mode: one tile, grid fixed for the maxima, no split-KV */
+    bool graph;           /* CUDA-graph mode: one tile, grids fixed for the maxima (top of file) */
     bool no_split;        /* the variant's partial states cannot be merged (no softmax, output
                              transform): no split-KV */
     int num_tiles;        /* candidate tiles, 1..CINFER__PREFILL_MAX_TILES */
@@ -150,9 +167,18 @@ int cinfer__prefill_choose_tile(const cinfer__prefill_plan_config_t *cfg, int64_
  * tile_q). */
 int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int tile_q);
 
-/* Whether plans of cfg may split the KV at all (not graph mode, not no_split, and some tile has
- * max_ctas > 0). */
+/* The most work items of a split plan with tile index `tile`: I = floor(max_ctas[tile] / Hq); 0
+ * when plans of cfg never split with that tile (no_split; graph mode: a tile other than the fixed
+ * one). */
+int64_t cinfer__prefill_split_items(const cinfer__prefill_plan_config_t *cfg, int tile);
+
+/* Whether plans of cfg may split the KV at all: some tile has split items. */
 bool cinfer__prefill_may_split(const cinfer__prefill_plan_config_t *cfg);
+
+/* The most merge rows of any plan of cfg: min(max over tiles of split_items x tile_q,
+ * max_total_qo); 0 when no plan splits. In graph mode R of the top of this file: the fixed row
+ * range of the merge kernel, which a split plan's qo_indptr[batch] must not exceed. */
+int64_t cinfer__prefill_row_bound(const cinfer__prefill_plan_config_t *cfg);
 
 /* ---- workspace ---- */
 
@@ -193,7 +219,8 @@ typedef struct cinfer__prefill_chunking {
     int chunk_size; /* C in KV positions; 0 when nothing is split */
     int num_work;   /* work items */
     int num_states; /* partial states: sum over split tiles of rows x Hq x chunks */
-    int num_rows;   /* merge rows: qo_indptr[batch] - qo_indptr[0] when split, else 0 */
+    int num_rows;   /* merge rows when split, else 0: qo_indptr[batch] - qo_indptr[0]; graph
+                       mode qo_indptr[batch] (absolute rows, top of this file) */
     int max_chunks; /* chunks of the most split tile (1 = nothing split; 0 = no items) */
     bool split;     /* some tile has more than one chunk: the merge kernel must run */
 } cinfer__prefill_chunking_t;
@@ -217,9 +244,10 @@ typedef struct cinfer__prefill_schedule {
 /*
  * Writes the work list of req[batch_size] with tile index `tile`, chunked as `chunking` (from
  * cinfer__prefill_plan_chunks with the same arguments), into dst, sorted as the top of this file
- * says, with header = {num_work, batch_size}; when split, also the merge header {num_states,
- * num_rows} and the merge rows. INTERNAL when the counts do not fit the capacities (the layout
- * prevents it) or disagree with the chunking.
+ * says, with header = {num_work, batch_size}; when dst has a merge region, the merge header
+ * {num_states, 0, num_rows, 1} ({0, 0, 0, 1} when nothing is split: a graph-mode merge launch
+ * then does nothing) and, when split, the merge rows. INTERNAL when the counts do not fit the
+ * capacities (the layout prevents it) or disagree with the chunking.
  */
 cinfer_status_t cinfer__prefill_plan_build(const cinfer__prefill_plan_config_t *cfg,
                                            const cinfer__prefill_request_t *req, int batch_size,
@@ -240,12 +268,14 @@ int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
 
 /* ---- grids ---- */
 
-/* Blocks of the attention kernel: graph mode work_bound(fixed tile) x Hq (constant; CTAs past the
- * plan's items exit), else num_work x Hq. */
+/* Blocks of the attention kernel: graph mode max(work_bound(tile_q), split_items(fixed tile)) x Hq
+ * (constant; CTAs past the plan's items exit), else num_work x Hq. */
 int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_q, int num_work);
 
-/* Blocks of the merge kernel for a plan with num_rows merge rows: ceil(num_rows x Hq / rows per
- * block), rows per block = cinfer__decode_merge_rows(head_dim); 0 when nothing was split. */
+/* Blocks of the merge kernel: graph mode ceil(row_bound x Hq / rows per block) whatever the plan
+ * (constant; 0 when no plan splits), else ceil(num_rows x Hq / rows per block) for a plan with
+ * num_rows merge rows (0 when nothing was split); rows per block =
+ * cinfer__decode_merge_rows(head_dim). */
 int64_t cinfer__prefill_merge_grid(const cinfer__prefill_plan_config_t *cfg, int num_rows);
 
 #endif

@@ -1008,31 +1008,36 @@ static void fp8_kv(void **state) {
     }
 }
 
-/* A splitting object's workspace holds the partial states: one byte less than workspace_size
- * is refused by create, before anything runs. */
+/* A splitting object's workspace holds the partial states, in CUDA-graph mode too (its fixed
+ * tile's): one byte less than workspace_size is refused by create, before anything runs. */
 static void split_kv_workspace_is_exact(void **state) {
     (void)state;
     bp_case c = base_case("split-KV workspace");
     cinfer_attention_options_t o = options_for(&c, 4);
-    size_t ws = 0, graph_ws = 0;
-    CINFER_TEST_OK(
-        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &ws));
-    o.use_cuda_graph = 1;
-    CINFER_TEST_OK(
-        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &graph_ws));
-    assert_true(ws > graph_ws); /* graph mode never splits: no partial states */
-    o.use_cuda_graph = 0;
-    cinfer_test_buf buf;
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&buf, ws));
-    cinfer_batch_prefill_t *op = NULL;
-    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
-                                                 (void *)(uintptr_t)buf.ptr, ws - 1, &op),
-                     CINFER_STATUS_WORKSPACE_TOO_SMALL);
-    assert_null(op);
-    CINFER_TEST_OK(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
-                                               (void *)(uintptr_t)buf.ptr, ws, &op));
-    cinfer_batch_prefill_destroy(op);
-    cinfer_test_buf_free(&buf);
+    size_t unsplit_ws = 0;
+    cinfer__batch_prefill_test_no_split(true);
+    const cinfer_status_t st =
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &unsplit_ws);
+    cinfer__batch_prefill_test_no_split(false);
+    CINFER_TEST_OK(st);
+    for (int graph = 0; graph < 2; graph++) {
+        o.use_cuda_graph = graph;
+        size_t ws = 0;
+        CINFER_TEST_OK(
+            cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256, &ws));
+        assert_true(ws > unsplit_ws); /* the partial states */
+        cinfer_test_buf buf;
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&buf, ws));
+        cinfer_batch_prefill_t *op = NULL;
+        assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
+                                                     (void *)(uintptr_t)buf.ptr, ws - 1, &op),
+                         CINFER_STATUS_WORKSPACE_TOO_SMALL);
+        assert_null(op);
+        CINFER_TEST_OK(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 256,
+                                                   (void *)(uintptr_t)buf.ptr, ws, &op));
+        cinfer_batch_prefill_destroy(op);
+        cinfer_test_buf_free(&buf);
+    }
 }
 
 /* Element offsets above 2^31: a combined cache of 4200 pages of 256 x 8 x 128 elements (1 MiB
@@ -1077,7 +1082,6 @@ static void cuda_graph_replays_after_replanning(void **state) {
     cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
     CINFER_TEST_OK(
         cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
-    assert_int_equal(cinfer__batch_prefill_chunk_size(op), 0); /* graph mode never splits */
     CUgraph graph;
     CUgraphExec exec;
     assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
@@ -1108,7 +1112,6 @@ static void cuda_graph_replays_after_replanning(void **state) {
         upload(&c, &y);
         CINFER_TEST_OK(
             cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
-        assert_int_equal(cinfer__batch_prefill_chunk_size(op), 0);
         assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
         CINFER_TEST_SYNC(stream);
         check_outputs(&c, &y, cinfer_test_seed() + 710 + (uint64_t)r);
@@ -1118,6 +1121,122 @@ static void cuda_graph_replays_after_replanning(void **state) {
     cu->cuGraphDestroy(graph);
     cinfer_batch_prefill_destroy(op);
     free_data(&x);
+}
+
+/*
+ * Split-KV in CUDA-graph mode: one capture, then plans that split (few rows over long KV, the
+ * cascade prefix's shape among them), plans that do not (short KV, whose merge launch must do
+ * nothing; rows past the merge's fixed range), other batch sizes and an empty batch, each
+ * replayed and compared with the reference (rows outside the plan untouched). The captured plan
+ * is a split one or an unsplit one (capture_split), so both kinds of capture replay both kinds of
+ * plan. Rows start at Q_FRONT (qo_indptr[0] = 3): the merge's rows are absolute.
+ */
+typedef struct graph_step {
+    int batch;
+    int qo[4], kv[4];
+    int split; /* 1: the plan must split, -1: it must not */
+} graph_step;
+
+static void graph_split_replays(int capture_split, uint64_t seed) {
+    const int max_batch = 4;
+    /* 256 rows of the object; the 64-row tile (64 rows per request on average). */
+    const int64_t max_total = 256, q_cap = max_total + Q_FRONT + Q_BACK;
+    static const graph_step steps[] = {
+        {4, {64, 64, 64, 60}, {3000, 2500, 2000, 1500}, 1},  /* 4 tiles x 8 heads: split */
+        {1, {64}, {8192}, 1},                                /* the cascade prefix's shape */
+        {4, {64, 64, 64, 64}, {300, 200, 64, 100}, -1},      /* short KV: nothing to split */
+        {2, {1, 40}, {7000, 33}, 1},                         /* a decode row over a long KV */
+        {4, {64, 64, 64, 62}, {3000, 3000, 3000, 3000}, -1}, /* rows 3..257: past the merge's */
+        {0, {0}, {0}, -1},                                   /* empty */
+        {3, {20, 30, 10}, {4500, 9000, 600}, 1},
+    };
+    const int n_steps = (int)(sizeof steps / sizeof steps[0]);
+    /* Pages: the largest step's, plus the 2 unused page-table entries before the first
+     * request's (make_data) and the spare pages. */
+    int64_t kv_cap = 0;
+    for (int i = 0; i < n_steps; i++) {
+        int64_t pages = 2 + EXTRA_PAGES;
+        for (int b = 0; b < steps[i].batch; b++)
+            pages += (steps[i].kv[b] + 15) / 16;
+        kv_cap = pages > kv_cap ? pages : kv_cap;
+    }
+    const graph_step *first = &steps[capture_split ? 0 : 2];
+    bp_case big = base_case(capture_split ? "graph split: capture (split)"
+                                          : "graph split: capture (unsplit)");
+    big.batch = first->batch;
+    big.qo_lens = first->qo;
+    big.kv_lens = first->kv;
+    big.hq = 8;
+    big.hk = 2;
+    big.causal = 0;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    bp_data x;
+    make_data(&big, &rng, &x, q_cap, kv_cap);
+    alloc_device(&big, &x);
+    upload(&big, &x);
+    bp_tensors t;
+    make_tensors(&big, &x, &t);
+    cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
+    if ((cinfer__batch_prefill_chunk_size(op) != 0) != (first->split > 0))
+        fail_msg("%s: the captured plan %s", big.desc,
+                 first->split > 0 ? "did not split" : "split");
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     CUDA_SUCCESS);
+    cinfer_status_t st = run_op(op, &big, &t);
+    assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+    CINFER_TEST_OK(st);
+    assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+    CINFER_TEST_SYNC(stream);
+    CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x.d_ws));
+    check_outputs(&big, &x, seed);
+
+    for (int r = 0; r < n_steps; r++) {
+        const graph_step *g = &steps[r];
+        bp_case c = big;
+        char desc[96];
+        snprintf(desc, sizeof desc, "graph split: capture %s, replay %d (batch %d, %s)",
+                 capture_split ? "split" : "unsplit", r, g->batch,
+                 g->split > 0 ? "split" : "unsplit");
+        c.desc = desc;
+        c.batch = g->batch;
+        c.qo_lens = g->qo;
+        c.kv_lens = g->kv;
+        bp_data y;
+        cinfer_test_rng yr;
+        cinfer_test_rng_init(&yr, seed + 10 + (uint64_t)r);
+        make_data(&c, &yr, &y, q_cap, kv_cap);
+        y.d_q = x.d_q, y.d_k = x.d_k, y.d_v = x.d_v, y.d_out = x.d_out, y.d_lse = x.d_lse;
+        y.d_indices = x.d_indices;
+        assert_true(y.num_indices <= x.num_indices);
+        upload(&c, &y);
+        CINFER_TEST_OK(
+            cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
+        if ((cinfer__batch_prefill_chunk_size(op) != 0) != (g->split > 0))
+            fail_msg("%s: the plan %s (chunk size %d)", desc,
+                     g->split > 0 ? "did not split" : "split",
+                     cinfer__batch_prefill_chunk_size(op));
+        assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+        CINFER_TEST_SYNC(stream);
+        CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x.d_ws));
+        check_outputs(&c, &y, seed + 10 + (uint64_t)r);
+        free_host(&y);
+    }
+    cu->cuGraphExecDestroy(exec);
+    cu->cuGraphDestroy(graph);
+    cinfer_batch_prefill_destroy(op);
+    free_data(&x);
+}
+
+static void cuda_graph_split_kv(void **state) {
+    (void)state;
+    graph_split_replays(1, cinfer_test_seed() + 800);
+    graph_split_replays(0, cinfer_test_seed() + 850);
 }
 
 static void bad_arguments_are_errors(void **state) {
@@ -1273,6 +1392,7 @@ int main(void) {
         cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
                                   cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(cuda_graph_split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(variants, cinfer_test_teardown_buffers),
     };

@@ -146,19 +146,33 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
     assert_true(n <= p->layout.work_capacity);
     assert_true(ch->split || n <= cinfer__prefill_work_bound(cfg, tile_q));
     assert_int_equal(ch->split, ch->max_chunks > 1);
+    /* The merge's rows: the plan's from qo_indptr[0], or in graph mode those of out from row 0
+     * (the captured merge's output address cannot move with qo_indptr[0]). */
+    const int64_t merge_row0 = cfg->graph ? 0 : qo_indptr[0];
     if (ch->split) {
-        assert_false(cfg->graph);
         assert_false(cfg->no_split);
         assert_true((int64_t)n * heads <= cfg->max_ctas[p->tile]);
+        assert_true(n <= cinfer__prefill_split_items(cfg, p->tile));
         assert_true(ch->chunk_size >= CINFER__PREFILL_CHUNK_MIN && ch->chunk_size % align == 0);
         assert_true(ch->num_rows <= p->layout.row_capacity);
         assert_true(ch->num_states <= p->layout.state_capacity);
-        assert_int_equal(ch->num_rows, qo_indptr[batch] - qo_indptr[0]);
+        assert_int_equal(ch->num_rows, qo_indptr[batch] - merge_row0);
         assert_int_equal(p->dst.merge->batch_size, ch->num_rows);
+        assert_int_equal(p->dst.merge->num_work, ch->num_states);
+        assert_int_equal(p->dst.merge->merge_warps, 1);
+        /* Graph mode: rows before the plan's are skipped by the merge. */
+        for (int64_t r = 0; r < qo_indptr[0] - merge_row0; r++)
+            assert_true(p->dst.rows[r].num_chunks <= 1);
     } else {
         assert_int_equal(ch->chunk_size, 0);
         assert_int_equal(ch->num_states, 0);
+        assert_int_equal(ch->num_rows, 0);
+        /* A graph-mode merge launch after this plan must do nothing. */
+        if (p->dst.merge)
+            assert_int_equal(p->dst.merge->batch_size, 0);
     }
+    if (cfg->graph && ch->split)
+        assert_true(qo_indptr[batch] <= cinfer__prefill_row_bound(cfg));
     const int64_t rows = (int64_t)qo_indptr[batch] - qo_indptr[0];
     int64_t *tile_of_row = malloc(sizeof(int64_t) * ((size_t)rows + 1));
     for (int64_t r = 0; r < rows; r++)
@@ -214,7 +228,7 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
         }
         if (ch->split) {
             for (int r = 0; r < q_rows; r++) {
-                const cinfer_decode_request *m = &p->dst.rows[row0 + r];
+                const cinfer_decode_request *m = &p->dst.rows[row0 + r + qo_indptr[0] - merge_row0];
                 assert_int_equal(m->kv_len, w->kv_len);
                 assert_int_equal(m->num_chunks, w->num_chunks);
                 if (w->num_chunks > 1)
@@ -288,11 +302,24 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
     free(slot_used);
     free(tile_of_row);
     const int64_t grid = cinfer__prefill_grid(cfg, tile_q, n);
-    if (cfg->graph)
-        assert_int_equal(grid, cinfer__prefill_work_bound(cfg, tile_q) * cfg->num_qo_heads);
-    else
+    const int64_t merge_grid = cinfer__prefill_merge_grid(cfg, ch->num_rows);
+    const int64_t per_block = cinfer__decode_merge_rows(cfg->head_dim);
+    if (cfg->graph) {
+        /* Constant: the unsplit work bound or one wave of split items, whichever is larger; the
+         * merge's rows are the row bound, whatever the plan. */
+        const int64_t bound = cinfer__prefill_work_bound(cfg, tile_q);
+        const int64_t items = cinfer__prefill_split_items(cfg, p->tile);
+        assert_int_equal(grid, (bound > items ? bound : items) * cfg->num_qo_heads);
+        assert_int_equal(merge_grid,
+                         (cinfer__prefill_row_bound(cfg) * heads + per_block - 1) / per_block);
+        assert_int_equal(p->layout.row_capacity, cinfer__prefill_row_bound(cfg));
+        assert_true(grid <= (int64_t)p->layout.work_capacity * heads);
+    } else {
         assert_int_equal(grid, (int64_t)n * cfg->num_qo_heads);
+        assert_int_equal(merge_grid, (ch->num_rows * heads + per_block - 1) / per_block);
+    }
     assert_true(grid >= (int64_t)n * cfg->num_qo_heads);
+    assert_true(merge_grid * per_block >= ch->num_rows * heads);
 }
 
 /* ---- tiles ---- */
@@ -426,13 +453,27 @@ static void layout_is_exact_and_aligned(void **state) {
     assert_int_equal(sizeof(cinfer_prefill_work), 44);
     assert_int_equal(l.row_capacity, 0);
     assert_int_equal(l.state_capacity, 0);
-    /* Graph mode and unmergeable variants never split, whatever the device: the same layout. */
-    h200_ctas(&c);
+    /* Without max_ctas (not measured), graph mode or not, nothing splits: the same layout. */
     c.graph = true;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
     assert_memory_equal(&g, &l, sizeof g);
-    c.graph = false;
+    /* Graph mode splits with its fixed tile alone: ceil(10000 / 64) = 157 rows per request on
+     * average, so 128 rows, 132 / 32 = 4 items: 4 x 32 x 128 states, 4 x 128 = 512 merge rows. */
+    h200_ctas(&c);
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 0, 0), 2);
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
+    assert_int_equal(g.work_capacity, l.work_capacity);
+    assert_int_equal(g.row_capacity, 512);
+    assert_int_equal(g.state_capacity, 4 * 32 * 128);
+    assert_int_equal(cinfer__prefill_row_bound(&c), 512);
+    assert_int_equal(cinfer__prefill_split_items(&c, 2), 4);
+    assert_int_equal(cinfer__prefill_split_items(&c, 0), 0); /* not the fixed tile */
+    assert_int_equal(g.total_bytes, g.partial_lse_offset + 4 * 32 * 128 * 4);
+    /* Unmergeable variants never split, whatever the device: the unsplit layout. */
     c.no_split = true;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
+    assert_memory_equal(&g, &l, sizeof g);
+    c.graph = false;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &g), CINFER_STATUS_SUCCESS);
     assert_memory_equal(&g, &l, sizeof g);
     /* Split plans: the largest bound over the tiles. Tile 32: 528 / 32 = 16 items, 16 x 32 x 32
@@ -556,35 +597,119 @@ static void empty_batches_and_requests(void **state) {
     free_plan(&p);
 }
 
+/* Graph mode: the attention and merge grids never change across plans (random batches over
+ * random lengths, split or not), and every plan is still covered exactly once (verify_plan). */
 static void graph_mode_grid_is_constant(void **state) {
     (void)state;
-    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 16 * 20, true);
-    h200_ctas(&c); /* measured or not, graph mode never splits */
-    const int fixed = cinfer__prefill_choose_tile(&c, 0, 0);
-    const int64_t grid = cinfer__prefill_grid(&c, c.tile_q[fixed], 0);
-    assert_true(grid > 0);
-    unsigned long long s = 12345;
-    for (int it = 0; it < 50; it++) {
-        int32_t qo[17], kv[17], last[16];
-        const int batch = 1 + (int)((s = s * 6364136223846793005ull + 1) >> 33) % 16;
-        qo[0] = kv[0] = 0;
-        const int64_t budget = c.max_total_qo;
-        for (int b = 0; b < batch; b++) {
-            s = s * 6364136223846793005ull + 1;
-            int64_t room = budget - qo[b];
-            int len = (int)((s >> 33) % (uint64_t)(room / (batch - b) + 1));
-            qo[b + 1] = qo[b] + len;
-            kv[b + 1] = kv[b] + 1 + (int)((s >> 20) % 50);
-            last[b] = 1 + (int)((s >> 40) % 16);
+    for (int measured = 0; measured < 2; measured++) {
+        cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 16 * 20, true);
+        if (measured)
+            h200_ctas(&c); /* else max_ctas unknown: nothing splits, no merge launch */
+        const int fixed = cinfer__prefill_choose_tile(&c, 0, 0);
+        const int64_t grid = cinfer__prefill_grid(&c, c.tile_q[fixed], 0);
+        const int64_t merge_grid = cinfer__prefill_merge_grid(&c, 0);
+        assert_true(grid > 0);
+        /* 20 rows on average: 32-row tiles, 528 / 32 = 16 items, 16 x 32 = 512 rows, capped at
+         * the 320 rows of the object. */
+        assert_int_equal(fixed, 0);
+        assert_int_equal(cinfer__prefill_row_bound(&c), measured ? 320 : 0);
+        assert_int_equal(merge_grid, measured ? 320 * 32 / cinfer__decode_merge_rows(128) : 0);
+        unsigned long long s = 12345;
+        int splits = 0;
+        for (int it = 0; it < 80; it++) {
+            int32_t qo[17], kv[17], last[16];
+            const int batch = 1 + (int)((s = s * 6364136223846793005ull + 1) >> 33) % 16;
+            /* Some plans start at a later row of q: split only while qo_indptr[batch] stays
+             * within the merge's 320 rows. */
+            qo[0] = it % 3 == 0 ? (int32_t)((s >> 40) % 64) : 0;
+            kv[0] = 0;
+            const bool few = it % 2 == 0; /* few rows over long KV: the split path */
+            const int64_t budget = few ? 40 : c.max_total_qo;
+            for (int b = 0; b < batch; b++) {
+                s = s * 6364136223846793005ull + 1;
+                const int64_t room = budget - (qo[b] - qo[0]);
+                const int len = (int)((s >> 33) % (uint64_t)(room / (batch - b) + 1));
+                qo[b + 1] = qo[b] + len;
+                kv[b + 1] = kv[b] + 1 + (int)((s >> 20) % (few ? 600 : 50));
+                last[b] = 1 + (int)((s >> 40) % 16);
+            }
+            plan_t p;
+            assert_int_equal(make_plan(&c, qo, kv, last, batch, &p), CINFER_STATUS_SUCCESS);
+            assert_int_equal(p.tile, fixed);
+            assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.dst.header->num_work),
+                             grid);
+            assert_int_equal(cinfer__prefill_merge_grid(&c, p.chunking.num_rows), merge_grid);
+            verify_plan(&c, qo, kv, last, batch, &p);
+            splits += p.chunking.split;
+            free_plan(&p);
         }
-        plan_t p;
-        assert_int_equal(make_plan(&c, qo, kv, last, batch, &p), CINFER_STATUS_SUCCESS);
-        assert_int_equal(p.tile, fixed);
-        assert_false(p.chunking.split);
-        assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.dst.header->num_work), grid);
-        verify_plan(&c, qo, kv, last, batch, &p);
-        free_plan(&p);
+        if (measured)
+            assert_true(splits >= 20 && splits < 80);
+        else
+            assert_int_equal(splits, 0);
     }
+}
+
+/* The cascade's shared prefix in graph mode (bench/cascade.py with use_cuda_graph): the level's
+ * object holds 64 rows of one group; its plans split as eager ones do, inside the grids fixed at
+ * create, and later plans with other rows, offsets and lengths replay the same launches. */
+static void graph_mode_cascade_prefix_splits(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, false, -1, true, 16, 1, 64, true);
+    h200_ctas(&c);
+    const int per_block = cinfer__decode_merge_rows(128);
+    /* 64 rows per group: the 64-row tile, 264 / 32 = 8 items, 8 x 64 rows capped at 64. */
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 0, 0), 1);
+    assert_int_equal(cinfer__prefill_row_bound(&c), 64);
+    const int32_t qo[] = {0, 64}, kv[] = {0, 512}, last[] = {16};
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, last, 1, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.chunk_size, 1024);
+    assert_int_equal(p.chunking.num_work, 8);
+    assert_int_equal(p.chunking.num_rows, 64);
+    assert_int_equal(p.dst.merge->batch_size, 64);
+    assert_int_equal(p.layout.state_capacity, 8 * 32 * 64);
+    /* max(work bound 1, 8 items) x 32 heads; 64 rows x 32 heads of merge. */
+    assert_int_equal(cinfer__prefill_grid(&c, 64, p.chunking.num_work), 256);
+    assert_int_equal(cinfer__prefill_merge_grid(&c, p.chunking.num_rows), 64 * 32 / per_block);
+    free_plan(&p);
+    /* Fewer rows, another prefix length: the same grids. */
+    const int32_t qo2[] = {0, 10}, kv2[] = {0, 300}, last2[] = {7};
+    assert_int_equal(make_plan(&c, qo2, kv2, last2, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo2, kv2, last2, 1, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.num_rows, 10);
+    assert_int_equal(cinfer__prefill_grid(&c, 64, p.chunking.num_work), 256);
+    free_plan(&p);
+    /* Rows 3..40 of q: the merge's rows are 0..40, rows 0..2 skipped. */
+    const int32_t qo3[] = {3, 40};
+    assert_int_equal(make_plan(&c, qo3, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo3, kv, last, 1, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.num_rows, 40);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(p.dst.rows[r].num_chunks, 1);
+        assert_int_equal(p.dst.rows[r].partial_base, -1);
+    }
+    assert_int_equal(p.dst.rows[3].partial_base, 0);
+    assert_int_equal(p.dst.rows[3].num_chunks, 8);
+    free_plan(&p);
+    /* Rows 10..74 lie past the merge's 64 rows: run whole (correct, not split). */
+    const int32_t qo4[] = {10, 74};
+    assert_int_equal(make_plan(&c, qo4, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo4, kv, last, 1, &p);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.dst.merge->batch_size, 0);
+    assert_int_equal(p.chunking.num_work, 1);
+    free_plan(&p);
+    /* No rows at all: nothing to merge, the grids unchanged. */
+    const int32_t zero[] = {0};
+    assert_int_equal(make_plan(&c, zero, zero, NULL, 0, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.dst.merge->batch_size, 0);
+    assert_int_equal(cinfer__prefill_grid(&c, 64, 0), 256);
+    free_plan(&p);
 }
 
 /* ---- split-KV ---- */
@@ -750,7 +875,7 @@ static uint64_t lcg(uint64_t *s) {
 static void random_batches(void **state) {
     (void)state;
     uint64_t s = 0x5eed;
-    int splits = 0;
+    int splits = 0, graph_splits = 0;
 #define NEXT() lcg(&s)
     for (int it = 0; it < 300; it++) {
         const bool paged = NEXT() % 2, causal = NEXT() % 2, graph = NEXT() % 4 == 0;
@@ -791,14 +916,16 @@ static void random_batches(void **state) {
             fail_msg("iteration %d: %s", it, cinfer_last_error());
         verify_plan(&c, qo, kv, paged ? last : NULL, batch, &p);
         splits += p.chunking.split;
+        graph_splits += p.chunking.split && graph;
         free_plan(&p);
         free(qo);
         free(kv);
         free(last);
     }
 #undef NEXT
-    /* The split path is exercised, and most batches are not split. */
+    /* The split path is exercised, graph mode's too, and most batches are not split. */
     assert_true(splits >= 30 && splits <= 200);
+    assert_true(graph_splits >= 5);
 }
 
 /* ---- argument errors ---- */
@@ -870,48 +997,60 @@ static cinfer_context_t fake_context(void) {
 }
 
 /*
- * Objects whose plans cannot split (CUDA-graph mode, variants without softmax or with an output
- * transform) size their workspace without a device; the others load their kernels to measure
- * max_ctas (the GPU suite allocates exactly what they report).
+ * Objects whose plans cannot split (variants without softmax or with an output transform) size
+ * their workspace without a device; the others, CUDA-graph mode included, load their kernels to
+ * measure max_ctas (the GPU suite allocates exactly what they report).
  */
 static void workspace_size_is_the_layout(void **state) {
     (void)state;
     cinfer_context_t ctx = fake_context();
     cinfer_attention_options_t o = good_options();
-    o.use_cuda_graph = 1;
+    o.variant = cinfer_variant_builtin("sigmoid");
     size_t bytes = 0;
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, &bytes),
         CINFER_STATUS_SUCCESS);
-    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, true);
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, false);
+    c.no_split = true;
     cinfer__prefill_layout_t l;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
     assert_int_equal(bytes, l.total_bytes);
-    /* The unsplit size does not depend on storage or causal, nor on the variant. */
+    /* The unsplit size does not depend on storage or causal, nor on graph mode. */
     size_t other = 0;
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
         CINFER_STATUS_SUCCESS);
     assert_int_equal(other, bytes);
-    o.use_cuda_graph = 0;
-    o.variant = cinfer_variant_builtin("sigmoid");
+    o.use_cuda_graph = 1;
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
         CINFER_STATUS_SUCCESS);
     assert_int_equal(other, bytes);
+    /* Splittable objects, graph mode or not, need the device (this context has none). */
     o.variant = NULL;
-    o.use_cuda_graph = 1;
-    /* The kernels create loads: three tiles and the merge kernel, or graph mode's one tile. */
+    assert_int_not_equal(
+        cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, &other),
+        CINFER_STATUS_SUCCESS);
+    /* The kernels create loads: three tiles and the merge kernel, or graph mode's one tile and
+     * the merge kernel. */
     cinfer__spec_t specs[CINFER__BATCH_PREFILL_MAX_SPECS];
     int n = 0;
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 2);
     assert_int_equal(specs[0].tile_q, 128); /* 4096 rows over 16 requests: 256 on average */
     assert_int_equal(specs[0].batch, 1);
     assert_int_equal(specs[0].paged, 1);
     assert_int_equal(specs[0].mask, CINFER__MASK_CAUSAL);
+    assert_int_equal(specs[1].op, CINFER__OP_DECODE_MERGE);
+    /* Graph mode with a variant that cannot split: the tile alone. */
+    o.variant = cinfer_variant_builtin("sigmoid");
+    assert_int_equal(
+        cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, specs, &n),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(n, 1);
+    o.variant = NULL;
     o.use_cuda_graph = 0;
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
@@ -939,7 +1078,8 @@ static void options_rejected_naming_the_field(void **state) {
     cinfer_context_t ctx = fake_context();
     size_t bytes = 1;
     cinfer_attention_options_t o = good_options();
-    o.use_cuda_graph = 1; /* accepted options are then sized without a device */
+    /* Accepted options of a variant that cannot split are sized without a device. */
+    o.variant = cinfer_variant_builtin("sigmoid");
 #define SIZE(opts, storage, causal, total)                                                         \
     cinfer_batch_prefill_workspace_size(&ctx, (opts), (storage), (causal), (total), &bytes)
     assert_error(SIZE(&o, CINFER_KV_STORAGE_PAGED, 2, 100), CINFER_STATUS_INVALID_ARGUMENT,
@@ -1009,10 +1149,10 @@ static void public_functions_reject_null_handles(void **state) {
     assert_error(
         cinfer_batch_prefill_create(NULL, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, NULL),
         CINFER_STATUS_INVALID_ARGUMENT, "out is NULL");
-    /* The workspace is checked before anything is loaded (graph mode: its size needs no
-     * device). */
+    /* The workspace is checked before anything is loaded (a variant that cannot split: its
+     * size needs no device). */
     cinfer_context_t ctx = fake_context();
-    o.use_cuda_graph = 1;
+    o.variant = cinfer_variant_builtin("sigmoid");
     assert_error(
         cinfer_batch_prefill_create(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 10, NULL, 0, &op),
         CINFER_STATUS_INVALID_ARGUMENT, "workspace is NULL");
@@ -1042,6 +1182,7 @@ int main(void) {
         cmocka_unit_test(items_sorted_longest_first),
         cmocka_unit_test(empty_batches_and_requests),
         cmocka_unit_test(graph_mode_grid_is_constant),
+        cmocka_unit_test(graph_mode_cascade_prefix_splits),
         cmocka_unit_test(cascade_prefix_fills_the_gpu),
         cmocka_unit_test(chunk_size_is_the_smallest_that_fits),
         cmocka_unit_test(split_masks_and_edges),
