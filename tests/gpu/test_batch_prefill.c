@@ -463,6 +463,17 @@ static cinfer_status_t run_op(cinfer_batch_prefill_t *op, const bp_case *c, bp_t
                                     c->lse ? &t->lse.t : NULL, g_tv ? tv_args(g_tv) : NULL, stream);
 }
 
+/* Captures one run of op into a CUDA graph and instantiates it. */
+static void capture_run(cinfer_batch_prefill_t *op, const bp_case *c, bp_tensors *t, CUgraph *graph,
+                        CUgraphExec *exec) {
+    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     CUDA_SUCCESS);
+    cinfer_status_t st = run_op(op, c, t);
+    assert_int_equal(cu->cuStreamEndCapture(stream, graph), CUDA_SUCCESS);
+    CINFER_TEST_OK(st);
+    assert_int_equal(cu->cuGraphInstantiate(exec, *graph, 0), CUDA_SUCCESS);
+}
+
 static cinfer_batch_prefill_t *make_op(const bp_case *c, bp_data *x, int max_batch,
                                        int64_t max_total, int graph) {
     cinfer_attention_options_t o = options_for(c, max_batch);
@@ -1084,12 +1095,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
         cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
     CUgraph graph;
     CUgraphExec exec;
-    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                     CUDA_SUCCESS);
-    cinfer_status_t st = run_op(op, &big, &t);
-    assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
-    CINFER_TEST_OK(st);
-    assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    capture_run(op, &big, &t, &graph, &exec);
     assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
     CINFER_TEST_SYNC(stream);
     check_outputs(&big, &x, cinfer_test_seed() + 700);
@@ -1185,12 +1191,7 @@ static void graph_split_replays(int capture_split, uint64_t seed) {
                  first->split > 0 ? "did not split" : "split");
     CUgraph graph;
     CUgraphExec exec;
-    assert_int_equal(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                     CUDA_SUCCESS);
-    cinfer_status_t st = run_op(op, &big, &t);
-    assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
-    CINFER_TEST_OK(st);
-    assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+    capture_run(op, &big, &t, &graph, &exec);
     assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
     CINFER_TEST_SYNC(stream);
     CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x.d_ws));
