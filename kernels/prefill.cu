@@ -183,6 +183,22 @@ typedef cinfer_half_bits kv_elem;
 #endif
 
 /* 2^x with the MUFU unit; 2^-inf = +0. */
+/* Whether the KV tile at j0 crosses an edge of what the query tile's rows keep (q0 + delta: the
+ * first row's position; q_rows: the tile's real rows): kv_len, the causal diagonal, the window's
+ * left end, and with partial_rows a tile of fewer than TILE_Q rows. Inside tiles keep every
+ * position for every row. */
+__device__ __forceinline__ bool tile_crosses_edge(const cinfer_prefill_params &p, int j0, int q0,
+                                                  int delta, int q_rows, bool partial_rows) {
+    bool edge = j0 + TILE_KV > p.kv_len || (partial_rows && q_rows < TILE_Q);
+#if CAUSAL
+    edge = edge || j0 + TILE_KV - 1 > q0 + delta;
+#endif
+#if CINFER_WINDOW
+    edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
+#endif
+    return edge;
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -999,13 +1015,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * that an element's bit has a compile-time index: an element costs a bit test and a
              * select (rows past q_rows may keep anything: their logits are never stored). */
             {
-                bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
-#if CAUSAL
-                edge = edge || j0 + TILE_KV - 1 > q0 + delta;
-#endif
-#if CINFER_WINDOW
-                edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
-#endif
+                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_rows, true);
 #if MASK_ROWS
                 uint32_t bits[MMA_Q][2][MASK_WORDS];
                 /* An inside tile whose every position the warp's rows keep drops nothing. */
@@ -1097,13 +1107,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * unconditionally, so what they compute per head (a slope, a loaded parameter) is
              * computed once per tile rather than per element. */
             {
-                bool edge = j0 + TILE_KV > p.kv_len || q_rows < TILE_Q;
-#if CAUSAL
-                edge = edge || j0 + TILE_KV - 1 > q0 + delta;
-#endif
-#if CINFER_WINDOW
-                edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
-#endif
+                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_rows, true);
                 if (!edge) {
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++)
@@ -1153,13 +1157,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
             /* The element mask, only where some element of the tile may be dropped. */
-            bool need_mask = j0 + TILE_KV > p.kv_len;
-#if CAUSAL
-            need_mask = need_mask || j0 + TILE_KV - 1 > q0 + delta;
-#endif
-#if CINFER_WINDOW
-            need_mask = need_mask || j0 < q0 + q_rows - 1 + delta - p.window_left;
-#endif
+            const bool need_mask = tile_crosses_edge(p, j0, q0, delta, q_rows, false);
             if (need_mask) {
                 /* Element (mq, n, e) is column c = n * 8 + e % 2 of row r = mq * 16 + (e / 2) *
                  * 8, so j = j0 + col0 + c and its row's position is diag0 + r + col0 (col0: the
