@@ -182,7 +182,6 @@ typedef cinfer_half_bits kv_elem;
 #error "prefill: unsupported tile configuration (the spec validator should have refused it)"
 #endif
 
-/* 2^x with the MUFU unit; 2^-inf = +0. */
 /* Whether the KV tile at j0 crosses an edge of what the query tile's rows keep (q0 + delta: the
  * first row's position; q_rows: the tile's real rows): kv_len, the causal diagonal, the window's
  * left end, and with partial_rows a tile of fewer than TILE_Q rows. Inside tiles keep every
@@ -199,6 +198,7 @@ __device__ __forceinline__ bool tile_crosses_edge(const cinfer_prefill_params &p
     return edge;
 }
 
+/* 2^x with the MUFU unit; 2^-inf = +0. */
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
