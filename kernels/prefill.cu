@@ -73,10 +73,22 @@
  * default, still two CTAs per SM on sm_90), less otherwise.
  * P is packed as fp16 (it is in [0, 1]; fp16 keeps 3 more bits than bf16).
  *
+ * GQA packing (CINFER_GQA_PACK = G > 0, batch kernels only): a CTA computes all G query heads of
+ * one KV head (the group) for TILE_Q / G whole query tokens of its work item, so each K/V tile is
+ * loaded once for the group instead of once per query head, and a few query tokens (a short
+ * chunk, a cascade's shared-prefix level) fill the tile with G x as many rows. Tile row r is token
+ * q0 + r / G, query head head + r % G (head = kv_head x G, the group's first). The Q tile is
+ * gathered row by row when it is loaded; every per-row quantity (position, query head: the masks,
+ * RoPE, ALiBi slopes, every variant hook, out, lse and split-KV partial states) comes from
+ * row_token and row_head, which are the identity and the CTA's head without packing, so unpacked
+ * kernels compile as before. Rows past (TILE_Q / G) x G, when G does not divide TILE_Q, are padding
+ * like rows past the request's end: zero Q, never stored. The planner's items then hold
+ * TILE_Q / G tokens and the grid multiplies them by Hk (prefill_params.h).
+ *
  * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
  * (== VO), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP,
  * CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH,
- * CINFER_PAGED, CINFER_OP_PREFILL.
+ * CINFER_PAGED, CINFER_GQA_PACK, CINFER_OP_PREFILL.
  */
 #include "common.cuh"
 #include "mma.cuh"
@@ -182,18 +194,50 @@ typedef cinfer_half_bits kv_elem;
 #error "prefill: unsupported tile configuration (the spec validator should have refused it)"
 #endif
 
+/* GQA packing (see the top): PACK query heads per token in the tile's rows, 0 = off. */
+#define PACK CINFER_GQA_PACK
+#if PACK
+#if !CINFER_BATCH || PACK > TILE_Q
+#error "prefill: GQA packing needs a batch kernel and at most TILE_Q heads per group"
+#endif
+#define PACK_TOKENS (TILE_Q / PACK) /* whole query tokens per tile */
+/* The CTAs of one work item: one per KV head (packed) or per query head */
+#define CTA_HEADS num_kv_heads
+#else
+#define CTA_HEADS num_qo_heads
+#endif
+
+/* The query token of tile row `row`, counted from the tile's first (q0). */
+__device__ __forceinline__ int row_token(int row) {
+#if PACK
+    return (int)((unsigned)row / PACK);
+#else
+    return row;
+#endif
+}
+
+/* The query head of tile row `row` of a CTA of query head `head` (packed: the group's first). */
+__device__ __forceinline__ int row_head(int head, int row) {
+#if PACK
+    return head + (int)((unsigned)row % PACK);
+#else
+    return head;
+#endif
+}
+
 /* Whether the KV tile at j0 crosses an edge of what the query tile's rows keep (q0 + delta: the
- * first row's position; q_rows: the tile's real rows): kv_len, the causal diagonal, the window's
- * left end, and with partial_rows a tile of fewer than TILE_Q rows. Inside tiles keep every
- * position for every row. */
+ * first row's position; q_span: the tile's query tokens; q_rows: its real rows, q_span x PACK
+ * when packed): kv_len, the causal diagonal, the window's left end, and with partial_rows a tile
+ * of fewer than TILE_Q real rows. Inside tiles keep every position for every row. */
 __device__ __forceinline__ bool tile_crosses_edge(const cinfer_prefill_params &p, int j0, int q0,
-                                                  int delta, int q_rows, bool partial_rows) {
+                                                  int delta, int q_span, int q_rows,
+                                                  bool partial_rows) {
     bool edge = j0 + TILE_KV > p.kv_len || (partial_rows && q_rows < TILE_Q);
 #if CAUSAL
     edge = edge || j0 + TILE_KV - 1 > q0 + delta;
 #endif
 #if CINFER_WINDOW
-    edge = edge || j0 < q0 + q_rows - 1 + delta - p.window_left;
+    edge = edge || j0 < q0 + q_span - 1 + delta - p.window_left;
 #endif
     return edge;
 }
@@ -266,6 +310,30 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
     }
 #endif
 }
+
+#if PACK
+/*
+ * The cp.async copies of a packed Q tile (see the top): row r from token q0 + row_token(r) of
+ * query head base's + r % PACK (base: the group's first head of the request's q); rows >= q_rows
+ * are zero-filled. Once per CTA, so every chunk is mapped separately.
+ */
+__device__ __forceinline__ void load_q_packed(unsigned smem, const cinfer_half_bits *base,
+                                              long long stride_n, long long stride_h, int q0,
+                                              int q_rows) {
+#pragma unroll
+    for (int it = 0; it < CINFER_CEIL_DIV(TILE_Q * CHUNKS, THREADS); it++) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        if ((TILE_Q * CHUNKS) % THREADS == 0 || c < TILE_Q * CHUNKS) {
+            const int r = c / CHUNKS, ch = c % CHUNKS;
+            const bool valid = r < q_rows;
+            const long long at = valid ? (long long)(q0 + row_token(r)) * stride_n +
+                                             (long long)(row_head(0, r)) * stride_h
+                                       : 0;
+            cinfer_cp_async_16(smem + tile_offset(r, ch), base + at + ch * 8, valid);
+        }
+    }
+}
+#endif
 
 #if KV_FP8
 /* load_tile for a K or V tile of fp8 rows, every chunk mapped separately (the copies of head
@@ -519,13 +587,14 @@ __device__ __forceinline__ void convert_kv(unsigned dst, unsigned src) {
 #if CINFER_ROPE
 /*
  * RoPE of rows [0, rows) of a tile in shared memory (generic pointer tile: row r at position
- * pos0 + r), in place. A unit of work is one row's 8 pairs (m .. m + 7, chunk m / 8 and its
- * partner chunk m / 8 + D / 16), the threads taking consecutive units. freq: the pairs'
- * frequencies (pos_rope.cuh). The caller synchronizes before and after.
+ * pos0 + r, or pos0 + row_token(r) for the Q tile's rows (q_rows true)), in place. A unit of work
+ * is one row's 8 pairs (m .. m + 7, chunk m / 8 and its partner chunk m / 8 + D / 16), the threads
+ * taking consecutive units. freq: the pairs' frequencies (pos_rope.cuh). The caller synchronizes
+ * before and after.
  */
 #define ROPE_UNITS (D / 16) /* units per row */
 __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos0,
-                                          const float2 *freq) {
+                                          const float2 *freq, bool q_rows) {
     for (int u = thread_index(); u < rows * ROPE_UNITS; u += THREADS) {
         const int row = u / ROPE_UNITS, ch = u % ROPE_UNITS;
         uint4 *lo_p = (uint4 *)(tile + tile_offset(row, ch));
@@ -537,7 +606,7 @@ __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos
 #pragma unroll
         for (int i = 0; i < 8; i++)
             f[i] = freq[ch * 8 + i];
-        cinfer_rope_rotate8(lo, hi, (float)(pos0 + row), f);
+        cinfer_rope_rotate8(lo, hi, (float)(pos0 + (q_rows ? row_token(row) : row)), f);
         *lo_p = cinfer_pack8(DT, lo);
         *hi_p = cinfer_pack8(DT, hi);
     }
@@ -561,8 +630,9 @@ __device__ __forceinline__ void mask_rows_init(unsigned row_at, const cinfer_var
         const int r = (int)threadIdx.x + it * THREADS;
         if (TILE_Q % THREADS == 0 || r < TILE_Q) {
             int64_t bit;
-            const uint32_t *words = variant_logits_mask_row(
-                vp, batch_idx, pos0 + CINFER_MIN(r, q_rows - 1), head, kv_head, &bit);
+            const int row = CINFER_MIN(r, q_rows - 1);
+            const uint32_t *words = variant_logits_mask_row(vp, batch_idx, pos0 + row_token(row),
+                                                            row_head(head, row), kv_head, &bit);
             const uint64_t first = (uint64_t)(words + (bit >> 5));
             cinfer_st_shared_v4(row_at + r * 16,
                                 make_uint4((unsigned)first, (unsigned)(first >> 32),
@@ -670,11 +740,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+#if PACK
+    /* The group of query heads [head, head + PACK) of KV head kv_head. */
+    const int kv_head = (int)(blockIdx.x % (unsigned)PARAMS.num_kv_heads);
+    const int head = kv_head * PACK;
+#else
     const int head = (int)(blockIdx.x % (unsigned)PARAMS.num_qo_heads);
+#endif
 #if CINFER_BATCH
     /* The work item; then p describes its request alone: lengths from the item, and q, out, lse
      * (and a ragged K/V, or the page table) start at the request's first row. */
-    const unsigned item = blockIdx.x / (unsigned)params.num_qo_heads;
+    const unsigned item = blockIdx.x / (unsigned)params.CTA_HEADS;
     if (item >= (unsigned)params.header->num_work)
         return; /* a spare CTA of a CUDA-graph grid */
     const cinfer_prefill_work w = params.work[item];
@@ -701,8 +777,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int q_tile = p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads);
     const int q0 = q_tile * TILE_Q;
 #endif
+#if PACK
+    /* The tile's query tokens (q_span), each in PACK rows. */
+    const int q_span = CINFER_MIN(PACK_TOKENS, p.qo_len - q0);
+    const int q_rows = q_span * PACK;
+#else
     const int kv_head = head / (p.num_qo_heads / p.num_kv_heads);
     const int q_rows = CINFER_MIN(TILE_Q, p.qo_len - q0);
+    const int q_span = q_rows; /* the tile's query tokens */
+#endif
     /* Row i's absolute position is i + delta (bottom-right aligned). All lengths are below 2^30
      * (CINFER_PREFILL_MAX_LEN), so positions and their differences fit an int. */
     const int delta = p.kv_len - p.qo_len;
@@ -710,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     /* The KV positions some row of the tile keeps, widened to whole KV tiles. */
     int kv_end = p.kv_len;
 #if CAUSAL
-    kv_end = CINFER_MIN(kv_end, q0 + q_rows + delta);
+    kv_end = CINFER_MIN(kv_end, q0 + q_span + delta);
 #endif
     int kv_begin = 0;
 #if CINFER_WINDOW
@@ -782,7 +865,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (row < q_rows) {
 #endif
                 float mi = -CINFER_INF, di = 0.0f;
-                variant_state_init(&vp, batch_idx, q0 + row + delta, head, &mi, &di);
+                variant_state_init(&vp, batch_idx, q0 + row_token(row) + delta, row_head(head, row),
+                                   &mi, &di);
                 m[mq][h] = mi;
                 d[mq][h] = lane % 4 == 0 ? di : 0.0f;
             }
@@ -795,10 +879,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
      * logits are q_scale2 (q . k), or with a position bias q_scale2 (q . k + slope_qk (j - pos)),
      * scaled by the softmax as default attention's are. The bias is in the units of q . k
      * (slope / q_scale; q_scale > 0) so that it can start the accumulators of Q K^T. The slope
-     * depends only on the request and the head: one hook call per CTA. */
+     * depends only on the request and the head: one hook call per CTA (packed: per row of the
+     * lane, whose heads differ). */
     const float q_scale2 = p.q_scale * CINFER_LOG2E;
     const float scale = q_scale2;
-#if VARIANT_ALIBI_SLOPE
+#if VARIANT_ALIBI_SLOPE && PACK
+    float slope_qk[MMA_Q][2];
+#pragma unroll
+    for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            slope_qk[mq][h] =
+                variant_alibi_slope(&vp, batch_idx, row_head(head, row_base + mq * 16 + h * 8)) /
+                p.q_scale;
+#elif VARIANT_ALIBI_SLOPE
     const float slope_qk = variant_alibi_slope(&vp, batch_idx, head) / p.q_scale;
 #endif
 #elif CINFER_VARIANT_LOGITS
@@ -823,7 +917,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if MASK_ROWS
         mask_rows_init(s_mask_at, &vp, batch_idx, q0 + delta, q_rows, head, kv_head);
 #endif
+#if PACK
+        load_q_packed(s_q, q_base, p.q_stride_n, p.q_stride_h, q0, q_rows);
+#else
         load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
+#endif
         cinfer_cp_async_commit();
 #pragma unroll
         for (int s = 0; s < KV_AHEAD; s++) {
@@ -864,10 +962,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             {
                 unsigned char *const base = (unsigned char *)smem;
                 if (t == 0)
-                    rope_tile(base, q_rows, q0 + delta, rope_freq);
+                    rope_tile(base, q_rows, q0 + delta, rope_freq, true);
                 const int k0 = (tile_begin + t) * TILE_KV;
                 rope_tile(base + (s_k - s_q) + stage * KV_BYTES, CINFER_MIN(TILE_KV, p.kv_len - k0),
-                          k0, rope_freq);
+                          k0, rope_freq, false);
                 __syncthreads();
             }
 #endif
@@ -882,8 +980,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         cinfer_unpack8(f, DT, *qp);
 #pragma unroll
                         for (int i = 0; i < 8; i++)
-                            f[i] = variant_query_transform(&vp, f[i], batch_idx, q0 + row + delta,
-                                                           head, ch * 8 + i);
+                            f[i] = variant_query_transform(&vp, f[i], batch_idx,
+                                                           q0 + row_token(row) + delta,
+                                                           row_head(head, row), ch * 8 + i);
                         *qp = cinfer_pack8(DT, f);
                     }
                 }
@@ -933,8 +1032,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int w = 0; w < MASK_WORDS; w++) {
                         const int first = j0 + 32 * w < p.kv_len ? j0 + 32 * w : j0;
                         bits[mq][h][w] = variant_logits_mask_bits(
-                            &vp, batch_idx, q0 + row + delta, first,
-                            CINFER_MIN(32, p.kv_len - first), head, kv_head);
+                            &vp, batch_idx, q0 + row_token(row) + delta, first,
+                            CINFER_MIN(32, p.kv_len - first), row_head(head, row), kv_head);
                     }
                 }
 #endif
@@ -961,7 +1060,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * lane's first element: its first position less its first row's) plus slope_qk times
              * the element's compile-time offset from it, one fma per logit and none after the
              * mmas. */
-#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE && PACK
+            /* Packed: each of the lane's rows has its own slope and position. */
+            float bias0[MMA_Q][2];
+#pragma unroll
+            for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    bias0[mq][h] = slope_qk[mq][h] *
+                                   (float)(j0 + 2 * (lane % 4) -
+                                           (q0 + row_token(row_base + mq * 16 + h * 8) + delta));
+#elif CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
             const float bias0 = slope_qk * (float)(j0 + 2 * (lane % 4) - (q0 + row_base + delta));
 #endif
             float s[MMA_Q][S_TILES][4];
@@ -971,7 +1080,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
+#if CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE && PACK
+                        s[mq][n][e] =
+                            fmaf(slope_qk[mq][e / 2], (float)(n * 8 + e % 2), bias0[mq][e / 2]);
+#elif CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE
                         s[mq][n][e] =
                             fmaf(slope_qk, (float)(n * 8 + e % 2 - mq * 16 - (e / 2) * 8), bias0);
 #else
@@ -1015,7 +1127,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * that an element's bit has a compile-time index: an element costs a bit test and a
              * select (rows past q_rows may keep anything: their logits are never stored). */
             {
-                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_rows, true);
+                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_span, q_rows, true);
 #if MASK_ROWS
                 uint32_t bits[MMA_Q][2][MASK_WORDS];
                 /* An inside tile whose every position the warp's rows keep drops nothing. */
@@ -1047,7 +1159,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             const int row = row_base + mq * 16 + h * 8;
-                            const int pos = q0 + row + delta;
+                            const int pos = q0 + row_token(row) + delta;
                             if (!edge) {
 #pragma unroll
                                 for (int n = 0; n < S_TILES; n++)
@@ -1058,8 +1170,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                             (bits[mq][h][n / 4] >> ((n % 4) * 8 + e % 2)) & 1;
 #elif VARIANT_LOGITS_MASK
                                         const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                                        const bool keep = variant_logits_mask(&vp, batch_idx, pos,
-                                                                              j, head, kv_head);
+                                        const bool keep = variant_logits_mask(
+                                            &vp, batch_idx, pos, j, row_head(head, row), kv_head);
 #else
                                     const bool keep = true;
 #endif
@@ -1089,8 +1201,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if VARIANT_LOGITS_MASK && !VARIANT_LOGITS_MASK_BITS
                                         if (keep)
-                                            keep = variant_logits_mask(&vp, batch_idx, pos, j, head,
-                                                                       kv_head);
+                                            keep =
+                                                variant_logits_mask(&vp, batch_idx, pos, j,
+                                                                    row_head(head, row), kv_head);
 #endif
                                         if (!keep)
                                             s[mq][n][e] = -CINFER_INF;
@@ -1107,7 +1220,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * unconditionally, so what they compute per head (a slope, a loaded parameter) is
              * computed once per tile rather than per element. */
             {
-                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_rows, true);
+                const bool edge = tile_crosses_edge(p, j0, q0, delta, q_span, q_rows, true);
                 if (!edge) {
 #pragma unroll
                     for (int mq = 0; mq < MMA_Q; mq++)
@@ -1115,10 +1228,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                             for (int e = 0; e < 4; e++) {
-                                const int pos = q0 + row_base + mq * 16 + (e / 2) * 8 + delta;
+                                const int row = row_base + mq * 16 + (e / 2) * 8;
+                                const int pos = q0 + row_token(row) + delta;
                                 const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
-                                s[mq][n][e] = cinfer_variant_logit(
-                                    &vp, s[mq][n][e] * p.q_scale, batch_idx, pos, j, head, kv_head);
+                                s[mq][n][e] =
+                                    cinfer_variant_logit(&vp, s[mq][n][e] * p.q_scale, batch_idx,
+                                                         pos, j, row_head(head, row), kv_head);
                             }
                 } else {
 #pragma unroll
@@ -1128,7 +1243,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                             for (int e = 0; e < 4; e++) {
                                 const int row = row_base + mq * 16 + (e / 2) * 8;
-                                const int pos = q0 + row + delta;
+                                const int pos = q0 + row_token(row) + delta;
                                 const int j = j0 + n * 8 + 2 * (lane % 4) + e % 2;
                                 bool keep = j < p.kv_len && row < q_rows;
 #if CAUSAL
@@ -1140,7 +1255,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                 float x = CINFER_VARIANT_DROPPED;
                                 if (keep)
                                     x = cinfer_variant_logit(&vp, s[mq][n][e] * p.q_scale,
-                                                             batch_idx, pos, j, head, kv_head);
+                                                             batch_idx, pos, j, row_head(head, row),
+                                                             kv_head);
                                 s[mq][n][e] = x;
                             }
                 }
@@ -1157,7 +1273,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
             /* The element mask, only where some element of the tile may be dropped. */
-            const bool need_mask = tile_crosses_edge(p, j0, q0, delta, q_rows, false);
+            const bool need_mask = tile_crosses_edge(p, j0, q0, delta, q_span, q_rows, false);
+#if PACK
+            if (need_mask) {
+                /* Element (mq, n, e) is column c = n * 8 + e % 2 of the lane's row mq * 16 + (e /
+                 * 2)
+                 * * 8 (from row_base), so j = j0 + col0 + c; a row's limit lim = its position -
+                 * j0 - col0 is computed per row (positions are not linear in packed rows). */
+                const int tid = thread_index();
+                const int col0 = 2 * (tid % 4);
+                const int lane_row = (tid / 32) * WARP_ROWS + (tid % 32) / 4;
+                const int len_lim = p.kv_len - j0 - col0;
+#pragma unroll
+                for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int lim =
+                            q0 + row_token(lane_row + mq * 16 + h * 8) + delta - j0 - col0;
+#pragma unroll
+                        for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                            for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                const int c = n * 8 + e % 2;
+                                bool keep = c < len_lim;
+#if CAUSAL
+                                keep = keep && c <= lim; /* j <= position */
+#endif
+#if CINFER_WINDOW
+                                keep = keep && c + p.window_left >= lim;
+#endif
+                                if (!keep)
+                                    s[mq][n][e] = -CINFER_INF;
+                            }
+                    }
+            }
+#else
             if (need_mask) {
                 /* Element (mq, n, e) is column c = n * 8 + e % 2 of row r = mq * 16 + (e / 2) *
                  * 8, so j = j0 + col0 + c and its row's position is diag0 + r + col0 (col0: the
@@ -1186,6 +1336,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                 s[mq][n][e] = -CINFER_INF;
                         }
             }
+#endif
 #endif
 
             /* Online softmax; P overwrites S. (Without softmax P is S as it is.) The factors
@@ -1308,7 +1459,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
                 const long long slot =
                     (long long)w.partial +
-                    ((long long)row * p.num_qo_heads + head) * (long long)w.num_chunks;
+                    ((long long)row_token(row) * p.num_qo_heads + row_head(head, row)) *
+                        (long long)w.num_chunks;
                 float *po = p.partial_o + slot * D + 2 * (lane % 4);
 #pragma unroll
                 for (int n = 0; n < O_TILES; n++)
@@ -1340,7 +1492,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
             const int row = e_row_base + mq * 16 + h * 8;
             if (p.lse && e_lane % 4 == 0 && row < q_rows)
-                p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
+                p.lse[(long long)(q0 + row_token(row)) * p.lse_stride_n +
+                      (long long)row_head(head, row) * p.lse_stride_h] =
                     sum > 0.0f ? LSE_OF(m[mq][h], sum) : -CINFER_INF;
 #else
             const float inv = p.v_scale; /* no normalization and no LSE */
@@ -1352,9 +1505,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;
                 if (row < q_rows) {
                     const int dim = n * 8 + 2 * (e_lane % 4);
-                    lo = variant_output_transform(&vp, lo, batch_idx, q0 + row + delta, head, dim);
-                    hi = variant_output_transform(&vp, hi, batch_idx, q0 + row + delta, head,
-                                                  dim + 1);
+                    const int pos = q0 + row_token(row) + delta, qo_head = row_head(head, row);
+                    lo = variant_output_transform(&vp, lo, batch_idx, pos, qo_head, dim);
+                    hi = variant_output_transform(&vp, hi, batch_idx, pos, qo_head, dim + 1);
                 }
                 cinfer_st_shared_u32(s_q + tile_offset(row, n) + (e_lane % 4) * 4,
                                      cinfer_pack_half2(DT, lo, hi));
@@ -1375,7 +1528,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int c = e_lane + it * 32;
         const int row = e_warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
         if (row < q_rows)
-            *(uint4 *)(out + (long long)(q0 + row) * p.out_stride_n + ch * 8) =
+            *(uint4 *)(out + (long long)(q0 + row_token(row)) * p.out_stride_n +
+                       (long long)(row_head(head, row) - head) * p.out_stride_h + ch * 8) =
                 cinfer_ld_shared_v4(s_q + tile_offset(row, ch));
     }
 }

@@ -50,6 +50,7 @@ enum {
     F_VARIANT = 1u << 12,
     F_VEC = 1u << 13,
     F_BATCH = 1u << 14,
+    F_GQA_PACK = 1u << 15,
 };
 
 enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS, K_VARIANT };
@@ -89,6 +90,7 @@ static const field_t fields[] = {
     FIELD("warps", F_TILE, K_INT, warps, NULL),
     FIELD("stages", F_TILE, K_INT, stages, NULL),
     FIELD("vec", F_VEC, K_INT, vec, NULL),
+    FIELD("gqa_pack", F_GQA_PACK, K_INT, gqa_pack, NULL),
     FIELD("variant", F_VARIANT, K_VARIANT, variant, NULL),
 };
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])
@@ -123,7 +125,8 @@ static const family_t families[CINFER__OP_COUNT] = {
                               CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
-                                F_PAGED | F_BATCH | F_MASK | F_POS | F_FLAGS | F_TILE | F_VARIANT,
+                                F_PAGED | F_BATCH | F_MASK | F_POS | F_FLAGS | F_TILE | F_VARIANT |
+                                F_GQA_PACK,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
     [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
                                           "CINFER_OP_APPEND_PAGED_KV_CACHE",
@@ -489,6 +492,11 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     if (!in_range(spec->stages, 2, 4))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: stages %d outside [2, 4]",
                              fam->name, (int)spec->stages);
+    /* A packed tile holds whole tokens: tile_q / G >= 1 of them, each with its G query heads. */
+    if (spec->gqa_pack != 0 && (!spec->batch || !in_range(spec->gqa_pack, 2, spec->tile_q)))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: gqa_pack %d, expected 0, or 2..tile_q (%d) with batch 1",
+                             fam->name, (int)spec->gqa_pack, (int)spec->tile_q);
     const int64_t chunks = spec->head_dim_qk / 8 + 1;
     const int64_t kv_chunks = fp8 ? (spec->head_dim_qk / 16) | 1 : chunks;
     const int64_t smem = 16 * (chunks * (spec->tile_q + (fp8 ? 2 * (int64_t)spec->tile_kv : 0)) +
@@ -650,6 +658,13 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         break;
     case F_VEC:
         cinfer__fmt(dst, cap, "vec%lld", (long long)v);
+        break;
+    case F_GQA_PACK:
+        /* Unpacked kernels keep their names. */
+        if (v)
+            cinfer__fmt(dst, cap, "gqa%lld", (long long)v);
+        else
+            dst[0] = '\0';
         break;
     case F_POS:
         /* No position encoding adds nothing to the name (the names of kernels without one stay

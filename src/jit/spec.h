@@ -93,6 +93,9 @@ typedef struct cinfer__spec {
     uint32_t flags;
     int32_t tile_q, tile_kv, warps, stages; /* tile configuration; meaning is per family */
     int32_t vec; /* elements per vector access (1 when inputs are not 16-byte aligned) */
+    /* batch prefill: 0, or the GQA group size G (query heads per KV head) whose query heads a CTA
+     * packs into its tile rows (kernels/prefill.cu, "GQA packing") */
+    int32_t gqa_pack;
     /* The attention variant: NULL and 0 = default attention; else the variant object and its
      * content id (so a spec never matches a different variant allocated at the same address). */
     const cinfer_variant_t *variant;
