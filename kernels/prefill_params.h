@@ -11,7 +11,10 @@
  * Batch kernels (CINFER_BATCH) read a work list that the planner (src/sched/prefill_plan.c) wrote
  * into the workspace: CTA i computes query head i % num_qo_heads of work item i / num_qo_heads,
  * one tile of TILE_Q query rows of one request over one chunk of its KV positions; CTAs past
- * header->num_work items exit at once (CUDA-graph mode launches a fixed grid). K/V are a ragged
+ * header->num_work items exit at once (CUDA-graph mode launches a fixed grid). With GQA packing
+ * (CINFER_GQA_PACK = G) the grid multiplies by num_kv_heads instead: CTA i computes the G query
+ * heads of KV head i % num_kv_heads for the TILE_Q / G query rows (tokens) of work item
+ * i / num_kv_heads. K/V are a ragged
  * [total_kv, Hk, D] tensor (token t of request b at row kv_begin + t) or, with CINFER_PAGED, a
  * paged cache: token t of request b lives in page kv_indices[kv_begin + t / page_size], slot
  * t % page_size.
@@ -33,8 +36,8 @@
 #define CINFER_PREFILL_MAX_LEN ((1 << 30) - 1)
 
 /* One tile of query rows of one request over one chunk of its KV positions (all query heads: the
- * grid multiplies by num_qo_heads). The request's description is repeated in every item, so a
- * CTA reads one 44-byte record. */
+ * grid multiplies by num_qo_heads, or by num_kv_heads with GQA packing). The request's description
+ * is repeated in every item, so a CTA reads one 44-byte record. */
 typedef struct cinfer_prefill_work {
     int request;  /* batch index */
     int q_begin;  /* first query row of the tile, within the request */
@@ -53,7 +56,7 @@ typedef struct cinfer_prefill_work {
     int num_chunks; /* chunks of the tile (1 = not split) */
     int partial;    /* -1: write out and lse; else the slot of (row 0, head 0) of this chunk: row i
                        of the tile, head h writes slot partial + (i * num_qo_heads + h) *
-                       num_chunks */
+                       num_chunks (packed: row i is the tile's token i) */
 } cinfer_prefill_work;
 
 /* Written by plan into the workspace in front of the work list; read by run's kernel, so a

@@ -201,9 +201,10 @@ void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
 
 /* ---- spec ---- */
 
-/* The kernel's spec for checked options, a causal flag and tiles. */
+/* The kernel's spec for checked options, a causal flag, tiles and GQA packing (group: the query
+ * heads a CTA packs into its rows, batch kernels only; 1 = none). */
 static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causal, bool batch,
-                                  bool paged, const cinfer__prefill_config_t *cfg,
+                                  bool paged, const cinfer__prefill_config_t *cfg, int group,
                                   cinfer__spec_t *spec) {
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_init(spec, CINFER__OP_PREFILL);
@@ -221,6 +222,7 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
     spec->tile_kv = cfg->tile_kv;
     spec->warps = cfg->warps;
     spec->stages = cfg->stages;
+    spec->gqa_pack = group > 1 ? group : 0;
     spec->variant = o->variant;
     spec->variant_id = cinfer__variant_id(o->variant);
     return cinfer__spec_validate(spec);
@@ -239,7 +241,7 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
                              causal);
     cinfer__prefill_config_t cfg;
     device_config(o->head_dim, max_smem_optin, &cfg);
-    return build_spec(o, causal, false, false, &cfg, spec);
+    return build_spec(o, causal, false, false, &cfg, 1, spec);
 }
 
 /* ---- tensors ---- */
@@ -434,7 +436,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
                              ctx->max_smem_per_block_optin);
 
     cinfer__spec_t spec;
-    CINFER__CHECK(build_spec(o, causal, false, false, &cfg, &spec));
+    CINFER__CHECK(build_spec(o, causal, false, false, &cfg, 1, &spec));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill", variant_blob,
@@ -532,6 +534,29 @@ void cinfer__batch_prefill_test_no_split(bool on) {
     test_no_split = on;
 }
 
+static int test_pack;
+
+void cinfer__batch_prefill_test_pack(int mode) {
+    test_pack = mode;
+}
+
+/*
+ * GQA packing (prefill_plan.h, "GQA packing"): the query heads per CTA row group, G = Hq / Hk when
+ * G >= 2 divides every candidate tile's rows (then a plan never does more work packed than
+ * unpacked, and K/V is loaded once per group), else 1. Every variant packs: the kernel gives each
+ * hook its row's own token and query head. cinfer__batch_prefill_test_pack forces either way.
+ */
+static int pack_group(const cinfer_attention_options_t *o, const cinfer__prefill_config_t *tiles,
+                      int num_tiles) {
+    const int g = o->num_qo_heads / o->num_kv_heads;
+    if (g < 2 || test_pack < 0)
+        return 1;
+    for (int i = 0; i < num_tiles; i++)
+        if (tiles[i].tile_q < g || (test_pack == 0 && tiles[i].tile_q % g != 0))
+            return 1;
+    return g;
+}
+
 /* batch_setup's device-free part for a device allowing max_smem_optin bytes of shared memory per
  * block: the checks, the planner's configuration without max_ctas, and the layout of unsplit
  * plans (which is the final one when plans cannot split). */
@@ -586,8 +611,10 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
     /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
     cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, s->tiles, &c->num_tiles);
+    c->group = pack_group(o, s->tiles, c->num_tiles);
     for (int i = 0; i < c->num_tiles; i++) {
-        c->tile_q[i] = s->tiles[i].tile_q;
+        /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
+        c->tile_q[i] = s->tiles[i].tile_q / c->group;
         c->tile_kv[i] = s->tiles[i].tile_kv;
     }
     s->dtype = cinfer__dl_dtype(o->q_dtype);
@@ -618,7 +645,7 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
                                  t->tile_q, t->tile_kv, t->stages, s->smem[i],
                                  ctx->max_smem_per_block_optin);
         cinfer__spec_t spec;
-        CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, &spec));
+        CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, s->cfg.group, &spec));
         CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->kernels[i]));
         CINFER__CHECK(prepare_kernel(ctx, &s->kernels[i], t, s->smem[i]));
         if (splittable(&s->cfg)) {
@@ -666,7 +693,8 @@ static cinfer_status_t setup_specs(const cinfer_attention_options_t *o, int caus
     int n = 0;
     for (int i = 0; i < s->cfg.num_tiles; i++)
         if (fixed < 0 || i == fixed)
-            CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, &s->tiles[i], &specs[n++]));
+            CINFER__CHECK(
+                build_spec(o, causal, true, s->cfg.paged, &s->tiles[i], s->cfg.group, &specs[n++]));
     if (splittable(&s->cfg))
         CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim, &specs[n++]));
     *num_specs = n;
@@ -736,6 +764,10 @@ struct cinfer_batch_prefill {
 
 int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op) {
     return op && op->planned && op->split ? op->chunk_size : 0;
+}
+
+int cinfer__batch_prefill_group(const cinfer_batch_prefill_t *op) {
+    return op ? op->setup.cfg.group : 0;
 }
 
 static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need) {

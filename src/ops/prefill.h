@@ -86,6 +86,16 @@ int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
  * time the unsplit plan of the same kernel. Not thread-safe; off by default. */
 void cinfer__batch_prefill_test_no_split(bool on);
 
+/* Tests and benchmarks only: GQA packing of batch prefill objects sized and created afterwards
+ * (prefill_plan.h, "GQA packing"): 0 (the default) packs where it never costs more work (G >= 2
+ * dividing every candidate tile's rows), 1 wherever the kernel can (2 <= G <= every tile's rows,
+ * e.g. G = 5), -1 never. Not thread-safe. */
+void cinfer__batch_prefill_test_pack(int mode);
+
+/* The GQA group op's kernels pack into their rows (G = Hq / Hk), or 1 when op does not pack; 0 for
+ * NULL. For tests and benchmarks. */
+int cinfer__batch_prefill_group(const cinfer_batch_prefill_t *op);
+
 /* The default tiles for head_dim on the context's device (what cinfer_single_prefill uses). */
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
                                     cinfer__prefill_config_t *cfg);

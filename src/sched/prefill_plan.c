@@ -109,10 +109,14 @@ int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int
     return (cfg->max_total_qo + (int64_t)cfg->max_batch_size * (tile_q - 1)) / tile_q;
 }
 
+int64_t cinfer__prefill_cta_heads(const cinfer__prefill_plan_config_t *cfg) {
+    return cfg->group > 1 ? cfg->num_qo_heads / cfg->group : cfg->num_qo_heads;
+}
+
 int64_t cinfer__prefill_split_items(const cinfer__prefill_plan_config_t *cfg, int tile) {
     if (cfg->no_split || (cfg->graph && tile != cinfer__prefill_choose_tile(cfg, 0, 0)))
         return 0;
-    return cfg->max_ctas[tile] / cfg->num_qo_heads;
+    return cfg->max_ctas[tile] / cinfer__prefill_cta_heads(cfg);
 }
 
 bool cinfer__prefill_may_split(const cinfer__prefill_plan_config_t *cfg) {
@@ -140,15 +144,17 @@ static size_t align_up(size_t n) {
 cinfer_status_t cinfer__prefill_batch_layout(const cinfer__prefill_plan_config_t *cfg,
                                              cinfer__prefill_layout_t *out) {
     int64_t work = cinfer__prefill_work_bound(cfg, cfg->tile_q[0]);
-    if (work > INT32_MAX || work * cfg->num_qo_heads > INT32_MAX)
+    const int64_t cta_heads = cinfer__prefill_cta_heads(cfg);
+    if (work > INT32_MAX || work * cta_heads > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "max_total_qo_tokens = %lld and options->max_batch_size = %d allow "
-                             "%lld query tiles of %d rows, x num_qo_heads = %d is more CTAs than "
-                             "one launch allows (2^31 - 1)",
+                             "%lld query tiles of %d rows, x %lld CTAs per tile (heads) is more "
+                             "CTAs than one launch allows (2^31 - 1)",
                              (long long)cfg->max_total_qo, cfg->max_batch_size, (long long)work,
-                             cfg->tile_q[0], cfg->num_qo_heads);
-    /* A split plan with tile i has at most items = floor(max_ctas / Hq) work items (its CTAs fit
-     * one wave), each writing at most min(tile_q, max_total_qo) rows x Hq partial states, and, as
+                             cfg->tile_q[0], (long long)cta_heads);
+    /* A split plan with tile i has at most items = floor(max_ctas / cta_heads) work items (its
+     * CTAs fit one wave), each writing at most min(tile_q, max_total_qo) rows x Hq partial states
+     * over its CTAs, and, as
      * every row is in one of at most `items` unsplit tiles, items x tile_q merge rows
      * (prefill_plan.h; graph mode: only the fixed tile has split items). */
     int64_t states = 0;
@@ -253,6 +259,7 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
                                             int tile, cinfer__prefill_chunking_t *out) {
     const int tile_q = cfg->tile_q[tile];
     const int64_t align = chunk_align(cfg, tile), heads = cfg->num_qo_heads;
+    const int64_t cta_heads = cinfer__prefill_cta_heads(cfg);
     const int64_t unsplit = count_items(cfg, req, batch_size, tile, 0);
     /* Graph mode: the merge's rows are absolute, within its fixed range (prefill_plan.h). */
     const int64_t qo_end =
@@ -260,20 +267,21 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
     const bool rows_fit = !cfg->graph || qo_end <= cinfer__prefill_row_bound(cfg);
     int64_t chunk = 0;
     if (cinfer__prefill_split_items(cfg, tile) > 0 && rows_fit &&
-        unsplit * heads < cfg->max_ctas[tile]) {
+        unsplit * cta_heads < cfg->max_ctas[tile]) {
         int64_t max_len = 0, first;
         for (int b = 0; b < batch_size; b++)
             for (int32_t q = 0; q < req[b].qo_len; q += tile_q)
                 max_len = max64(max_len, chunked_length(cfg, &req[b], q, tile_q, align, &first));
         /* Candidates C = k * align, k in [lo, hi]; at hi every tile is one chunk, so
-         * items(hi * align) x Hq = unsplit x Hq <= max_ctas holds throughout the search. */
+         * items(hi * align) x cta_heads = unsplit x cta_heads <= max_ctas holds throughout the
+         * search. */
         int64_t lo = (CINFER__PREFILL_CHUNK_MIN + align - 1) / align;
         const int64_t k_max = (max_len + align - 1) / align;
         int64_t hi = k_max;
         if (lo < hi) {
             while (lo < hi) {
                 const int64_t mid = lo + (hi - lo) / 2;
-                if (count_items(cfg, req, batch_size, tile, mid * align) * heads <=
+                if (count_items(cfg, req, batch_size, tile, mid * align) * cta_heads <=
                     cfg->max_ctas[tile])
                     hi = mid;
                 else
@@ -424,9 +432,9 @@ int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_
         const int64_t unsplit = cinfer__prefill_work_bound(cfg, tile_q);
         const int64_t split =
             cinfer__prefill_split_items(cfg, cinfer__prefill_choose_tile(cfg, 0, 0));
-        return (unsplit > split ? unsplit : split) * cfg->num_qo_heads;
+        return (unsplit > split ? unsplit : split) * cinfer__prefill_cta_heads(cfg);
     }
-    return (int64_t)num_work * cfg->num_qo_heads;
+    return (int64_t)num_work * cinfer__prefill_cta_heads(cfg);
 }
 
 int64_t cinfer__prefill_merge_grid(const cinfer__prefill_plan_config_t *cfg, int num_rows) {

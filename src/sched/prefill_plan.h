@@ -5,7 +5,8 @@
  * the batch, chooses the query tile, splits long KV ranges into chunks when the batch alone would
  * leave most of the GPU idle (split-KV), and writes the work list the batch prefill kernel reads
  * (kernels/prefill_params.h): one item per (request, tile of tile_q query rows, KV chunk); the
- * grid runs every item for every query head. It also computes the exact workspace layout.
+ * grid runs every item for every query head, or with GQA packing for every KV head (below). It
+ * also computes the exact workspace layout.
  *
  * The tile rule (cinfer__prefill_choose_tile)
  * -------------------------------------------
@@ -18,6 +19,32 @@
  * captured kernel cannot change, so the tile is fixed when the object is created, by the same rule
  * applied to avg = ceil(max_total_qo / max_batch_size).
  *
+ * GQA packing
+ * -----------
+ * With G = Hq / Hk > 1, an object may pack (kernels/prefill.cu, "GQA packing"): a CTA of T rows
+ * then computes all G query heads of one KV head for T / G whole tokens (rounded down), so the
+ * grid is items x Hk (cta_heads; Hq unpacked) and tile_q below counts tokens: T / G. The rules of
+ * this file work in tokens and CTAs and hold unchanged: the tile rule compares the average tokens
+ * per request with T / G (a packed CTA holds T / G tokens of each head of its group); items are
+ * tiles of T / G tokens; the split rule counts items x cta_heads CTAs; partial states and merge
+ * rows stay per (token, query head), the CTA of KV head k writing the slots of its heads
+ * [k G, k G + G). Whether to pack is decided when the object is created (ops/prefill.c: its
+ * kernels, and graph mode's captured grid, depend on it): when G >= 2 divides every candidate T.
+ * Why that never costs more work: for the same average, the unpacked plan takes tile T' (the
+ * smallest holding it, or the largest) and the packed one T with T' <= T <= G T' (T = G T' would
+ * hold it too); tiles and G are powers of two, so each packed tile of T / G tokens lies inside
+ * one unpacked tile of T' tokens, whose G CTAs (one per head) become G T' / T <= G packed CTAs,
+ * each visiting at most that tile's KV range (the causal and window ranges of fewer tokens are
+ * narrower) and loading each K/V tile once for G heads instead of once per head; padded rows per
+ * (request of L tokens, KV head) are ceil(G L / T) T <= G ceil(L / T') T'. Short queries gain
+ * the most: L tokens with G L <= T take one CTA per KV head instead of G mostly empty ones (a
+ * cascade's shared prefix, 64 tokens x 32 / 8 heads over 8192 keys: 16 CTAs of 128 full rows,
+ * split into 8 chunks each, instead of 32 CTAs of 64 rows split into 8). What packing
+ * can lose is parallelism where a plan cannot split (variants without split-KV, KV ranges shorter
+ * than two chunks, graph-mode rows past R): fewer CTAs of more rows each, on small problems. A G
+ * that does not divide T (3, 5, 6, 7) would leave T mod G rows of every packed tile empty, up to
+ * 1 / 16 of the work at T = 64 and G = 5 on long queries, so those objects stay unpacked.
+ *
  * The KV range of a query tile
  * ----------------------------
  * The tile of rows [q, q + r) of a request visits the KV positions [b, e) that some of its rows
@@ -27,39 +54,40 @@
  *
  * The split-KV rule (cinfer__prefill_plan_chunks)
  * -----------------------------------------------
- * Unsplit, a plan runs items x Hq CTAs (items = sum_b ceil(qo_len_b / T)). A few tiles over a
- * long KV (a cascade's shared prefix: 64 query rows of one group over 8192 positions, 32 heads:
- * 32 CTAs) leave most SMs idle. With max_ctas = the chosen kernel's resident CTAs on the device
- * (SMs x blocks per SM, from the occupancy API when the object is sized and created):
+ * Unsplit, a plan runs items x cta_heads CTAs (items = sum_b ceil(qo_len_b / T); cta_heads = Hq,
+ * or Hk packed). A few tiles over a long KV (a cascade's shared prefix: 64 query rows of one group
+ * over 8192 positions, 32 heads unpacked: 32 CTAs) leave most SMs idle. With max_ctas = the chosen
+ * kernel's resident CTAs on the device (SMs x blocks per SM, from the occupancy API when the object
+ * is sized and created):
  * - never for variants whose partial states cannot be merged (no softmax, output transform), nor
- *   when items x Hq >= max_ctas (one chunk per tile already fills a wave), nor in CUDA-graph mode
- *   when qo_indptr[batch] exceeds the merge's fixed rows (below);
+ *   when items x cta_heads >= max_ctas (one chunk per tile already fills a wave), nor in CUDA-graph
+ * mode when qo_indptr[batch] exceeds the merge's fixed rows (below);
  * - else all tiles share one chunk size C, a multiple of A = max(CINFER__PREFILL_CHUNK_ALIGN,
  *   tile_kv) and at least CINFER__PREFILL_CHUNK_MIN: the tile with range [b, e) has
  *   n = max(1, ceil((e - b') / C)) chunks with b' = b rounded down to A, chunk c covering
  *   [b' + c C, min(b' + (c + 1) C, e)), and C is the smallest such size with
- *   sum_tiles n x Hq <= max_ctas (binary search; the sum is non-increasing in C). When that C
- *   leaves every tile one chunk, nothing is split.
- * So a split plan runs at most one wave of resident CTAs, its longest CTA is as short as that
- * allows, and chunk edges are KV-tile edges (no KV tile is visited by two chunks; the causal and
- * window masks stay where they were). A row that keeps none of a chunk's positions (causal: a
- * chunk past the row's position) gets an empty partial state (0, LSE -inf): weight 0 in the merge.
+ *   sum_tiles n x cta_heads <= max_ctas (binary search; the sum is non-increasing in C). When that
+ * C leaves every tile one chunk, nothing is split. So a split plan runs at most one wave of
+ * resident CTAs, its longest CTA is as short as that allows, and chunk edges are KV-tile edges (no
+ * KV tile is visited by two chunks; the causal and window masks stay where they were). A row that
+ * keeps none of a chunk's positions (causal: a chunk past the row's position) gets an empty partial
+ * state (0, LSE -inf): weight 0 in the merge.
  *
  * CUDA-graph mode
  * ---------------
  * A captured run replays the launches of the plan it was captured after: the kernel (the tile,
  * fixed at create), the grids and every address are those of the capture; only the workspace's
  * contents change with later plans. So graph mode splits by the same rule, inside bounds fixed
- * at create: the attention grid is max(work_bound(T), I) x Hq for the fixed tile T and
- * I = floor(max_ctas / Hq) (every unsplit plan, and every split one, fits; CTAs past the plan's
- * items exit), and the merge kernel is launched after it by every run, with a grid for
- * R = min(I x T, max_total_qo) rows; it reads the plan's row count from its header in the
- * workspace, 0 when the plan did not split (every block then exits). The merge's rows are the
- * absolute rows of q/out from row 0 (rows before qo_indptr[0] are skipped), because the output
- * address a captured merge writes through cannot move with a later plan's qo_indptr[0]: a
- * graph-mode plan splits only when qo_indptr[batch] <= R, which every split plan with
- * qo_indptr[0] = 0 satisfies (its rows lie in at most I tiles of T rows, and there are at most
- * max_total_qo of them); a plan with rows further out runs unsplit (correct, not faster).
+ * at create: the attention grid is max(work_bound(T), I) x cta_heads for the fixed tile T and
+ * I = floor(max_ctas / cta_heads) (every unsplit plan, and every split one, fits; CTAs past the
+ * plan's items exit), and the merge kernel is launched after it by every run, with a grid for R =
+ * min(I x T, max_total_qo) rows; it reads the plan's row count from its header in the workspace, 0
+ * when the plan did not split (every block then exits). The merge's rows are the absolute rows of
+ * q/out from row 0 (rows before qo_indptr[0] are skipped), because the output address a captured
+ * merge writes through cannot move with a later plan's qo_indptr[0]: a graph-mode plan splits only
+ * when qo_indptr[batch] <= R, which every split plan with qo_indptr[0] = 0 satisfies (its rows lie
+ * in at most I tiles of T rows, and there are at most max_total_qo of them); a plan with rows
+ * further out runs unsplit (correct, not faster).
  *
  * Partial states and the merge
  * ----------------------------
@@ -76,9 +104,10 @@
  * -------------------------------------
  * Unsplit, a request of qo_len rows has ceil(qo_len / tile_q) items (none when qo_len is 0), so
  *   items = sum_b ceil(qo_len_b / T) <= floor((total_qo + batch * (T - 1)) / T),
- * the work bound of the smallest candidate tile. A split plan has at most I = floor(max_ctas / Hq)
- * items (its CTAs fit one wave), so at most I x Hq x min(tile_q, max_total_qo) partial states
- * (each CTA writes at most that many rows of its head) and, since every row is in one of its at
+ * the work bound of the smallest candidate tile. A split plan has at most
+ * I = floor(max_ctas / cta_heads) items (its CTAs fit one wave), so at most
+ * I x Hq x min(tile_q, max_total_qo) partial states (the CTAs of an item write at most that many
+ * rows of each head) and, since every row is in one of its at
  * most I unsplit tiles, at most min(I x tile_q, max_total_qo) merge rows (graph mode: R above,
  * which bounds its absolute rows by construction). The workspace holds the larger of the bounds
  * over the candidate tiles (graph mode: the fixed tile's), so any plan fits.
@@ -125,8 +154,12 @@ typedef struct cinfer__prefill_plan_config {
     bool graph;           /* CUDA-graph mode: one tile, grids fixed for the maxima (top of file) */
     bool no_split;        /* the variant's partial states cannot be merged (no softmax, output
                              transform): no split-KV */
+    int group;            /* GQA packing: the G = Hq / Hk query heads each CTA packs into its tile
+                             rows (Hk CTAs per work item), or 0 or 1: none (Hq CTAs per item) */
     int num_tiles;        /* candidate tiles, 1..CINFER__PREFILL_MAX_TILES */
-    int tile_q[CINFER__PREFILL_MAX_TILES];   /* ascending, each a multiple of 16 */
+    int tile_q[CINFER__PREFILL_MAX_TILES];   /* query tokens per work item, ascending: the
+                                                kernel's rows, divided by G (rounded down) when
+                                                packed */
     int tile_kv[CINFER__PREFILL_MAX_TILES];  /* each tile's KV rows per pipeline step */
     int max_ctas[CINFER__PREFILL_MAX_TILES]; /* each tile's resident CTAs on the device (0: never
                                                 split with that tile) */
@@ -167,9 +200,12 @@ int cinfer__prefill_choose_tile(const cinfer__prefill_plan_config_t *cfg, int64_
  * tile_q). */
 int64_t cinfer__prefill_work_bound(const cinfer__prefill_plan_config_t *cfg, int tile_q);
 
-/* The most work items of a split plan with tile index `tile`: I = floor(max_ctas[tile] / Hq); 0
- * when plans of cfg never split with that tile (no_split; graph mode: a tile other than the fixed
- * one). */
+/* CTAs per work item: Hk with GQA packing (cfg->group > 1), else Hq. */
+int64_t cinfer__prefill_cta_heads(const cinfer__prefill_plan_config_t *cfg);
+
+/* The most work items of a split plan with tile index `tile`: I = floor(max_ctas[tile] /
+ * cta_heads); 0 when plans of cfg never split with that tile (no_split; graph mode: a tile other
+ * than the fixed one). */
 int64_t cinfer__prefill_split_items(const cinfer__prefill_plan_config_t *cfg, int tile);
 
 /* Whether plans of cfg may split the KV at all: some tile has split items. */
@@ -268,8 +304,8 @@ int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
 
 /* ---- grids ---- */
 
-/* Blocks of the attention kernel: graph mode max(work_bound(tile_q), split_items(fixed tile)) x Hq
- * (constant; CTAs past the plan's items exit), else num_work x Hq. */
+/* Blocks of the attention kernel: graph mode max(work_bound(tile_q), split_items(fixed tile)) x
+ * cta_heads (constant; CTAs past the plan's items exit), else num_work x cta_heads. */
 int64_t cinfer__prefill_grid(const cinfer__prefill_plan_config_t *cfg, int tile_q, int num_work);
 
 /* Blocks of the merge kernel: graph mode ceil(row_bound x Hq / rows per block) whatever the plan

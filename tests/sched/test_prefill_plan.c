@@ -127,8 +127,10 @@ static int compare_spans(const void *a, const void *b) {
 }
 
 /*
- * Every (request, query row) is in the items of exactly one query tile (so, with the grid
- * multiplying by Hq, every (request, row, head) in that tile's CTAs), and every KV position a row
+ * Every (request, query row) is in the items of exactly one query tile, and every (request, row,
+ * query head) is computed by exactly one CTA of that tile's first chunk (the CTAs of an item as
+ * the kernel maps them: one per query head, or with GQA packing one per KV head k, whose row r is
+ * the tile's token r / G of query head k G + r % G), and every KV position a row
  * keeps (causal, window, kv_len) is visited by exactly one of them (the kernel visits whole KV
  * tiles from its range cut to its chunk, and masks elements); items carry their request's
  * description, tiles start on multiples of tile_q, chunks on multiples of the alignment, costs
@@ -139,6 +141,9 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
                         const int32_t *kv_indptr, const int32_t *last, int batch, const plan_t *p) {
     const int tile_q = cfg->tile_q[p->tile], tile_kv = cfg->tile_kv[p->tile];
     const int64_t align = tile_kv > 64 ? tile_kv : 64, heads = cfg->num_qo_heads;
+    const int group = cfg->group > 1 ? cfg->group : 1;
+    const int64_t cta_heads = cinfer__prefill_cta_heads(cfg);
+    assert_int_equal(cta_heads, heads / group);
     const cinfer__prefill_chunking_t *ch = &p->chunking;
     const int n = p->dst.header->num_work;
     assert_int_equal(n, ch->num_work);
@@ -151,7 +156,7 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
     const int64_t merge_row0 = cfg->graph ? 0 : qo_indptr[0];
     if (ch->split) {
         assert_false(cfg->no_split);
-        assert_true((int64_t)n * heads <= cfg->max_ctas[p->tile]);
+        assert_true((int64_t)n * cta_heads <= cfg->max_ctas[p->tile]);
         assert_true(n <= cinfer__prefill_split_items(cfg, p->tile));
         assert_true(ch->chunk_size >= CINFER__PREFILL_CHUNK_MIN && ch->chunk_size % align == 0);
         assert_true(ch->num_rows <= p->layout.row_capacity);
@@ -178,6 +183,7 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
     for (int64_t r = 0; r < rows; r++)
         tile_of_row[r] = -1;
     unsigned char *slot_used = calloc((size_t)ch->num_states + 1, 1);
+    unsigned char *computed = calloc((size_t)(rows * heads) + 1, 1);
     int64_t num_spans = 0, cap_spans = 64;
     span_t *spans = malloc(sizeof *spans * (size_t)cap_spans);
     int64_t prev_cost = INT64_MAX;
@@ -218,14 +224,25 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
             assert_true(w->chunk_end - w->chunk_begin <= ch->chunk_size);
             assert_true(w->chunk_begin < te && w->chunk_end > tb && w->chunk_end <= te);
             assert_true(w->partial >= 0);
-            for (int r = 0; r < q_rows; r++)
-                for (int h = 0; h < heads; h++) {
-                    const int64_t slot = w->partial + ((int64_t)r * heads + h) * w->num_chunks;
+        }
+        /* The item's CTAs, row by row as the kernel maps them (its rows past q_rows tokens
+         * are padding: never stored). */
+        for (int64_t k = 0; k < cta_heads; k++)
+            for (int r = 0; r < tile_q * group; r++) {
+                const int token = r / group;
+                const int64_t h = group > 1 ? k * group + r % group : k;
+                if (token >= q_rows)
+                    continue;
+                if (w->chunk == 0 && computed[(row0 + token) * heads + h]++)
+                    fail_msg("request %d row %d head %lld is computed twice", b, w->q_begin + token,
+                             (long long)h);
+                if (w->num_chunks > 1) {
+                    const int64_t slot = w->partial + (token * heads + h) * w->num_chunks;
                     assert_true(slot < ch->num_states);
                     if (slot_used[slot]++)
                         fail_msg("partial slot %lld is used twice", (long long)slot);
                 }
-        }
+            }
         if (ch->split) {
             for (int r = 0; r < q_rows; r++) {
                 const cinfer_decode_request *m = &p->dst.rows[row0 + r + qo_indptr[0] - merge_row0];
@@ -269,6 +286,11 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
     for (int64_t i = 0; i < ch->num_states; i++)
         if (!slot_used[i])
             fail_msg("partial slot %lld is never written", (long long)i);
+    for (int64_t i = 0; i < rows * heads; i++)
+        if (!computed[i])
+            fail_msg("row %lld head %lld is computed by no CTA", (long long)(i / heads),
+                     (long long)(i % heads));
+    free(computed);
     /* Per row, the visited spans of kept positions tile the row's kept range exactly. */
     qsort(spans, (size_t)num_spans, sizeof *spans, compare_spans);
     int64_t at = 0;
@@ -309,16 +331,16 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
          * merge's rows are the row bound, whatever the plan. */
         const int64_t bound = cinfer__prefill_work_bound(cfg, tile_q);
         const int64_t items = cinfer__prefill_split_items(cfg, p->tile);
-        assert_int_equal(grid, (bound > items ? bound : items) * cfg->num_qo_heads);
+        assert_int_equal(grid, (bound > items ? bound : items) * cta_heads);
         assert_int_equal(merge_grid,
                          (cinfer__prefill_row_bound(cfg) * heads + per_block - 1) / per_block);
         assert_int_equal(p->layout.row_capacity, cinfer__prefill_row_bound(cfg));
-        assert_true(grid <= (int64_t)p->layout.work_capacity * heads);
+        assert_true(grid <= (int64_t)p->layout.work_capacity * cta_heads);
     } else {
-        assert_int_equal(grid, (int64_t)n * cfg->num_qo_heads);
+        assert_int_equal(grid, (int64_t)n * cta_heads);
         assert_int_equal(merge_grid, (ch->num_rows * heads + per_block - 1) / per_block);
     }
-    assert_true(grid >= (int64_t)n * cfg->num_qo_heads);
+    assert_true(grid >= (int64_t)n * cta_heads);
     assert_true(merge_grid * per_block >= ch->num_rows * heads);
 }
 
@@ -928,6 +950,188 @@ static void random_batches(void **state) {
     assert_true(graph_splits >= 5);
 }
 
+/* ---- GQA packing ---- */
+
+/* c packing G query heads per KV head (as ops/prefill.c configures it): its kernels' 32-, 64- and
+ * 128-row tiles hold floor(rows / G) tokens each, and an item runs Hk CTAs. */
+static cinfer__prefill_plan_config_t packed(cinfer__prefill_plan_config_t c, int group) {
+    c.group = group;
+    for (int i = 0; i < CINFER__PREFILL_MAX_TILES; i++)
+        c.tile_q[i] /= group;
+    return c;
+}
+
+/* The cascade's shared prefix packed: 64 tokens x 4 heads of each of the 8 KV heads are 256 rows,
+ * two 128-row tiles of 32 tokens (16 CTAs instead of 32 half-empty ones unpacked); split, the
+ * 128-row kernel's 132 resident CTAs take 16 items: 8 chunks of 1024 per tile, 128 CTAs. The
+ * partial states and merge rows are those of the unpacked plan (per token and query head). */
+static void packed_cascade_prefix(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = packed(config(32, 8, false, -1, true, 16, 1, 64, false), 4);
+    const int32_t qo[] = {0, 64}, kv[] = {0, 512}, last[] = {16};
+    plan_t p;
+    assert_int_equal(cinfer__prefill_cta_heads(&c), 8);
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, last, 1, &p);
+    assert_int_equal(p.tile, 2);
+    assert_false(p.chunking.split); /* no max_ctas: never split */
+    assert_int_equal(p.dst.header->num_work, 2);
+    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], 2), 16);
+    free_plan(&p);
+    h200_ctas(&c);
+    assert_int_equal(cinfer__prefill_split_items(&c, 2), 16);
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, last, 1, &p);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.chunk_size, 1024);
+    assert_int_equal(p.chunking.num_work, 16);
+    assert_int_equal(p.chunking.max_chunks, 8);
+    assert_int_equal(p.chunking.num_rows, 64);
+    assert_int_equal(p.chunking.num_states, 64 * 32 * 8);
+    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+    assert_int_equal(p.dst.rows[33].partial_base, 32 * 32 * 8 + 1 * 32 * 8);
+    free_plan(&p);
+    /* Graph mode: the same split inside grids fixed at create (16 items x 8 KV heads). */
+    c.graph = true;
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 0, 0), 2);
+    assert_int_equal(cinfer__prefill_row_bound(&c), 64);
+    const int32_t qo2[] = {0, 10}, kv2[] = {0, 300}, last2[] = {7}, qo3[] = {3, 40};
+    const int32_t *qos[] = {qo, qo2, qo3}, *kvs[] = {kv, kv2, kv}, *lasts[] = {last, last2, last};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(make_plan(&c, qos[i], kvs[i], lasts[i], 1, &p), CINFER_STATUS_SUCCESS);
+        verify_plan(&c, qos[i], kvs[i], lasts[i], 1, &p);
+        assert_true(p.chunking.split);
+        assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+        free_plan(&p);
+    }
+}
+
+/* The workspace of a packed object: work items of the smallest tile's 8 tokens, split items per
+ * Hk CTAs (528 / 8 = 66 of 8 tokens, 33 of 16, 16 of 32), states and rows over those. */
+static void packed_layout_is_exact(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c =
+        packed(config(32, 8, true, -1, true, 16, 64, 10000, false), 4);
+    cinfer__prefill_layout_t l;
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(l.work_capacity, (10000 + 64 * 7) / 8);
+    assert_int_equal(l.state_capacity, 0);
+    h200_ctas(&c);
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(l.work_capacity, (10000 + 64 * 7) / 8);
+    assert_int_equal(l.row_capacity, 528);
+    assert_int_equal(l.state_capacity, 66 * 32 * 8);
+    assert_int_equal(l.total_bytes, l.partial_lse_offset + 66 * 32 * 8 * 4);
+    /* G = 32 in a 32-row tile: one token per item, Hk = 1 CTA each. */
+    c = packed(config(32, 1, true, -1, false, 1, 4, 100, false), 32);
+    assert_int_equal(c.tile_q[0], 1);
+    assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
+    assert_int_equal(l.work_capacity, 100);
+}
+
+/* Random batches planned packed (G of 2 to 32, some not dividing the tiles, as the test switch
+ * allows), graph mode and split-KV included: every (row, head, KV position) exactly once. */
+static void packed_random_batches(void **state) {
+    (void)state;
+    static const int groups[] = {2, 4, 8, 16, 32, 3, 5, 6, 7};
+    uint64_t s = 0x9ac4;
+    int splits = 0;
+#define NEXT() lcg(&s)
+    for (int it = 0; it < 200; it++) {
+        const bool paged = NEXT() % 2, causal = NEXT() % 2, graph = NEXT() % 4 == 0;
+        const int page = 1 + (int)(NEXT() % 64);
+        const int window = NEXT() % 3 == 0 ? (int)(NEXT() % 500) : -1;
+        const int max_batch = 1 + (int)(NEXT() % 32);
+        const int batch = (int)(NEXT() % (uint64_t)(max_batch + 1));
+        int32_t *qo = calloc((size_t)batch + 1, 4), *kv = calloc((size_t)batch + 1, 4),
+                *last = calloc((size_t)batch + 1, 4);
+        qo[0] = (int32_t)(NEXT() % 7);
+        const int short_queries = NEXT() % 2;
+        for (int b = 0; b < batch; b++) {
+            const int qo_len = short_queries ? (int)(NEXT() % 20) : (int)(NEXT() % 700);
+            const int kv_len = (int)(NEXT() % (NEXT() % 4 == 0 ? 20000 : 3000));
+            qo[b + 1] = qo[b] + qo_len;
+            const int pages = paged ? (kv_len + page - 1) / page : kv_len;
+            kv[b + 1] = kv[b] + pages;
+            last[b] = paged && pages ? kv_len - (pages - 1) * page : 1;
+        }
+        const int group = groups[NEXT() % (sizeof groups / sizeof groups[0])];
+        const int hk = 1 + (int)(NEXT() % 3);
+        cinfer__prefill_plan_config_t c =
+            packed(config(group * hk, hk, causal, window, paged, page, max_batch,
+                          qo[batch] - qo[0] + (int64_t)(NEXT() % 50) + 1, graph),
+                   group);
+        c.num_tiles = 1 + (int)(NEXT() % 3);
+        for (int t = 0; t < 3; t++)
+            c.max_ctas[t] = (int)(NEXT() % 600);
+        plan_t p;
+        if (make_plan(&c, qo, kv, paged ? last : NULL, batch, &p) != CINFER_STATUS_SUCCESS)
+            fail_msg("iteration %d: %s", it, cinfer_last_error());
+        verify_plan(&c, qo, kv, paged ? last : NULL, batch, &p);
+        splits += p.chunking.split;
+        free_plan(&p);
+        free(qo);
+        free(kv);
+        free(last);
+    }
+#undef NEXT
+    assert_true(splits >= 20);
+}
+
+/*
+ * The planner's argument for packing whenever G divides every tile (prefill_plan.h): for any
+ * batch, the packed plan's CTAs pad no more rows, visit no more KV positions (summed over CTAs:
+ * K/V loaded), and do no more rows x positions (the mmas) than the unpacked plan's.
+ */
+static void packing_never_costs_more(void **state) {
+    (void)state;
+    uint64_t s = 0x7e57;
+#define NEXT() lcg(&s)
+    for (int it = 0; it < 300; it++) {
+        const int group = 2 << (NEXT() % 3); /* 2, 4, 8 */
+        const bool causal = NEXT() % 2;
+        const int window = NEXT() % 3 == 0 ? (int)(NEXT() % 700) : -1;
+        const int batch = 1 + (int)(NEXT() % 12);
+        int32_t qo[13], kv[13];
+        qo[0] = kv[0] = 0;
+        const int scale = (int)(NEXT() % 3);
+        for (int b = 0; b < batch; b++) {
+            const int qo_len = (int)(NEXT() % (scale == 0 ? 8 : scale == 1 ? 80 : 600));
+            qo[b + 1] = qo[b] + qo_len;
+            kv[b + 1] = kv[b] + qo_len + (int)(NEXT() % 3000);
+        }
+        const cinfer__prefill_plan_config_t u =
+            config(8 * group, 8, causal, window, false, 1, batch, qo[batch] + 1, false);
+        cinfer__prefill_plan_config_t pk = packed(u, group);
+        const int num_tiles = 1 + (int)(NEXT() % 3);
+        pk.num_tiles = num_tiles;
+        cinfer__prefill_plan_config_t uu = u;
+        uu.num_tiles = num_tiles;
+        int64_t rows[2] = {0, 0}, loads[2] = {0, 0}, work[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            const cinfer__prefill_plan_config_t *c = k ? &pk : &uu;
+            plan_t p;
+            assert_int_equal(make_plan(c, qo, kv, NULL, batch, &p), CINFER_STATUS_SUCCESS);
+            verify_plan(c, qo, kv, NULL, batch, &p);
+            const int kernel_rows = c->tile_q[p.tile] * (k ? group : 1);
+            for (int i = 0; i < p.dst.header->num_work; i++) {
+                const int64_t cost =
+                    cinfer__prefill_item_cost(c, &p.dst.work[i], c->tile_q[p.tile]);
+                rows[k] += kernel_rows * cinfer__prefill_cta_heads(c);
+                loads[k] += cost * cinfer__prefill_cta_heads(c);
+                work[k] += cost * kernel_rows * cinfer__prefill_cta_heads(c);
+            }
+            free_plan(&p);
+        }
+        if (rows[1] > rows[0] || loads[1] > loads[0] || work[1] > work[0])
+            fail_msg("iteration %d (G %d): packed rows / loads / work %lld / %lld / %lld, unpacked "
+                     "%lld / %lld / %lld",
+                     it, group, (long long)rows[1], (long long)loads[1], (long long)work[1],
+                     (long long)rows[0], (long long)loads[0], (long long)work[0]);
+    }
+#undef NEXT
+}
+
 /* ---- argument errors ---- */
 
 static void plan_argument_errors(void **state) {
@@ -1010,7 +1214,8 @@ static void workspace_size_is_the_layout(void **state) {
     assert_int_equal(
         cinfer_batch_prefill_workspace_size(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, &bytes),
         CINFER_STATUS_SUCCESS);
-    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 16, 4096, false);
+    /* 32 / 8 heads: packed, four heads per KV head (prefill_plan.h). */
+    cinfer__prefill_plan_config_t c = packed(config(32, 8, true, -1, true, 16, 16, 4096, false), 4);
     c.no_split = true;
     cinfer__prefill_layout_t l;
     assert_int_equal(cinfer__prefill_batch_layout(&c, &l), CINFER_STATUS_SUCCESS);
@@ -1040,6 +1245,7 @@ static void workspace_size_is_the_layout(void **state) {
         CINFER_STATUS_SUCCESS);
     assert_int_equal(n, 2);
     assert_int_equal(specs[0].tile_q, 128); /* 4096 rows over 16 requests: 256 on average */
+    assert_int_equal(specs[0].gqa_pack, 4);
     assert_int_equal(specs[0].batch, 1);
     assert_int_equal(specs[0].paged, 1);
     assert_int_equal(specs[0].mask, CINFER__MASK_CAUSAL);
@@ -1058,6 +1264,7 @@ static void workspace_size_is_the_layout(void **state) {
     assert_int_equal(n, 4);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(specs[i].op, CINFER__OP_PREFILL);
+        assert_int_equal(specs[i].gqa_pack, 4);
         assert_int_equal(specs[i].paged, 0);
         assert_int_equal(specs[i].mask, CINFER__MASK_NONE);
         assert_int_equal(cinfer__spec_validate(&specs[i]), CINFER_STATUS_SUCCESS);
@@ -1071,6 +1278,70 @@ static void workspace_size_is_the_layout(void **state) {
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
     assert_int_equal(n, 3);
+}
+
+/* GQA packing is decided at create, from the heads and the tiles: G = Hq / Hk >= 2 dividing every
+ * candidate tile packs; other G only under the test switch, and never past the smallest tile. */
+static void packing_is_decided_at_create(void **state) {
+    (void)state;
+    cinfer_context_t ctx = fake_context();
+    cinfer_attention_options_t o = good_options();
+    cinfer__spec_t specs[CINFER__BATCH_PREFILL_MAX_SPECS];
+    int n = 0;
+    static const struct {
+        int hq, hk, mode, want;
+    } cases[] = {
+        {32, 8, 0, 4},  {32, 8, -1, 0}, {32, 8, 1, 4}, {16, 8, 0, 2}, {64, 8, 0, 8},
+        {32, 32, 0, 0}, {32, 32, 1, 0}, {40, 8, 0, 0}, {40, 8, 1, 5}, {21, 3, 1, 7},
+        {32, 1, 0, 32}, {64, 1, 0, 0},  {64, 1, 1, 0}, {12, 4, 0, 0}, {12, 4, 1, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        o.num_qo_heads = cases[i].hq;
+        o.num_kv_heads = cases[i].hk;
+        cinfer__batch_prefill_test_pack(cases[i].mode);
+        assert_int_equal(cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1,
+                                                            4096, specs, &n),
+                         CINFER_STATUS_SUCCESS);
+        cinfer__batch_prefill_test_pack(0);
+        assert_int_equal(n, 4);
+        for (int k = 0; k < 3; k++) {
+            if (specs[k].gqa_pack != cases[i].want)
+                fail_msg("Hq %d Hk %d mode %d: gqa_pack %d, expected %d", cases[i].hq, cases[i].hk,
+                         cases[i].mode, specs[k].gqa_pack, cases[i].want);
+            assert_int_equal(cinfer__spec_validate(&specs[k]), CINFER_STATUS_SUCCESS);
+        }
+    }
+    /* Single prefill never packs. */
+    o = good_options();
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 232448, &specs[0]), CINFER_STATUS_SUCCESS);
+    assert_int_equal(specs[0].gqa_pack, 0);
+    /* The spec field: a name token and a define, validated against batch and the tile. */
+    cinfer__spec_t spec;
+    assert_int_equal(cinfer__spec_parse("prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,"
+                                        "batch=1,paged=1,tile_q=32,tile_kv=32,warps=2,stages=2,"
+                                        "gqa_pack=4",
+                                        &spec),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(spec.gqa_pack, 4);
+    cinfer__rendered_t r;
+    assert_int_equal(cinfer__spec_render(&spec, "sm_90a", 13000, &r), CINFER_STATUS_SUCCESS);
+    assert_non_null(strstr(r.name, "_s2_gqa4"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_GQA_PACK 4\n"));
+    cinfer__rendered_free(&r);
+    spec.gqa_pack = 0;
+    assert_int_equal(cinfer__spec_render(&spec, "sm_90a", 13000, &r), CINFER_STATUS_SUCCESS);
+    assert_null(strstr(r.name, "gqa"));
+    assert_non_null(strstr(r.source.data, "#define CINFER_GQA_PACK 0\n"));
+    cinfer__rendered_free(&r);
+    spec.gqa_pack = 1;
+    assert_error(cinfer__spec_validate(&spec), CINFER_STATUS_INVALID_ARGUMENT, "gqa_pack 1");
+    spec.gqa_pack = 33;
+    assert_error(cinfer__spec_validate(&spec), CINFER_STATUS_INVALID_ARGUMENT, "2..tile_q (32)");
+    spec.gqa_pack = 32;
+    assert_int_equal(cinfer__spec_validate(&spec), CINFER_STATUS_SUCCESS);
+    spec.batch = 0;
+    spec.paged = 0;
+    assert_error(cinfer__spec_validate(&spec), CINFER_STATUS_INVALID_ARGUMENT, "with batch 1");
 }
 
 static void options_rejected_naming_the_field(void **state) {
@@ -1187,8 +1458,13 @@ int main(void) {
         cmocka_unit_test(chunk_size_is_the_smallest_that_fits),
         cmocka_unit_test(split_masks_and_edges),
         cmocka_unit_test(random_batches),
+        cmocka_unit_test(packed_cascade_prefix),
+        cmocka_unit_test(packed_layout_is_exact),
+        cmocka_unit_test(packed_random_batches),
+        cmocka_unit_test(packing_never_costs_more),
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(workspace_size_is_the_layout),
+        cmocka_unit_test(packing_is_decided_at_create),
         cmocka_unit_test(options_rejected_naming_the_field),
         cmocka_unit_test(public_functions_reject_null_handles),
     };
