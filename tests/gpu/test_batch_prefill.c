@@ -4,9 +4,11 @@
  * batches of a few rows, which take the small tile), KV lengths 0..~4k with qo_len > kv_len too,
  * page sizes 1..256 (odd ones included), NHD/HND, combined K/V caches, fp16/bf16, head dims
  * 64/128/256 and the padded 80 and 208, GQA 1..8, causal on and off, sliding window, soft cap,
- * LSE, in-kernel RoPE, CUDA-graph capture and replay after re-planning, argument errors, and
+ * LSE, in-kernel RoPE, CUDA-graph capture and replay after re-planning, argument errors,
  * split-KV (few query rows over 4k-16k positions: chunks merged by the merge kernel, rows empty in
- * a chunk or in all, windows, variants, an exact workspace).
+ * a chunk or in all, windows, variants, an exact workspace), and GQA packing (the query heads of a
+ * KV head in one CTA's rows: the default for G = 2, 4, 8, 16, which most cases above use; forced
+ * for G = 3, 5, 6 and turned off for G = 4 in gqa_packing).
  *
  * Every output is poisoned (NaN) and surrounded by canaries; q rows that no request owns (the
  * plan starts at qo_indptr[0] > 0 and leaves rows after the last request) must keep the poison in
@@ -51,6 +53,7 @@ typedef struct bp_case {
     int expect_split; /* 1: the plan must split the KV (split-KV), -1: it must not, 0: either */
     int rope;         /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
     float rope_scale, rope_theta; /* with rope; 0: the defaults 1 and 1e4 */
+    int expect_group;             /* 0: either; else the GQA group the object must pack (1: none) */
 } bp_case;
 
 static bp_case base_case(const char *desc) {
@@ -512,6 +515,9 @@ static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
     if ((c->expect_split > 0 && chunk == 0) || (c->expect_split < 0 && chunk != 0))
         fail_msg("%s: the plan %s the KV (chunk size %d)", c->desc,
                  chunk ? "split" : "did not split", chunk);
+    if (c->expect_group && cinfer__batch_prefill_group(op) != c->expect_group)
+        fail_msg("%s: the object packs %d query heads per KV head, expected %d", c->desc,
+                 cinfer__batch_prefill_group(op), c->expect_group);
     CINFER_TEST_OK(run_op(op, c, &t));
     CINFER_TEST_SYNC(stream);
     /* The workspace is exactly what workspace_size reported: nothing past it is written. */
@@ -1143,7 +1149,7 @@ typedef struct graph_step {
     int split; /* 1: the plan must split, -1: it must not */
 } graph_step;
 
-static void graph_split_replays(int capture_split, uint64_t seed) {
+static void graph_split_replays(int capture_split, uint64_t seed, int hq, int hk) {
     const int max_batch = 4;
     /* 256 rows of the object; the 64-row tile (64 rows per request on average). */
     const int64_t max_total = 256, q_cap = max_total + Q_FRONT + Q_BACK;
@@ -1167,13 +1173,15 @@ static void graph_split_replays(int capture_split, uint64_t seed) {
         kv_cap = pages > kv_cap ? pages : kv_cap;
     }
     const graph_step *first = &steps[capture_split ? 0 : 2];
-    bp_case big = base_case(capture_split ? "graph split: capture (split)"
-                                          : "graph split: capture (unsplit)");
+    char big_desc[96];
+    snprintf(big_desc, sizeof big_desc, "graph split, heads %d/%d: capture (%s)", hq, hk,
+             capture_split ? "split" : "unsplit");
+    bp_case big = base_case(big_desc);
     big.batch = first->batch;
     big.qo_lens = first->qo;
     big.kv_lens = first->kv;
-    big.hq = 8;
-    big.hk = 2;
+    big.hq = hq;
+    big.hk = hk;
     big.causal = 0;
     cinfer_test_rng rng;
     cinfer_test_rng_init(&rng, seed);
@@ -1201,7 +1209,8 @@ static void graph_split_replays(int capture_split, uint64_t seed) {
         const graph_step *g = &steps[r];
         bp_case c = big;
         char desc[96];
-        snprintf(desc, sizeof desc, "graph split: capture %s, replay %d (batch %d, %s)",
+        snprintf(desc, sizeof desc,
+                 "graph split, heads %d/%d: capture %s, replay %d (batch %d, %s)", hq, hk,
                  capture_split ? "split" : "unsplit", r, g->batch,
                  g->split > 0 ? "split" : "unsplit");
         c.desc = desc;
@@ -1236,8 +1245,8 @@ static void graph_split_replays(int capture_split, uint64_t seed) {
 
 static void cuda_graph_split_kv(void **state) {
     (void)state;
-    graph_split_replays(1, cinfer_test_seed() + 800);
-    graph_split_replays(0, cinfer_test_seed() + 850);
+    graph_split_replays(1, cinfer_test_seed() + 800, 8, 2);
+    graph_split_replays(0, cinfer_test_seed() + 850, 8, 2);
 }
 
 static void bad_arguments_are_errors(void **state) {
@@ -1369,6 +1378,141 @@ static void variants(void **state) {
     }
 }
 
+/*
+ * GQA packing (kernels/prefill.cu, prefill_plan.h): batches whose query heads the kernels pack
+ * into their rows (G of them per KV head) and the same shapes unpacked, against the reference.
+ * G = 2, 4, 8 pack by default (G divides every tile); G = 3, 5, 6 pack only under
+ * cinfer__batch_prefill_test_pack(1), with floor(tile / G) tokens per tile and padding rows;
+ * mode -1 keeps G = 4 unpacked (the unpacked grouped kernels the other tests no longer run).
+ * Short (decode-like, chunked) and long queries, causal or not, window and soft cap, RoPE (q rows
+ * at their token's position), fp8 K/V, split-KV (partial states per token and head), and the
+ * variants: ALiBi (each row's head's slope), the custom mask (each row's token's mask row), sinks
+ * (each row's head's sink), sigmoid, and the user variant (every hook with its row's token and
+ * head). Each case asserts the group the object packs.
+ */
+typedef enum pack_feature {
+    PF_PLAIN,
+    PF_WINDOW_SOFTCAP,
+    PF_ROPE,
+    PF_FP8,
+    PF_SPLIT,
+    PF_VARIANT
+} pack_feature;
+
+typedef struct pack_case {
+    int hq, hk, mode; /* mode: cinfer__batch_prefill_test_pack */
+    pack_feature feature;
+    int max_qo; /* random query lengths in [1, max_qo] (PF_SPLIT: fixed) */
+    tv_kind variant;
+} pack_case;
+
+static void gqa_packing(void **state) {
+    (void)state;
+    static const pack_case cases[] = {
+        {8, 8, 0, PF_PLAIN, 100, TV_NONE},
+        {4, 2, 0, PF_PLAIN, 6, TV_NONE},
+        {8, 2, 0, PF_PLAIN, 300, TV_NONE},
+        {8, 2, -1, PF_PLAIN, 300, TV_NONE},
+        {8, 1, 0, PF_PLAIN, 40, TV_NONE},
+        {10, 2, 1, PF_PLAIN, 9, TV_NONE},
+        {10, 2, 1, PF_PLAIN, 300, TV_NONE},
+        {10, 2, 0, PF_PLAIN, 50, TV_NONE},
+        {6, 2, 1, PF_WINDOW_SOFTCAP, 200, TV_NONE},
+        {8, 2, 0, PF_WINDOW_SOFTCAP, 120, TV_NONE},
+        {12, 2, 1, PF_WINDOW_SOFTCAP, 30, TV_NONE},
+        {8, 2, 0, PF_ROPE, 150, TV_NONE},
+        {10, 2, 1, PF_ROPE, 20, TV_NONE},
+        {8, 2, 0, PF_FP8, 150, TV_NONE},
+        {10, 2, 1, PF_FP8, 40, TV_NONE},
+        {8, 2, 0, PF_SPLIT, 0, TV_NONE},
+        {16, 2, 0, PF_SPLIT, 0, TV_NONE},
+        {10, 2, 1, PF_SPLIT, 0, TV_NONE},
+        {8, 2, -1, PF_SPLIT, 0, TV_NONE},
+        {8, 2, 0, PF_VARIANT, 80, TV_ALIBI},
+        {10, 2, 1, PF_VARIANT, 80, TV_ALIBI},
+        {8, 2, 0, PF_VARIANT, 80, TV_ALIBI_DEFAULT},
+        {8, 2, 0, PF_VARIANT, 80, TV_MASK},
+        {10, 2, 1, PF_VARIANT, 60, TV_MASK},
+        {8, 2, 0, PF_VARIANT, 80, TV_SINKS},
+        {10, 2, 1, PF_VARIANT, 80, TV_SINKS},
+        {8, 2, 0, PF_VARIANT, 80, TV_SIGMOID},
+        {8, 2, 0, PF_VARIANT, 80, TV_USER},
+        {10, 2, 1, PF_VARIANT, 80, TV_USER},
+    };
+    static const int qo_s[] = {1, 17, 64}, kv_s[] = {5000, 9000, 3001};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pack_case *k = &cases[i];
+        const int g = k->hq / k->hk;
+        char desc[160];
+        bp_case c = base_case("");
+        c.hq = k->hq;
+        c.hk = k->hk;
+        c.batch = k->max_qo < 10 ? 24 : 6;
+        c.max_qo = k->max_qo;
+        c.max_kv = 1500;
+        c.paged = (int)(i % 2);
+        c.causal = i % 3 != 2;
+        c.expect_group = k->mode < 0 || g < 2 || (k->mode == 0 && 32 % g != 0) ? 1 : g;
+        switch (k->feature) {
+        case PF_PLAIN:
+            break;
+        case PF_WINDOW_SOFTCAP:
+            c.window_left = 37 + 20 * (int)i;
+            c.soft_cap = 30.0f;
+            break;
+        case PF_ROPE:
+            c.rope = 1;
+            c.rope_theta = 5e5f;
+            break;
+        case PF_FP8:
+            c.kv_dtype = i % 2 ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+            c.k_scale = 0.8f;
+            c.v_scale = 1.5f;
+            break;
+        case PF_SPLIT:
+            c.batch = 3;
+            c.qo_lens = qo_s;
+            c.kv_lens = kv_s;
+            c.expect_split = 1;
+            break;
+        case PF_VARIANT:
+            c.lse = tv_has_lse(k->variant);
+            break;
+        }
+        snprintf(desc, sizeof desc,
+                 "GQA packing %d/%d (mode %d, packs %d): %s%s, qo <= %d, %s causal %d", c.hq, c.hk,
+                 k->mode, c.expect_group,
+                 k->feature == PF_PLAIN            ? "plain"
+                 : k->feature == PF_WINDOW_SOFTCAP ? "window + soft cap"
+                 : k->feature == PF_ROPE           ? "rope"
+                 : k->feature == PF_FP8            ? "fp8"
+                 : k->feature == PF_SPLIT          ? "split-KV"
+                                                   : "variant ",
+                 k->feature == PF_VARIANT ? tv_name(k->variant) : "", k->max_qo,
+                 c.paged ? "paged" : "ragged", c.causal);
+        c.desc = desc;
+        cinfer__batch_prefill_test_pack(k->mode);
+        if (k->feature == PF_VARIANT)
+            run_variant_case(&c, k->variant, cinfer_test_seed() + 9000 + i);
+        else
+            run_case(&c, cinfer_test_seed() + 9000 + i);
+        cinfer__batch_prefill_test_pack(0);
+    }
+    /* CUDA-graph mode with split-KV: G = 5 packed (forced) and G = 4 unpacked, one capture each
+     * replayed over split and unsplit plans (the default G = 4 packs in cuda_graph_split_kv). */
+    cinfer__batch_prefill_test_pack(1);
+    graph_split_replays(1, cinfer_test_seed() + 9100, 10, 2);
+    cinfer__batch_prefill_test_pack(-1);
+    graph_split_replays(0, cinfer_test_seed() + 9150, 8, 2);
+    cinfer__batch_prefill_test_pack(0);
+}
+
+/* gqa_packing's teardown: packing is decided by default again even when a case failed. */
+static int teardown_pack(void **state) {
+    cinfer__batch_prefill_test_pack(0);
+    return cinfer_test_teardown_buffers(state);
+}
+
 int main(void) {
     int rc = cinfer_test_gpu_setup(&ctx);
     if (rc)
@@ -1396,6 +1540,7 @@ int main(void) {
         cmocka_unit_test_teardown(cuda_graph_split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(variants, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(gqa_packing, teardown_pack),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     cinfer_test_stream_destroy(stream);

@@ -393,13 +393,16 @@ static void logit_hooks_compile_with_every_family(void **state) {
         "tile_kv=64,warps=8,stages=2",
         "prefill:backend=sm80,dtype=f16,head_dim=256,paged=1,batch=1,mask=none,tile_q=64,"
         "tile_kv=16,warps=4,stages=3",
+        /* GQA packing: every hook with its row's token and query head */
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,paged=1,batch=1,mask=causal,flags=window,"
+        "tile_q=64,tile_kv=64,warps=4,stages=2,gqa_pack=4",
     };
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         cinfer_variant_t *v = NULL;
         assert_int_equal(cinfer_variant_create("logit_hooks", sources[i], NULL, 0, &v),
                          CINFER_STATUS_SUCCESS);
         assert_true(v->hooks & CINFER__VARIANT_LOGITS);
-        for (size_t f = 0; f < 4; f++) {
+        for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
             cinfer__spec_t s = parse(families[f]);
             s.variant = v;
             s.variant_id = v->id;
@@ -477,6 +480,60 @@ static void fp8_prefill_compiles(void **state) {
         s.variant_id = v->id;
         compile_spec(&s, archs[a]);
     }
+    cinfer_variant_destroy(v);
+}
+
+/* The GQA-packed batch prefill kernels (gqa_pack = G: rows gathered per token and head): groups
+ * dividing the tile and not (5, 3), head dims 64 / 128 / 256 and a generic-copy 80, fp16 and bf16,
+ * fp8 K/V, RoPE, soft cap and window, the built-in variants, and a variant with query and output
+ * transforms, for sm_80 and sm_90a. */
+static void gqa_packed_prefill_compiles(void **state) {
+    (void)state;
+    static const char *const specs[] = {
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,batch=1,paged=1,tile_q=128,"
+        "tile_kv=64,warps=4,stages=2,gqa_pack=4",
+        "prefill:backend=sm80,dtype=f16,head_dim=64,mask=none,batch=1,tile_q=128,tile_kv=32,"
+        "warps=4,stages=3,gqa_pack=8",
+        "prefill:backend=sm80,dtype=bf16,head_dim=256,mask=causal,flags=softcap+window,batch=1,"
+        "paged=1,tile_q=32,tile_kv=16,warps=2,stages=3,gqa_pack=5",
+        "prefill:backend=sm80,dtype=f16,head_dim=80,mask=causal,batch=1,tile_q=64,tile_kv=32,"
+        "warps=4,stages=2,gqa_pack=3",
+        "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,mask=causal,"
+        "batch=1,paged=1,tile_q=128,tile_kv=64,warps=4,stages=2,gqa_pack=2",
+        "prefill:backend=sm80,dtype_q=f16,dtype_kv=e5m2,dtype_o=f16,head_dim=128,mask=none,"
+        "batch=1,tile_q=64,tile_kv=64,warps=4,stages=2,gqa_pack=5",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,pos=rope,batch=1,paged=1,"
+        "tile_q=128,tile_kv=64,warps=4,stages=2,gqa_pack=4",
+        "prefill:backend=sm80,dtype=bf16,head_dim=64,mask=causal,pos=rope,batch=1,tile_q=32,"
+        "tile_kv=32,warps=2,stages=3,gqa_pack=32",
+    };
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        compile_spec_text(specs[i], archs[i % 2]);
+    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
+                                           "custom_mask"};
+    for (size_t v = 0; v < 5; v++) {
+        cinfer__spec_t s = parse("prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,"
+                                 "batch=1,paged=1,tile_q=128,tile_kv=64,warps=4,stages=2,"
+                                 "gqa_pack=4");
+        s.gqa_pack = v % 2 ? 5 : 4;
+        s.variant = cinfer_variant_builtin(variants[v]);
+        s.variant_id = s.variant->id;
+        compile_spec(&s, archs[v % 2]);
+    }
+    static const char source[] =
+        "#define VARIANT_QUERY_TRANSFORM 1\n"
+        "__device__ float variant_query_transform(const cinfer_variant_params *params, float q,\n"
+        "    int b, int qo, int qh, int dim) { return q * (1.0f + 0.01f * qh); }\n"
+        "#define VARIANT_OUTPUT_TRANSFORM 1\n"
+        "__device__ float variant_output_transform(const cinfer_variant_params *params, float o,\n"
+        "    int b, int qo, int qh, int dim) { return o + 0.5f * qh; }\n";
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("dims", source, NULL, 0, &v), CINFER_STATUS_SUCCESS);
+    cinfer__spec_t s = parse(specs[0]);
+    s.variant = v;
+    s.variant_id = v->id;
+    compile_spec(&s, "sm_90a");
     cinfer_variant_destroy(v);
 }
 
@@ -588,6 +645,7 @@ int main(void) {
         cmocka_unit_test(logit_hooks_compile_with_every_family),
         cmocka_unit_test(custom_mask_prefill_compiles_for_every_kv_tile),
         cmocka_unit_test(fp8_prefill_compiles),
+        cmocka_unit_test(gqa_packed_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
     };
