@@ -587,14 +587,14 @@ __device__ __forceinline__ void convert_kv(unsigned dst, unsigned src) {
 #if CINFER_ROPE
 /*
  * RoPE of rows [0, rows) of a tile in shared memory (generic pointer tile: row r at position
- * pos0 + r, or pos0 + row_token(r) for the Q tile's rows (q_rows true)), in place. A unit of work
+ * pos0 + r, or pos0 + row_token(r) for the Q tile's rows (is_q true)), in place. A unit of work
  * is one row's 8 pairs (m .. m + 7, chunk m / 8 and its partner chunk m / 8 + D / 16), the threads
  * taking consecutive units. freq: the pairs' frequencies (pos_rope.cuh). The caller synchronizes
  * before and after.
  */
 #define ROPE_UNITS (D / 16) /* units per row */
 __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos0,
-                                          const float2 *freq, bool q_rows) {
+                                          const float2 *freq, bool is_q) {
     for (int u = thread_index(); u < rows * ROPE_UNITS; u += THREADS) {
         const int row = u / ROPE_UNITS, ch = u % ROPE_UNITS;
         uint4 *lo_p = (uint4 *)(tile + tile_offset(row, ch));
@@ -606,7 +606,7 @@ __device__ __forceinline__ void rope_tile(unsigned char *tile, int rows, int pos
 #pragma unroll
         for (int i = 0; i < 8; i++)
             f[i] = freq[ch * 8 + i];
-        cinfer_rope_rotate8(lo, hi, (float)(pos0 + (q_rows ? row_token(row) : row)), f);
+        cinfer_rope_rotate8(lo, hi, (float)(pos0 + (is_q ? row_token(row) : row)), f);
         *lo_p = cinfer_pack8(DT, lo);
         *hi_p = cinfer_pack8(DT, hi);
     }
