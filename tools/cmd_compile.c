@@ -174,7 +174,8 @@ static int list_ops(void) {
         "  sm80, sm90 (prefill: sm80 only); mask none, causal, custom; pos none, rope, alibi\n"
         "  (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
-        "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers. A field left out is\n"
+        "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers; gqa_pack 0 or the\n"
+        "  query heads per KV head a batch prefill CTA packs into its rows. A field left out is\n"
         "  0, or the first name of its list (none, simt): give every field the family's limits\n"
         "  need (an error names the one that is missing or out of range).\n");
     return CLI_EXIT_OK;
