@@ -21,11 +21,17 @@
  * chose. The first row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys,
  * not causal).
  *
+ * With --pack, batch prefill of one request with GQA packing (the 4 query heads of each KV head in
+ * one CTA's rows: the default for 32/8 heads) against the same object unpacked
+ * (cinfer__batch_prefill_test_pack(-1)), both timed in this run, split-KV as the planner chooses:
+ * the cascade's shared prefix first, then causal chunks of a few to 4096 rows.
+ *
  * With --fp8 e4m3 (or e5m2), single prefill with fp8 K/V (k_scale = v_scale = 1, q and out bf16)
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--fp8 e4m3|e5m2] [--trace FILE]. --sweep
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--fp8 e4m3|e5m2] [--trace FILE].
+ * --sweep
  * also times the tile configurations of the sm80 kernel at S = 16k (the default's choice should
  * be the fastest). Prints Markdown tables.
  */
@@ -289,10 +295,12 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
 }
 
 /* Median milliseconds of one batch prefill run of a single request, qo_len rows over kv_len
- * positions (ragged); unsplit = 1 uses an object whose plans are never split.
+ * positions (ragged); unsplit = 1 uses an object whose plans are never split, pack its GQA
+ * packing (cinfer__batch_prefill_test_pack: 0 the default, -1 none).
  * *chunk: the plan's split-KV chunk size (0 = unsplit); *flop: 4 D Hq per kept (row, key). */
 static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
-                        int kv_len, int causal, int unsplit, int iters, int *chunk, double *flop) {
+                        int kv_len, int causal, int unsplit, int pack, int iters, int *chunk,
+                        double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
@@ -308,6 +316,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     o.head_dim = HD;
     o.max_batch_size = 1;
     cinfer__batch_prefill_test_no_split(unsplit);
+    cinfer__batch_prefill_test_pack(pack);
     size_t ws_bytes = 0;
     CI(cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
                                            &ws_bytes));
@@ -317,6 +326,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     CI(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
                                    (void *)(uintptr_t)ws, ws_bytes, &op));
     cinfer__batch_prefill_test_no_split(false);
+    cinfer__batch_prefill_test_pack(0);
     CI(cinfer_batch_prefill_plan(op, qo, kv, NULL, 1, stream));
     *chunk = cinfer__batch_prefill_chunk_size(op);
     int64_t q_shape[3] = {qo_len, HQ, HD}, kv_shape[3] = {kv_len, HK, HD};
@@ -349,7 +359,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
-    int quick = 0, sweep = 0, split = 0;
+    int quick = 0, sweep = 0, split = 0, pack = 0;
     const char *trace = NULL, *fp8 = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
@@ -358,14 +368,16 @@ int main(int argc, char **argv) {
             sweep = 1;
         else if (strcmp(argv[i], "--split") == 0)
             split = 1;
+        else if (strcmp(argv[i], "--pack") == 0)
+            pack = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "e4m3") == 0 || strcmp(argv[i + 1], "e5m2") == 0))
             fp8 = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--fp8 e4m3|e5m2] "
-                            "[--trace FILE]\n");
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
+                            "[--fp8 e4m3|e5m2] [--trace FILE]\n");
             return 2;
         }
     }
@@ -537,12 +549,38 @@ int main(int argc, char **argv) {
             double flop = 0;
             const int iters = quick ? 5 : 20;
             const double ms = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                        0, iters, &chunk, &flop);
+                                        0, 0, iters, &chunk, &flop);
             const double ms1 = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                         1, iters, &unused, &flop);
+                                         1, 0, iters, &unused, &flop);
             printf("| %d | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shapes[i][0],
                    shapes[i][1], shapes[i][2] ? "yes" : "no", chunk, ms * 1e3,
                    flop / (ms * 1e-3) / 1e12, ms1 * 1e3, flop / (ms1 * 1e-3) / 1e12, ms1 / ms);
+            fflush(stdout);
+        }
+    }
+
+    if (pack) {
+        /* qo_len, kv_len, causal: the cascade prefix, then causal chunks of a long context. */
+        static const int shapes[][3] = {
+            {64, 8192, 0},   {1, 16384, 1},   {16, 16384, 1},  {64, 4096, 1},
+            {256, 16384, 1}, {1024, 4096, 1}, {4096, 4096, 1},
+        };
+        printf("\nbatch prefill, one request over a ragged KV (%d/%d heads, D = %d, bf16): GQA "
+               "packing against unpacked, same run\n\n",
+               HQ, HK, HD);
+        printf("| qo_len | kv_len | causal | packed (us) | TFLOP/s | unpacked (us) | TFLOP/s | "
+               "speedup |\n|---|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int chunk = 0;
+            double flop = 0;
+            const int iters = quick ? 5 : 20;
+            const double ms = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
+                                        0, 0, iters, &chunk, &flop);
+            const double ms1 = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
+                                         0, -1, iters, &chunk, &flop);
+            printf("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shapes[i][0],
+                   shapes[i][1], shapes[i][2] ? "yes" : "no", ms * 1e3, flop / (ms * 1e-3) / 1e12,
+                   ms1 * 1e3, flop / (ms1 * 1e-3) / 1e12, ms1 / ms);
             fflush(stdout);
         }
     }
