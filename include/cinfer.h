@@ -618,8 +618,10 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * v_scale the output, as in decode. Rows are read and written with 16-byte accesses: data
  * addresses and strides must keep every row 16-byte aligned (else UNSUPPORTED); qo_len and
  * kv_len must be below 2^30. One launch, no workspace; asynchronous on stream; never allocates
- * or synchronizes (it compiles the kernel on first use). Thread-safe. args: the arguments of
- * options->variant, as for cinfer_batch_decode_run.
+ * or synchronizes (it compiles the kernel on first use). The query tile is the default for D
+ * unless that grid is under two waves of resident CTAs and the next smaller tile is estimated to
+ * finish sooner (a short causal prompt, a short query over a long KV): such a call loads both
+ * kernels. Thread-safe. args: the arguments of options->variant, as for cinfer_batch_decode_run.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR,
  * NOT_FOUND, OUT_OF_MEMORY.
  */

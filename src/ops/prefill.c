@@ -378,6 +378,84 @@ static cinfer_status_t prepare_kernel(cinfer_context_t *ctx, const cinfer__kerne
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Loads (compiling on first use) the single prefill kernel of tiles cfg and opts it in to its
+ * shared memory; UNSUPPORTED when the tiles do not fit the device. The kernel is loaded even when
+ * there is nothing to do, so a configuration error shows up on the first call, not on the first
+ * non-empty one. */
+static cinfer_status_t load_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                   int causal, const cinfer__prefill_config_t *cfg,
+                                   cinfer__kernel_t *kernel, size_t *smem) {
+    *smem = cinfer__prefill_kv_smem_bytes(o->head_dim, cinfer__dl_dtype(o->kv_dtype), cfg);
+    if (*smem > (size_t)ctx->max_smem_per_block_optin)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
+                             "shared memory; the device allows %d per block",
+                             cfg->tile_q, cfg->tile_kv, cfg->stages, *smem,
+                             ctx->max_smem_per_block_optin);
+    cinfer__spec_t spec;
+    CINFER__CHECK(build_spec(o, causal, false, false, cfg, 1, &spec));
+    CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, kernel));
+    return prepare_kernel(ctx, kernel, cfg, *smem);
+}
+
+/* Resident CTAs of a loaded prefill kernel on the whole device. */
+static cinfer_status_t resident_ctas(cinfer_context_t *ctx, const cinfer__kernel_t *kernel,
+                                     const cinfer__prefill_config_t *cfg, size_t smem,
+                                     int64_t *ctas) {
+    int per_sm = 0;
+    CINFER__CU(ctx->cu,
+               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel->function,
+                                                           cfg->warps * 32, smem),
+               "cuOccupancyMaxActiveBlocksPerMultiprocessor (prefill kernel)");
+    *ctas = (int64_t)ctx->num_sms * per_sm;
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Single prefill's tiles: the default (the largest of batch prefill's candidates) unless its grid
+ * is under two waves and the next smaller candidate finishes sooner by
+ * cinfer__prefill_single_tile's estimate (a short causal prompt, a short query over a long KV);
+ * when that kernel cannot be had (no JIT and not in the AOT bundle) the default runs. */
+static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                     int causal, int32_t qo_len, int32_t kv_len,
+                                     cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
+                                     size_t *smem) {
+    cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
+    int n = 0;
+    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
+    cinfer__prefill_batch_configs(o->head_dim, ctx->max_smem_per_block_optin - 1024, cands, &n);
+    *cfg = cands[n - 1];
+    CINFER__CHECK(load_single(ctx, o, causal, cfg, kernel, smem));
+    if (n < 2 || qo_len == 0)
+        return CINFER_STATUS_SUCCESS;
+    int64_t slots[2];
+    CINFER__CHECK(resident_ctas(ctx, kernel, cfg, *smem, &slots[1]));
+    const int64_t grid = ((int64_t)qo_len + cfg->tile_q - 1) / cfg->tile_q * o->num_qo_heads;
+    if (grid >= 2 * slots[1])
+        return CINFER_STATUS_SUCCESS;
+    const cinfer__prefill_config_t small = cands[n - 2];
+    cinfer__kernel_t small_kernel;
+    size_t small_smem;
+    if (load_single(ctx, o, causal, &small, &small_kernel, &small_smem) != CINFER_STATUS_SUCCESS)
+        return CINFER_STATUS_SUCCESS;
+    CINFER__CHECK(resident_ctas(ctx, &small_kernel, &small, small_smem, &slots[0]));
+    cinfer__prefill_plan_config_t pc;
+    memset(&pc, 0, sizeof pc);
+    pc.num_qo_heads = o->num_qo_heads;
+    pc.causal = causal != 0;
+    pc.window_left = o->window_left;
+    pc.num_tiles = 2;
+    pc.tile_q[0] = small.tile_q;
+    pc.tile_kv[0] = small.tile_kv;
+    pc.tile_q[1] = cfg->tile_q;
+    pc.tile_kv[1] = cfg->tile_kv;
+    if (cinfer__prefill_single_tile(&pc, qo_len, kv_len, slots) == 0) {
+        *cfg = small;
+        *kernel = small_kernel;
+        *smem = small_smem;
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* ---- the call ---- */
 
 cinfer_status_t
@@ -423,20 +501,15 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     CINFER__CHECK(check_aligned("out", out));
 
     cinfer__prefill_config_t cfg;
-    if (tiles)
+    cinfer__kernel_t kernel;
+    size_t smem;
+    if (tiles) {
         cfg = *tiles;
-    else
-        cinfer__prefill_context_config(ctx, (int)D, &cfg);
-    const size_t smem = cinfer__prefill_kv_smem_bytes((int)D, kv_dtype, &cfg);
-    if (smem > (size_t)ctx->max_smem_per_block_optin)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
-                             "shared memory; the device allows %d per block",
-                             cfg.tile_q, cfg.tile_kv, cfg.stages, smem,
-                             ctx->max_smem_per_block_optin);
-
-    cinfer__spec_t spec;
-    CINFER__CHECK(build_spec(o, causal, false, false, &cfg, 1, &spec));
+        CINFER__CHECK(load_single(ctx, o, causal, &cfg, &kernel, &smem));
+    } else {
+        CINFER__CHECK(
+            choose_single(ctx, o, causal, (int32_t)qo_len, (int32_t)kv_len, &cfg, &kernel, &smem));
+    }
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill", variant_blob,
@@ -449,10 +522,6 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
                              "qo_len = %lld x num_qo_heads = %lld needs %lld CTAs, more than one "
                              "launch allows (2^31 - 1)",
                              (long long)qo_len, (long long)Hq, (long long)blocks);
-    /* The kernel is loaded (compiled on first use) even when there is nothing to do, so a
-     * configuration error shows up on the first call, not on the first non-empty one. */
-    cinfer__kernel_t kernel;
-    CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &kernel));
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
 
@@ -478,7 +547,6 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     set_scales(o, &p);
     cinfer_pos_rope_params rope;
     cinfer__attention_rope_params(o, &rope);
-    CINFER__CHECK(prepare_kernel(ctx, &kernel, &cfg, smem));
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
      * many entries as the kernel has parameters. */
     void *kernel_args[] = {&p, variant_blob, &rope};

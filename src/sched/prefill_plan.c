@@ -208,6 +208,37 @@ void cinfer__prefill_tile_range(const cinfer__prefill_plan_config_t *cfg, int32_
         *begin = max64(*begin, q_begin + delta - cfg->window_left);
 }
 
+int cinfer__prefill_single_tile(const cinfer__prefill_plan_config_t *cfg, int32_t qo_len,
+                                int32_t kv_len, const int64_t *slots) {
+    int best = cfg->num_tiles - 1;
+    double best_time = -1.0;
+    for (int i = cfg->num_tiles - 1; i >= 0; i--) {
+        if (slots[i] <= 0)
+            continue;
+        const int tile_q = cfg->tile_q[i];
+        const double speed = i == cfg->num_tiles - 1 ? 1.0 : CINFER__PREFILL_SMALL_TILE_SPEED;
+        double longest = 0.0, total = 0.0;
+        for (int32_t q = 0; q < qo_len; q += tile_q) {
+            int64_t begin, end;
+            cinfer__prefill_tile_range(cfg, qo_len, kv_len, q, tile_q, &begin, &end);
+            /* whole KV tiles, as the kernel visits them */
+            const int64_t tiles =
+                end > begin ? ceil_div(end, cfg->tile_kv[i]) - begin / cfg->tile_kv[i] : 0;
+            const double work = (double)(tiles * cfg->tile_kv[i]) * tile_q / speed;
+            longest = work > longest ? work : longest;
+            total += work;
+        }
+        total *= cfg->num_qo_heads;
+        const double mean = total / (double)slots[i];
+        const double time = longest > mean ? longest : mean;
+        if (best_time < 0.0 || time < best_time) {
+            best_time = time;
+            best = i;
+        }
+    }
+    return best;
+}
+
 int64_t cinfer__prefill_item_cost(const cinfer__prefill_plan_config_t *cfg,
                                   const cinfer_prefill_work *item, int tile_q) {
     int64_t begin, end;

@@ -139,6 +139,11 @@
  * it writes and the merge reads back) stays a small part of its time. An estimate, not yet a
  * measurement: bench/cascade.py with other --prefix lengths shows where splitting stops paying. */
 #define CINFER__PREFILL_CHUNK_MIN 512
+/* Work per query row of a tile smaller than the largest, relative to the largest (16 rows per warp
+ * read each K/V fragment for half the rows of the largest tile's 32): an estimate from the 16k
+ * tile sweep (bench/RESULTS.md, session 3: 296 TFLOP/s for 64 rows on 2 warps against 374 for
+ * 128 on 4), for cinfer__prefill_single_tile. */
+#define CINFER__PREFILL_SMALL_TILE_SPEED 0.8
 
 /* The fixed part of a batch prefill planner: from the options and the device. */
 typedef struct cinfer__prefill_plan_config {
@@ -189,6 +194,21 @@ cinfer_status_t cinfer__prefill_requests(const cinfer__prefill_plan_config_t *cf
                                          cinfer__prefill_request_t *req);
 
 /* ---- tiles and counts ---- */
+
+/*
+ * Single prefill (one request, no split-KV, no workspace): the query tile with the least estimated
+ * time, for cfg's candidates with slots[i] resident CTAs each (0: not a candidate). The kernel
+ * runs its tiles heaviest first (the last query tile first under the causal mask), so the time is
+ * about max(longest CTA, total work / slots) (the list-scheduling bound), a CTA's work being the
+ * KV positions its tile visits x tile_q rows, divided by the candidate's relative speed per row:
+ * CINFER__PREFILL_SMALL_TILE_SPEED for every tile but the largest. A short causal prompt then
+ * takes smaller tiles: at 1k positions and 32 heads, 256 CTAs of 128 rows fill one wave of 264
+ * (132 SMs x 2) and the longest visits 16 KV tiles where the average visits 8.5, so the wave
+ * takes twice its mean work; 512 CTAs of 64 rows finish near the mean. Longer or non-causal
+ * prompts keep the largest tile (their waves are even). Index into cfg->tile_q.
+ */
+int cinfer__prefill_single_tile(const cinfer__prefill_plan_config_t *cfg, int32_t qo_len,
+                                int32_t kv_len, const int64_t *slots);
 
 /* Index into cfg->tile_q of the tile for total_qo rows over `requests` requests with rows (the
  * rule at the top; graph mode: the fixed tile, whatever the arguments). */

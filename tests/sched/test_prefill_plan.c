@@ -456,6 +456,29 @@ static void tile_is_the_smallest_holding_the_average(void **state) {
 
 /* ---- workspace ---- */
 
+/* Single prefill's tile: smaller tiles only where the largest leaves a wave uneven (a short
+ * causal prompt); the largest elsewhere, and whenever the smaller one is not a candidate. */
+static void single_prefill_tile_by_estimated_time(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, true, -1, false, 1, 1, 1 << 20, false);
+    const int64_t slots[3] = {0, 264, 264}, only_large[3] = {0, 0, 264};
+    assert_int_equal(cinfer__prefill_single_tile(&c, 1024, 1024, slots), 1);
+    assert_int_equal(cinfer__prefill_single_tile(&c, 2048, 2048, slots), 2); /* two even waves */
+    assert_int_equal(cinfer__prefill_single_tile(&c, 4096, 4096, slots), 2);
+    assert_int_equal(cinfer__prefill_single_tile(&c, 16384, 16384, slots), 2);
+    assert_int_equal(cinfer__prefill_single_tile(&c, 1024, 1024, only_large), 2);
+    /* 512 rows appended to 3.5k cached positions: 4 x 32 CTAs of 128 rows fill half a wave */
+    assert_int_equal(cinfer__prefill_single_tile(&c, 512, 4096, slots), 1);
+    c.window_left = 1023; /* every row keeps about 1k positions */
+    assert_int_equal(cinfer__prefill_single_tile(&c, 16384, 16384, slots), 2);
+    c.window_left = -1;
+    c.causal = false;
+    assert_int_equal(cinfer__prefill_single_tile(&c, 1024, 1024, slots), 2);
+    /* nothing to do: any candidate */
+    const int t = cinfer__prefill_single_tile(&c, 0, 0, slots);
+    assert_true(t == 1 || t == 2);
+}
+
 static void layout_is_exact_and_aligned(void **state) {
     (void)state;
     cinfer__prefill_plan_config_t c = config(32, 8, true, -1, true, 16, 64, 10000, false);
@@ -1447,6 +1470,7 @@ int main(void) {
         cmocka_unit_test(test_default_tiles_override),
         cmocka_unit_test(spec_fields_batch_and_paged),
         cmocka_unit_test(tile_is_the_smallest_holding_the_average),
+        cmocka_unit_test(single_prefill_tile_by_estimated_time),
         cmocka_unit_test(layout_is_exact_and_aligned),
         cmocka_unit_test(work_bound_is_tight),
         cmocka_unit_test(ragged_and_paged_lengths),
