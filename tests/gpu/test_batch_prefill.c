@@ -1542,7 +1542,7 @@ int main(void) {
         cmocka_unit_test_teardown(variants, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(gqa_packing, teardown_pack),
     };
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rc = cinfer_test_run_suite("gpu_test_batch_prefill", tests, sizeof tests / sizeof tests[0]);
     cinfer_test_stream_destroy(stream);
     cinfer_test_gpu_teardown(ctx);
     return rc;

@@ -1130,7 +1130,7 @@ int main(void) {
         TV_CMOCKA_TEST(variant, TV_USER, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_MASK, cinfer_test_teardown_buffers),
     };
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rc = cinfer_test_run_suite("gpu_test_prefill", tests, sizeof tests / sizeof tests[0]);
     cinfer_test_stream_destroy(stream);
     cinfer_test_gpu_teardown(ctx);
     return rc;

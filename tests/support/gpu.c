@@ -17,6 +17,31 @@
 
 static int test_device;
 
+int cinfer_test_run_suite(const char *name, const struct CMUnitTest *tests, size_t count) {
+    const char *part = getenv("CINFER_TEST_PART");
+    if (part == NULL || part[0] == '\0')
+        return _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+    unsigned k = 0, n = 0;
+    char end = 0;
+    if (sscanf(part, "%u/%u%c", &k, &n, &end) != 2 || n == 0 || k >= n) {
+        fprintf(stderr, "error: CINFER_TEST_PART=%s, expected k/n with 0 <= k < n\n", part);
+        return 1;
+    }
+    struct CMUnitTest *mine = malloc((count > 0 ? count : 1) * sizeof *mine);
+    if (mine == NULL) {
+        fprintf(stderr, "error: out of memory for the tests of part %s\n", part);
+        return 1;
+    }
+    size_t m = 0;
+    for (size_t i = k; i < count; i += n)
+        mine[m++] = tests[i];
+    printf("%s: part %u of %u: %zu of %zu tests\n", name, k, n, m, count);
+    fflush(stdout);
+    const int failed = _cmocka_run_group_tests(name, mine, m, NULL, NULL);
+    free(mine);
+    return failed;
+}
+
 int cinfer_test_gpu_setup(cinfer_context_t **ctx) {
     cinfer_context_options_t options = CINFER_CONTEXT_OPTIONS_INIT;
     cinfer_status_t st;
