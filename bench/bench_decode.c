@@ -226,15 +226,23 @@ int main(int argc, char **argv) {
     const char *trace = NULL;
     int quick = 0;
     int case_batch = 0, case_len = -1, case_kernel = -1;
-    const char *case_kv = "bf16";
+    /* --kv: the KV dtypes by name (DLPack codes: kDLBfloat, then float8 e4m3fn and e5m2). */
+    static const struct {
+        const char *name;
+        DLDataType type;
+    } kv_types[] = {{"bf16", {kDLBfloat, 16, 1}}, {"e4m3", {10, 8, 1}}, {"e5m2", {12, 8, 1}}};
+    int case_kv = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
-            case_kv = argv[++i];
-            if (strcmp(case_kv, "bf16") != 0 && strcmp(case_kv, "e4m3") != 0 &&
-                strcmp(case_kv, "e5m2") != 0) {
-                fprintf(stderr, "bench_decode: --kv %s, expected bf16, e4m3 or e5m2\n", case_kv);
+            const char *name = argv[++i];
+            case_kv = -1;
+            for (int t = 0; t < 3; t++)
+                if (strcmp(name, kv_types[t].name) == 0)
+                    case_kv = t;
+            if (case_kv < 0) {
+                fprintf(stderr, "bench_decode: --kv %s, expected bf16, e4m3 or e5m2\n", name);
                 return 2;
             }
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
@@ -259,7 +267,7 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     const double ceiling = copy_ceiling(stream);
     const int iters = quick ? 10 : 30;
-    const DLDataType bf16 = {kDLBfloat, 16, 1}, e4m3 = {10, 8, 1}, e5m2 = {12, 8, 1};
+    const DLDataType bf16 = kv_types[0].type, e4m3 = kv_types[1].type, e5m2 = kv_types[2].type;
 
     printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
     printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
@@ -281,13 +289,10 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 2; k++) {
             if (case_kernel >= 0 && k != case_kernel)
                 continue;
-            const DLDataType kv = strcmp(case_kv, "e4m3") == 0   ? e4m3
-                                  : strcmp(case_kv, "e5m2") == 0 ? e5m2
-                                                                 : bf16;
-            result_t r = run_case(ctx, stream, lens, case_batch, kv, k, iters);
+            result_t r = run_case(ctx, stream, lens, case_batch, kv_types[case_kv].type, k, iters);
             printf("| %s | %s | %s | %d | %d | %.1f | %.2f | %.0f%% |\n",
-                   n > 0 ? "trace" : "uniform", KERNEL(k), case_kv, case_batch, case_len, r.us,
-                   r.tbps, 100 * r.tbps / ceiling);
+                   n > 0 ? "trace" : "uniform", KERNEL(k), kv_types[case_kv].name, case_batch,
+                   case_len, r.us, r.tbps, 100 * r.tbps / ceiling);
         }
         free(tc);
         free(tg);

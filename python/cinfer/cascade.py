@@ -664,11 +664,12 @@ class MultiLevelCascadeAttentionWrapper:
         # A failed plan leaves no runnable plan (as the batch prefill wrapper's).
         self._launch = None
         kinds, planned = [], []
+        # What every level's plan takes alike, whichever kind runs it.
+        common = dict(pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale,
+                      window_left=window_left, logits_soft_cap=logits_soft_cap,
+                      rope_scale=rope_scale, rope_theta=rope_theta,
+                      q_data_type=q_data_type, kv_data_type=kv_data_type)
         for i in range(self._num_levels):
-            common = dict(pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale,
-                          window_left=window_left, logits_soft_cap=logits_soft_cap,
-                          rope_scale=rope_scale, rope_theta=rope_theta,
-                          q_data_type=q_data_type, kv_data_type=kv_data_type)
             try:
                 kind, qo_indptr = self._level_kind(i, qo_indptr_arr[i])
                 kinds.append(kind)
