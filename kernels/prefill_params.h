@@ -78,6 +78,10 @@ typedef struct cinfer_prefill_params {
     long long k_stride_n, k_stride_h;
     long long v_stride_n, v_stride_h;
     long long kv_stride_page;
+    /* ragged (not paged) K/V: bytes from one KV tile's first row to the next's, tile_kv *
+     * stride_n * element size (set by the host at launch, so the kernel's copy cursors step by a
+     * parameter and no register has to be loaded and shifted each tile) */
+    long long k_tile_bytes, v_tile_bytes;
     const int *kv_indices; /* paged: the page table's page indices */
     int page_size;         /* paged: tokens per page */
     int page_shift;        /* paged: log2(page_size) when it is a power of two, else -1 */

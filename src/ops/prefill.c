@@ -329,6 +329,13 @@ static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLT
     }
 }
 
+/* The copy cursors' step from one KV tile to the next (ragged K/V; paged kernels ignore it). */
+static void set_tile_bytes(cinfer_prefill_params *p, int tile_kv, cinfer__dtype_t kv_dtype) {
+    const long long esz = (long long)cinfer__dtype_size(kv_dtype);
+    p->k_tile_bytes = tile_kv * p->k_stride_n * esz;
+    p->v_tile_bytes = tile_kv * p->v_stride_n * esz;
+}
+
 /*
  * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
  * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
@@ -545,6 +552,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
     set_scales(o, &p);
+    set_tile_bytes(&p, cfg.tile_kv, cinfer__dl_dtype(o->kv_dtype));
     cinfer_pos_rope_params rope;
     cinfer__attention_rope_params(o, &rope);
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
@@ -1163,6 +1171,7 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     set_q_out_lse(&p, q, out, lse);
 
     const int tile = op->tile;
+    set_tile_bytes(&p, s->tiles[tile].tile_kv, s->dtype_kv);
     const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work);
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
