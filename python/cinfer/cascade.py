@@ -337,7 +337,7 @@ class _Launch:
     buffers, per stream. A run is then the levels' launches and one merge, with one allocation
     (the output; the LSE too with ``return_lse``)."""
 
-    def __init__(self, wrappers, kinds, graph: bool, states, captured) -> None:
+    def __init__(self, wrappers, kinds, graph: bool, states, captured, side) -> None:
         lib = _lib.lib()
         # The plans own the page tables' device tensors and DLTensors that the levels' launches
         # read; keeping them keeps those alive until the next plan.
@@ -368,6 +368,8 @@ class _Launch:
         # on that stream, a fifth stream, another plan key).
         self.captured = captured
         self.graph = graph
+        # The stream the levels after the first run on (None: all on the caller's stream).
+        self.side = side
 
     def states_for(self, stream: int, rows: int) -> _States:
         """The level states for a run on ``stream`` with ``rows`` query rows: allocated on that
@@ -430,12 +432,24 @@ class _Launch:
         if (self.graph and not any(c is st for c in self.captured)
                 and torch.cuda.is_current_stream_capturing()):
             self.captured.append(st)
+        # The levels are independent until the merge: the first (the shared prefix, whose batch
+        # prefill is compute-bound) runs on the caller's stream, the others (per-request KV,
+        # memory-bound) on the side stream beside it, forked from and joined back into the
+        # caller's stream (a CUDA graph capture records the fork and the join).
+        main = side = None
+        if self.side is not None:
+            main = torch.cuda.current_stream(self.device)
+            self.side.wait_stream(main)
+            side = self.side.cuda_stream
         for i, lvl in enumerate(self.levels):
+            level_stream = stream if i == 0 or side is None else side
             if lvl.rows is not None and lvl.rows < rows:
                 _, lq_ref = A.slot_ref(lvl.q, q[:lvl.rows], "q", self.device)
-                lvl.launch(lq_ref, k_ref, v_ref, *st.level_refs_of(i, lvl.rows), stream)
+                lvl.launch(lq_ref, k_ref, v_ref, *st.level_refs_of(i, lvl.rows), level_stream)
             else:
-                lvl.launch(q_ref, k_ref, v_ref, *st.level_refs[i], stream)
+                lvl.launch(q_ref, k_ref, v_ref, *st.level_refs[i], level_stream)
+        if main is not None:
+            main.wait_stream(self.side)
         _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, out_ref, lse_ref, stream),
                    _RUN_NAME)
         return (out, lse) if return_lse else out
@@ -523,6 +537,9 @@ class MultiLevelCascadeAttentionWrapper:
         self._states: dict = {}
         self._states_key = None
         self._captured_states: list = []  # see _Launch.captured
+        # The stream the levels after the first run on, beside it (_Launch.run); made by the
+        # first plan of a cascade of two or more levels on a CUDA device.
+        self._side_stream = None
         slices = self._split(float_workspace_buffer, num_levels)
         self._slices = slices
         self._decode_wrappers: list = [None] * num_levels
@@ -695,8 +712,11 @@ class MultiLevelCascadeAttentionWrapper:
         key = (p.q_dtype, p.num_qo_heads, p.head_dim)
         if key != self._states_key:
             self._states = {}
+        device = planned[0].device
+        if self._side_stream is None and self._num_levels > 1 and device.type == "cuda":
+            self._side_stream = T.torch_module().cuda.Stream(device)
         launch = _Launch(planned, kinds, self._use_cuda_graph, self._states,
-                         self._captured_states)
+                         self._captured_states, self._side_stream)
         if self._num_levels > 1 and key != self._states_key:
             launch.warm_merge()
         self._states_key = key
