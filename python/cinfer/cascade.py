@@ -368,7 +368,8 @@ class _Launch:
         # on that stream, a fifth stream, another plan key).
         self.captured = captured
         self.graph = graph
-        # The stream the levels after the first run on (None: all on the caller's stream).
+        # The stream the levels after the first run on (graph mode; None: all on the caller's
+        # stream).
         self.side = side
 
     def states_for(self, stream: int, rows: int) -> _States:
@@ -432,16 +433,21 @@ class _Launch:
         if (self.graph and not any(c is st for c in self.captured)
                 and torch.cuda.is_current_stream_capturing()):
             self.captured.append(st)
-        # The levels are independent until the merge: the first (the shared prefix, whose batch
-        # prefill is compute-bound) runs on the caller's stream, the others (per-request KV,
-        # memory-bound) on the side stream beside it, forked from and joined back into the
-        # caller's stream (a CUDA graph capture records the fork and the join).
+        # The levels are independent until the merge. In CUDA graph mode the first (the shared
+        # prefix, whose batch prefill is compute-bound) runs on the caller's stream and the
+        # others (per-request KV, memory-bound) on the side stream beside it, forked from and
+        # joined back into the caller's stream (a capture records the fork and the join), the
+        # side stream's launches enqueued first. bench/cascade.py, session 7: graph step 73.8 ->
+        # 70.5 us; with both orders and outside graph mode the fork and join cost more host time
+        # per call than they save (per call 95 -> 104-127 us).
         main = side = None
         if self.side is not None:
             main = torch.cuda.current_stream(self.device)
             self.side.wait_stream(main)
             side = self.side.cuda_stream
-        for i, lvl in enumerate(self.levels):
+        order = range(len(self.levels)) if side is None else [*range(1, len(self.levels)), 0]
+        for i in order:
+            lvl = self.levels[i]
             level_stream = stream if i == 0 or side is None else side
             if lvl.rows is not None and lvl.rows < rows:
                 _, lq_ref = A.slot_ref(lvl.q, q[:lvl.rows], "q", self.device)
@@ -487,7 +493,9 @@ class MultiLevelCascadeAttentionWrapper:
     use_cuda_graph : bool
         CUDA graph mode: each level keeps its page table in the buffers below, and :meth:`run`
         can be captured (see :class:`cinfer.BatchPrefillWithPagedKVCacheWrapper` and
-        :class:`cinfer.BatchDecodeWithPagedKVCacheWrapper`).
+        :class:`cinfer.BatchDecodeWithPagedKVCacheWrapper`). Levels 1 and up then run on a
+        side stream beside level 0, forked from and joined back into the caller's stream (a
+        capture holds both branches).
     qo_indptr_buf_arr, paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
     paged_kv_last_page_len_buf_arr : Optional[List[torch.Tensor]]
         Graph mode: one buffer per level, as the batch prefill wrapper's ``qo_indptr_buf``,
@@ -537,8 +545,9 @@ class MultiLevelCascadeAttentionWrapper:
         self._states: dict = {}
         self._states_key = None
         self._captured_states: list = []  # see _Launch.captured
-        # The stream the levels after the first run on, beside it (_Launch.run); made by the
-        # first plan of a cascade of two or more levels on a CUDA device.
+        # CUDA graph mode: the stream the levels after the first run on, beside it
+        # (_Launch.run); made by the first plan of a cascade of two or more levels on a CUDA
+        # device.
         self._side_stream = None
         slices = self._split(float_workspace_buffer, num_levels)
         self._slices = slices
@@ -713,7 +722,8 @@ class MultiLevelCascadeAttentionWrapper:
         if key != self._states_key:
             self._states = {}
         device = planned[0].device
-        if self._side_stream is None and self._num_levels > 1 and device.type == "cuda":
+        if (self._side_stream is None and self._use_cuda_graph and self._num_levels > 1
+                and device.type == "cuda"):
             self._side_stream = T.torch_module().cuda.Stream(device)
         launch = _Launch(planned, kinds, self._use_cuda_graph, self._states,
                          self._captured_states, self._side_stream)
