@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -304,6 +305,48 @@ static void compile_spec_text(const char *text, const char *arch) {
     compile_spec(&s, arch);
 }
 
+/*
+ * Compiles `specs` (sm_80 and sm_90a in turn); then `base` with each built-in variant (with
+ * gqa_pack alternating between its own and `alt_pack` when that is nonzero); then each of
+ * `user_specs` with a user variant whose query and output transforms depend on `index` ("dim"
+ * or "qh"), for sm_80 and sm_90a in turn (one alone: sm_90a).
+ */
+static void compile_specs_and_variants(const char *const *specs, size_t n, const char *base,
+                                       int alt_pack, const char *index,
+                                       const char *const *user_specs, size_t n_user) {
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < n; i++)
+        compile_spec_text(specs[i], archs[i % 2]);
+    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
+                                           "custom_mask"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        cinfer__spec_t s = parse(base);
+        if (alt_pack && v % 2)
+            s.gqa_pack = alt_pack;
+        s.variant = cinfer_variant_builtin(variants[v]);
+        s.variant_id = s.variant->id;
+        compile_spec(&s, archs[v % 2]);
+    }
+    char source[1024];
+    snprintf(source, sizeof source,
+             "#define VARIANT_QUERY_TRANSFORM 1\n"
+             "__device__ float variant_query_transform(const cinfer_variant_params *params, "
+             "float q,\n    int b, int qo, int qh, int dim) { return q * (1.0f + 0.01f * %s); }\n"
+             "#define VARIANT_OUTPUT_TRANSFORM 1\n"
+             "__device__ float variant_output_transform(const cinfer_variant_params *params, "
+             "float o,\n    int b, int qo, int qh, int dim) { return o + 0.5f * %s; }\n",
+             index, index);
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(cinfer_variant_create("dims", source, NULL, 0, &v), CINFER_STATUS_SUCCESS);
+    for (size_t i = 0; i < n_user; i++) {
+        cinfer__spec_t s = parse(user_specs[i]);
+        s.variant = v;
+        s.variant_id = v->id;
+        compile_spec(&s, archs[(i + (n_user == 1)) % 2]);
+    }
+    cinfer_variant_destroy(v);
+}
+
 static void builtins_compile_with_every_family(void **state) {
     (void)state;
     static const char *const families[] = {
@@ -452,35 +495,11 @@ static void fp8_prefill_compiles(void **state) {
         "prefill:backend=sm80,dtype_q=f16,dtype_kv=e4m3,dtype_o=f16,head_dim=48,mask=none,"
         "tile_q=64,tile_kv=16,warps=4,stages=3",
     };
-    static const char *const archs[] = {"sm_80", "sm_90a"};
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-        compile_spec_text(specs[i], archs[i % 2]);
-    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
-                                           "custom_mask"};
-    for (size_t v = 0; v < 5; v++) {
-        cinfer__spec_t s = parse(
-            "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,batch=1,"
-            "mask=causal,tile_q=64,tile_kv=64,warps=4,stages=2");
-        s.variant = cinfer_variant_builtin(variants[v]);
-        s.variant_id = s.variant->id;
-        compile_spec(&s, archs[v % 2]);
-    }
-    static const char source[] =
-        "#define VARIANT_QUERY_TRANSFORM 1\n"
-        "__device__ float variant_query_transform(const cinfer_variant_params *params, float q,\n"
-        "    int b, int qo, int qh, int dim) { return q * (1.0f + 0.01f * dim); }\n"
-        "#define VARIANT_OUTPUT_TRANSFORM 1\n"
-        "__device__ float variant_output_transform(const cinfer_variant_params *params, float o,\n"
-        "    int b, int qo, int qh, int dim) { return o + 0.5f * dim; }\n";
-    cinfer_variant_t *v = NULL;
-    assert_int_equal(cinfer_variant_create("dims", source, NULL, 0, &v), CINFER_STATUS_SUCCESS);
-    for (size_t a = 0; a < 2; a++) {
-        cinfer__spec_t s = parse(a ? specs[2] : specs[0]);
-        s.variant = v;
-        s.variant_id = v->id;
-        compile_spec(&s, archs[a]);
-    }
-    cinfer_variant_destroy(v);
+    compile_specs_and_variants(specs, sizeof specs / sizeof specs[0],
+                               "prefill:backend=sm80,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,"
+                               "head_dim=128,batch=1,mask=causal,tile_q=64,tile_kv=64,warps=4,"
+                               "stages=2",
+                               0, "dim", (const char *const[]){specs[0], specs[2]}, 2);
 }
 
 /* The GQA-packed batch prefill kernels (gqa_pack = G: rows gathered per token and head): groups
@@ -507,34 +526,10 @@ static void gqa_packed_prefill_compiles(void **state) {
         "prefill:backend=sm80,dtype=bf16,head_dim=64,mask=causal,pos=rope,batch=1,tile_q=32,"
         "tile_kv=32,warps=2,stages=3,gqa_pack=32",
     };
-    static const char *const archs[] = {"sm_80", "sm_90a"};
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-        compile_spec_text(specs[i], archs[i % 2]);
-    static const char *const variants[] = {"sigmoid", "sinks", "alibi", "dump_logits",
-                                           "custom_mask"};
-    for (size_t v = 0; v < 5; v++) {
-        cinfer__spec_t s = parse("prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,"
-                                 "batch=1,paged=1,tile_q=128,tile_kv=64,warps=4,stages=2,"
-                                 "gqa_pack=4");
-        s.gqa_pack = v % 2 ? 5 : 4;
-        s.variant = cinfer_variant_builtin(variants[v]);
-        s.variant_id = s.variant->id;
-        compile_spec(&s, archs[v % 2]);
-    }
-    static const char source[] =
-        "#define VARIANT_QUERY_TRANSFORM 1\n"
-        "__device__ float variant_query_transform(const cinfer_variant_params *params, float q,\n"
-        "    int b, int qo, int qh, int dim) { return q * (1.0f + 0.01f * qh); }\n"
-        "#define VARIANT_OUTPUT_TRANSFORM 1\n"
-        "__device__ float variant_output_transform(const cinfer_variant_params *params, float o,\n"
-        "    int b, int qo, int qh, int dim) { return o + 0.5f * qh; }\n";
-    cinfer_variant_t *v = NULL;
-    assert_int_equal(cinfer_variant_create("dims", source, NULL, 0, &v), CINFER_STATUS_SUCCESS);
-    cinfer__spec_t s = parse(specs[0]);
-    s.variant = v;
-    s.variant_id = v->id;
-    compile_spec(&s, "sm_90a");
-    cinfer_variant_destroy(v);
+    compile_specs_and_variants(specs, sizeof specs / sizeof specs[0],
+                               "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,batch=1,"
+                               "paged=1,tile_q=128,tile_kv=64,warps=4,stages=2,gqa_pack=4",
+                               5, "qh", (const char *const[]){specs[0]}, 1);
 }
 
 static void user_compile_error_points_at_the_line(void **state) {
