@@ -156,6 +156,14 @@ typedef cinfer_half_bits kv_elem;
 #define LSE_OF(max, sum) ((max) + log2f(sum))
 #endif
 /*
+ * KV_COPY_LATE: the next KV tile's copies are issued after this tile's Q K^T mmas instead of right
+ * after the tile's barrier, so that they fall among the soft cap's and softmax's waits rather
+ * than delay the warp's first mmas. Soft cap kernels only: same-run A/B on the H200
+ * (bench/RESULTS.md, 2026-11-30), soft cap 16k causal 297 -> 330 TFLOP/s (its 32-byte spill
+ * notwithstanding), but plain 16k -3 to -4%, window -2%, 1k non-causal -8%.
+ */
+#define KV_COPY_LATE (!KV_FP8 && CINFER_SOFTCAP)
+/*
  * A position bias (ALiBi) rises toward the diagonal by slope * TILE_KV per KV tile, so a row's
  * maximum grows on nearly every tile and O would be rescaled on each (a CPU model of the 16k
  * causal benchmark's data: 100% of a warp's tiles, against 43% for default attention; 61% with
@@ -165,14 +173,6 @@ typedef cinfer_half_bits kv_elem;
  * less than the slack per tile skip most rescales. Default attention keeps the exact maximum (and
  * its instructions).
  */
-/*
- * KV_COPY_LATE: the next KV tile's copies are issued after this tile's Q K^T mmas instead of right
- * after the tile's barrier, so that they fall among the soft cap's and softmax's waits rather
- * than delay the warp's first mmas. Soft cap kernels only: same-run A/B on the H200 (session 7),
- * soft cap 16k causal 297 -> 330 TFLOP/s (its 32-byte spill notwithstanding), but plain 16k -3
- * to -4%, window -2%, 1k non-causal -8%.
- */
-#define KV_COPY_LATE   (!KV_FP8 && CINFER_SOFTCAP)
 #define LAZY_MAX       (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
 #define LAZY_MAX_SLACK 8.0f
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
@@ -478,9 +478,9 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
  * The cursors step by the host's k_tile_bytes / v_tile_bytes (prefill_params.h): computed here
  * from the stride, the step was a constant load and a shift into registers that the tile's copies
  * had just read their addresses from, and each tile waited for those copies to leave the issue
- * queue first (ncu, session 7: 4% of the 16k kernel's stall samples). Measured +2-3% for plain
- * and soft cap at 4k and 16k, but -6% for the sliding window (the same instruction mix; 251
- * against 255 registers), so window kernels keep the computed step.
+ * queue first (ncu, bench/RESULTS.md 2026-11-30: 4% of the 16k kernel's stall samples). Measured
+ * +2-3% for plain and soft cap at 4k and 16k, but -6% for the sliding window (the same instruction
+ * mix; 251 against 255 registers), so window kernels keep the computed step.
  */
 #if CINFER_WINDOW
 #define KV_STEP(ptr, stride, bytes) ((ptr) + TILE_KV * (stride))

@@ -437,7 +437,7 @@ class _Launch:
         # prefix, whose batch prefill is compute-bound) runs on the caller's stream and the
         # others (per-request KV, memory-bound) on the side stream beside it, forked from and
         # joined back into the caller's stream (a capture records the fork and the join), the
-        # side stream's launches enqueued first. bench/cascade.py, session 7: graph step 73.8 ->
+        # side stream's launches enqueued first. bench/cascade.py, 2026-11-30: graph step 73.8 ->
         # 70.5 us; with both orders and outside graph mode the fork and join cost more host time
         # per call than they save (per call 95 -> 104-127 us).
         main = side = None
