@@ -19,7 +19,8 @@
  * by a second kernel) against the unsplit one of an object that never splits (the same kernel;
  * cinfer__batch_prefill_test_no_split), both timed in this run, with the chunk size the planner
  * chose. The first row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys,
- * not causal).
+ * not causal). Then three of the shapes with a longer shortest chunk than the planner's
+ * (cinfer__batch_prefill_test_min_chunk 1024, 2048, 4096).
  *
  * With --pack, batch prefill of one request with GQA packing (the 4 query heads of each KV head in
  * one CTA's rows: the default for 32/8 heads) against the same object unpacked
@@ -296,11 +297,12 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
 
 /* Median milliseconds of one batch prefill run of a single request, qo_len rows over kv_len
  * positions (ragged); unsplit = 1 uses an object whose plans are never split, pack its GQA
- * packing (cinfer__batch_prefill_test_pack: 0 the default, -1 none).
+ * packing (cinfer__batch_prefill_test_pack: 0 the default, -1 none), min_chunk the shortest
+ * split chunk (cinfer__batch_prefill_test_min_chunk: 0 the default).
  * *chunk: the plan's split-KV chunk size (0 = unsplit); *flop: 4 D Hq per kept (row, key). */
 static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
-                        int kv_len, int causal, int unsplit, int pack, int iters, int *chunk,
-                        double *flop) {
+                        int kv_len, int causal, int unsplit, int pack, int min_chunk, int iters,
+                        int *chunk, double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
@@ -317,6 +319,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     o.max_batch_size = 1;
     cinfer__batch_prefill_test_no_split(unsplit);
     cinfer__batch_prefill_test_pack(pack);
+    cinfer__batch_prefill_test_min_chunk(min_chunk);
     size_t ws_bytes = 0;
     CI(cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, causal, qo_len,
                                            &ws_bytes));
@@ -327,6 +330,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
                                    (void *)(uintptr_t)ws, ws_bytes, &op));
     cinfer__batch_prefill_test_no_split(false);
     cinfer__batch_prefill_test_pack(0);
+    cinfer__batch_prefill_test_min_chunk(0);
     CI(cinfer_batch_prefill_plan(op, qo, kv, NULL, 1, stream));
     *chunk = cinfer__batch_prefill_chunk_size(op);
     int64_t q_shape[3] = {qo_len, HQ, HD}, kv_shape[3] = {kv_len, HK, HD};
@@ -549,12 +553,31 @@ int main(int argc, char **argv) {
             double flop = 0;
             const int iters = quick ? 5 : 20;
             const double ms = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                        0, 0, iters, &chunk, &flop);
+                                        0, 0, 0, iters, &chunk, &flop);
             const double ms1 = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                         1, 0, iters, &unused, &flop);
+                                         1, 0, 0, iters, &unused, &flop);
             printf("| %d | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shapes[i][0],
                    shapes[i][1], shapes[i][2] ? "yes" : "no", chunk, ms * 1e3,
                    flop / (ms * 1e-3) / 1e12, ms1 * 1e3, flop / (ms1 * 1e-3) / 1e12, ms1 / ms);
+            fflush(stdout);
+        }
+        /* The planner's shortest chunk (CINFER__PREFILL_CHUNK_MIN, an estimate) against longer
+         * ones: fewer, longer CTAs and fewer partial states to write and merge. */
+        static const int few[][3] = {{64, 8192, 0}, {16, 16384, 1}, {64, 16384, 1}};
+        static const int mins[] = {0, 1024, 2048, 4096};
+        printf("\nsplit-KV with a longer shortest chunk (us; the chunk the plan took in brackets)"
+               "\n\n| qo_len | kv_len | causal | default | 1024 | 2048 | 4096 |\n"
+               "|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) {
+            printf("| %d | %d | %s |", few[i][0], few[i][1], few[i][2] ? "yes" : "no");
+            for (size_t m = 0; m < sizeof mins / sizeof mins[0]; m++) {
+                int chunk = 0;
+                double flop = 0;
+                const double ms = time_rows(ctx, stream, &b, few[i][0], few[i][1], few[i][2], 0, 0,
+                                            mins[m], quick ? 5 : 20, &chunk, &flop);
+                printf(" %.1f (%d) |", ms * 1e3, chunk);
+            }
+            printf("\n");
             fflush(stdout);
         }
     }
@@ -575,9 +598,9 @@ int main(int argc, char **argv) {
             double flop = 0;
             const int iters = quick ? 5 : 20;
             const double ms = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                        0, 0, iters, &chunk, &flop);
+                                        0, 0, 0, iters, &chunk, &flop);
             const double ms1 = time_rows(ctx, stream, &b, shapes[i][0], shapes[i][1], shapes[i][2],
-                                         0, -1, iters, &chunk, &flop);
+                                         0, -1, 0, iters, &chunk, &flop);
             printf("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shapes[i][0],
                    shapes[i][1], shapes[i][2] ? "yes" : "no", ms * 1e3, flop / (ms * 1e-3) / 1e12,
                    ms1 * 1e3, flop / (ms1 * 1e-3) / 1e12, ms1 / ms);

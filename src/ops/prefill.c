@@ -610,6 +610,12 @@ void cinfer__batch_prefill_test_no_split(bool on) {
     test_no_split = on;
 }
 
+static int test_min_chunk;
+
+void cinfer__batch_prefill_test_min_chunk(int positions) {
+    test_min_chunk = positions;
+}
+
 static int test_pack;
 
 void cinfer__batch_prefill_test_pack(int mode) {
@@ -682,6 +688,7 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     c->max_batch_size = o->max_batch_size;
     c->max_total_qo = max_total_qo;
     c->graph = o->use_cuda_graph;
+    c->min_chunk = test_min_chunk;
     c->no_split = test_no_split ||
                   (o->variant && (o->variant->hooks &
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));

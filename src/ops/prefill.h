@@ -86,6 +86,11 @@ int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
  * time the unsplit plan of the same kernel. Not thread-safe; off by default. */
 void cinfer__batch_prefill_test_no_split(bool on);
 
+/* Tests and benchmarks only: the shortest split-KV chunk (KV positions) of batch prefill objects
+ * sized and created afterwards; 0 (the default) or below CINFER__PREFILL_CHUNK_MIN: that minimum
+ * (prefill_plan.h). Not thread-safe. */
+void cinfer__batch_prefill_test_min_chunk(int positions);
+
 /* Tests and benchmarks only: GQA packing of batch prefill objects sized and created afterwards
  * (prefill_plan.h, "GQA packing"): 0 (the default) packs where it never costs more work (G >= 2
  * dividing every candidate tile's rows), 1 wherever the kernel can (2 <= G <= every tile's rows,

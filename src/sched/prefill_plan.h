@@ -159,6 +159,9 @@ typedef struct cinfer__prefill_plan_config {
     bool graph;           /* CUDA-graph mode: one tile, grids fixed for the maxima (top of file) */
     bool no_split;        /* the variant's partial states cannot be merged (no softmax, output
                              transform): no split-KV */
+    int min_chunk;        /* the shortest split chunk in KV positions; 0 or below
+                             CINFER__PREFILL_CHUNK_MIN: that minimum (a longer one only ever
+                             splits less, within the same layout) */
     int group;            /* GQA packing: the G = Hq / Hk query heads each CTA packs into its tile
                              rows (Hk CTAs per work item), or 0 or 1: none (Hq CTAs per item) */
     int num_tiles;        /* candidate tiles, 1..CINFER__PREFILL_MAX_TILES */

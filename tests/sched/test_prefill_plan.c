@@ -821,6 +821,25 @@ static void chunk_size_is_the_smallest_that_fits(void **state) {
     /* Minimal: one alignment step less needs more CTAs than a wave. */
     assert_true((4 * 64 + 3 + 3) * 32 > c.max_ctas[1]); /* ceil(16384 / 3264) = 6 chunks */
     free_plan(&p);
+    /* A longer minimum chunk (cinfer__batch_prefill_test_min_chunk) splits less: 4 chunks of
+     * 4096; one below the built-in minimum changes nothing. */
+    c.min_chunk = 4096;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, NULL, 4, &p);
+    assert_int_equal(p.chunking.chunk_size, 4096);
+    assert_int_equal(p.chunking.max_chunks, 4);
+    assert_int_equal(p.chunking.num_work, 7);
+    free_plan(&p);
+    c.min_chunk = 100;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.chunking.chunk_size, 3328);
+    free_plan(&p);
+    /* At least the whole range: not split. */
+    c.min_chunk = 16384;
+    assert_int_equal(make_plan(&c, qo, kv, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    assert_false(p.chunking.split);
+    free_plan(&p);
+    c.min_chunk = 0;
     /* The KV range at or below the minimum chunk: not split. */
     const int32_t kv_short[] = {0, 512, 1024, 1536, 2048};
     assert_int_equal(make_plan(&c, qo, kv_short, NULL, 4, &p), CINFER_STATUS_SUCCESS);
