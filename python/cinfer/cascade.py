@@ -368,8 +368,8 @@ class _Launch:
         # on that stream, a fifth stream, another plan key).
         self.captured = captured
         self.graph = graph
-        # The stream the levels after the first run on (graph mode; None: all on the caller's
-        # stream).
+        # The stream the levels after the first run on while a graph is captured (graph mode;
+        # None: all on the caller's stream).
         self.side = side
 
     def states_for(self, stream: int, rows: int) -> _States:
@@ -433,29 +433,34 @@ class _Launch:
         if (self.graph and not any(c is st for c in self.captured)
                 and torch.cuda.is_current_stream_capturing()):
             self.captured.append(st)
-        # The levels are independent until the merge. In CUDA graph mode the first (the shared
-        # prefix, whose batch prefill is compute-bound) runs on the caller's stream and the
-        # others (per-request KV, memory-bound) on the side stream beside it, forked from and
-        # joined back into the caller's stream (a capture records the fork and the join), the
-        # side stream's launches enqueued first. bench/cascade.py, 2026-11-30: graph step 73.8 ->
-        # 70.5 us; with both orders and outside graph mode the fork and join cost more host time
-        # per call than they save (per call 95 -> 104-127 us).
+        # The levels are independent until the merge. While a CUDA graph is captured (graph
+        # mode) the first (the shared prefix, whose batch prefill is compute-bound) runs on the
+        # caller's stream and the others (per-request KV, memory-bound) on the side stream beside
+        # it, forked from and joined back into the caller's stream (the capture records both),
+        # the side stream's launches enqueued first. bench/cascade.py, 2026-11-30: graph step
+        # 73.8 -> 70.5 us; uncaptured, the fork and join cost more host time per call than they
+        # save (per call 95 -> 104-127 us), so eager runs keep one stream.
         main = side = None
-        if self.side is not None:
+        if self.side is not None and torch.cuda.is_current_stream_capturing():
             main = torch.cuda.current_stream(self.device)
             self.side.wait_stream(main)
             side = self.side.cuda_stream
         order = range(len(self.levels)) if side is None else [*range(1, len(self.levels)), 0]
-        for i in order:
-            lvl = self.levels[i]
-            level_stream = stream if i == 0 or side is None else side
-            if lvl.rows is not None and lvl.rows < rows:
-                _, lq_ref = A.slot_ref(lvl.q, q[:lvl.rows], "q", self.device)
-                lvl.launch(lq_ref, k_ref, v_ref, *st.level_refs_of(i, lvl.rows), level_stream)
-            else:
-                lvl.launch(q_ref, k_ref, v_ref, *st.level_refs[i], level_stream)
-        if main is not None:
-            main.wait_stream(self.side)
+        try:
+            for i in order:
+                lvl = self.levels[i]
+                level_stream = stream if i == 0 or side is None else side
+                if lvl.rows is not None and lvl.rows < rows:
+                    _, lq_ref = A.slot_ref(lvl.q, q[:lvl.rows], "q", self.device)
+                    lvl.launch(lq_ref, k_ref, v_ref, *st.level_refs_of(i, lvl.rows),
+                               level_stream)
+                else:
+                    lvl.launch(q_ref, k_ref, v_ref, *st.level_refs[i], level_stream)
+        finally:
+            # Joined even when a launch raised, so that a capture does not end with the side
+            # stream unjoined (hiding the error).
+            if main is not None:
+                main.wait_stream(self.side)
         _lib.check(self.merge_fn(self.ctx, st.v_ref, st.s_ref, out_ref, lse_ref, stream),
                    _RUN_NAME)
         return (out, lse) if return_lse else out
@@ -493,9 +498,9 @@ class MultiLevelCascadeAttentionWrapper:
     use_cuda_graph : bool
         CUDA graph mode: each level keeps its page table in the buffers below, and :meth:`run`
         can be captured (see :class:`cinfer.BatchPrefillWithPagedKVCacheWrapper` and
-        :class:`cinfer.BatchDecodeWithPagedKVCacheWrapper`). Levels 1 and up then run on a
-        side stream beside level 0, forked from and joined back into the caller's stream (a
-        capture holds both branches).
+        :class:`cinfer.BatchDecodeWithPagedKVCacheWrapper`). In a capture, levels 1 and up run
+        on a side stream beside level 0, forked from and joined back into the caller's stream
+        (the graph holds both branches).
     qo_indptr_buf_arr, paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
     paged_kv_last_page_len_buf_arr : Optional[List[torch.Tensor]]
         Graph mode: one buffer per level, as the batch prefill wrapper's ``qo_indptr_buf``,
@@ -545,8 +550,8 @@ class MultiLevelCascadeAttentionWrapper:
         self._states: dict = {}
         self._states_key = None
         self._captured_states: list = []  # see _Launch.captured
-        # CUDA graph mode: the stream the levels after the first run on, beside it
-        # (_Launch.run); made by the first plan of a cascade of two or more levels on a CUDA
+        # CUDA graph mode: the stream the levels after the first run on in a capture, beside
+        # it (_Launch.run); made by the first plan of a cascade of two or more levels on a CUDA
         # device.
         self._side_stream = None
         slices = self._split(float_workspace_buffer, num_levels)

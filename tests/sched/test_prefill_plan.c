@@ -159,6 +159,7 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
         assert_true((int64_t)n * cta_heads <= cfg->max_ctas[p->tile]);
         assert_true(n <= cinfer__prefill_split_items(cfg, p->tile));
         assert_true(ch->chunk_size >= CINFER__PREFILL_CHUNK_MIN && ch->chunk_size % align == 0);
+        assert_true(ch->chunk_size >= cfg->min_chunk);
         assert_true(ch->num_rows <= p->layout.row_capacity);
         assert_true(ch->num_states <= p->layout.state_capacity);
         assert_int_equal(ch->num_rows, qo_indptr[batch] - merge_row0);
