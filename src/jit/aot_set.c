@@ -98,8 +98,7 @@ static cinfer_status_t single_decode(const cinfer_attention_options_t *o, int ma
 
 static cinfer_status_t single_prefill_causal(const cinfer_attention_options_t *o,
                                              int max_smem_optin, cinfer__spec_t *out, int *count) {
-    *count = 1;
-    return cinfer__prefill_kernel_spec(o, 1, max_smem_optin, &out[0]);
+    return cinfer__prefill_single_specs(o, 1, max_smem_optin, out, count);
 }
 
 static cinfer_status_t batch_prefill_ragged(const cinfer_attention_options_t *o, int max_smem_optin,
@@ -122,7 +121,8 @@ typedef struct operation {
 static const operation_t operations[] = {
     {"batch decode, paged KV (attention + split-KV merge)", batch_decode},
     {"single decode, contiguous KV (attention + split-KV merge)", single_decode},
-    {"single prefill, causal", single_prefill_causal},
+    {"single prefill, causal (the default tiles and the smaller ones of short grids)",
+     single_prefill_causal},
     {"batch prefill, ragged KV, causal (one kernel per query tile, split-KV merge)",
      batch_prefill_ragged},
     {"batch prefill, paged KV, causal (one kernel per query tile, split-KV merge)",

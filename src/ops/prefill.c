@@ -244,6 +244,23 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
     return build_spec(o, causal, false, false, &cfg, 1, spec);
 }
 
+cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
+                                             int max_smem_optin, cinfer__spec_t *specs,
+                                             int *count) {
+    *count = 0;
+    CINFER__CHECK(cinfer__prefill_kernel_spec(o, causal, max_smem_optin, &specs[0]));
+    *count = 1;
+    /* choose_single's candidates: the batch tiles, whose largest is the default. */
+    cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
+    int n = 0;
+    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, cands, &n);
+    if (n < 2)
+        return CINFER_STATUS_SUCCESS;
+    CINFER__CHECK(build_spec(o, causal, false, false, &cands[n - 2], 1, &specs[1]));
+    *count = 2;
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* ---- tensors ---- */
 
 /*

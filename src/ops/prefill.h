@@ -122,4 +122,12 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
 cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o, int causal,
                                             int max_smem_optin, cinfer__spec_t *spec);
 
+/*
+ * Every spec cinfer_single_prefill may load for these options and causal flag on such a device:
+ * the default tiles' (specs[0]) and, where there is one, the next smaller tile's, which it takes
+ * for short grids (choose_single in prefill.c). *count: 1 or 2 (specs holds 2).
+ */
+cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
+                                             int max_smem_optin, cinfer__spec_t *specs, int *count);
+
 #endif
