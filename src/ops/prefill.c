@@ -244,19 +244,31 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
     return build_spec(o, causal, false, false, &cfg, 1, spec);
 }
 
+/* Single prefill's candidate tiles on a device allowing max_smem_optin bytes of shared memory per
+ * block: tiles[0] the default (the largest of batch prefill's candidates) and, when there is one,
+ * tiles[1] the next smaller, which choose_single takes for short grids. Returns 1 or 2. */
+static int single_tiles(int head_dim, int max_smem_optin, cinfer__prefill_config_t tiles[2]) {
+    cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
+    int n = 0;
+    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
+    cinfer__prefill_batch_configs(head_dim, max_smem_optin - 1024, cands, &n);
+    tiles[0] = cands[n - 1];
+    if (n < 2)
+        return 1;
+    tiles[1] = cands[n - 2];
+    return 2;
+}
+
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
                                              int max_smem_optin, cinfer__spec_t *specs,
                                              int *count) {
     *count = 0;
     CINFER__CHECK(cinfer__prefill_kernel_spec(o, causal, max_smem_optin, &specs[0]));
     *count = 1;
-    /* choose_single's candidates: the batch tiles, whose largest is the default. */
-    cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
-    int n = 0;
-    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, cands, &n);
-    if (n < 2)
+    cinfer__prefill_config_t tiles[2];
+    if (single_tiles(o->head_dim, max_smem_optin, tiles) < 2)
         return CINFER_STATUS_SUCCESS;
-    CINFER__CHECK(build_spec(o, causal, false, false, &cands[n - 2], 1, &specs[1]));
+    CINFER__CHECK(build_spec(o, causal, false, false, &tiles[1], 1, &specs[1]));
     *count = 2;
     return CINFER_STATUS_SUCCESS;
 }
@@ -443,11 +455,9 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
                                      int causal, int32_t qo_len, int32_t kv_len,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
-    cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
-    int n = 0;
-    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_batch_configs(o->head_dim, ctx->max_smem_per_block_optin - 1024, cands, &n);
-    *cfg = cands[n - 1];
+    cinfer__prefill_config_t tiles[2];
+    const int n = single_tiles(o->head_dim, ctx->max_smem_per_block_optin, tiles);
+    *cfg = tiles[0];
     CINFER__CHECK(load_single(ctx, o, causal, cfg, kernel, smem));
     if (n < 2 || qo_len == 0)
         return CINFER_STATUS_SUCCESS;
@@ -456,7 +466,7 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
     const int64_t grid = ((int64_t)qo_len + cfg->tile_q - 1) / cfg->tile_q * o->num_qo_heads;
     if (grid >= 2 * slots[1])
         return CINFER_STATUS_SUCCESS;
-    const cinfer__prefill_config_t small = cands[n - 2];
+    const cinfer__prefill_config_t small = tiles[1];
     cinfer__kernel_t small_kernel;
     size_t small_smem;
     if (load_single(ctx, o, causal, &small, &small_kernel, &small_smem) != CINFER_STATUS_SUCCESS)
