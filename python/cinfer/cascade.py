@@ -406,7 +406,9 @@ class _Launch:
                               "[num_rows, num_qo_heads, head_dim]")
         k_ref, v_ref = self.kv.refs(paged_kv_cache)
         rows = q.shape[0]
-        if rows < self.capture_rows and torch.cuda.is_current_stream_capturing():
+        # Only a graph-mode wrapper's runs are captured (asked once per run).
+        capturing = self.graph and torch.cuda.is_current_stream_capturing()
+        if rows < self.capture_rows and capturing:
             # A replay after a later plan with more rows would read q and write out past the
             # rows captured here.
             raise ArgumentError(
@@ -430,8 +432,7 @@ class _Launch:
         # Every level writes its state into its slice of the state buffers, the prefix (the
         # longest) first; one merge_states folds them into out (and lse).
         st = self.states_for(stream, rows)
-        if (self.graph and not any(c is st for c in self.captured)
-                and torch.cuda.is_current_stream_capturing()):
+        if capturing and not any(c is st for c in self.captured):
             self.captured.append(st)
         # The levels are independent until the merge. While a CUDA graph is captured (graph
         # mode) the first (the shared prefix, whose batch prefill is compute-bound) runs on the
@@ -441,7 +442,7 @@ class _Launch:
         # 73.8 -> 70.5 us; uncaptured, the fork and join cost more host time per call than they
         # save (per call 95 -> 104-127 us), so eager runs keep one stream.
         main = side = None
-        if self.side is not None and torch.cuda.is_current_stream_capturing():
+        if self.side is not None and capturing:
             main = torch.cuda.current_stream(self.device)
             self.side.wait_stream(main)
             side = self.side.cuda_stream
