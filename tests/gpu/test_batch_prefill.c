@@ -494,6 +494,39 @@ static cinfer_batch_prefill_t *make_op(const bp_case *c, bp_data *x, int max_bat
     return op;
 }
 
+/* The capture set-up of the graph-mode tests: case c's data (from seed; capacities q_cap rows and
+ * kv_cap rows or pages) on the device, its tensors, and a graph-mode object of max_batch requests
+ * and max_total query rows planned for it. */
+static cinfer_batch_prefill_t *graph_setup(const bp_case *c, uint64_t seed, int64_t q_cap,
+                                           int64_t kv_cap, int max_batch, int64_t max_total,
+                                           bp_data *x, bp_tensors *t) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    make_data(c, &rng, x, q_cap, kv_cap);
+    alloc_device(c, x);
+    upload(c, x);
+    make_tensors(c, x, t);
+    cinfer_batch_prefill_t *op = make_op(c, x, max_batch, max_total, 1);
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, x->qo_indptr, x->kv_indptr, x->last, c->batch, stream));
+    return op;
+}
+
+/* A graph replay's step: case c's host data (from seed) in the device buffers of the captured
+ * data x, uploaded and planned into op. */
+static void graph_replan(cinfer_batch_prefill_t *op, const bp_case *c, uint64_t seed, int64_t q_cap,
+                         int64_t kv_cap, const bp_data *x, bp_data *y) {
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, seed);
+    make_data(c, &rng, y, q_cap, kv_cap);
+    y->d_q = x->d_q, y->d_k = x->d_k, y->d_v = x->d_v, y->d_out = x->d_out, y->d_lse = x->d_lse;
+    y->d_indices = x->d_indices;
+    assert_true(y->num_indices <= x->num_indices);
+    upload(c, y);
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, y->qo_indptr, y->kv_indptr, y->last, c->batch, stream));
+}
+
 /* One case end to end; kv_cap: 0, or the paged pool's size in pages. */
 static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
     cinfer_test_rng rng;
@@ -1088,17 +1121,10 @@ static void cuda_graph_replays_after_replanning(void **state) {
     big.max_kv = 2000;
     big.hq = 8;
     big.hk = 2;
-    cinfer_test_rng rng;
-    cinfer_test_rng_init(&rng, cinfer_test_seed() + 700);
     bp_data x;
-    make_data(&big, &rng, &x, q_cap, kv_cap);
-    alloc_device(&big, &x);
-    upload(&big, &x);
     bp_tensors t;
-    make_tensors(&big, &x, &t);
-    cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
-    CINFER_TEST_OK(
-        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
+    cinfer_batch_prefill_t *op =
+        graph_setup(&big, cinfer_test_seed() + 700, q_cap, kv_cap, max_batch, max_total, &x, &t);
     CUgraph graph;
     CUgraphExec exec;
     capture_run(op, &big, &t, &graph, &exec);
@@ -1115,15 +1141,7 @@ static void cuda_graph_replays_after_replanning(void **state) {
         c.batch = batches[r];
         c.max_qo = r == 0 ? 40 : 40 - 10 * r;
         bp_data y;
-        cinfer_test_rng yr;
-        cinfer_test_rng_init(&yr, cinfer_test_seed() + 710 + (uint64_t)r);
-        make_data(&c, &yr, &y, q_cap, kv_cap);
-        y.d_q = x.d_q, y.d_k = x.d_k, y.d_v = x.d_v, y.d_out = x.d_out, y.d_lse = x.d_lse;
-        y.d_indices = x.d_indices;
-        assert_true(y.num_indices <= x.num_indices);
-        upload(&c, &y);
-        CINFER_TEST_OK(
-            cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
+        graph_replan(op, &c, cinfer_test_seed() + 710 + (uint64_t)r, q_cap, kv_cap, &x, &y);
         assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
         CINFER_TEST_SYNC(stream);
         check_outputs(&c, &y, cinfer_test_seed() + 710 + (uint64_t)r);
@@ -1183,17 +1201,10 @@ static void graph_split_replays(int capture_split, uint64_t seed, int hq, int hk
     big.hq = hq;
     big.hk = hk;
     big.causal = 0;
-    cinfer_test_rng rng;
-    cinfer_test_rng_init(&rng, seed);
     bp_data x;
-    make_data(&big, &rng, &x, q_cap, kv_cap);
-    alloc_device(&big, &x);
-    upload(&big, &x);
     bp_tensors t;
-    make_tensors(&big, &x, &t);
-    cinfer_batch_prefill_t *op = make_op(&big, &x, max_batch, max_total, 1);
-    CINFER_TEST_OK(
-        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, big.batch, stream));
+    cinfer_batch_prefill_t *op =
+        graph_setup(&big, seed, q_cap, kv_cap, max_batch, max_total, &x, &t);
     if ((cinfer__batch_prefill_chunk_size(op) != 0) != (first->split > 0))
         fail_msg("%s: the captured plan %s", big.desc,
                  first->split > 0 ? "did not split" : "split");
@@ -1218,15 +1229,7 @@ static void graph_split_replays(int capture_split, uint64_t seed, int hq, int hk
         c.qo_lens = g->qo;
         c.kv_lens = g->kv;
         bp_data y;
-        cinfer_test_rng yr;
-        cinfer_test_rng_init(&yr, seed + 10 + (uint64_t)r);
-        make_data(&c, &yr, &y, q_cap, kv_cap);
-        y.d_q = x.d_q, y.d_k = x.d_k, y.d_v = x.d_v, y.d_out = x.d_out, y.d_lse = x.d_lse;
-        y.d_indices = x.d_indices;
-        assert_true(y.num_indices <= x.num_indices);
-        upload(&c, &y);
-        CINFER_TEST_OK(
-            cinfer_batch_prefill_plan(op, y.qo_indptr, y.kv_indptr, y.last, c.batch, stream));
+        graph_replan(op, &c, seed + 10 + (uint64_t)r, q_cap, kv_cap, &x, &y);
         if ((cinfer__batch_prefill_chunk_size(op) != 0) != (g->split > 0))
             fail_msg("%s: the plan %s (chunk size %d)", desc,
                      g->split > 0 ? "did not split" : "split",
