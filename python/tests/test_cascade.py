@@ -204,6 +204,20 @@ def test_cascade_run_rebinds_its_arguments():
         w.run(qs[0], pool.cache)
 
 
+def graph_two_levels(ws_bytes, prefix_pages, batch, own_pages):
+    """A two-level cascade wrapper in CUDA graph mode: level 0 one group over at most
+    ``prefix_pages`` pages, level 1 at most ``batch`` groups over ``own_pages`` pages."""
+    def bufs(n):
+        return torch.zeros(n, dtype=torch.int32, device=DEV)
+
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=DEV)
+    return cinfer.MultiLevelCascadeAttentionWrapper(
+        2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
+        paged_kv_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
+        paged_kv_indices_buf_arr=[bufs(prefix_pages), bufs(own_pages)],
+        paged_kv_last_page_len_buf_arr=[bufs(1), bufs(batch)])
+
+
 def test_cascade_cuda_graph_replays_follow_later_plans():
     """A captured run replays the plan in force: after a new q and a plan with other own
     lengths, the replay equals an eager run of that plan (bit for bit) and the plain batch
@@ -212,16 +226,7 @@ def test_cascade_cuda_graph_replays_follow_later_plans():
     pool = Pool(40 + 80, page_size, hk, dtype, seed=12)
     prefix_pages, _ = pool.take(40 * page_size)
     own_capacity = batch * 7  # pages: up to 112 own tokens per request
-
-    def bufs(n):
-        return torch.zeros(n, dtype=torch.int32, device=DEV)
-
-    ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
-    w = cinfer.MultiLevelCascadeAttentionWrapper(
-        2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
-        paged_kv_indptr_buf_arr=[bufs(2), bufs(batch + 1)],
-        paged_kv_indices_buf_arr=[bufs(len(prefix_pages)), bufs(own_capacity)],
-        paged_kv_last_page_len_buf_arr=[bufs(1), bufs(batch)])
+    w = graph_two_levels(64 << 20, len(prefix_pages), batch, own_capacity)
     q = torch.randn(batch, hq, D, device=DEV).to(dtype)
     atol, rtol = reference.tolerance(dtype)
 
@@ -258,16 +263,7 @@ def test_cascade_cuda_graph_split_prefix_and_decode_level():
     hq, hk, page_size, dtype, cap = 32, 8, 16, torch.float16, 8
     pool = Pool(256 + 150 + cap * 7 * 3, page_size, hk, dtype, seed=13)
     prefixes = [pool.take(256 * page_size)[0], pool.take(150 * page_size)[0]]
-
-    def bufs(n):
-        return torch.zeros(n, dtype=torch.int32, device=DEV)
-
-    ws = torch.empty(128 << 20, dtype=torch.uint8, device=DEV)
-    w = cinfer.MultiLevelCascadeAttentionWrapper(
-        2, ws, "NHD", use_cuda_graph=True, qo_indptr_buf_arr=[bufs(2), bufs(cap + 1)],
-        paged_kv_indptr_buf_arr=[bufs(2), bufs(cap + 1)],
-        paged_kv_indices_buf_arr=[bufs(256), bufs(cap * 7)],
-        paged_kv_last_page_len_buf_arr=[bufs(1), bufs(cap)])
+    w = graph_two_levels(128 << 20, 256, cap, cap * 7)
     atol, rtol = reference.tolerance(dtype)
     q = torch.randn(cap, hq, D, device=DEV).to(dtype)
 
