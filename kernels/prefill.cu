@@ -164,6 +164,17 @@ typedef cinfer_half_bits kv_elem;
  */
 #define KV_COPY_LATE (!KV_FP8 && CINFER_SOFTCAP)
 /*
+ * SOFTCAP_FIXED_MAX: a capped logit is bounded, so the softmax can subtract a fixed maximum rather
+ * than track each row's. With the soft cap's h in S (kernels/soft_cap.cuh) the softmax's argument
+ * x = 2 cap2 h lies in [-2 cap2, 0]; with the host's p.soft_cap_max = m every P = 2^(x - m) lies in
+ * [2^(-2 cap2 - m), 2^-m], a window where P is a normal number of the mmas' dtype (ops/prefill.c).
+ * No row maximum, no shuffles, no rescaling of O, and no wait of a tile's exp2 for its other
+ * logits; the sum, O and the LSE are those of the running maximum up to rounding. Caps too large
+ * for the window (p.soft_cap_fixed 0) keep the running maximum.
+ */
+#define SOFTCAP_FIXED_MAX                                                                          \
+    (CINFER_SOFTCAP && !CINFER_VARIANT_LOGITS && VARIANT_USE_SOFTMAX && !VARIANT_STATE_INIT)
+/*
  * A position bias (ALiBi) rises toward the diagonal by slope * TILE_KV per KV tile, so a row's
  * maximum grows on nearly every tile and O would be rescaled on each (a CPU model of the 16k
  * causal benchmark's data: 100% of a warp's tiles, against 43% for default attention; 61% with
@@ -870,6 +881,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int e = 0; e < 4; e++)
                 o[mq][n][e] = 0.0f;
     }
+#if SOFTCAP_FIXED_MAX
+    const bool fixed_max = p.soft_cap_fixed != 0;
+    if (fixed_max) {
+#pragma unroll
+        for (int mq = 0; mq < MMA_Q; mq++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                m[mq][h] = p.soft_cap_max;
+    }
+#else
+    const bool fixed_max = false;
+#endif
 #if VARIANT_STATE_INIT
     /* The variant's initial state (e.g. a sink logit); the denominator is kept per lane and
      * summed over the quad at the end, so one lane of the four holds it. A split tile's rows take
@@ -1376,6 +1399,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int mq = 0; mq < MMA_Q; mq++) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
+                    if (fixed_max) {
+                        float sum = 0.0f;
+#pragma unroll
+                        for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+                            for (int e = 2 * h; e < 2 * h + 2; e++) {
+                                s[mq][n][e] = fast_exp2(fmaf(s[mq][n][e], scale, -m[mq][h]));
+                                sum += s[mq][n][e];
+                            }
+                        d[mq][h] += sum;
+                        alpha[mq][h] = 1.0f;
+                        continue;
+                    }
                     float mx = -CINFER_INF;
 #pragma unroll
                     for (int n = 0; n < S_TILES; n++)
@@ -1419,9 +1455,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             cinfer_pack_half2(MMA_DT, s[mq][n][2 * h], s[mq][n][2 * h + 1]);
 
 #if VARIANT_USE_SOFTMAX
-            /* O *= alpha, skipped (exactly: every alpha is 1) when no row of the warp has a new
-             * maximum, which is most tiles once a row has seen a few. */
-            {
+            /* O *= alpha, skipped (exactly: every alpha is 1) with a fixed maximum and when no row
+             * of the warp has a new maximum, which is most tiles once a row has seen a few. */
+            if (!fixed_max) {
                 bool rescale = false;
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++)

@@ -107,6 +107,11 @@ typedef struct cinfer_prefill_params {
      * q_scale) with soft_cap_log2 = c * log2(e) */
     float q_scale;
     float soft_cap_log2;
+    /* soft cap kernels (kernels/prefill.cu, SOFTCAP_FIXED_MAX): when soft_cap_fixed is 1, every
+     * row's softmax subtracts the fixed maximum soft_cap_max (in the units of 2 soft_cap_log2 h,
+     * whose range is [-2 soft_cap_log2, 0]) instead of its running maximum */
+    int soft_cap_fixed;
+    float soft_cap_max;
     float v_scale; /* multiplies the output */
     /* fp8 K/V: q is multiplied by q_in_scale (sm_scale) as it becomes the fp16 mma operand, so
      * that a bf16 q beyond fp16's range stays finite; q_scale is divided by it (and e4m3 scales

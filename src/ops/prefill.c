@@ -386,6 +386,17 @@ static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_param
     }
     p->q_scale = (float)q_scale;
     p->v_scale = (float)v_scale;
+    /* The soft cap's fixed softmax maximum m (kernels/prefill.cu, SOFTCAP_FIXED_MAX): P = 2^(x - m)
+     * for x in [-2 cap2, 0] stays within [2^lo, 2^hi], normal numbers of the mmas' dtype with room
+     * for the sums: bf16 [2^-96, 2^32], fp16 (fp16 q, or fp8 K/V) [2^-14, 2^15]. m = min(0, -lo -
+     * 2 cap2), the largest m <= 0 with 2^(-2 cap2 - m) >= 2^lo (P <= 1 where the cap allows); caps
+     * with -m > hi keep the running maximum (bf16: cap2 <= 64, a cap up to 44.3; fp16: cap2
+     * <= 14.5, a cap up to 10). */
+    const bool bf16_p = cinfer__dl_dtype(o->q_dtype) == CINFER__DT_BF16 && !is_fp8(kv);
+    const double lo = bf16_p ? -96.0 : -14.0, hi = bf16_p ? 32.0 : 15.0;
+    const double width = 2.0 * p->soft_cap_log2, m = -lo - width < 0.0 ? -lo - width : 0.0;
+    p->soft_cap_fixed = p->soft_cap_log2 > 0.0f && -m <= hi;
+    p->soft_cap_max = p->soft_cap_fixed ? (float)m : 0.0f;
 }
 
 /* Checks a loaded kernel's shared memory (smem dynamic bytes for tiles cfg) against the device

@@ -42,6 +42,9 @@ typedef struct prefill_case {
     int check_heads; /* 0: compare every query head; else this many random heads */
     double q_range;  /* q uniform in [-q_range, q_range] (0: 1) */
     double kv_range; /* k and v uniform in [-kv_range, kv_range] (0: 1) */
+    /* q in [q_range / 2, q_range] and k in [-kv_range, -kv_range / 2]: every logit q . k at most
+     * -d q_range kv_range / 4 (with a soft cap and sm_scale 1, every logit at -cap) */
+    int all_negative;
     const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
     tv_kind variant;                       /* TV_NONE: default attention */
     int rope;                              /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
@@ -109,15 +112,15 @@ static size_t buf_esz(const prefill_case *c, int b) {
     return cinfer__dtype_size(buf_dtype(c, b));
 }
 
-/* Fills a view's elements with uniform values in [-range, range]. */
+/* Fills a view's elements with uniform values in [lo, hi]. */
 static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x, const view_t *v,
-                      double range) {
+                      double lo, double hi) {
     for (int64_t t = 0; t < v->tokens; t++)
         for (int64_t h = 0; h < v->heads; h++) {
             const int64_t base = v->off + t * v->s_tok + h * v->s_head;
             for (int i = 0; i < c->d; i++)
                 cinfer_test_store(buf_dtype(c, v->buf), x->host[v->buf], base + i,
-                                  cinfer_test_rng_uniform(rng, -range, range));
+                                  cinfer_test_rng_uniform(rng, lo, hi));
         }
 }
 
@@ -165,9 +168,10 @@ static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
         x->host[b] = malloc(bytes + 16);
         memset(x->host[b], 0xff, bytes); /* NaN in fp16, bf16, fp32, e4m3 and e5m2 */
     }
-    fill_view(c, rng, x, &x->q, c->q_range > 0 ? c->q_range : 1.0);
-    fill_view(c, rng, x, &x->k, c->kv_range > 0 ? c->kv_range : 1.0);
-    fill_view(c, rng, x, &x->v, c->kv_range > 0 ? c->kv_range : 1.0);
+    const double qr = c->q_range > 0 ? c->q_range : 1.0, kvr = c->kv_range > 0 ? c->kv_range : 1.0;
+    fill_view(c, rng, x, &x->q, c->all_negative ? qr / 2 : -qr, qr);
+    fill_view(c, rng, x, &x->k, -kvr, c->all_negative ? -kvr / 2 : kvr);
+    fill_view(c, rng, x, &x->v, -kvr, kvr);
     for (int b = 0; b < NUM_BUFS; b++) {
         if (!x->host[b])
             continue;
@@ -516,19 +520,33 @@ static void masks_and_scales(void **state) {
             run_case(&c, cinfer_test_seed() + 500 + 2 * i + (uint64_t)causal);
         }
     }
-    /* Soft cap with logits large enough to saturate tanh, and with a cap that barely bends. */
-    static const float caps[] = {30.0f, 5.0f, 1000.0f};
-    for (size_t i = 0; i < 3; i++) {
+    /* Soft cap with logits large enough to saturate tanh, and with a cap that barely bends; the
+     * softmax subtracts a fixed maximum for caps up to 44.3 (bf16) or 10 (fp16) and the running
+     * one above (kernels/prefill.cu, SOFTCAP_FIXED_MAX), so both sides of each limit, and every
+     * logit within 0.1% of -cap (P at the bottom of the fixed maximum's window: 2^-86.6 at cap 30,
+     * bf16; 2^-96 at cap 44, whose window is shifted up by 2^31). */
+    static const struct {
+        float cap;
+        cinfer__dtype_t dtype;
+        int all_negative;
+    } caps[] = {
+        {30.0f, CINFER__DT_BF16, 0}, {5.0f, CINFER__DT_F16, 0},   {1000.0f, CINFER__DT_BF16, 0},
+        {44.0f, CINFER__DT_BF16, 0}, {45.0f, CINFER__DT_BF16, 0}, {30.0f, CINFER__DT_BF16, 1},
+        {44.0f, CINFER__DT_BF16, 1}, {9.5f, CINFER__DT_F16, 1},   {11.0f, CINFER__DT_F16, 1}};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
         char desc[64];
-        snprintf(desc, sizeof desc, "soft cap %g", caps[i]);
+        snprintf(desc, sizeof desc, "soft cap %g %s%s", (double)caps[i].cap,
+                 cinfer__dtype_name(caps[i].dtype), caps[i].all_negative ? " all at -cap" : "");
         prefill_case c = base_case(desc);
-        c.soft_cap = caps[i];
+        c.soft_cap = caps[i].cap;
         c.sm_scale = 1.0f;
         c.q_range = 3.0;
         c.causal = (int)i % 2;
         c.window_left = i == 2 ? 40 : -1;
-        c.dtype = i == 1 ? CINFER__DT_F16 : CINFER__DT_BF16;
-        run_case(&c, cinfer_test_seed() + 520 + i);
+        c.dtype = caps[i].dtype;
+        c.all_negative = caps[i].all_negative;
+        c.kv_range = c.all_negative ? 2.0 : 0.0; /* q . k <= -192: tanh(-192 / 44) < -0.9996 */
+        run_case(&c, cinfer_test_seed() + (i < 3 ? 520 : 537) + i);
     }
     /* Peaked softmax (large logits: exp2 underflow, frequent max changes), and the scales. */
     prefill_case c = base_case("sm_scale 0.5, q in [-4, 4]");
