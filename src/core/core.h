@@ -23,6 +23,13 @@
 cinfer_status_t cinfer__error(cinfer_status_t status, const char *fmt, ...) CINFER__PRINTF(2, 3);
 cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list ap);
 
+/* Between cinfer__error_mute() and cinfer__error_unmute() (nestable) errors return their status
+ * and are logged but leave the last-error message alone: for a try whose failure the caller
+ * handles (a fallback), so that a call that succeeds does not replace the message of an earlier
+ * failing call. */
+void cinfer__error_mute(void);
+void cinfer__error_unmute(void);
+
 /* Evaluates a status expression and returns it from the enclosing function on failure. */
 #define CINFER__CHECK(expr)                                                                        \
     do {                                                                                           \

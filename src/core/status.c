@@ -7,6 +7,7 @@
 #define CINFER__ERROR_CAP 16384
 
 static _Thread_local char last_error[CINFER__ERROR_CAP];
+static _Thread_local int muted; /* cinfer__error_mute depth */
 
 const char *cinfer_status_string(cinfer_status_t status) {
     switch (status) {
@@ -35,9 +36,25 @@ const char *cinfer_last_error(void) {
 }
 
 cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list ap) {
+    if (muted > 0) {
+        char message[512];
+        vsnprintf(message, sizeof message, fmt, ap);
+        cinfer__log(CINFER__LOG_DEBUG, "error %s (handled): %s", cinfer_status_name(status),
+                    message);
+        return status;
+    }
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     cinfer__log(CINFER__LOG_DEBUG, "error %s: %s", cinfer_status_name(status), last_error);
     return status;
+}
+
+void cinfer__error_mute(void) {
+    muted++;
+}
+
+void cinfer__error_unmute(void) {
+    if (muted > 0)
+        muted--;
 }
 
 cinfer_status_t cinfer__error(cinfer_status_t status, const char *fmt, ...) {

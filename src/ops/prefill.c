@@ -480,9 +480,14 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
     const cinfer__prefill_config_t small = tiles[1];
     cinfer__kernel_t small_kernel;
     size_t small_smem;
-    if (load_single(ctx, o, causal, &small, &small_kernel, &small_smem) != CINFER_STATUS_SUCCESS)
+    /* A smaller kernel that cannot be had (loaded, or its occupancy known) leaves the default. */
+    cinfer__error_mute();
+    cinfer_status_t st = load_single(ctx, o, causal, &small, &small_kernel, &small_smem);
+    if (st == CINFER_STATUS_SUCCESS)
+        st = resident_ctas(ctx, &small_kernel, &small, small_smem, &slots[0]);
+    cinfer__error_unmute();
+    if (st != CINFER_STATUS_SUCCESS)
         return CINFER_STATUS_SUCCESS;
-    CINFER__CHECK(resident_ctas(ctx, &small_kernel, &small, small_smem, &slots[0]));
     cinfer__prefill_plan_config_t pc;
     memset(&pc, 0, sizeof pc);
     pc.num_qo_heads = o->num_qo_heads;

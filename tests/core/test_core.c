@@ -54,6 +54,23 @@ static void last_error_is_per_thread(void **state) {
     free(thread_text);
 }
 
+static void muted_errors_keep_the_last_message(void **state) {
+    (void)state;
+    cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "a caller's failure");
+    cinfer__error_mute();
+    cinfer__error_mute();
+    assert_int_equal(cinfer__error(CINFER_STATUS_UNSUPPORTED, "a fallback's try"),
+                     CINFER_STATUS_UNSUPPORTED);
+    cinfer__error_unmute();
+    assert_int_equal(cinfer__error(CINFER_STATUS_NOT_FOUND, "still muted"),
+                     CINFER_STATUS_NOT_FOUND);
+    cinfer__error_unmute();
+    assert_string_equal(cinfer_last_error(), "a caller's failure");
+    cinfer__error_unmute(); /* unbalanced: no effect */
+    cinfer__error(CINFER_STATUS_INTERNAL, "after %d", 2);
+    assert_string_equal(cinfer_last_error(), "after 2");
+}
+
 static void long_messages_are_truncated_not_overflowed(void **state) {
     (void)state;
     size_t n = 100000;
@@ -173,6 +190,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(status_table_is_complete_and_distinct),
         cmocka_unit_test(last_error_is_per_thread),
+        cmocka_unit_test(muted_errors_keep_the_last_message),
         cmocka_unit_test(long_messages_are_truncated_not_overflowed),
         cmocka_unit_test(versions_agree),
         cmocka_unit_test(settings_follow_the_environment),
