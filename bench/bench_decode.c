@@ -8,6 +8,8 @@
  * uses the next of several page tables over disjoint parts of the pool, so that no run finds the
  * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
  * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
+ * A last table times the uniform runs' bytes as one device-to-device copy queued the same way, the
+ * floor of a run of that size (launch, ramp and tail included), beside the tensor-core decode.
  *
  * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--kv bf16|e4m3|e5m2].
  * Prints a Markdown table; --case times one configuration on both kernels, or on KERNEL alone
@@ -54,6 +56,39 @@ static double copy_ceiling(CUstream stream) {
     CU(cuEventDestroy(e0));
     CU(cuEventDestroy(e1));
     return 2.0 * (double)bytes / (times[10] * 1e-3) / 1e12;
+}
+
+/* Queued device-to-device copies of `half` bytes (so 2 * half read + written), run i from and to
+ * the next part of two pools of pool bytes, so that no run finds its source in the L2. */
+typedef struct copy_state {
+    CUdeviceptr src, dst;
+    size_t half, pool;
+    CUstream stream;
+} copy_state_t;
+
+static void queue_copy(void *arg, int i) {
+    const copy_state_t *c = arg;
+    const size_t slots = c->pool / c->half;
+    const size_t off = (size_t)((i + 64) % (int)(slots > 0 ? slots : 1)) * c->half;
+    CU(cuMemcpyDtoDAsync(c->dst + off, c->src + off, c->half, c->stream));
+}
+
+/* Median microseconds of a copy that reads and writes `bytes` in all (bytes / 2 each way, at most
+ * pool), queued as the decode runs are (bench_time_queued): how long any kernel takes to move
+ * that many bytes, its launch and ramp included, beside which a decode run's own overhead shows. */
+static double copy_us(CUstream stream, CUdeviceptr src, CUdeviceptr dst, size_t pool, double bytes,
+                      int iters) {
+    copy_state_t c = {src, dst, ((size_t)(bytes / 2) + 255) / 256 * 256, pool, stream};
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    if (!times) {
+        fprintf(stderr, "%s: out of host memory\n", bench_name);
+        exit(1);
+    }
+    bench_time_queued(stream, 3, iters, queue_copy, &c, times);
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double us = times[iters / 2] * 1e3;
+    free(times);
+    return us;
 }
 
 #define KERNEL(tc) ((tc) ? "tensor cores" : "CUDA cores")
@@ -303,6 +338,7 @@ int main(int argc, char **argv) {
     }
     static const int batches[] = {1, 16, 64, 256};
     static const int lengths[] = {1024, 4096, 8192, 32768};
+    double tc_us[4][4] = {{0}};
     for (size_t bi = 0; bi < 4; bi++) {
         for (size_t li = 0; li < 4; li++) {
             int batch = batches[bi], len = lengths[li];
@@ -315,6 +351,8 @@ int main(int argc, char **argv) {
                 printf("| uniform | %s | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n", KERNEL(k),
                        batch, len, r.us, r.tbps, 100 * r.tbps / ceiling);
                 fflush(stdout);
+                if (k == 1)
+                    tc_us[bi][li] = r.us;
             }
         }
     }
@@ -356,6 +394,34 @@ int main(int argc, char **argv) {
                        mean / batch, KERNEL(k), batch, r.us, r.tbps, 100 * r.tbps / ceiling);
             }
         }
+    }
+    {
+        /* The same bytes as one copy: the floor of a run of that size (a copy of 2 GiB reaches
+         * the ceiling; shorter ones pay their launch, ramp and tail over fewer bytes). */
+        const size_t pool = 1ull << 30;
+        CUdeviceptr src, dst;
+        CU(cuMemAlloc(&src, pool));
+        CU(cuMemAlloc(&dst, pool));
+        fill_random(src, pool);
+        printf(
+            "\nthe uniform runs' K+V bytes as one device-to-device copy (read + written), queued "
+            "like the runs; tensor-core decode beside it\n\n");
+        printf("| batch | kv_len | MB | copy (us) | TB/s | of ceiling | decode (us) | decode / "
+               "copy time |\n|---|---|---|---|---|---|---|---|\n");
+        for (size_t bi = 0; bi < 4; bi++)
+            for (size_t li = 0; li < 4; li++) {
+                const double bytes = 2.0 * batches[bi] * lengths[li] * HK * HD * 2.0;
+                if (tc_us[bi][li] <= 0 || bytes > (double)pool)
+                    continue;
+                const double us = copy_us(stream, src, dst, pool, bytes, iters);
+                const double tbps = bytes / (us * 1e-6) / 1e12;
+                printf("| %d | %d | %.0f | %.1f | %.2f | %.0f%% | %.1f | %.2f |\n", batches[bi],
+                       lengths[li], bytes / 1e6, us, tbps, 100 * tbps / ceiling, tc_us[bi][li],
+                       tc_us[bi][li] / us);
+                fflush(stdout);
+            }
+        CU(cuMemFree(src));
+        CU(cuMemFree(dst));
     }
     free(lens);
     free(tc);
