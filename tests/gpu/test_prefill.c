@@ -43,7 +43,7 @@ typedef struct prefill_case {
     double q_range;  /* q uniform in [-q_range, q_range] (0: 1) */
     double kv_range; /* k and v uniform in [-kv_range, kv_range] (0: 1) */
     /* q in [q_range / 2, q_range] and k in [-kv_range, -kv_range / 2]: every logit q . k at most
-     * -d q_range kv_range / 4 (with a soft cap and sm_scale 1, every logit at -cap) */
+     * -d q_range kv_range / 4 (with a soft cap and sm_scale 1, every logit near -cap) */
     int all_negative;
     const cinfer__prefill_config_t *tiles; /* NULL: the default tiles */
     tv_kind variant;                       /* TV_NONE: default attention */
