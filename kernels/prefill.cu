@@ -1328,10 +1328,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const bool need_mask = tile_crosses_edge(p, j0, q0, delta, q_span, q_rows, false);
 #if PACK
             if (need_mask) {
-                /* Element (mq, n, e) is column c = n * 8 + e % 2 of the lane's row mq * 16 + (e /
-                 * 2)
-                 * * 8 (from row_base), so j = j0 + col0 + c; a row's limit lim = its position -
-                 * j0 - col0 is computed per row (positions are not linear in packed rows). */
+                /* Element (mq, n, e) is column c = n * 8 + e % 2 of the lane's row
+                 * mq * 16 + (e / 2) * 8 (from row_base), so j = j0 + col0 + c; a row's limit
+                 * lim = its position - j0 - col0 is computed per row (positions are not linear in
+                 * packed rows). */
                 const int tid = thread_index();
                 const int col0 = 2 * (tid % 4);
                 const int lane_row = (tid / 32) * WARP_ROWS + (tid % 32) / 4;

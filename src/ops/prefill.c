@@ -595,7 +595,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
     set_scales(o, &p);
-    set_tile_bytes(&p, cfg.tile_kv, cinfer__dl_dtype(o->kv_dtype));
+    set_tile_bytes(&p, cfg.tile_kv, kv_dtype);
     cinfer_pos_rope_params rope;
     cinfer__attention_rope_params(o, &rope);
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
