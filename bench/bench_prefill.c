@@ -32,10 +32,12 @@
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--fp8 e4m3|e5m2] [--trace FILE].
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--fp8 e4m3|e5m2] [--trace FILE]
+ *                      [--tile Q,KV,WARPS,STAGES ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel at S = 16k, causal, non-causal and causal
- * with soft cap 30 (the default's choice should be the fastest). Prints Markdown tables.
+ * with soft cap 30 (the default's choice should be the fastest). --tile (repeatable) times only
+ * the given tiles that way, and nothing else. Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -370,10 +372,52 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     return ms;
 }
 
+/* The tile sweep at S = 16k: tiles[0 .. num_tiles), or with tiles NULL the candidates below. */
+static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
+                        const cinfer__prefill_config_t *tiles, int num_tiles, int quick) {
+    /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages.
+     * 32 rows per warp (tile_q 128 on four warps) halves the K/V ldmatrix reads per mma;
+     * 128 x 64 in 2 stages and 128 x 32 in 2..4 stages run two CTAs per SM; 256 rows on eight
+     * warps run one, whose two warp groups take turns at the tensor cores (PINGPONG). */
+    static const cinfer__prefill_config_t candidates[] = {
+        {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4}, {128, 64, 4, 2},
+        {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}, {128, 32, 4, 4}, {64, 64, 4, 2},
+        {64, 64, 4, 3},  {64, 32, 2, 3},  {256, 64, 8, 2}, {256, 64, 8, 3}, {256, 32, 8, 2},
+        {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
+    };
+    /* Columns: causal, non-causal, and causal with soft cap 30 (whose kernel has other
+     * register and MUFU loads, so possibly another best tile). */
+    static const workload_t cols[] = {{16384, 1, 0.0f, -1, NULL, 0},
+                                      {16384, 0, 0.0f, -1, NULL, 0},
+                                      {16384, 1, 30.0f, -1, NULL, 0}};
+    printf("\ntile sweep at S = 16384 (TFLOP/s; - = does not fit the device)\n\n");
+    printf("| tile_q | tile_kv | warps | stages | causal | non-causal | soft cap 30 causal |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    if (!tiles) {
+        tiles = candidates;
+        num_tiles = (int)(sizeof candidates / sizeof candidates[0]);
+    }
+    for (int i = 0; i < num_tiles; i++) {
+        printf("| %d | %d | %d | %d |", tiles[i].tile_q, tiles[i].tile_kv, tiles[i].warps,
+               tiles[i].stages);
+        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+            const double ms = time_prefill(ctx, stream, b, &cols[c], &tiles[i], quick ? 3 : 7);
+            if (ms > 0)
+                printf(" %.1f |", flops(&cols[c]) / (ms * 1e-3) / 1e12);
+            else
+                printf(" - |");
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
     int quick = 0, sweep = 0, split = 0, pack = 0;
     const char *trace = NULL, *fp8 = NULL;
+    cinfer__prefill_config_t only[16];
+    int num_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -388,9 +432,14 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "e4m3") == 0 || strcmp(argv[i + 1], "e5m2") == 0))
             fp8 = argv[++i];
-        else {
+        else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc && num_only < 16 &&
+                 sscanf(argv[i + 1], "%d,%d,%d,%d", &only[num_only].tile_q, &only[num_only].tile_kv,
+                        &only[num_only].warps, &only[num_only].stages) == 4) {
+            num_only++;
+            i++;
+        } else {
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--fp8 e4m3|e5m2] [--trace FILE]\n");
+                            "[--fp8 e4m3|e5m2] [--trace FILE] [--tile Q,KV,WARPS,STAGES ...]\n");
             return 2;
         }
     }
@@ -451,9 +500,17 @@ int main(int argc, char **argv) {
 
     cinfer__prefill_config_t def;
     cinfer__prefill_context_config(ctx, HD, &def);
+    cinfer__prefill_config_t turns;
+    cinfer__prefill_turn_config(&turns);
     printf("single prefill, %d/%d heads, D = %d, bf16, %s; default tiles: tile_q %d, tile_kv %d, "
-           "warps %d, stages %d\n\n",
-           HQ, HK, HD, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages);
+           "warps %d, stages %d; for grids of two waves or more without soft cap: tile_q %d, "
+           "tile_kv %d, warps %d, stages %d (the warp groups take turns)\n\n",
+           HQ, HK, HD, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages, turns.tile_q,
+           turns.tile_kv, turns.warps, turns.stages);
+    if (num_only > 0) {
+        sweep_table(ctx, stream, &b, only, num_only, quick);
+        goto free_all;
+    }
     printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
     static const int64_t lens[] = {1024, 4096, 16384};
     for (int li = 0; li < 3; li++) {
@@ -639,40 +696,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (sweep) {
-        /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages.
-         * 32 rows per warp (tile_q 128 on four warps) halves the K/V ldmatrix reads per mma;
-         * 128 x 64 in 2 stages and 128 x 32 in 2..4 stages run two CTAs per SM. */
-        static const cinfer__prefill_config_t tiles[] = {
-            {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4},
-            {128, 64, 4, 2}, {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3},
-            {128, 32, 4, 4}, {64, 64, 4, 2},  {64, 64, 4, 3},  {64, 32, 2, 3},
-            {256, 32, 8, 2}, {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
-        };
-        /* Columns: causal, non-causal, and causal with soft cap 30 (whose kernel has other
-         * register and MUFU loads, so possibly another best tile). */
-        static const workload_t cols[] = {{16384, 1, 0.0f, -1, NULL, 0},
-                                          {16384, 0, 0.0f, -1, NULL, 0},
-                                          {16384, 1, 30.0f, -1, NULL, 0}};
-        printf("\ntile sweep at S = 16384 (TFLOP/s; - = does not fit the device)\n\n");
-        printf(
-            "| tile_q | tile_kv | warps | stages | causal | non-causal | soft cap 30 causal |\n");
-        printf("|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
-            printf("| %d | %d | %d | %d |", tiles[i].tile_q, tiles[i].tile_kv, tiles[i].warps,
-                   tiles[i].stages);
-            for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-                const double ms = time_prefill(ctx, stream, &b, &cols[c], &tiles[i], quick ? 3 : 7);
-                if (ms > 0)
-                    printf(" %.1f |", flops(&cols[c]) / (ms * 1e-3) / 1e12);
-                else
-                    printf(" - |");
-            }
-            printf("\n");
-            fflush(stdout);
-        }
-    }
+    if (sweep)
+        sweep_table(ctx, stream, &b, NULL, 0, quick);
 
+free_all:
     CU(cuMemFree(b.q));
     CU(cuMemFree(b.out));
     CU(cuMemFree(b.k));

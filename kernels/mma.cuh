@@ -119,6 +119,42 @@ __device__ __forceinline__ void cinfer_cp_async_commit(void) {
 /* Waits until at most n (a compile-time constant) of this thread's groups are still in flight. */
 #define CINFER_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
 
+/* Named barrier `id` (1..15; 0 is __syncthreads') of `count` threads (a multiple of 32): bar_sync
+ * waits for the barrier's completion, bar_arrive counts this warp in without waiting. Shared-memory
+ * accesses before either are performed for every thread that passes the barrier. */
+__device__ __forceinline__ void cinfer_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cinfer_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+/* An mbarrier (8 bytes of shared memory at a shared-window address) expecting `count` arrivals per
+ * phase. Publish the initialization with a CTA barrier before any thread uses it. */
+__device__ __forceinline__ void cinfer_mbarrier_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* One arrival on `bar`, made once every cp.async this thread issued so far has landed; a thread
+ * that passes the phase's wait then sees those bytes. */
+__device__ __forceinline__ void cinfer_cp_async_mbarrier_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase of `bar` with this parity (0 for its first, 1 for its second, ...)
+ * has completed. */
+__device__ __forceinline__ void cinfer_mbarrier_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
 /* Two floats as one fp16x2 / bf16x2 register (round to nearest even), lo in the low half. */
 __device__ __forceinline__ unsigned cinfer_pack_half2(int dtype, float lo, float hi) {
     unsigned r;

@@ -164,6 +164,35 @@ typedef cinfer_half_bits kv_elem;
  */
 #define KV_COPY_LATE (!KV_FP8 && CINFER_SOFTCAP)
 /*
+ * PINGPONG: eight warps of 32 rows (TILE_Q = 256) form two groups of four (warps 0-3 rows 0-127,
+ * warps 4-7 rows 128-255); warps w and w + 4 share a scheduler. The groups take turns at P V:
+ * each tile's P V mmas of group 0, then of group 1, then group 0's of the next tile, ..., through
+ * named barriers 1 (group 0's turn) and 2 (group 1's): a group waits on its own before its P V
+ * and counts itself in on the other's after it. So the two warps of a scheduler are offset by
+ * about a turn, and one's Q K^T and softmax run beside the other's P V instead of both warps
+ * reaching their softmax together (two independent CTAs per SM overlap only by chance). H200, 16k
+ * causal (bench/RESULTS.md, 2026-11-30): 387-391 TFLOP/s in 4 stages, 380-383 in 3, against
+ * 373-380 for 128 x 64 tiles on four warps; turns at Q K^T as well (2 stages) 375-384, and Q K^T of
+ * the next tile inside the P V turn (3 stages) 353. The groups share every K/V tile but never meet
+ * at a CTA barrier in the loop: a
+ * tile's arrival is an mbarrier per stage on which every thread's copies arrive
+ * (cp.async.mbarrier.arrive), and the stage of tile t - 1 is free once both groups' P V of tile
+ * t - 1 is done, which each group knows when its P V turn of tile t begins; it issues its share
+ * of tile t + STAGES - 1's copies there, so STAGES >= 3 keeps a tile in flight. 16-bit K/V, no
+ * RoPE (both add CTA barriers per tile).
+ */
+#define PINGPONG (WARPS == 8 && MMA_Q == 2 && STAGES >= 3 && !KV_FP8 && !CINFER_ROPE)
+#if PINGPONG
+#define PP_THREADS 256 /* both groups: a named barrier's count */
+/* Group wg's turn begins / ends (the other group's may begin). */
+#define PP_TURN_WAIT(wg) cinfer_bar_sync(1 + (wg), PP_THREADS)
+#define PP_TURN_PASS(wg) cinfer_bar_arrive(2 - (wg), PP_THREADS)
+/* This thread's copies issued so far count toward stage st's arrival. */
+#define PP_ARRIVE(st) cinfer_cp_async_mbarrier_arrive(kv_full + (unsigned)(st)*8u)
+#else
+#define PP_ARRIVE(st) ((void)0)
+#endif
+/*
  * SOFTCAP_FIXED_MAX: a capped logit is bounded, so the softmax can subtract a fixed maximum rather
  * than track each row's. With the soft cap's h in S (kernels/soft_cap.cuh) the softmax's argument
  * x = 2 cap2 h lies in [-2 cap2, 0]; with the host's p.soft_cap_max = m every P = 2^(x - m) lies in
@@ -957,6 +986,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     if (num_tiles > 0) {
+#if PINGPONG
+        /* One mbarrier per stage, expecting every thread's copies. */
+        __shared__ unsigned long long kv_full_bars[STAGES];
+        const unsigned kv_full = cinfer_smem_addr(kv_full_bars);
+        const int wg = (int)threadIdx.x / 128;
+        if (threadIdx.x == 0)
+            for (int st = 0; st < STAGES; st++)
+                cinfer_mbarrier_init(kv_full + (unsigned)st * 8u, THREADS);
+        __syncthreads();
+#endif
 #if MASK_ROWS
         mask_rows_init(s_mask_at, &vp, batch_idx, q0 + delta, q_rows, head, kv_head);
 #endif
@@ -971,9 +1010,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (s < num_tiles) {
                 LOAD_KV(s, tile_begin + s, kv_dst);
                 LOAD_MASK(s);
+                PP_ARRIVE(s); /* stage 0's arrival also covers Q (copied first) */
             }
             cinfer_cp_async_commit();
         }
+#if PINGPONG
+        if (wg == 1)
+            PP_TURN_PASS(1); /* group 0 takes the first turn */
+#endif
 
         unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
         for (int t = 0; t < num_tiles; t++) {
@@ -987,8 +1031,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
             /* Groups committed so far: Q, KV_AHEAD prologue tiles, t loop tiles; Q and tiles
              * 0..t must be complete, so KV_AHEAD - 1 may still be in flight. */
+#if PINGPONG
+            cinfer_mbarrier_wait(kv_full + (unsigned)stage * 8u, (unsigned)(t / STAGES) & 1u);
+#else
             CINFER_CP_ASYNC_WAIT(KV_AHEAD - 1);
             __syncthreads();
+#endif
 #if !KV_FP8
             /* The copies of tile t + STAGES - 1, into the stage the barrier above just freed:
              * here, or with KV_COPY_LATE after this tile's Q K^T mmas (ISSUE_NEXT_KV below). */
@@ -998,10 +1046,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (next < num_tiles) {                                                                    \
             LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);                         \
             LOAD_MASK(next);                                                                       \
+            PP_ARRIVE((stage + STAGES - 1) % STAGES);                                              \
         }                                                                                          \
         cinfer_cp_async_commit();                                                                  \
     } while (0)
-#if !KV_COPY_LATE
+#if !KV_COPY_LATE && !PINGPONG
             ISSUE_NEXT_KV();
 #endif
 #endif
@@ -1166,7 +1215,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                 }
             }
-#if KV_COPY_LATE
+#if KV_COPY_LATE && !PINGPONG
             ISSUE_NEXT_KV();
 #endif
 
@@ -1475,6 +1524,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
             /* O += P V */
+#if PINGPONG
+            PP_TURN_WAIT(wg);
+            ISSUE_NEXT_KV();
+#endif
 #pragma unroll
             for (int kk = 0; kk < PV_STEPS; kk++) {
                 unsigned pa[MMA_Q][4];
@@ -1500,6 +1553,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                 }
             }
+#if PINGPONG
+            /* Group 1's last turn passes to nobody (every barrier's arrivals stay matched). */
+            if (wg == 0 || t + 1 < num_tiles)
+                PP_TURN_PASS(wg);
+#endif
         }
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
         CINFER_CP_ASYNC_WAIT(0);

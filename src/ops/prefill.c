@@ -259,6 +259,25 @@ static int single_tiles(int head_dim, int max_smem_optin, cinfer__prefill_config
     return 2;
 }
 
+/*
+ * Single prefill's turn-taking tiles (kernels/prefill.cu, PINGPONG): 256 query rows on eight warps
+ * whose two groups take turns at P V, one CTA per SM. Taken at D = 128 with 16-bit K/V, without
+ * in-kernel RoPE and without soft cap, for grids of at least two waves (choose_single). H200, 16k
+ * causal / non-causal (bench_prefill --tile, 2026-11-30): 389 / 388-392 TFLOP/s against 377-378 /
+ * 371-375 for the default tiles in the same run; the soft cap kernel lost (271 against 331-339).
+ */
+static const cinfer__prefill_config_t turn_tiles = {
+    .tile_q = 256, .tile_kv = 64, .warps = 8, .stages = 4};
+
+void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
+    *cfg = turn_tiles;
+}
+
+static bool takes_turns(const cinfer_attention_options_t *o) {
+    return o->head_dim == 128 && !is_fp8(cinfer__dl_dtype(o->kv_dtype)) &&
+           !cinfer__attention_rope(o) && !(o->logits_soft_cap > 0);
+}
+
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
                                              int max_smem_optin, cinfer__spec_t *specs,
                                              int *count) {
@@ -266,10 +285,15 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
     CINFER__CHECK(cinfer__prefill_kernel_spec(o, causal, max_smem_optin, &specs[0]));
     *count = 1;
     cinfer__prefill_config_t tiles[2];
-    if (single_tiles(o->head_dim, max_smem_optin, tiles) < 2)
-        return CINFER_STATUS_SUCCESS;
-    CINFER__CHECK(build_spec(o, causal, false, false, &tiles[1], 1, &specs[1]));
-    *count = 2;
+    if (single_tiles(o->head_dim, max_smem_optin, tiles) == 2) {
+        CINFER__CHECK(build_spec(o, causal, false, false, &tiles[1], 1, &specs[*count]));
+        ++*count;
+    }
+    if (takes_turns(o) &&
+        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + 1024 <= (size_t)max_smem_optin) {
+        CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
+        ++*count;
+    }
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -466,6 +490,27 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
                                      int causal, int32_t qo_len, int32_t kv_len,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
+    if (takes_turns(o) && qo_len > 0) {
+        /* The turn-taking tiles for grids of two waves or more; where they cannot be had (their
+         * shared memory with a variant's static buffers, no JIT and not in the AOT bundle), the
+         * choice below. */
+        cinfer__kernel_t turn_kernel;
+        size_t turn_smem;
+        int64_t turn_slots = 0;
+        cinfer__error_mute();
+        cinfer_status_t st = load_single(ctx, o, causal, &turn_tiles, &turn_kernel, &turn_smem);
+        if (st == CINFER_STATUS_SUCCESS)
+            st = resident_ctas(ctx, &turn_kernel, &turn_tiles, turn_smem, &turn_slots);
+        cinfer__error_unmute();
+        const int64_t grid =
+            ((int64_t)qo_len + turn_tiles.tile_q - 1) / turn_tiles.tile_q * o->num_qo_heads;
+        if (st == CINFER_STATUS_SUCCESS && turn_slots > 0 && grid >= 2 * turn_slots) {
+            *cfg = turn_tiles;
+            *kernel = turn_kernel;
+            *smem = turn_smem;
+            return CINFER_STATUS_SUCCESS;
+        }
+    }
     cinfer__prefill_config_t tiles[2];
     const int n = single_tiles(o->head_dim, ctx->max_smem_per_block_optin, tiles);
     *cfg = tiles[0];

@@ -122,10 +122,15 @@ cinfer_status_t cinfer__single_prefill_config(cinfer_context_t *ctx,
 cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o, int causal,
                                             int max_smem_optin, cinfer__spec_t *spec);
 
+/* Single prefill's turn-taking tiles (256 query rows on eight warps), which it takes at D = 128
+ * for grids of two waves or more when the options allow (16-bit K/V, no RoPE, no soft cap). */
+void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg);
+
 /*
  * Every spec cinfer_single_prefill may load for these options and causal flag on such a device:
- * the default tiles' (specs[0]) and, where there is one, the next smaller tile's, which it takes
- * for short grids (choose_single in prefill.c). *count: 1 or 2 (specs holds 2).
+ * the default tiles' (specs[0]), where there is one the next smaller tile's, which it takes for
+ * short grids, and where the options allow them the turn-taking tiles', which it takes for long
+ * ones (choose_single in prefill.c). *count: 1 to 3 (specs holds 3).
  */
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
                                              int max_smem_optin, cinfer__spec_t *specs, int *count);

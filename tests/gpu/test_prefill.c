@@ -630,13 +630,15 @@ static void all_tile_configs(void **state) {
 
 /*
  * The tiles of 32 query rows per warp at D = 128 that bench_prefill --sweep measures (tile_q 128
- * on four warps, 64 or 32 KV rows, 2 or 3 stages): Llama heads, causal and not, lengths that are
- * not tile multiples, and on some a soft cap, a sliding window, fp16 or a variant.
+ * on four warps, 64 or 32 KV rows, 2 or 3 stages; tile_q 256 on eight warps, the two warp groups
+ * taking turns at the tensor cores): Llama heads, causal and not, lengths that are not tile
+ * multiples, and on some a soft cap, a sliding window, fp16 or a variant.
  */
 static void wide_warp_tiles(void **state) {
     (void)state;
-    static const cinfer__prefill_config_t tiles[] = {
-        {128, 64, 4, 2}, {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}};
+    static const cinfer__prefill_config_t tiles[] = {{128, 64, 4, 2}, {128, 64, 4, 3},
+                                                     {128, 32, 4, 2}, {128, 32, 4, 3},
+                                                     {256, 64, 8, 3}, {256, 64, 8, 4}};
     int n = 0;
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
         for (int causal = 0; causal < 2; causal++)
@@ -676,6 +678,37 @@ static void wide_warp_tiles(void **state) {
                 c.desc = desc;
                 run_case(&c, cinfer_test_seed() + 900 + (uint64_t)n++);
             }
+    /* The turn-taking tiles where the groups differ: with qo_len > kv_len (causal) group 0's rows
+     * of the first tile keep nothing while group 1's keep some, the last tile has 9 rows (group 1
+     * none), one KV tile only, and an empty KV (no turn at all); and the variants whose code
+     * differs in the loop (ALiBi's slopes and lazy maximum, a custom mask's rows, a sigmoid with
+     * every hook but the state init, sinks' state init). */
+    static const int lens[][3] = {{600, 300, 1}, {521, 40, 1}, {777, 64, 0}, {300, 0, 1}};
+    static const tv_kind variants[] = {TV_ALIBI, TV_MASK, TV_USER, TV_SINKS};
+    for (size_t i = 4; i < sizeof tiles / sizeof tiles[0]; i++)
+        for (size_t l = 0; l < 8; l++) {
+            char desc[128];
+            prefill_case c = base_case("");
+            c.hq = 4;
+            c.hk = 2;
+            c.tiles = &tiles[i];
+            if (l < 4) {
+                c.qo_len = lens[l][0];
+                c.kv_len = lens[l][1];
+                c.causal = lens[l][2];
+            } else {
+                c.qo_len = 700;
+                c.kv_len = 900;
+                c.causal = l % 2 == 0;
+                c.variant = variants[l - 4];
+                c.no_lse = !tv_has_lse(c.variant);
+            }
+            snprintf(desc, sizeof desc, "tiles q%d kv%d w%d s%d: qo %d kv %d causal %d variant %s",
+                     c.tiles->tile_q, c.tiles->tile_kv, c.tiles->warps, c.tiles->stages, c.qo_len,
+                     c.kv_len, c.causal, tv_name(c.variant));
+            c.desc = desc;
+            run_case(&c, cinfer_test_seed() + 950 + (uint64_t)n++);
+        }
 }
 
 static void randomized_grid(void **state) {

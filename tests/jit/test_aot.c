@@ -325,16 +325,18 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     assert_int_equal(cinfer__decode_kernel_specs(&o, true, &attention, &merge, &smem),
                      CINFER_STATUS_SUCCESS);
     assert_true(has_spec(ci, num_ci, &attention) && has_spec(ci, num_ci, &merge));
-    /* Both kernels a Llama-3-8B causal single prefill may load (the default tiles, and the
-     * smaller ones it takes for short grids) are in the default set. */
-    cinfer__spec_t prefill_specs[2];
+    /* Every kernel a Llama-3-8B causal single prefill may load (the default tiles, the smaller
+     * ones it takes for short grids, the turn-taking ones it takes for long grids) is in the
+     * default set. */
+    cinfer__spec_t prefill_specs[3];
     int num_prefill = 0;
     assert_int_equal(cinfer__prefill_single_specs(&o, 1, 227 * 1024, prefill_specs, &num_prefill),
                      CINFER_STATUS_SUCCESS);
-    assert_int_equal(num_prefill, 2);
+    assert_int_equal(num_prefill, 3);
     assert_true(prefill_specs[1].tile_q < prefill_specs[0].tile_q);
-    assert_true(has_spec(def, num_def, &prefill_specs[0]) &&
-                has_spec(def, num_def, &prefill_specs[1]));
+    assert_true(prefill_specs[2].tile_q == 256 && prefill_specs[2].warps == 8);
+    for (int k = 0; k < 3; k++)
+        assert_true(has_spec(def, num_def, &prefill_specs[k]));
 
     /* The default set: fp16 and bf16; head dims 64, 128, 256; paged and single decode; causal
      * prefill with and without soft cap and sliding window. */
