@@ -170,16 +170,18 @@ typedef cinfer_half_bits kv_elem;
  * named barriers 1 (group 0's turn) and 2 (group 1's): a group waits on its own before its P V
  * and counts itself in on the other's after it. So the two warps of a scheduler are offset by
  * about a turn, and one's Q K^T and softmax run beside the other's P V instead of both warps
- * reaching their softmax together (two independent CTAs per SM overlap only by chance). H200, 16k
- * causal (bench/RESULTS.md, 2026-11-30): 387-391 TFLOP/s in 4 stages, 380-383 in 3, against
- * 373-380 for 128 x 64 tiles on four warps; turns at Q K^T as well (2 stages) 375-384, and Q K^T of
- * the next tile inside the P V turn (3 stages) 353. The groups share every K/V tile but never meet
- * at a CTA barrier in the loop: a
- * tile's arrival is an mbarrier per stage on which every thread's copies arrive
- * (cp.async.mbarrier.arrive), and the stage of tile t - 1 is free once both groups' P V of tile
- * t - 1 is done, which each group knows when its P V turn of tile t begins; it issues its share
- * of tile t + STAGES - 1's copies there, so STAGES >= 3 keeps a tile in flight. 16-bit K/V, no
- * RoPE (both add CTA barriers per tile).
+ * reaching their softmax together (two independent CTAs per SM overlap only by chance).
+ * The groups share every K/V tile but never meet at a CTA barrier in the loop: a tile's arrival
+ * is an mbarrier per stage on which every thread's copies arrive (cp.async.mbarrier.arrive), and
+ * the stage of tile t - 1 is free once both groups' P V of tile t - 1 is done, which each group
+ * knows when its P V turn of tile t begins; it issues its share of tile t + STAGES - 1's copies
+ * after that turn (not inside it, where they delayed the mmas), so STAGES >= 3 keeps tiles in
+ * flight. 16-bit K/V, no RoPE (both add CTA barriers per tile).
+ * H200, 16k causal / non-causal, same-run A/B (bench/RESULTS.md, 2026-11-30): 400-404 / 389-393
+ * TFLOP/s in 4 stages against 369-383 / 370-376 for 128 x 64 tiles on four warps; the copies
+ * inside the turn 392 / 393-395; turns at Q K^T as well 383-384 / 377-381 (4 stages); Q K^T of the
+ * next tile inside the P V turn 353 (3 stages). The soft cap kernel loses (272-299 against
+ * 331-343): the host keeps it on the four-warp tiles.
  */
 #define PINGPONG (WARPS == 8 && MMA_Q == 2 && STAGES >= 3 && !KV_FP8 && !CINFER_ROPE)
 #if PINGPONG
@@ -1526,7 +1528,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* O += P V */
 #if PINGPONG
             PP_TURN_WAIT(wg);
-            ISSUE_NEXT_KV();
 #endif
 #pragma unroll
             for (int kk = 0; kk < PV_STEPS; kk++) {
@@ -1557,6 +1558,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* Group 1's last turn passes to nobody (every barrier's arrivals stay matched). */
             if (wg == 0 || t + 1 < num_tiles)
                 PP_TURN_PASS(wg);
+            ISSUE_NEXT_KV();
 #endif
         }
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */

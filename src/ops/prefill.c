@@ -263,8 +263,9 @@ static int single_tiles(int head_dim, int max_smem_optin, cinfer__prefill_config
  * Single prefill's turn-taking tiles (kernels/prefill.cu, PINGPONG): 256 query rows on eight warps
  * whose two groups take turns at P V, one CTA per SM. Taken at D = 128 with 16-bit K/V, without
  * in-kernel RoPE and without soft cap, for grids of at least two waves (choose_single). H200, 16k
- * causal / non-causal (bench_prefill --tile, 2026-11-30): 389 / 388-392 TFLOP/s against 377-378 /
- * 371-375 for the default tiles in the same run; the soft cap kernel lost (271 against 331-339).
+ * causal / non-causal (bench_prefill --tile, 2026-11-30): 400-404 / 389-393 TFLOP/s against
+ * 369-383 / 370-376 for the default tiles in the same runs; the soft cap kernel lost (272-299
+ * against 331-343).
  */
 static const cinfer__prefill_config_t turn_tiles = {
     .tile_q = 256, .tile_kv = 64, .warps = 8, .stages = 4};
