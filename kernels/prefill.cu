@@ -176,7 +176,9 @@ typedef cinfer_half_bits kv_elem;
  * the stage of tile t - 1 is free once both groups' P V of tile t - 1 is done, which each group
  * knows when its P V turn of tile t begins; it issues its share of tile t + STAGES - 1's copies
  * after that turn (not inside it, where they delayed the mmas), so STAGES >= 3 keeps tiles in
- * flight. 16-bit K/V, no RoPE (both add CTA barriers per tile).
+ * flight; a custom mask's row form (MASK_ROWS), whose copies include the tile's mask words,
+ * issues them at the start of the turn (PP_COPY_IN_TURN: 341 against 299 TFLOP/s at 16k causal
+ * in two full runs of the benchmark). 16-bit K/V, no RoPE (both add CTA barriers per tile).
  * H200, 16k causal / non-causal, same-run A/B (bench/RESULTS.md, 2026-11-30): 400-404 / 389-393
  * TFLOP/s in 4 stages against 369-383 / 370-376 for 128 x 64 tiles on four warps; the copies
  * inside the turn 392 / 393-395; turns at Q K^T as well 383-384 / 377-381 (4 stages); Q K^T of the
@@ -190,7 +192,8 @@ typedef cinfer_half_bits kv_elem;
 #define PP_TURN_WAIT(wg) cinfer_bar_sync(1 + (wg), PP_THREADS)
 #define PP_TURN_PASS(wg) cinfer_bar_arrive(2 - (wg), PP_THREADS)
 /* This thread's copies issued so far count toward stage st's arrival. */
-#define PP_ARRIVE(st) cinfer_cp_async_mbarrier_arrive(kv_full + (unsigned)(st)*8u)
+#define PP_ARRIVE(st)   cinfer_cp_async_mbarrier_arrive(kv_full + (unsigned)(st)*8u)
+#define PP_COPY_IN_TURN MASK_ROWS
 #else
 #define PP_ARRIVE(st) ((void)0)
 #endif
@@ -1528,6 +1531,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* O += P V */
 #if PINGPONG
             PP_TURN_WAIT(wg);
+#if PP_COPY_IN_TURN
+            ISSUE_NEXT_KV();
+#endif
 #endif
 #pragma unroll
             for (int kk = 0; kk < PV_STEPS; kk++) {
@@ -1558,7 +1564,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* Group 1's last turn passes to nobody (every barrier's arrivals stay matched). */
             if (wg == 0 || t + 1 < num_tiles)
                 PP_TURN_PASS(wg);
+#if !PP_COPY_IN_TURN
             ISSUE_NEXT_KV();
+#endif
 #endif
         }
         /* Only empty groups can remain; nothing may be in flight when the Q tile is reused. */
