@@ -491,10 +491,12 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
                                      int causal, int32_t qo_len, int32_t kv_len,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
-    if (takes_turns(o) && qo_len > 0) {
-        /* The turn-taking tiles for grids of two waves or more; where they cannot be had (their
-         * shared memory with a variant's static buffers, no JIT and not in the AOT bundle), the
-         * choice below. */
+    const int64_t turn_grid =
+        ((int64_t)qo_len + turn_tiles.tile_q - 1) / turn_tiles.tile_q * o->num_qo_heads;
+    if (takes_turns(o) && turn_grid >= 2 * (int64_t)ctx->num_sms) {
+        /* The turn-taking tiles for grids of two waves or more (at least one CTA per SM, so no
+         * shorter grid loads them); where they cannot be had (their shared memory with a
+         * variant's static buffers, no JIT and not in the AOT bundle), the choice below. */
         cinfer__kernel_t turn_kernel;
         size_t turn_smem;
         int64_t turn_slots = 0;
@@ -503,9 +505,7 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
         if (st == CINFER_STATUS_SUCCESS)
             st = resident_ctas(ctx, &turn_kernel, &turn_tiles, turn_smem, &turn_slots);
         cinfer__error_unmute();
-        const int64_t grid =
-            ((int64_t)qo_len + turn_tiles.tile_q - 1) / turn_tiles.tile_q * o->num_qo_heads;
-        if (st == CINFER_STATUS_SUCCESS && turn_slots > 0 && grid >= 2 * turn_slots) {
+        if (st == CINFER_STATUS_SUCCESS && turn_slots > 0 && turn_grid >= 2 * turn_slots) {
             *cfg = turn_tiles;
             *kernel = turn_kernel;
             *smem = turn_smem;
