@@ -229,9 +229,10 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
 }
 
 /*
- * The spec of the kernel cinfer_single_prefill loads for these options and causal flag, with the
- * default tiles of a device allowing max_smem_optin bytes of shared memory per block: what
- * ahead-of-time builds compile. Validates the options.
+ * The spec of the kernel cinfer_single_prefill loads for these options and causal flag with the
+ * default tiles of a device allowing max_smem_optin bytes of shared memory per block (it may take
+ * others by the grid: cinfer__prefill_single_specs lists them all, which ahead-of-time builds
+ * compile). Validates the options.
  */
 cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o, int causal,
                                             int max_smem_optin, cinfer__spec_t *spec) {
