@@ -1044,7 +1044,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if !KV_FP8
             /* The copies of tile t + STAGES - 1, into the stage the barrier above just freed:
-             * here, or with KV_COPY_LATE after this tile's Q K^T mmas (ISSUE_NEXT_KV below). */
+             * here, or with KV_COPY_LATE after this tile's Q K^T mmas (ISSUE_NEXT_KV below); with
+             * PINGPONG the wait above frees no stage, and the copies go after the group's P V turn
+             * (MASK_ROWS: at its start), where tile t - 1's stage is known to be free. */
 #define ISSUE_NEXT_KV()                                                                            \
     do {                                                                                           \
         const int next = t + STAGES - 1;                                                           \

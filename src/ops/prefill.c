@@ -484,10 +484,11 @@ static cinfer_status_t resident_ctas(cinfer_context_t *ctx, const cinfer__kernel
     return CINFER_STATUS_SUCCESS;
 }
 
-/* Single prefill's tiles: the default (the largest of batch prefill's candidates) unless its grid
+/* Single prefill's tiles: the turn-taking tiles where takes_turns allows them and their grid is
+ * two waves or more; else the default (the largest of batch prefill's candidates) unless its grid
  * is under two waves and the next smaller candidate finishes sooner by
  * cinfer__prefill_single_tile's estimate (a short causal prompt, a short query over a long KV);
- * when that kernel cannot be had (no JIT and not in the AOT bundle) the default runs. */
+ * when the preferred kernel cannot be had (no JIT and not in the AOT bundle) the next choice. */
 static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                      int causal, int32_t qo_len, int32_t kv_len,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
