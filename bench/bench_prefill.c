@@ -378,7 +378,8 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages.
      * 32 rows per warp (tile_q 128 on four warps) halves the K/V ldmatrix reads per mma;
      * 128 x 64 in 2 stages and 128 x 32 in 2..4 stages run two CTAs per SM; 256 rows on eight
-     * warps run one, whose two warp groups take turns at the tensor cores (PINGPONG). */
+     * warps run one, whose two warp groups take turns at the tensor cores from 3 stages on
+     * (PINGPONG in kernels/prefill.cu). */
     static const cinfer__prefill_config_t candidates[] = {
         {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4}, {128, 64, 4, 2},
         {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}, {128, 32, 4, 4}, {64, 64, 4, 2},

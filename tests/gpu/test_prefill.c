@@ -681,8 +681,8 @@ static void wide_warp_tiles(void **state) {
     /* The turn-taking tiles where the groups differ: with qo_len > kv_len (causal) group 0's rows
      * of the first tile keep nothing while group 1's keep some, the last tile has 9 rows (group 1
      * none), one KV tile only, and an empty KV (no turn at all); and the variants whose code
-     * differs in the loop (ALiBi's slopes and lazy maximum, a custom mask's rows, a sigmoid with
-     * every hook but the state init, sinks' state init). */
+     * differs in the loop (ALiBi's slopes and lazy maximum, a custom mask's rows, the user
+     * variant with every hook but the state init, sinks' state init). */
     static const int lens[][3] = {{600, 300, 1}, {521, 40, 1}, {777, 64, 0}, {300, 0, 1}};
     static const tv_kind variants[] = {TV_ALIBI, TV_MASK, TV_USER, TV_SINKS};
     for (size_t i = 4; i < sizeof tiles / sizeof tiles[0]; i++)
