@@ -66,6 +66,10 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
 
 /* ---- tiles ---- */
 
+/* Static shared memory the toolchain may reserve per block (1 KiB on sm_90a), which every tile
+ * choice below leaves free of its dynamic shared memory. */
+#define STATIC_SMEM_RESERVE 1024
+
 size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *cfg) {
     return cinfer__prefill_kv_smem_bytes(head_dim, CINFER__DT_F16, cfg);
 }
@@ -190,8 +194,7 @@ void cinfer__prefill_batch_configs(int head_dim, int max_smem, cinfer__prefill_c
 
 /* The default tiles on a device allowing max_smem_optin bytes of shared memory per block. */
 static void device_config(int head_dim, int max_smem_optin, cinfer__prefill_config_t *cfg) {
-    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_default_config(head_dim, max_smem_optin - 1024, cfg);
+    cinfer__prefill_default_config(head_dim, max_smem_optin - STATIC_SMEM_RESERVE, cfg);
 }
 
 void cinfer__prefill_context_config(const cinfer_context_t *ctx, int head_dim,
@@ -251,8 +254,7 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
 static int single_tiles(int head_dim, int max_smem_optin, cinfer__prefill_config_t tiles[2]) {
     cinfer__prefill_config_t cands[CINFER__PREFILL_MAX_TILES];
     int n = 0;
-    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_batch_configs(head_dim, max_smem_optin - 1024, cands, &n);
+    cinfer__prefill_batch_configs(head_dim, max_smem_optin - STATIC_SMEM_RESERVE, cands, &n);
     tiles[0] = cands[n - 1];
     if (n < 2)
         return 1;
@@ -292,7 +294,8 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
         ++*count;
     }
     if (takes_turns(o) &&
-        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + 1024 <= (size_t)max_smem_optin) {
+        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
+            (size_t)max_smem_optin) {
         CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
         ++*count;
     }
@@ -783,8 +786,8 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     c->no_split = test_no_split ||
                   (o->variant && (o->variant->hooks &
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
-    /* Leave room for the static shared memory the toolchain may reserve (1 KiB on sm_90a). */
-    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - 1024, s->tiles, &c->num_tiles);
+    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - STATIC_SMEM_RESERVE, s->tiles,
+                                  &c->num_tiles);
     c->group = pack_group(o, s->tiles, c->num_tiles);
     for (int i = 0; i < c->num_tiles; i++) {
         /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
