@@ -487,6 +487,20 @@ static cinfer_status_t resident_ctas(cinfer_context_t *ctx, const cinfer__kernel
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Loads the kernel of tiles cfg and counts its resident CTAs with errors muted: a candidate that
+ * cannot be had (its shared memory, no JIT and not in the AOT bundle, an occupancy query that
+ * fails) is a choice not taken, not a failure of the call, and leaves the last error alone. */
+static bool try_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o, int causal,
+                       const cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel, size_t *smem,
+                       int64_t *slots) {
+    cinfer__error_mute();
+    cinfer_status_t st = load_single(ctx, o, causal, cfg, kernel, smem);
+    if (st == CINFER_STATUS_SUCCESS)
+        st = resident_ctas(ctx, kernel, cfg, *smem, slots);
+    cinfer__error_unmute();
+    return st == CINFER_STATUS_SUCCESS;
+}
+
 /* Single prefill's tiles: the turn-taking tiles where takes_turns allows them and their grid is
  * two waves or more; else the default (the largest of batch prefill's candidates) unless its grid
  * is under two waves and the next smaller candidate finishes sooner by
@@ -505,12 +519,8 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
         cinfer__kernel_t turn_kernel;
         size_t turn_smem;
         int64_t turn_slots = 0;
-        cinfer__error_mute();
-        cinfer_status_t st = load_single(ctx, o, causal, &turn_tiles, &turn_kernel, &turn_smem);
-        if (st == CINFER_STATUS_SUCCESS)
-            st = resident_ctas(ctx, &turn_kernel, &turn_tiles, turn_smem, &turn_slots);
-        cinfer__error_unmute();
-        if (st == CINFER_STATUS_SUCCESS && turn_slots > 0 && turn_grid >= 2 * turn_slots) {
+        if (try_single(ctx, o, causal, &turn_tiles, &turn_kernel, &turn_smem, &turn_slots) &&
+            turn_slots > 0 && turn_grid >= 2 * turn_slots) {
             *cfg = turn_tiles;
             *kernel = turn_kernel;
             *smem = turn_smem;
@@ -532,12 +542,7 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
     cinfer__kernel_t small_kernel;
     size_t small_smem;
     /* A smaller kernel that cannot be had (loaded, or its occupancy known) leaves the default. */
-    cinfer__error_mute();
-    cinfer_status_t st = load_single(ctx, o, causal, &small, &small_kernel, &small_smem);
-    if (st == CINFER_STATUS_SUCCESS)
-        st = resident_ctas(ctx, &small_kernel, &small, small_smem, &slots[0]);
-    cinfer__error_unmute();
-    if (st != CINFER_STATUS_SUCCESS)
+    if (!try_single(ctx, o, causal, &small, &small_kernel, &small_smem, &slots[0]))
         return CINFER_STATUS_SUCCESS;
     cinfer__prefill_plan_config_t pc;
     memset(&pc, 0, sizeof pc);
