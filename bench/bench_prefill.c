@@ -32,12 +32,13 @@
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--fp8 e4m3|e5m2] [--trace FILE]
- *                      [--tile Q,KV,WARPS,STAGES ...].
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--fp8 e4m3|e5m2]
+ *                      [--trace FILE] [--tile Q,KV,WARPS,STAGES ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel at S = 16k, causal, non-causal and causal
  * with soft cap 30 (the default's choice should be the fastest). --tile (repeatable) times only
- * the given tiles that way, and nothing else. Prints Markdown tables.
+ * the given tiles that way, and nothing else. --batch-only skips the single prefill tables (the
+ * plain, variant and fp8 ones). Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -415,7 +416,7 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
-    int quick = 0, sweep = 0, split = 0, pack = 0;
+    int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0;
     const char *trace = NULL, *fp8 = NULL;
     cinfer__prefill_config_t only[16];
     int num_only = 0;
@@ -428,6 +429,8 @@ int main(int argc, char **argv) {
             split = 1;
         else if (strcmp(argv[i], "--pack") == 0)
             pack = 1;
+        else if (strcmp(argv[i], "--batch-only") == 0)
+            batch_only = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -440,7 +443,8 @@ int main(int argc, char **argv) {
             i++;
         } else {
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--fp8 e4m3|e5m2] [--trace FILE] [--tile Q,KV,WARPS,STAGES ...]\n");
+                            "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE] "
+                            "[--tile Q,KV,WARPS,STAGES ...]\n");
             return 2;
         }
     }
@@ -512,6 +516,8 @@ int main(int argc, char **argv) {
         sweep_table(ctx, stream, &b, only, num_only, quick);
         goto free_all;
     }
+    if (batch_only)
+        goto batch_tables;
     printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
     static const int64_t lens[] = {1024, 4096, 16384};
     for (int li = 0; li < 3; li++) {
@@ -589,6 +595,7 @@ int main(int argc, char **argv) {
             }
     }
 
+batch_tables:;
     int *trace_lens = NULL;
     const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
     if (trace && trace_n == 0)

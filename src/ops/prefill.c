@@ -793,6 +793,14 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
     cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - STATIC_SMEM_RESERVE, s->tiles,
                                   &c->num_tiles);
+    /* The turn-taking tiles, where single prefill would take them, as the largest candidate: for
+     * batches whose query tiles are long on average (a long prompt's chunks, a cascade's shared
+     * prefix with its GQA groups packed). Not while a test replaces the default tiles. */
+    if (takes_turns(o) && !has_test_default &&
+        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
+            (size_t)max_smem_optin &&
+        s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q)
+        s->tiles[c->num_tiles++] = turn_tiles;
     c->group = pack_group(o, s->tiles, c->num_tiles);
     for (int i = 0; i < c->num_tiles; i++) {
         /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
@@ -1053,14 +1061,9 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
                                  "in float32)",
                                  b, (int)r->qo_len, (int)r->kv_len, CINFER_ROPE_MAX_LEN);
     }
-    int64_t requests = 0;
-    for (int b = 0; b < batch_size; b++)
-        requests += op->requests[b].qo_len > 0;
-    const int tile =
-        cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch_size] - qo_indptr[0], requests);
-
+    int tile;
     cinfer__prefill_chunking_t chunking;
-    CINFER__CHECK(cinfer__prefill_plan_chunks(cfg, op->requests, batch_size, tile, &chunking));
+    CINFER__CHECK(cinfer__prefill_plan_tile(cfg, op->requests, batch_size, &tile, &chunking));
 
     cinfer_context_t *ctx = op->ctx;
     CINFER__CHECK(cinfer__context_activate(ctx));

@@ -41,8 +41,9 @@ void cinfer__prefill_default_config(int head_dim, int max_smem, cinfer__prefill_
 
 /*
  * Tests only: while cfg is not NULL, *cfg replaces the default tiles of every head dim (shrunk to
- * fit max_smem as usual), so that the GPU tests can run the batch kernels (whose largest tile is
- * the default) with other tiles. Not thread-safe; NULL restores the defaults.
+ * fit max_smem as usual) and batch prefill adds no turn-taking tiles, so that the GPU tests can
+ * run the batch kernels with other tiles as the largest. Not thread-safe; NULL restores the
+ * defaults.
  */
 void cinfer__prefill_test_default_config(const cinfer__prefill_config_t *cfg);
 
@@ -53,13 +54,13 @@ void cinfer__prefill_test_default_config(const cinfer__prefill_config_t *cfg);
 void cinfer__prefill_batch_configs(int head_dim, int max_smem, cinfer__prefill_config_t *cfgs,
                                    int *num);
 
-/* The most specs a batch prefill object loads: three query tiles and the split-KV merge kernel. */
-#define CINFER__BATCH_PREFILL_MAX_SPECS 4
+/* The most specs a batch prefill object loads: four query tiles and the split-KV merge kernel. */
+#define CINFER__BATCH_PREFILL_MAX_SPECS 5
 
 /*
  * The specs of the kernels cinfer_batch_prefill_create loads for these arguments on ctx's device
  * (one per candidate tile, or graph mode's one, then the split-KV merge kernel when plans may
- * split): *num_specs (1..4) entries of specs[CINFER__BATCH_PREFILL_MAX_SPECS]. Validates the
+ * split): *num_specs (1..5) entries of specs[CINFER__BATCH_PREFILL_MAX_SPECS]. Validates the
  * arguments like create; needs no device beyond ctx's properties.
  */
 cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
@@ -70,7 +71,7 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
 
 /* The specs a batch prefill object (not in CUDA-graph mode) may load on a device allowing
  * max_smem_optin bytes of shared memory per block: one per candidate tile and the merge kernel
- * (unless the variant's states cannot be merged), *num_specs (1..4) entries of
+ * (unless the variant's states cannot be merged), *num_specs (1..5) entries of
  * specs[CINFER__BATCH_PREFILL_MAX_SPECS]. What ahead-of-time builds compile. */
 cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
                                                 cinfer_kv_storage_t storage, int causal,

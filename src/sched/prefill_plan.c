@@ -348,6 +348,30 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__prefill_plan_tile(const cinfer__prefill_plan_config_t *cfg,
+                                          const cinfer__prefill_request_t *req, int batch_size,
+                                          int *tile, cinfer__prefill_chunking_t *chunking) {
+    int64_t total_qo = 0, requests = 0;
+    for (int b = 0; b < batch_size; b++) {
+        total_qo += req[b].qo_len;
+        requests += req[b].qo_len > 0;
+    }
+    int t = cinfer__prefill_choose_tile(cfg, total_qo, requests);
+    CINFER__CHECK(cinfer__prefill_plan_chunks(cfg, req, batch_size, t, chunking));
+    const int64_t cta_heads = cinfer__prefill_cta_heads(cfg);
+    if (!cfg->graph && t > 0 && cfg->max_ctas[t] > 0 && cfg->max_ctas[t] < cfg->max_ctas[t - 1] &&
+        (int64_t)chunking->num_work * cta_heads * 4 < (int64_t)cfg->max_ctas[t] * 3) {
+        cinfer__prefill_chunking_t smaller;
+        CINFER__CHECK(cinfer__prefill_plan_chunks(cfg, req, batch_size, t - 1, &smaller));
+        if (smaller.num_work > chunking->num_work) {
+            t--;
+            *chunking = smaller;
+        }
+    }
+    *tile = t;
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* The sort key of qsort's comparator, which cannot take extra arguments: items are sorted on
  * a copy that carries the cost. */
 typedef struct keyed_item {

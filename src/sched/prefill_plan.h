@@ -17,7 +17,9 @@
  * smallest candidate tile_q >= avg, else the largest (FlashInfer's rule with 16 / 64 / 128 rows;
  * here 32 / 64 / 128 for D <= 128, the smallest tile being two warps). In CUDA-graph mode the
  * captured kernel cannot change, so the tile is fixed when the object is created, by the same rule
- * applied to avg = ceil(max_total_qo / max_batch_size).
+ * applied to avg = ceil(max_total_qo / max_batch_size). Outside graph mode a plan gives up a
+ * largest tile with fewer resident CTAs than the next (the turn-taking 256-row tile) when its
+ * chunked plan would fill under 3/4 of them (cinfer__prefill_plan_tile).
  *
  * GQA packing
  * -----------
@@ -129,7 +131,7 @@
 /* Every region of the workspace starts on this boundary (the cudaMalloc alignment). */
 #define CINFER__PREFILL_ALIGN 256
 /* Candidate query tiles of one object (kernels loaded at create). */
-#define CINFER__PREFILL_MAX_TILES 3
+#define CINFER__PREFILL_MAX_TILES 4
 /* Chunk edges are multiples of this many KV positions (and of the kernel's tile_kv, when larger):
  * 64 is a multiple of every KV tile the batch kernels use (16, 32, 64), so no KV tile straddles
  * two chunks. */
@@ -290,6 +292,20 @@ typedef struct cinfer__prefill_chunking {
 cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t *cfg,
                                             const cinfer__prefill_request_t *req, int batch_size,
                                             int tile, cinfer__prefill_chunking_t *out);
+
+/*
+ * The tile and its chunking for a plan (not graph mode: its tile is fixed): the tile rule's
+ * choice, unless that tile has fewer resident CTAs than the next smaller one (the turn-taking
+ * 256-row tile, one CTA per SM: ops/prefill.c) and its chunked plan would fill under 3/4 of them
+ * while the smaller tile's fills more CTAs: few long-tile CTAs leave SMs idle that the smaller
+ * tile's twice as many CTAs put to work (H200, one request of 64 tokens over 4096 causal, 4 heads
+ * packed per KV head: 64 CTAs of the 256-row tile take 34 us, bench_prefill --split, 2026-11-30).
+ * *tile indexes cfg->tile_q; graph mode: cinfer__prefill_choose_tile's fixed tile. Errors as
+ * cinfer__prefill_plan_chunks.
+ */
+cinfer_status_t cinfer__prefill_plan_tile(const cinfer__prefill_plan_config_t *cfg,
+                                          const cinfer__prefill_request_t *req, int batch_size,
+                                          int *tile, cinfer__prefill_chunking_t *chunking);
 
 /* Where plan writes the schedule (the host mirror of the workspace's schedule regions). */
 typedef struct cinfer__prefill_schedule {

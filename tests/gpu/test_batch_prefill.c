@@ -8,7 +8,10 @@
  * split-KV (few query rows over 4k-16k positions: chunks merged by the merge kernel, rows empty in
  * a chunk or in all, windows, variants, an exact workspace), and GQA packing (the query heads of a
  * KV head in one CTA's rows: the default for G = 2, 4, 8, 16, which most cases above use; forced
- * for G = 3, 5, 6 and turned off for G = 4 in gqa_packing).
+ * for G = 3, 5, 6 and turned off for G = 4 in gqa_packing). At D = 128 with 16-bit K/V, without
+ * soft cap and RoPE, batches whose mean query length exceeds the 128-row tile's tokens (32 packed
+ * by 4, 64 by 2) take the 256-row tile whose two warp groups take turns (kernels/prefill.cu,
+ * PINGPONG): most cases above, the variants, the cascade prefix's split and the graph-mode ones.
  *
  * Every output is poisoned (NaN) and surrounded by canaries; q rows that no request owns (the
  * plan starts at qo_indptr[0] > 0 and leaves rows after the last request) must keep the poison in
@@ -1169,7 +1172,8 @@ typedef struct graph_step {
 
 static void graph_split_replays(int capture_split, uint64_t seed, int hq, int hk) {
     const int max_batch = 4;
-    /* 256 rows of the object; the 64-row tile (64 rows per request on average). */
+    /* 256 rows of the object, 64 per request on average: the tile of 64 tokens (with the
+     * heads packed by 4: the 256-row turn-taking tile; else the 64-row one). */
     const int64_t max_total = 256, q_cap = max_total + Q_FRONT + Q_BACK;
     static const graph_step steps[] = {
         {4, {64, 64, 64, 60}, {3000, 2500, 2000, 1500}, 1},  /* 4 tiles x 8 heads: split */

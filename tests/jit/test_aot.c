@@ -302,7 +302,7 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     assert_int_equal(cinfer__aot_set_specs("ci", "sm_90a", &ci, &num_ci), CINFER_STATUS_SUCCESS);
     assert_int_equal(cinfer__aot_set_specs("default", "sm_90a", &def, &num_def),
                      CINFER_STATUS_SUCCESS);
-    assert_true(num_ci >= 3 && num_ci <= 12);
+    assert_true(num_ci >= 3 && num_ci <= 14);
     assert_true(num_def > 4 * num_ci);
     for (size_t i = 0; i < num_def; i++) {
         assert_int_equal(cinfer__spec_validate(&def[i]), CINFER_STATUS_SUCCESS);

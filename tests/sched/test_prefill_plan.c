@@ -98,11 +98,7 @@ static cinfer_status_t make_plan(const cinfer__prefill_plan_config_t *cfg, const
     st = cinfer__prefill_requests(cfg, qo_indptr, kv_indptr, last, batch, p->req);
     if (st)
         return st;
-    int64_t requests = 0;
-    for (int b = 0; b < batch; b++)
-        requests += p->req[b].qo_len > 0;
-    p->tile = cinfer__prefill_choose_tile(cfg, (int64_t)qo_indptr[batch] - qo_indptr[0], requests);
-    st = cinfer__prefill_plan_chunks(cfg, p->req, batch, p->tile, &p->chunking);
+    st = cinfer__prefill_plan_tile(cfg, p->req, batch, &p->tile, &p->chunking);
     if (st)
         return st;
     return cinfer__prefill_plan_build(cfg, p->req, batch, p->tile, &p->chunking, &p->dst);
@@ -1049,6 +1045,66 @@ static void packed_cascade_prefix(void **state) {
     }
 }
 
+/* The same prefix with the turn-taking tiles as a fourth candidate (ops/prefill.c adds them at
+ * D = 128 with 16-bit K/V): the 64 tokens x 4 heads of a KV head are one 256-row tile, and its
+ * one resident CTA per SM takes 16 items: 16 chunks of 512, 128 CTAs, each K/V position of the
+ * prefix read by one CTA instead of two. */
+static void packed_cascade_prefix_turn_tiles(void **state) {
+    (void)state;
+    cinfer__prefill_plan_config_t c = config(32, 8, false, -1, true, 16, 1, 64, false);
+    c.num_tiles = 4;
+    c.tile_q[3] = 256;
+    c.tile_kv[3] = 64;
+    c = packed(c, 4);
+    h200_ctas(&c);
+    c.max_ctas[2] = 132 * 2; /* the H200 runs two 128-row CTAs of 102 KiB per SM */
+    c.max_ctas[3] = 132;
+    assert_int_equal(c.tile_q[3], 64);
+    const int32_t qo[] = {0, 64}, kv[] = {0, 512}, last[] = {16};
+    plan_t p;
+    assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv, last, 1, &p);
+    assert_int_equal(p.tile, 3);
+    assert_true(p.chunking.split);
+    assert_int_equal(p.chunking.chunk_size, 512);
+    assert_int_equal(p.chunking.num_work, 16);
+    assert_int_equal(p.chunking.max_chunks, 16);
+    assert_int_equal(p.chunking.num_rows, 64);
+    assert_int_equal(p.chunking.num_states, 64 * 32 * 16);
+    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+    free_plan(&p);
+    /* A batch whose average is 32 tokens or fewer keeps the 128-row tile. */
+    const int32_t qo2[] = {0, 32, 64}, kv2[] = {0, 256, 512}, last2[] = {16, 16};
+    c.max_batch_size = 2;
+    assert_int_equal(make_plan(&c, qo2, kv2, last2, 2, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo2, kv2, last2, 2, &p);
+    assert_int_equal(p.tile, 2);
+    free_plan(&p);
+    /* 64 tokens over 4096 causal: the 256-row tile would run 8 chunks x 8 KV heads = 64 CTAs,
+     * under 3/4 of its 132; the 128-row tile runs 2 tiles x 8 chunks x 8 = 128 (of 264). */
+    const int32_t kv3[] = {0, 256}, last3[] = {16};
+    c.max_batch_size = 1;
+    c.causal = true;
+    cinfer__prefill_chunking_t big;
+    cinfer__prefill_request_t r = {0, 64, 0, 4096};
+    assert_int_equal(cinfer__prefill_plan_chunks(&c, &r, 1, 3, &big), CINFER_STATUS_SUCCESS);
+    assert_int_equal(big.num_work, 8);
+    assert_int_equal(make_plan(&c, qo, kv3, last3, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv3, last3, 1, &p);
+    assert_int_equal(p.tile, 2);
+    assert_int_equal(p.chunking.num_work, 16);
+    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+    free_plan(&p);
+    /* Graph mode keeps its fixed tile (the captured kernel cannot change). */
+    c.graph = true;
+    c.max_batch_size = 1;
+    assert_int_equal(cinfer__prefill_choose_tile(&c, 0, 0), 3);
+    assert_int_equal(make_plan(&c, qo, kv3, last3, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv3, last3, 1, &p);
+    assert_int_equal(p.tile, 3);
+    free_plan(&p);
+}
+
 /* The workspace of a packed object: work items of the smallest tile's 8 tokens, split items per
  * Hk CTAs (528 / 8 = 66 of 8 tokens, 33 of 16, 16 of 32), states and rows over those. */
 static void packed_layout_is_exact(void **state) {
@@ -1287,7 +1343,9 @@ static void workspace_size_is_the_layout(void **state) {
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
     assert_int_equal(n, 2);
-    assert_int_equal(specs[0].tile_q, 128); /* 4096 rows over 16 requests: 256 on average */
+    /* 4096 rows over 16 requests, 256 on average: the turn-taking tile (256 rows of 64 tokens) */
+    assert_int_equal(specs[0].tile_q, 256);
+    assert_int_equal(specs[0].warps, 8);
     assert_int_equal(specs[0].gqa_pack, 4);
     assert_int_equal(specs[0].batch, 1);
     assert_int_equal(specs[0].paged, 1);
@@ -1304,23 +1362,45 @@ static void workspace_size_is_the_layout(void **state) {
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
-    assert_int_equal(n, 4);
-    for (int i = 0; i < 3; i++) {
+    /* Four tiles (32, 64 and 128 rows, and the turn-taking 256) and the merge kernel. */
+    assert_int_equal(n, 5);
+    static const int rows[] = {32, 64, 128, 256};
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(specs[i].op, CINFER__OP_PREFILL);
+        assert_int_equal(specs[i].tile_q, rows[i]);
         assert_int_equal(specs[i].gqa_pack, 4);
         assert_int_equal(specs[i].paged, 0);
         assert_int_equal(specs[i].mask, CINFER__MASK_NONE);
         assert_int_equal(cinfer__spec_validate(&specs[i]), CINFER_STATUS_SUCCESS);
     }
-    assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
-    assert_int_equal(specs[3].head_dim_vo, 128);
-    assert_int_equal(specs[3].dtype_o, specs[0].dtype_o);
+    assert_int_equal(specs[4].op, CINFER__OP_DECODE_MERGE);
+    assert_int_equal(specs[4].head_dim_vo, 128);
+    assert_int_equal(specs[4].dtype_o, specs[0].dtype_o);
     /* A variant whose states cannot be merged needs no merge kernel. */
     o.variant = cinfer_variant_builtin("sigmoid");
     assert_int_equal(
         cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 0, 4096, specs, &n),
         CINFER_STATUS_SUCCESS);
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 4);
+    /* Soft cap, fp8 K/V, in-kernel RoPE and other head dims keep the three four-warp tiles. */
+    o.variant = NULL;
+    for (int k = 0; k < 4; k++) {
+        cinfer_attention_options_t x = o;
+        if (k == 0)
+            x.logits_soft_cap = 30.0f;
+        else if (k == 1)
+            x.kv_dtype = (DLDataType){10, 8, 1}; /* float8_e4m3fn */
+        else if (k == 2)
+            x.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+        else
+            x.head_dim = 64;
+        assert_int_equal(cinfer__batch_prefill_kernel_specs(&ctx, &x, CINFER_KV_STORAGE_RAGGED, 0,
+                                                            4096, specs, &n),
+                         CINFER_STATUS_SUCCESS);
+        assert_int_equal(n, 4);
+        assert_int_equal(specs[2].tile_q, 128);
+        assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
+    }
 }
 
 /* GQA packing is decided at create, from the heads and the tiles: G = Hq / Hk >= 2 dividing every
@@ -1346,8 +1426,8 @@ static void packing_is_decided_at_create(void **state) {
                                                             4096, specs, &n),
                          CINFER_STATUS_SUCCESS);
         cinfer__batch_prefill_test_pack(0);
-        assert_int_equal(n, 4);
-        for (int k = 0; k < 3; k++) {
+        assert_int_equal(n, 5);
+        for (int k = 0; k < 4; k++) {
             if (specs[k].gqa_pack != cases[i].want)
                 fail_msg("Hq %d Hk %d mode %d: gqa_pack %d, expected %d", cases[i].hq, cases[i].hk,
                          cases[i].mode, specs[k].gqa_pack, cases[i].want);
@@ -1503,6 +1583,7 @@ int main(void) {
         cmocka_unit_test(split_masks_and_edges),
         cmocka_unit_test(random_batches),
         cmocka_unit_test(packed_cascade_prefix),
+        cmocka_unit_test(packed_cascade_prefix_turn_tiles),
         cmocka_unit_test(packed_layout_is_exact),
         cmocka_unit_test(packed_random_batches),
         cmocka_unit_test(packing_never_costs_more),
