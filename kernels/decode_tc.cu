@@ -88,11 +88,12 @@ __device__ __forceinline__ unsigned tile_offset(int t, int c) {
 #endif
 }
 
-#if KV_FP8
-/* fp8: token t0 + l of a tile is lane l's (TOKENS == 32). Its place in the cache is found once per
+/* Token t0 + l of a tile is lane l's (l < TOKENS: 16 tokens of 16-bit KV, 32 of fp8; the other
+ * lanes of a 16-bit tile look up tokens they never copy). Its place in the cache is found once per
  * tile, the page-table read one iteration before the tile's copies are issued, so that its latency
- * hides behind a tile of math; the copies take each row's offset from its lane by shuffle. Lanes
- * past kv_end take the last token's place: a mapped address for the zero-filled copies. */
+ * hides behind a tile of math instead of delaying the copies (a dependent read ahead of every
+ * tile's copies otherwise); the copies take each row's offset from its lane by shuffle. Lanes past
+ * kv_end take the last token's place: a mapped address for the zero-filled copies. */
 typedef struct lane_kv {
     int page, in_page; /* paged: the token's page and slot; contiguous: page 0, slot = token */
 } lane_kv;
@@ -110,13 +111,14 @@ __device__ __forceinline__ lane_kv lane_token(const cinfer_decode_params &p, int
     return x;
 }
 
-/* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 31, those < kv_end) into the
- * stage at shared address `stage`; rows past kv_end are zero-filled. Copy instruction i reads rows
- * whole: its 32 lanes take the 16-byte chunks i * 32 + lane of the tile in row order (4 rows of
- * 128 bytes at D = 128), each row's offset by shuffle from the lane it belongs to. A row is then
- * one L2 request of full sectors, where one sector of 16 rows per instruction (the previous
- * scheme, two shuffles a tile) made four requests of one sector per row and left the fp8 kernel
- * bound by L2 requests (ncu: L2 80% busy at 60% of DRAM bandwidth). */
+/* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + TOKENS - 1, those < kv_end) into
+ * the stage at shared address `stage`; rows past kv_end are zero-filled. Copy instruction i reads
+ * rows whole: its 32 lanes take the 16-byte chunks i * 32 + lane of the tile in row order (2 rows
+ * of 256 bytes at D = 128 with 16-bit KV, 4 rows of 128 bytes with fp8), each row's offset by
+ * shuffle from the lane it belongs to. A row is then one L2 request of full sectors, where one
+ * sector of 16 rows per instruction (fp8's previous scheme, two shuffles a tile) made four
+ * requests of one sector per row and left the fp8 kernel bound by L2 requests (ncu: L2 80% busy
+ * at 60% of DRAM bandwidth). */
 __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, lane_kv x,
                                           long long head_offset, int t0, int kv_end, unsigned stage,
                                           int lane) {
@@ -126,40 +128,18 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, lane_kv
     const long long mine = (long long)x.in_page * p.kv_stride_token + head_offset;
 #endif
 #pragma unroll
-    for (int i = 0; i < ROW_CHUNKS; i++) {
+    for (int i = 0; i < TOKENS * ROW_CHUNKS / 32; i++) {
         const int idx = i * 32 + lane, t = idx / ROW_CHUNKS, c = idx % ROW_CHUNKS;
         const long long row = ((long long)__shfl_sync(0xffffffffu, (int)(mine >> 32), t) << 32) |
                               (unsigned)__shfl_sync(0xffffffffu, (int)mine, t);
         const bool valid = t0 + t < kv_end;
         const unsigned dst = stage + tile_offset(t, c);
-        cinfer_cp_async_16(dst, (const unsigned char *)p.k + row + c * 16, valid);
-        cinfer_cp_async_16(dst + TILE_BYTES, (const unsigned char *)p.v + row + c * 16, valid);
+        /* row counts elements: bytes for fp8, 16-bit units otherwise */
+        const long long at = row * (ROW_BYTES / D) + c * 16;
+        cinfer_cp_async_16(dst, (const unsigned char *)p.k + at, valid);
+        cinfer_cp_async_16(dst + TILE_BYTES, (const unsigned char *)p.v + at, valid);
     }
 }
-#else
-/* Issues the cp.async copies of one warp tile (tokens t0 .. t0 + 15, those < kv_end) into the
- * stage at shared address `stage`; rows past kv_end are zero-filled. */
-__device__ __forceinline__ void load_tile(const cinfer_decode_params &p, int page_begin,
-                                          long long head_offset, int t0, int kv_end, unsigned stage,
-                                          int lane) {
-#pragma unroll
-    for (int i = 0; i < TOKENS * ROW_CHUNKS / 32; i++) {
-        const int idx = i * 32 + lane, t = idx / ROW_CHUNKS, c = idx % ROW_CHUNKS;
-        const bool valid = t0 + t < kv_end;
-        const unsigned dst = stage + tile_offset(t, c);
-        if (valid) {
-            const long long off =
-                cinfer_decode_token_offset(p, page_begin, t0 + t) + head_offset + c * 8;
-            cinfer_cp_async_16(dst, (const unsigned short *)p.k + off, true);
-            cinfer_cp_async_16(dst + TILE_BYTES, (const unsigned short *)p.v + off, true);
-        } else {
-            /* Zero fill reads nothing, but the source must be a mapped address: q is. */
-            cinfer_cp_async_16(dst, p.q, false);
-            cinfer_cp_async_16(dst + TILE_BYTES, p.q, false);
-        }
-    }
-}
-#endif
 
 /* Hooks that need the query's position. */
 #define NEEDS_POS                                                                                  \
@@ -292,34 +272,25 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
         /* Prologue: the first STAGES - 1 tiles in flight (one commit group each, empty or not). */
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
-#if KV_FP8
             if (s < num_tiles) {
                 const int t0 = item.kv_begin + (s * WARPS + warp) * TOKENS;
                 load_tile(p, lane_token(p, page_begin, t0, item.kv_end, lane), head_offset, t0,
                           item.kv_end, warp_smem + s * STAGE_BYTES, lane);
             }
-#else
-            if (s < num_tiles)
-                load_tile(p, page_begin, head_offset, item.kv_begin + (s * WARPS + warp) * TOKENS,
-                          item.kv_end, warp_smem + s * STAGE_BYTES, lane);
-#endif
             cinfer_cp_async_commit();
         }
-#if KV_FP8
         /* The place of the next tile to load. */
         lane_kv next_kv = {0, 0};
         if (STAGES - 1 < num_tiles)
             next_kv =
                 lane_token(p, page_begin, item.kv_begin + ((STAGES - 1) * WARPS + warp) * TOKENS,
                            item.kv_end, lane);
-#endif
 
         for (int i = 0; i < num_tiles; i++) {
             /* Tile i + STAGES - 1 goes into the stage tile i - 1 used, before waiting for tile i,
              * so STAGES tiles are in flight while the warp waits (every lane finished reading that
              * stage before the warp barrier that ends the previous iteration). */
             const int next = i + STAGES - 1;
-#if KV_FP8
             if (next < num_tiles)
                 load_tile(p, next_kv, head_offset, item.kv_begin + (next * WARPS + warp) * TOKENS,
                           item.kv_end, warp_smem + (next % STAGES) * STAGE_BYTES, lane);
@@ -328,13 +299,6 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
                 next_kv =
                     lane_token(p, page_begin, item.kv_begin + ((next + 1) * WARPS + warp) * TOKENS,
                                item.kv_end, lane);
-#else
-            if (next < num_tiles)
-                load_tile(p, page_begin, head_offset,
-                          item.kv_begin + (next * WARPS + warp) * TOKENS, item.kv_end,
-                          warp_smem + (next % STAGES) * STAGE_BYTES, lane);
-            cinfer_cp_async_commit();
-#endif
             CINFER_CP_ASYNC_WAIT(STAGES - 1);
             /* Other lanes' copies of tile i are visible after the warp barrier. */
             __syncwarp();
