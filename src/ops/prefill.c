@@ -796,7 +796,7 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     /* The turn-taking tiles, where single prefill would take them, as the largest candidate: for
      * batches whose query tiles are long on average (a long prompt's chunks, a cascade's shared
      * prefix with its GQA groups packed). Not while a test replaces the default tiles. */
-    if (takes_turns(o) && !has_test_default &&
+    if (takes_turns(o) && !has_test_default && c->num_tiles < CINFER__PREFILL_MAX_TILES &&
         cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
             (size_t)max_smem_optin &&
         s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q)
