@@ -10,12 +10,13 @@
  *
  * The tile rule (cinfer__prefill_choose_tile)
  * -------------------------------------------
- * The kernels of one batch prefill object differ only in their query tile (tile_q rows, 16 per
- * warp). A CTA costs about the same whatever number of its rows are real, so short queries
+ * The kernels of one batch prefill object differ only in their query tile (tile_q rows, 16 or 32
+ * per warp). A CTA costs about the same whatever number of its rows are real, so short queries
  * (chunked prefill mixed with decode tokens) want small tiles and long ones big tiles (fewer K/V
  * passes per query row). With avg = ceil(total_qo / requests with qo_len > 0), the plan takes the
  * smallest candidate tile_q >= avg, else the largest (FlashInfer's rule with 16 / 64 / 128 rows;
- * here 32 / 64 / 128 for D <= 128, the smallest tile being two warps). In CUDA-graph mode the
+ * here 32 / 64 / 128 for D <= 128, the smallest tile being two warps, and 256 on eight warps where
+ * ops/prefill.c adds the turn-taking tile). In CUDA-graph mode the
  * captured kernel cannot change, so the tile is fixed when the object is created, by the same rule
  * applied to avg = ceil(max_total_qo / max_batch_size). Outside graph mode a plan gives up a
  * largest tile with fewer resident CTAs than the next (the turn-taking 256-row tile) when its
