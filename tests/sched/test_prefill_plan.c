@@ -110,6 +110,18 @@ static void free_plan(plan_t *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* Asserts that plan p split with these chunking figures, running `ctas` attention CTAs. */
+static void assert_split(const cinfer__prefill_plan_config_t *c, const plan_t *p, int chunk,
+                         int work, int max_chunks, int rows, int states, int64_t ctas) {
+    assert_true(p->chunking.split);
+    assert_int_equal(p->chunking.chunk_size, chunk);
+    assert_int_equal(p->chunking.num_work, work);
+    assert_int_equal(p->chunking.max_chunks, max_chunks);
+    assert_int_equal(p->chunking.num_rows, rows);
+    assert_int_equal(p->chunking.num_states, states);
+    assert_int_equal(cinfer__prefill_grid(c, c->tile_q[p->tile], p->chunking.num_work), ctas);
+}
+
 /* A half-open interval of KV positions that one item visits for one query row. */
 typedef struct span {
     int64_t row, begin, end;
@@ -772,13 +784,8 @@ static void cascade_prefix_fills_the_gpu(void **state) {
     assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
     verify_plan(&c, qo, kv, last, 1, &p);
     assert_int_equal(p.tile, 1);
-    assert_true(p.chunking.split);
-    assert_int_equal(p.chunking.chunk_size, 1024);
-    assert_int_equal(p.chunking.num_work, 8);
-    assert_int_equal(p.chunking.max_chunks, 8);
-    assert_int_equal(p.chunking.num_rows, 64);
-    assert_int_equal(p.chunking.num_states, 64 * 32 * 8);
-    assert_int_equal(cinfer__prefill_grid(&c, 64, p.dst.header->num_work), 256);
+    assert_split(&c, &p, 1024, 8, 8, 64, 64 * 32 * 8, 256);
+    assert_int_equal(p.dst.header->num_work, 8);
     const int per_block = cinfer__decode_merge_rows(128); /* (row, head) pairs per merge block */
     assert_int_equal(cinfer__prefill_merge_grid(&c, p.chunking.num_rows),
                      (64 * 32 + per_block - 1) / per_block);
@@ -1021,13 +1028,7 @@ static void packed_cascade_prefix(void **state) {
     assert_int_equal(cinfer__prefill_split_items(&c, 2), 16);
     assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
     verify_plan(&c, qo, kv, last, 1, &p);
-    assert_true(p.chunking.split);
-    assert_int_equal(p.chunking.chunk_size, 1024);
-    assert_int_equal(p.chunking.num_work, 16);
-    assert_int_equal(p.chunking.max_chunks, 8);
-    assert_int_equal(p.chunking.num_rows, 64);
-    assert_int_equal(p.chunking.num_states, 64 * 32 * 8);
-    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+    assert_split(&c, &p, 1024, 16, 8, 64, 64 * 32 * 8, 128);
     assert_int_equal(p.dst.rows[33].partial_base, 32 * 32 * 8 + 1 * 32 * 8);
     free_plan(&p);
     /* Graph mode: the same split inside grids fixed at create (16 items x 8 KV heads). */
@@ -1065,13 +1066,7 @@ static void packed_cascade_prefix_turn_tiles(void **state) {
     assert_int_equal(make_plan(&c, qo, kv, last, 1, &p), CINFER_STATUS_SUCCESS);
     verify_plan(&c, qo, kv, last, 1, &p);
     assert_int_equal(p.tile, 3);
-    assert_true(p.chunking.split);
-    assert_int_equal(p.chunking.chunk_size, 512);
-    assert_int_equal(p.chunking.num_work, 16);
-    assert_int_equal(p.chunking.max_chunks, 16);
-    assert_int_equal(p.chunking.num_rows, 64);
-    assert_int_equal(p.chunking.num_states, 64 * 32 * 16);
-    assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
+    assert_split(&c, &p, 512, 16, 16, 64, 64 * 32 * 16, 128);
     free_plan(&p);
     /* A batch whose average is 32 tokens or fewer keeps the 128-row tile. */
     const int32_t qo2[] = {0, 32, 64}, kv2[] = {0, 256, 512}, last2[] = {16, 16};
