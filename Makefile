@@ -30,7 +30,8 @@ test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 
 # A short serving replay (64 steps of continuous batching over the Azure trace), checked against the
-# CPU reference; without a GPU: the schedule on the host and the kernels compiled for sm_90a.
+# CPU reference; without a GPU: the schedule on the host, and its kernels for sm_90a taken from the AOT
+# bundle or compiled.
 demo: build
 	$(BUILD)/cinfer bench serve --check --steps 64 --requests 256 --layers 2
 
