@@ -29,9 +29,13 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
                                     double *seconds) {
     if (!cinfer__settings()->jit_enabled)
         return cinfer__error(CINFER_STATUS_NOT_FOUND,
-                             "kernel %s for %s is not in the AOT bundle or the kernel cache and "
-                             "CINFER_JIT=off forbids compiling it",
-                             r->name, r->arch_option + strlen("--gpu-architecture="));
+                             "kernel %s for %s is not in the %s and CINFER_JIT=off forbids "
+                             "compiling it",
+                             r->name, r->arch_option + strlen("--gpu-architecture="),
+                             cinfer__aot_process_bundle()
+                                 ? "AOT bundle or the kernel cache"
+                                 : "kernel cache (no AOT bundle is loaded: CINFER_AOT_PATH names "
+                                   "one, else libcinfer.aot next to libcinfer.so)");
     const cinfer__nvrtc_t *nv;
     CINFER__CHECK(cinfer__nvrtc_get(&nv));
 

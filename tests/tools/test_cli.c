@@ -426,9 +426,11 @@ static void compile_then_hit_then_list_then_clear(void **state) {
     assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
     result_free(&r);
 
-    /* And now nothing is cached: with compiling forbidden the spec cannot be had. */
+    /* And now nothing is cached: with compiling forbidden the spec cannot be had, and the
+     * message says that no bundle was there to look in (compile uses none beside the tool). */
     r = RUN_ENV(f, ENV("CINFER_JIT=off"), "compile", "--arch", "sm_90a", SPEC);
     assert_failed_with(&r, 1, "CINFER_JIT=off");
+    assert_non_null(strstr(r.err, "no AOT bundle is loaded"));
     result_free(&r);
 }
 
