@@ -815,10 +815,10 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
 }
 
 /*
- * Loads the kernels create promises (all tiles, or graph mode's one) and opts them in to their
- * shared memory; when plans may split, also the merge kernel, and measures each tile's resident
- * CTAs on the device (max_ctas, which the split rule and the workspace bounds use), then lays the
- * workspace out again with them.
+ * Loads the kernels create promises (all tiles, or graph mode's one), opts them in to their
+ * shared memory and measures each tile's resident CTAs on the device (max_ctas: the tile choice's
+ * fill rule, and where plans may split, the split rule and the workspace bounds); when plans may
+ * split, also loads the merge kernel and lays the workspace out again with max_ctas.
  */
 static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                     int causal, batch_setup_t *s) {
@@ -838,15 +838,14 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
         CINFER__CHECK(build_spec(o, causal, true, s->cfg.paged, t, s->cfg.group, &spec));
         CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->kernels[i]));
         CINFER__CHECK(prepare_kernel(ctx, &s->kernels[i], t, s->smem[i]));
-        if (splittable(&s->cfg)) {
-            int per_sm = 0;
-            CINFER__CU(ctx->cu,
-                       cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernels[i].function,
-                                                                   t->warps * 32, s->smem[i]),
-                       "cuOccupancyMaxActiveBlocksPerMultiprocessor (batch prefill kernel)");
-            const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
-            s->cfg.max_ctas[i] = ctas > INT32_MAX ? INT32_MAX : (int)ctas;
-        }
+        /* Objects that never split use it too: the tile choice's fill rule (plan_tile). */
+        int per_sm = 0;
+        CINFER__CU(ctx->cu,
+                   cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernels[i].function,
+                                                               t->warps * 32, s->smem[i]),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor (batch prefill kernel)");
+        const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
+        s->cfg.max_ctas[i] = ctas > INT32_MAX ? INT32_MAX : (int)ctas;
     }
     if (!splittable(&s->cfg))
         return CINFER_STATUS_SUCCESS;

@@ -172,8 +172,9 @@ typedef struct cinfer__prefill_plan_config {
                                                 kernel's rows, divided by G (rounded down) when
                                                 packed */
     int tile_kv[CINFER__PREFILL_MAX_TILES];  /* each tile's KV rows per pipeline step */
-    int max_ctas[CINFER__PREFILL_MAX_TILES]; /* each tile's resident CTAs on the device (0: never
-                                                split with that tile) */
+    int max_ctas[CINFER__PREFILL_MAX_TILES]; /* each tile's resident CTAs on the device (0:
+                                                unknown: never split with that tile, no fill
+                                                rule; no_split objects never split) */
 } cinfer__prefill_plan_config_t;
 
 /* One request as planned (host side). */

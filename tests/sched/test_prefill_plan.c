@@ -1090,6 +1090,21 @@ static void packed_cascade_prefix_turn_tiles(void **state) {
     assert_int_equal(p.chunking.num_work, 16);
     assert_int_equal(cinfer__prefill_grid(&c, c.tile_q[p.tile], p.chunking.num_work), 128);
     free_plan(&p);
+    /* A variant that never splits: the same choice on the unsplit plans (the 256-row tile's 8
+     * CTAs against the 128-row tile's 16), and none when the resident CTAs are unknown. */
+    c.no_split = true;
+    assert_int_equal(make_plan(&c, qo, kv3, last3, 1, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv3, last3, 1, &p);
+    assert_int_equal(p.tile, 2);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.chunking.num_work, 2);
+    free_plan(&p);
+    cinfer__prefill_plan_config_t unknown = c;
+    memset(unknown.max_ctas, 0, sizeof unknown.max_ctas);
+    assert_int_equal(make_plan(&unknown, qo, kv3, last3, 1, &p), CINFER_STATUS_SUCCESS);
+    assert_int_equal(p.tile, 3);
+    free_plan(&p);
+    c.no_split = false;
     /* Graph mode keeps its fixed tile (the captured kernel cannot change). */
     c.graph = true;
     c.max_batch_size = 1;
