@@ -698,7 +698,9 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * max_total_qo_tokens: the most query rows (qo_indptr[batch] - qo_indptr[0]) any plan will hold,
  *   >= 1.
  * Loads (JIT-compiling on first use) the kernels the object may run: one per query tile size
- * (up to three; plan picks the tile from the average query length) and the split-KV merge kernel,
+ * (up to four: the fourth, at head_dim 128 with 16-bit K/V, no soft cap and no in-kernel RoPE, is
+ * single prefill's 256-row turn-taking tile where the device's shared memory allows it; plan picks
+ * the tile from the average query length) and the split-KV merge kernel,
  * or, with use_cuda_graph = 1, the one tile fixed for the average max_total_qo_tokens /
  * max_batch_size and the merge kernel. The object also owns a small pinned host buffer for staging
  * schedules. *out is NULL on failure. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED,
