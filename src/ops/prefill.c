@@ -282,6 +282,14 @@ static bool takes_turns(const cinfer_attention_options_t *o) {
            !cinfer__attention_rope(o) && !(o->logits_soft_cap > 0);
 }
 
+/* Whether options o take the turn-taking tiles and their dynamic shared memory fits a block of a
+ * device allowing max_smem_optin bytes (with the static reserve). */
+static bool turn_tiles_fit(const cinfer_attention_options_t *o, int max_smem_optin) {
+    return takes_turns(o) &&
+           cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
+               (size_t)max_smem_optin;
+}
+
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
                                              int max_smem_optin, cinfer__spec_t *specs,
                                              int *count) {
@@ -293,9 +301,7 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
         CINFER__CHECK(build_spec(o, causal, false, false, &tiles[1], 1, &specs[*count]));
         ++*count;
     }
-    if (takes_turns(o) &&
-        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
-            (size_t)max_smem_optin) {
+    if (turn_tiles_fit(o, max_smem_optin)) {
         CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
         ++*count;
     }
@@ -796,9 +802,8 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
     /* The turn-taking tiles, where single prefill would take them, as the largest candidate: for
      * batches whose query tiles are long on average (a long prompt's chunks, a cascade's shared
      * prefix with its GQA groups packed). Not while a test replaces the default tiles. */
-    if (takes_turns(o) && !has_test_default && c->num_tiles < CINFER__PREFILL_MAX_TILES &&
-        cinfer__prefill_smem_bytes(o->head_dim, &turn_tiles) + STATIC_SMEM_RESERVE <=
-            (size_t)max_smem_optin &&
+    if (turn_tiles_fit(o, max_smem_optin) && !has_test_default &&
+        c->num_tiles < CINFER__PREFILL_MAX_TILES &&
         s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q)
         s->tiles[c->num_tiles++] = turn_tiles;
     c->group = pack_group(o, s->tiles, c->num_tiles);
@@ -839,12 +844,8 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
         CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->kernels[i]));
         CINFER__CHECK(prepare_kernel(ctx, &s->kernels[i], t, s->smem[i]));
         /* Objects that never split use it too: the tile choice's fill rule (plan_tile). */
-        int per_sm = 0;
-        CINFER__CU(ctx->cu,
-                   cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernels[i].function,
-                                                               t->warps * 32, s->smem[i]),
-                   "cuOccupancyMaxActiveBlocksPerMultiprocessor (batch prefill kernel)");
-        const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
+        int64_t ctas = 0;
+        CINFER__CHECK(resident_ctas(ctx, &s->kernels[i], t, s->smem[i], &ctas));
         s->cfg.max_ctas[i] = ctas > INT32_MAX ? INT32_MAX : (int)ctas;
     }
     if (!splittable(&s->cfg))
