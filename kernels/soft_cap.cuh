@@ -6,9 +6,11 @@
  * and folds cap2 and 2 cap2 into its own arithmetic. The absolute error is about 1e-7 (both MUFU
  * operations are within 2 ulp), h is exactly 0 or -1 where 2^y overflows or underflows (the cap
  * is met exactly), and NaN stays NaN. tanh.approx.f32 would take one MUFU operation, but its
- * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015, which puts the
- * base-2 LSE of the GPU suite's soft-cap cases up to 4.8e-4 (1 + |LSE|) from the float64
- * reference, against a tolerance of 1e-4 (1 + |LSE|).
+ * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015 (0.01 in P), and it
+ * buys nothing: on the H200 (16k causal, cap 30, same run, bench/RESULTS.md 2026-11-30) it ran
+ * 336-338 TFLOP/s on the four-warp tile against 334-340 for this form, and 337-341 on the
+ * turn-taking tile (this form: 284-286; plain 398-403), as did a Newton reciprocal on the FMA
+ * pipe instead of rcp (304-317).
  */
 #ifndef CINFER_SOFT_CAP_CUH
 #define CINFER_SOFT_CAP_CUH
