@@ -9,8 +9,8 @@
  * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015 (0.01 in P), and it
  * buys nothing: on the H200 (16k causal, cap 30, same run, bench/RESULTS.md 2026-11-30) it ran
  * 336-338 TFLOP/s on the four-warp tile against 334-340 for this form, and 337-341 on the
- * turn-taking tile (this form: 284-286; plain 398-403), as did a Newton reciprocal on the FMA
- * pipe instead of rcp (304-317).
+ * turn-taking tile (this form: 284-286; plain 398-403); a Newton reciprocal on the FMA pipe in
+ * place of rcp ran 304-317 on both.
  */
 #ifndef CINFER_SOFT_CAP_CUH
 #define CINFER_SOFT_CAP_CUH
