@@ -13,7 +13,9 @@
  * With --trace FILE (bench/data's Azure conversation trace), batch prefill too: consecutive
  * requests of the trace, each a whole prompt (qo_len = kv_len = its context tokens), batched up
  * to about 16k and 64k tokens, over a ragged K/V and over the paged cache (page 16, pages of a
- * request scattered), causal; FLOPs are the kept causal pairs of every request.
+ * request scattered; with --consecutive-pages also a row whose pages follow each other in memory,
+ * to tell the cost of the scattering from the kernel's), causal; FLOPs are the kept causal pairs
+ * of every request.
  *
  * With --split, batch prefill of one request with few query rows over a long KV (ragged): the
  * split-KV plan (the KV cut into chunks so the step fills one wave of CTAs, partial states merged
@@ -33,7 +35,7 @@
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--fp8 e4m3|e5m2]
- *                      [--trace FILE] [--tile Q,KV,WARPS,STAGES ...].
+ *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel at S = 16k, causal, non-causal and causal
  * with soft cap 30 (the default's choice should be the fastest). --tile (repeatable) times only
@@ -217,8 +219,9 @@ static int load_trace(const char *path, int **out) {
     return n;
 }
 
-/* Median milliseconds of one batch prefill run over lens[batch] (whole prompts), ragged or paged
- * (page 16, each request's pages in a scattered order); FLOPs of the kept causal pairs. */
+/* Median milliseconds of one batch prefill run over lens[batch] (whole prompts), ragged (paged 0)
+ * or paged (page 16; paged 1: each request's pages in a scattered order, 2: table entry i is page
+ * i, so consecutive positions are consecutive in memory); FLOPs of the kept causal pairs. */
 static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
                          const int *lens, int batch, int paged, int iters, double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
@@ -244,13 +247,14 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
         exit(1);
     }
     /* The paged pool is the K/V buffers seen as pages of 16 tokens; table entry i is page
-     * (7919 i) mod pool, scattered over the pool. Partial last pages make the table longer than
-     * the pool, so a few entries share pages (the benchmark only reads them). */
+     * (7919 i) mod pool, scattered over the pool (or i mod pool with paged 2). Partial last pages
+     * make the table longer than the pool, so a few entries share pages (the benchmark only reads
+     * them). */
     const int64_t num_pages = b->max_s / page;
     const int64_t num_entries = kv[batch] > num_pages ? kv[batch] : num_pages;
     int32_t *indices = malloc(sizeof(int32_t) * (size_t)num_entries);
     for (int64_t i = 0; i < num_entries; i++)
-        indices[i] = (int32_t)((i * 7919) % num_pages);
+        indices[i] = (int32_t)((paged == 2 ? i : i * 7919) % num_pages);
     CUdeviceptr d_indices;
     CU(cuMemAlloc(&d_indices, sizeof(int32_t) * (size_t)num_entries));
     CU(cuMemcpyHtoD(d_indices, indices, sizeof(int32_t) * (size_t)num_entries));
@@ -416,7 +420,7 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
-    int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0;
+    int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0, consecutive = 0;
     const char *trace = NULL, *fp8 = NULL;
     cinfer__prefill_config_t only[16];
     int num_only = 0;
@@ -431,6 +435,8 @@ int main(int argc, char **argv) {
             pack = 1;
         else if (strcmp(argv[i], "--batch-only") == 0)
             batch_only = 1;
+        else if (strcmp(argv[i], "--consecutive-pages") == 0)
+            consecutive = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -443,8 +449,8 @@ int main(int argc, char **argv) {
             i++;
         } else {
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE] "
-                            "[--tile Q,KV,WARPS,STAGES ...]\n");
+                            "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE "
+                            "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES ...]\n");
             return 2;
         }
     }
@@ -621,11 +627,13 @@ batch_tables:;
             start += n;
             if (n == 0)
                 continue; /* the next prompt alone exceeds the budget */
-            for (int paged = 0; paged < 2; paged++) {
+            for (int paged = 0; paged < (consecutive ? 3 : 2); paged++) {
                 double flop = 0;
                 const double ms =
                     time_batch(ctx, stream, &b, req_lens, n, paged, quick ? 5 : 20, &flop);
-                printf("| %s | %d | %lld | %.0f | %.3f | %.1f |\n", paged ? "paged" : "ragged", n,
+                static const char *const kv_names[] = {"ragged", "paged",
+                                                       "paged, consecutive pages"};
+                printf("| %s | %d | %lld | %.0f | %.3f | %.1f |\n", kv_names[paged], n,
                        (long long)total, (double)total / n, ms, flop / (ms * 1e-3) / 1e12);
                 fflush(stdout);
             }
