@@ -448,6 +448,7 @@ int main(int argc, char **argv) {
             num_only++;
             i++;
         } else {
+            fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'\n", argv[i]);
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
                             "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE "
                             "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES ...]\n");
