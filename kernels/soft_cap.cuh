@@ -6,8 +6,8 @@
  * and folds cap2 and 2 cap2 into its own arithmetic. The absolute error is about 1e-7 (both MUFU
  * operations are within 2 ulp), h is exactly 0 or -1 where 2^y overflows or underflows (the cap
  * is met exactly), and NaN stays NaN. tanh.approx.f32 would take one MUFU operation, but its
- * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015 (0.01 in P), and it
- * buys nothing: on the H200 (16k causal, cap 30, same run, bench/RESULTS.md 2026-11-30) it ran
+ * relative error of up to 2^-10.99 moves a logit capped at 30 by up to 0.015 (P by up to 1.5%), and
+ * it buys nothing: on the H200 (16k causal, cap 30, same run, bench/RESULTS.md 2026-11-30) it ran
  * 336-338 TFLOP/s on the four-warp tile against 334-340 for this form, and 337-341 on the
  * turn-taking tile (this form: 284-286; plain 398-403); a Newton reciprocal on the FMA pipe in
  * place of rcp ran 304-317 on both.
