@@ -30,6 +30,16 @@ __device__ __forceinline__ void cinfer_pdl_wait() {
 #endif
 }
 
+/* Named barrier `id` (1..15; 0 is __syncthreads') of `count` threads (a multiple of 32): bar_sync
+ * waits for the barrier's completion, bar_arrive counts this warp in without waiting. Shared-memory
+ * accesses before either are performed for every thread that passes the barrier. */
+__device__ __forceinline__ void cinfer_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cinfer_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 #include "dtype.cuh"
 
 #endif

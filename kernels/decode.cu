@@ -535,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             for (int i = 0; i < VEC; i++)
                 st[2 + i] = o[i];
         }
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / mw), "r"(mw * 32) : "memory");
+        cinfer_bar_sync(1 + warp / mw, mw * 32);
         if (sub != 0)
             return;
         for (int k = 1; k < mw; k++) {

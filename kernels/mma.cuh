@@ -119,16 +119,6 @@ __device__ __forceinline__ void cinfer_cp_async_commit(void) {
 /* Waits until at most n (a compile-time constant) of this thread's groups are still in flight. */
 #define CINFER_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
 
-/* Named barrier `id` (1..15; 0 is __syncthreads') of `count` threads (a multiple of 32): bar_sync
- * waits for the barrier's completion, bar_arrive counts this warp in without waiting. Shared-memory
- * accesses before either are performed for every thread that passes the barrier. */
-__device__ __forceinline__ void cinfer_bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void cinfer_bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
 /* An mbarrier (8 bytes of shared memory at a shared-window address) expecting `count` arrivals per
  * phase. Publish the initialization with a CTA barrier before any thread uses it. */
 __device__ __forceinline__ void cinfer_mbarrier_init(unsigned bar, unsigned count) {
