@@ -532,6 +532,29 @@ static void gqa_packed_prefill_compiles(void **state) {
                                5, "qh", (const char *const[]){specs[0]}, 1);
 }
 
+/* The turn-taking prefill kernels (256 rows on eight warps, PINGPONG in kernels/prefill.cu: named
+ * barriers and per-stage mbarriers) for sm_80 and sm_90a, single and batch: both masks, window,
+ * the custom mask's row form (copies at the turn's start), GQA packing, the built-in variants and
+ * a user variant with query and output transforms. The host takes them on sm_90 only (their
+ * shared memory), but the spec is valid for every arch and must compile. */
+static void turn_taking_prefill_compiles(void **state) {
+    (void)state;
+    static const char *const specs[] = {
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,tile_q=256,tile_kv=64,warps=8,"
+        "stages=4",
+        "prefill:backend=sm80,dtype=f16,head_dim=128,mask=none,flags=window+lse,tile_q=256,"
+        "tile_kv=64,warps=8,stages=4",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,batch=1,paged=1,tile_q=256,"
+        "tile_kv=64,warps=8,stages=4,gqa_pack=4",
+        "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=none,batch=1,tile_q=256,tile_kv=64,"
+        "warps=8,stages=3",
+    };
+    compile_specs_and_variants(specs, sizeof specs / sizeof specs[0],
+                               "prefill:backend=sm80,dtype=bf16,head_dim=128,mask=causal,"
+                               "tile_q=256,tile_kv=64,warps=8,stages=4",
+                               0, "dim", (const char *const[]){specs[0], specs[2]}, 2);
+}
+
 static void user_compile_error_points_at_the_line(void **state) {
     (void)state;
     cinfer_variant_t *v = NULL;
@@ -641,6 +664,7 @@ int main(void) {
         cmocka_unit_test(custom_mask_prefill_compiles_for_every_kv_tile),
         cmocka_unit_test(fp8_prefill_compiles),
         cmocka_unit_test(gqa_packed_prefill_compiles),
+        cmocka_unit_test(turn_taking_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
     };
