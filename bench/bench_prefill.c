@@ -380,7 +380,8 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 /* The tile sweep at S = 16k: tiles[0 .. num_tiles), or with tiles NULL the candidates below. */
 static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
                         const cinfer__prefill_config_t *tiles, int num_tiles, int quick) {
-    /* Candidates around the default: rows per warp (16 or 32), KV tile, warps and stages.
+    /* Candidates around the defaults (single prefill's turn-taking tile, 256 x 64 on 8 warps in 4
+     * stages, among them): rows per warp (16 or 32), KV tile, warps and stages.
      * 32 rows per warp (tile_q 128 on four warps) halves the K/V ldmatrix reads per mma;
      * 128 x 64 in 2 stages and 128 x 32 in 2..4 stages run two CTAs per SM; 256 rows on eight
      * warps run one, whose two warp groups take turns at the tensor cores from 3 stages on
@@ -388,8 +389,8 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     static const cinfer__prefill_config_t candidates[] = {
         {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4}, {128, 64, 4, 2},
         {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}, {128, 32, 4, 4}, {64, 64, 4, 2},
-        {64, 64, 4, 3},  {64, 32, 2, 3},  {256, 64, 8, 2}, {256, 64, 8, 3}, {256, 32, 8, 2},
-        {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
+        {64, 64, 4, 3},  {64, 32, 2, 3},  {256, 64, 8, 2}, {256, 64, 8, 3}, {256, 64, 8, 4},
+        {256, 32, 8, 2}, {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
     };
     /* Columns: causal, non-causal, and causal with soft cap 30 (whose kernel has other
      * register and MUFU loads, so possibly another best tile). */
