@@ -427,39 +427,72 @@ __device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
  * tile is `offset` bytes after stage 0's (dst: kv_dst0): row t is slot t % page_size of
  * page table[t / page_size] (table = the request's first page-table entry). Both caches share
  * their strides, so each row's address is computed once for K and V; rows >= len are
- * zero-filled and never look up the table (entries past the request's pages may not exist).
+ * zero-filled and look up a row < len (entries past the request's pages may not exist).
  */
+__device__ __forceinline__ void paged_row(const cinfer_prefill_params &p, int t, int *page_slot,
+                                          int *in_page) {
+    if (p.page_shift >= 0) {
+        *page_slot = t >> p.page_shift;
+        *in_page = t & ((1 << p.page_shift) - 1);
+    } else {
+        *page_slot = t / p.page_size;
+        *in_page = t - *page_slot * p.page_size;
+    }
+}
+
 __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
                                                       const int *table, int t) {
     int page_slot, in_page;
-    if (p.page_shift >= 0) {
-        page_slot = t >> p.page_shift;
-        in_page = t & ((1 << p.page_shift) - 1);
-    } else {
-        page_slot = t / p.page_size;
-        in_page = t - page_slot * p.page_size;
-    }
+    paged_row(p, t, &page_slot, &in_page);
     return (long long)__ldg(table + page_slot) * p.kv_stride_page +
            (long long)in_page * p.k_stride_n;
 }
 
 #if THREADS % KV_CHUNKS == 0
+/*
+ * A thread's rows are r0 + it * KV_RPP. Their page-table entries are read first, all of them,
+ * then the copies go out: a row past len looks up the last row's entry instead (it exists; its
+ * copy is zero-filled), so no branch separates the reads and they are in flight together rather
+ * than one round trip per row before that row's copies. K and V share every stride (the host
+ * checks), so one element offset serves both: page * kv_stride_page + slot * stride_n + the
+ * thread's head and chunk, products of the nonnegative page and slot (zero-extended) with the
+ * signed strides as 64-bit integers.
+ */
 __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
-                                              const cinfer_prefill_params &p, const kv_elem *k_base,
-                                              const kv_elem *v_base, const int *table, int row0,
-                                              int len) {
+                                              const cinfer_prefill_params &p, int kv_head,
+                                              const int *table, int row0, int len) {
     const int tid = thread_index();
     const int r0 = tid / KV_CHUNKS, ch = tid % KV_CHUNKS;
+    int page[KV_PASSES], in_page[KV_PASSES], page_slot[KV_PASSES];
+    if (p.page_shift >= 0) {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++) {
+            const int t = CINFER_MIN(row0 + r0 + it * KV_RPP, len - 1);
+            page_slot[it] = t >> p.page_shift;
+            in_page[it] = t & ((1 << p.page_shift) - 1);
+        }
+    } else {
+#pragma unroll
+        for (int it = 0; it < KV_PASSES; it++) {
+            const int t = CINFER_MIN(row0 + r0 + it * KV_RPP, len - 1);
+            page_slot[it] = t / p.page_size;
+            in_page[it] = t - page_slot[it] * p.page_size;
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < KV_PASSES; it++)
+        page[it] = __ldg(table + page_slot[it]);
+    const long long head_chunk = (long long)kv_head * p.k_stride_h + ch * KV_CHUNK_ELEMS;
 #pragma unroll
     for (int it = 0; it < KV_PASSES; it++) {
         const int r = r0 + it * KV_RPP;
         if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
             const bool valid = row0 + r < len;
-            const long long off =
-                (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * KV_CHUNK_ELEMS;
+            const long long off = (long long)(unsigned)page[it] * p.kv_stride_page +
+                                  (long long)(unsigned)in_page[it] * p.k_stride_n + head_chunk;
             const unsigned to = dst + offset + it * KV_RPP * KV_ROW_BYTES;
-            cinfer_cp_async_16(to, k_base + off, valid);
-            cinfer_cp_async_16(to + STAGES * KV_BYTES, v_base + off, valid);
+            cinfer_cp_async_16(to, (const kv_elem *)p.k + off, valid);
+            cinfer_cp_async_16(to + STAGES * KV_BYTES, (const kv_elem *)p.v + off, valid);
         }
     }
 }
@@ -537,7 +570,7 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
     LOAD_KV_GENERIC(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, (tile)*TILE_KV)
 #elif CINFER_PAGED
 #define LOAD_KV(stage, tile, dst)                                                                  \
-    load_kv_paged(dst, (stage)*KV_BYTES, p, k_base, v_base, p.kv_indices, (tile)*TILE_KV, p.kv_len)
+    load_kv_paged(dst, (stage)*KV_BYTES, p, kv_head, p.kv_indices, (tile)*TILE_KV, p.kv_len)
 #else
 #define LOAD_KV(stage, tile, dst)                                                                  \
     do {                                                                                           \
