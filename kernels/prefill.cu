@@ -429,21 +429,29 @@ __device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
  * their strides, so each row's address is computed once for K and V; rows >= len are
  * zero-filled and look up a row < len (entries past the request's pages may not exist).
  */
-__device__ __forceinline__ void paged_row(const cinfer_prefill_params &p, int t, int *page_slot,
-                                          int *in_page) {
+/* The page-table slot and the slot within its page of rows t[0 .. n), under one test of the page
+ * size's form (n a compile-time constant after inlining: the arrays stay in registers). */
+__device__ __forceinline__ void paged_rows(const cinfer_prefill_params &p, const int *t, int n,
+                                           int *page_slot, int *in_page) {
     if (p.page_shift >= 0) {
-        *page_slot = t >> p.page_shift;
-        *in_page = t & ((1 << p.page_shift) - 1);
+#pragma unroll
+        for (int i = 0; i < n; i++) {
+            page_slot[i] = t[i] >> p.page_shift;
+            in_page[i] = t[i] & ((1 << p.page_shift) - 1);
+        }
     } else {
-        *page_slot = t / p.page_size;
-        *in_page = t - *page_slot * p.page_size;
+#pragma unroll
+        for (int i = 0; i < n; i++) {
+            page_slot[i] = t[i] / p.page_size;
+            in_page[i] = t[i] - page_slot[i] * p.page_size;
+        }
     }
 }
 
 __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
                                                       const int *table, int t) {
     int page_slot, in_page;
-    paged_row(p, t, &page_slot, &in_page);
+    paged_rows(p, &t, 1, &page_slot, &in_page);
     return (long long)__ldg(table + page_slot) * p.kv_stride_page +
            (long long)in_page * p.k_stride_n;
 }
@@ -463,22 +471,11 @@ __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
                                               const int *table, int row0, int len) {
     const int tid = thread_index();
     const int r0 = tid / KV_CHUNKS, ch = tid % KV_CHUNKS;
-    int page[KV_PASSES], in_page[KV_PASSES], page_slot[KV_PASSES];
-    if (p.page_shift >= 0) {
+    int row[KV_PASSES], page[KV_PASSES], in_page[KV_PASSES], page_slot[KV_PASSES];
 #pragma unroll
-        for (int it = 0; it < KV_PASSES; it++) {
-            const int t = CINFER_MIN(row0 + r0 + it * KV_RPP, len - 1);
-            page_slot[it] = t >> p.page_shift;
-            in_page[it] = t & ((1 << p.page_shift) - 1);
-        }
-    } else {
-#pragma unroll
-        for (int it = 0; it < KV_PASSES; it++) {
-            const int t = CINFER_MIN(row0 + r0 + it * KV_RPP, len - 1);
-            page_slot[it] = t / p.page_size;
-            in_page[it] = t - page_slot[it] * p.page_size;
-        }
-    }
+    for (int it = 0; it < KV_PASSES; it++)
+        row[it] = CINFER_MIN(row0 + r0 + it * KV_RPP, len - 1);
+    paged_rows(p, row, KV_PASSES, page_slot, in_page);
 #pragma unroll
     for (int it = 0; it < KV_PASSES; it++)
         page[it] = __ldg(table + page_slot[it]);
