@@ -134,24 +134,20 @@ __device__ __forceinline__ void cinfer_cp_async_mbarrier_arrive(unsigned bar) {
 /* Waits until the phase of `bar` with this parity (0 for its first, 1 for its second, ...)
  * has completed: try_wait (which may suspend the thread for a while) from sm_90, test_wait (a
  * poll) before, where try_wait does not exist. */
+#if __CUDA_ARCH__ >= 900
+#define CINFER__MBARRIER_POLL "try_wait"
+#else
+#define CINFER__MBARRIER_POLL "test_wait"
+#endif
 __device__ __forceinline__ void cinfer_mbarrier_wait(unsigned bar, unsigned parity) {
     unsigned done;
     do {
-#if __CUDA_ARCH__ >= 900
         asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
+                     "mbarrier." CINFER__MBARRIER_POLL ".parity.shared.b64 p, [%1], %2;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
-#else
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-#endif
     } while (!done);
 }
 
