@@ -146,11 +146,11 @@ __device__ __forceinline__ void load_tile(const cinfer_decode_params &p, lane_kv
     (VARIANT_QUERY_TRANSFORM || CINFER_VARIANT_LOGITS || VARIANT_STATE_INIT ||                     \
      VARIANT_OUTPUT_TRANSFORM)
 
-/* fp8 KV below D = 256: registers for 3 CTAs per SM (what 2 stages of shared memory allow at
- * D = 128); without the hint ptxas aims at more CTAs and spills at D = 64. At D = 256 (one CTA per
- * SM) a hint made it spill instead. */
+/* fp8 KV below D = 256: registers for 12 warps per SM (what 2 stages of shared memory allow at
+ * D = 128: 4 CTAs of 3 warps); without the hint ptxas aims at more CTAs and spills at D = 64. At
+ * D = 256 a hint made it spill instead. */
 #if KV_FP8 && D < 256
-#define LAUNCH_BOUNDS __launch_bounds__(THREADS, 3)
+#define LAUNCH_BOUNDS __launch_bounds__(THREADS, 12 / WARPS)
 #else
 #define LAUNCH_BOUNDS __launch_bounds__(THREADS)
 #endif

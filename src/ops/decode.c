@@ -31,6 +31,7 @@ typedef struct decode_setup {
     cinfer__kernel_t attention, merge;
     const cinfer_variant_t *variant; /* NULL = default attention */
     int tensor_cores;                /* the attention kernel is kernels/decode_tc.cu */
+    int attention_threads;           /* its block size: spec warps x 32 */
     unsigned attention_smem;         /* its dynamic shared memory (bytes) */
 } decode_setup_t;
 
@@ -104,7 +105,7 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     spec->variant_id = cinfer__variant_id(o->variant);
     spec->tile_q = hpc;
     spec->tile_kv = cinfer__decode_tile_kv(hpc);
-    spec->warps = CINFER__DECODE_WARPS;
+    spec->warps = tensor_cores ? CINFER__DECODE_TC_WARPS : CINFER__DECODE_WARPS;
     *attention_smem = 0;
     if (tensor_cores) {
         /* Stages of K+V tiles per warp: 2, i.e. 64 KB per CTA at D = 128 and 3 CTAs per SM.
@@ -119,10 +120,11 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
         spec->stages = 2;
         const unsigned tile_bytes = fp8 ? CINFER_DECODE_TC_TOKENS_FP8 * (unsigned)o->head_dim
                                         : CINFER_DECODE_TC_TOKENS * (unsigned)o->head_dim * 2u;
-        const unsigned pipeline = CINFER__DECODE_WARPS * (unsigned)spec->stages * 2u * tile_bytes +
+        const unsigned pipeline = (unsigned)spec->warps * (unsigned)spec->stages * 2u * tile_bytes +
                                   CINFER_DECODE_TC_Q_BYTES(fp8, (unsigned)o->head_dim);
         /* The final merge reuses the buffers: per warp 16 rows x D floats, then (m, l) pairs. */
-        const unsigned merge_bytes = CINFER__DECODE_WARPS * 16u * ((unsigned)o->head_dim + 2u) * 4u;
+        const unsigned merge_bytes =
+            (unsigned)spec->warps * 16u * ((unsigned)o->head_dim + 2u) * 4u;
         *attention_smem = pipeline > merge_bytes ? pipeline : merge_bytes;
     }
     CINFER__CHECK(cinfer__spec_validate(spec));
@@ -188,12 +190,15 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->v_scale = (float)v_scale;
 
     const int threads = CINFER__DECODE_WARPS * 32;
+    s->attention_threads = spec.warps * 32;
     CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->attention));
     CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
-    if (s->attention.max_threads < threads || s->merge.max_threads < threads)
+    if (s->attention.max_threads < s->attention_threads || s->merge.max_threads < threads)
         return cinfer__error(CINFER_STATUS_INTERNAL,
-                             "decode kernels allow %d / %d threads per block, the launch needs %d",
-                             s->attention.max_threads, s->merge.max_threads, threads);
+                             "decode kernels allow %d / %d threads per block, the launches need "
+                             "%d / %d",
+                             s->attention.max_threads, s->merge.max_threads, s->attention_threads,
+                             threads);
     CINFER__CHECK(cinfer__context_activate(ctx));
     if (s->attention_smem > 0) {
         if (s->attention_smem > (unsigned)ctx->max_smem_per_block_optin)
@@ -209,11 +214,16 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     }
     int per_sm = 0;
     CINFER__CU(ctx->cu,
-               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->attention.function, threads,
-                                                           s->attention_smem),
+               cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->attention.function,
+                                                           s->attention_threads, s->attention_smem),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor (decode kernel)");
     const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
     s->cfg.max_ctas = ctas < 1 ? 1 : ctas > INT32_MAX ? INT32_MAX : (int)ctas;
+    /* One-wave chunks grow toward CINFER__DECODE_MIN_CHUNK while this many items remain: for the
+     * tensor-core kernel the CTAs whose stages hold CINFER__DECODE_BUSY_WARPS warps' K/V tiles
+     * in flight, for the CUDA-core one half a wave. */
+    s->cfg.busy_ctas = s->tensor_cores ? CINFER__DECODE_BUSY_WARPS / (s->attention_threads / 32)
+                                       : (s->cfg.max_ctas + 1) / 2;
 
     /* The largest merge grid any plan can need must fit one launch. */
     const int64_t merge_blocks = cinfer__decode_merge_grid(
@@ -367,7 +377,7 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
      * many entries as the kernel has parameters. */
     void *attention_args[] = {p, variant_blob, (void *)&s->rope_table};
-    const unsigned threads = CINFER__DECODE_WARPS * 32;
+    const unsigned threads = (unsigned)s->attention_threads;
     if (attention_grid > 0)
         CINFER__CU(ctx->cu,
                    cuLaunchKernel(s->attention.function, (unsigned)attention_grid, 1, 1, threads, 1,

@@ -279,39 +279,15 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "decode plan: batch_size %d x %lld head slices exceeds 2^31 - 1",
                              batch_size, (long long)units);
-    if ((int64_t)batch_size * units > cfg->max_ctas) {
-        /* Stream regime (decode_plan.h): the smallest budget between "no cut" and "a cut at
-         * every lane boundary" (always enough) that leaves the last lane no more than a piece's
-         * slack above it (a binary search over at most CINFER__DECODE_ITEM_TOKENS values). */
-        const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
-        int64_t width, lanes;
-        stream_lanes(cfg, &width, &lanes);
-        int64_t lo = stream_share(cfg, kv_len, batch_size, 0);
-        int64_t share = stream_share(cfg, kv_len, batch_size, lanes - 1);
-        while (lo < share) {
-            const int64_t mid = lo + (share - lo) / 2;
-            const stream_counts_t t = stream_walk(cfg, kv_len, batch_size, mid, NULL);
-            if (t.ctas < lanes * width || t.last_cost <= mid + slack)
-                share = mid;
-            else
-                lo = mid + 1;
-        }
-        const stream_counts_t n = stream_walk(cfg, kv_len, batch_size, share, NULL);
-        out->stream = true;
-        out->stream_share = share;
-        out->chunk_size = 0;
-        out->num_work = (int)n.pieces;
-        out->num_ctas = (int)n.ctas;
-        out->num_slots = (int)n.slots;
-        out->max_chunks = (int)n.max_pieces;
-    } else {
-        /* One-wave regime: chunks C = k * ALIGN, k in [1, k_max]; at k_max every request is one
-         * chunk; the smallest C with items(C) <= max_ctas (binary search; items(C) is
-         * non-increasing in C), raised to CINFER__DECODE_MIN_CHUNK when that still makes at least
-         * half a wave of items. */
-        const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
+    /* One-wave regime's chunk C = k * ALIGN, k in [1, k_max]; at k_max every request is one chunk:
+     * the smallest C with items(C) <= max_ctas (binary search; items(C) is non-increasing in C),
+     * raised up to CINFER__DECODE_MIN_CHUNK as far as the items still number busy_ctas. */
+    const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
+    const bool fits_one_wave = (int64_t)batch_size * units <= cfg->max_ctas;
+    int64_t k = 1, k_fit = 1; /* k_fit: before the raise */
+    if (fits_one_wave) {
         const int64_t k_max = max_len > align ? (max_len + align - 1) / align : 1;
-        int64_t k = k_max;
+        k = k_fit = k_max;
         if (!cfg->no_split) {
             int64_t lo = 1; /* items(k * ALIGN) <= max_ctas holds for k = k */
             while (lo < k) {
@@ -321,12 +297,51 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                 else
                     lo = mid + 1;
             }
+            k_fit = k;
             const int64_t k_min = CINFER__DECODE_MIN_CHUNK / align;
-            const int64_t k_up = k_min < k_max ? k_min : k_max;
-            if (k < k_up &&
-                2 * count_chunks(cfg, kv_len, batch_size, k_up * align) * units >= cfg->max_ctas)
-                k = k_up;
+            for (int64_t up = k_min < k_max ? k_min : k_max; up > k; up--)
+                if (count_chunks(cfg, kv_len, batch_size, up * align) * units >= cfg->busy_ctas) {
+                    k = up;
+                    break;
+                }
         }
+    }
+    /* Stream regime's budget (decode_plan.h): the smallest between "no cut" and "a cut at every
+     * lane boundary" (always enough) that leaves the last lane no more than a piece's slack above
+     * it (a binary search over at most CINFER__DECODE_ITEM_TOKENS values). Only computed where it
+     * may be chosen. */
+    const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
+    int64_t share = 0;
+    if (!fits_one_wave || !cfg->no_split) {
+        int64_t width, lanes;
+        stream_lanes(cfg, &width, &lanes);
+        int64_t lo = stream_share(cfg, kv_len, batch_size, 0);
+        share = stream_share(cfg, kv_len, batch_size, lanes - 1);
+        while (lo < share) {
+            const int64_t mid = lo + (share - lo) / 2;
+            const stream_counts_t t = stream_walk(cfg, kv_len, batch_size, mid, NULL);
+            if (t.ctas < lanes * width || t.last_cost <= mid + slack)
+                share = mid;
+            else
+                lo = mid + 1;
+        }
+    }
+    /* One wave when it fits and its longest item at the smallest chunk that fits costs no more than
+     * a stream lane (its budget and slack): a batch of mixed lengths that barely fits one wave
+     * would otherwise leave its longest request on one CTA. */
+    const int64_t fit_chunk = k_fit * align;
+    const int64_t longest_item =
+        (fit_chunk < max_len ? fit_chunk : max_len) + CINFER__DECODE_ITEM_TOKENS;
+    if (!fits_one_wave || (!cfg->no_split && longest_item > share + slack)) {
+        const stream_counts_t n = stream_walk(cfg, kv_len, batch_size, share, NULL);
+        out->stream = true;
+        out->stream_share = share;
+        out->chunk_size = 0;
+        out->num_work = (int)n.pieces;
+        out->num_ctas = (int)n.ctas;
+        out->num_slots = (int)n.slots;
+        out->max_chunks = (int)n.max_pieces;
+    } else {
         const int64_t chunk = k * align;
         int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;
         for (int b = 0; b < batch_size; b++) {

@@ -25,25 +25,28 @@
  * - One wave, batch_size * units <= max_ctas: all requests share one chunk size C (a multiple of
  *   CINFER__DECODE_CHUNK_ALIGN), the smallest with items(C) = sum_b units * max(1, ceil(a_b / C))
  *   <= max_ctas (binary search; items is non-increasing in C), so the whole step is one wave of
- *   resident CTAs, one item each, and the longest item is as short as one wave allows; C is
- *   raised to CINFER__DECODE_MIN_CHUNK (or the longest request) when items at that size still
- *   fill half a wave.
- * - Stream, batch_size * units > max_ctas (one item per slice already fills a wave): the CTAs
- *   form lanes of W = units CTAs (W = 1 when max_ctas < units), floor(max_ctas / W) lanes; the
- *   W CTAs of a lane run W head slices of a request side by side over the same KV range, so the
+ *   resident CTAs, one item each, and the longest item is as short as one wave allows; C is then
+ *   raised, up to CINFER__DECODE_MIN_CHUNK (or the longest request), to the largest size whose
+ *   items still number busy_ctas (fewer, longer items pay fewer starts and partial states).
+ *   Chosen only if the longest item at the smallest C costs (tokens + CINFER__DECODE_ITEM_TOKENS)
+ *   no more than a stream lane's budget B below plus its slack (CHUNK_ALIGN + ITEM): otherwise,
+ *   e.g. one long request among short ones filling most of a wave, the step streams.
+ * - Stream, batch_size * units > max_ctas (one item per slice already fills a wave), or as above:
+ *   the CTAs form lanes of W = units CTAs (W = 1 when max_ctas < units), floor(max_ctas / W) lanes;
+ *   the W CTAs of a lane run W head slices of a request side by side over the same KV range, so the
  *   K/V rows of one token (adjacent in a page) are read at the same time (slices one by one on a
  *   CTA, read 1/Hk of every row at a time, cost 7% of a 256-request trace step on an H200). The
- *   requests' attended ranges (units / W passes each), request by request, are laid end to end
- *   as one stream of KV tokens and cut into consecutive runs of about equal cost, one per lane, a
- *   piece costing its tokens plus CINFER__DECODE_ITEM_TOKENS (its start and its partial state);
- *   the budget of a lane is B, the smallest integer between ceil(sum (a + ITEM) / lanes) and
- *   ceil((sum (a + ITEM) + (lanes - 1) * ITEM) / lanes) (a cut at every lane boundary, the most
- *   there can be: always enough) whose walk leaves the last lane at most CHUNK_ALIGN + ITEM above
- *   B. A range crossing a lane boundary is cut there (at a multiple of CINFER__DECODE_CHUNK_ALIGN
- *   tokens, each part keeping at least that many); so every CTA's cost is within a piece's slack
- *   of B whatever the lengths (a persistent grid dealing whole chunks loses up to one chunk per
- *   CTA: 1.3 waves of items run like 2). With no_split nothing is cut: whole ranges are dealt in
- *   order, each lane within one range of B.
+ *   requests' attended ranges (units / W passes each), request by request, are laid end to end as
+ *   one stream of KV tokens and cut into consecutive runs of about equal cost, one per lane, a
+ *   piece costing its tokens plus CINFER__DECODE_ITEM_TOKENS (its start and its partial state); the
+ *   budget of a lane is B, the smallest integer between ceil(sum (a + ITEM) / lanes) and ceil((sum
+ *   (a + ITEM) + (lanes - 1) * ITEM) / lanes) (a cut at every lane boundary, the most there can be:
+ *   always enough) whose walk leaves the last lane at most CHUNK_ALIGN + ITEM above B. A range
+ *   crossing a lane boundary is cut there (at a multiple of CINFER__DECODE_CHUNK_ALIGN tokens, each
+ *   part keeping at least that many); so every CTA's cost is within a piece's slack of B whatever
+ *   the lengths (a persistent grid dealing whole chunks loses up to one chunk per CTA: 1.3 waves of
+ *   items run like 2). With no_split nothing is cut: whole ranges are dealt in order, each lane
+ *   within one range of B.
  *
  * Consequences the workspace relies on, for a batch of at most max_batch_size requests: in the
  * one-wave regime items <= max_ctas and partial slots <= items. In the stream regime each of the
@@ -79,8 +82,16 @@
  * state's write, about 2 us at a CTA's share of the bandwidth with 3 CTAs per SM. */
 #define CINFER__DECODE_ITEM_TOKENS 64
 
-/* Warps of both decode kernels (4 x 32 = 128 threads per block). */
+/* Warps of the CUDA-core decode kernel and of the merge kernel (4 x 32 = 128 threads per block). */
 #define CINFER__DECODE_WARPS 4
+/* Warps of the tensor-core decode kernel: 3, so that 4 CTAs of 48 KiB (2 stages of 16-bit K+V
+ * tiles per warp at D = 128) fit an SM, 528 resident CTAs on an H200. */
+#define CINFER__DECODE_TC_WARPS 3
+/* Warps of the tensor-core kernel whose K/V stages keep an H200's DRAM busy without more items:
+ * 256 CTAs of 3 warps. One request, 32/8 heads, 2026-11-30 (bench_decode): at 528 resident CTAs,
+ * 8k tokens ran in 19.1 us as 512 items of 128 tokens and in 17.7 us as 256 of 256, 4k tokens
+ * in 15.3 us as 512 of 64 and in 13.6 us as 256 of 128. */
+#define CINFER__DECODE_BUSY_WARPS 768
 /* Chunks one merge warp takes per step at most (kernels/decode.cu: 32 / (D / 8) lane groups x 4
  * loads in flight, 8 at D = 128): beyond it a request's merge gets more warps. */
 #define CINFER__DECODE_MERGE_WARP_CHUNKS 8
@@ -94,6 +105,8 @@ typedef struct cinfer__decode_config {
     int num_kv_heads;   /* Hk; Hq % Hk == 0 */
     int heads_per_cta;  /* HPC, a divisor of group: at most 8 (CUDA cores) or 16 (tensor cores) */
     int max_ctas;       /* resident CTAs of the attention kernel, >= 1 */
+    int busy_ctas;      /* items that keep the DRAM busy by themselves (one-wave chunks grow
+                           toward CINFER__DECODE_MIN_CHUNK while at least this many remain) */
     int max_batch_size; /* requests a plan may hold, >= 1 */
     int window_left;    /* -1 = off */
     bool graph;         /* CUDA-graph mode: grids fixed for max_batch_size */

@@ -440,9 +440,11 @@ static void run_case(const decode_case *c, uint64_t seed) {
     cinfer_batch_decode_t *op = create_planned(&o, &x, c->batch);
     decode_tensors t;
     make_tensors(c, &x, &t);
-    CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
-                                           &t.indptr.t, &t.indices.t, &t.last.t, &t.out.t,
-                                           c->lse ? &t.lse.t : NULL, tv_args(&tv), stream));
+    /* Twice on one plan: a run must not depend on what an earlier run left in the workspace. */
+    for (int rep = 0; rep < 2; rep++)
+        CINFER_TEST_OK(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, c->combined ? NULL : &t.v.t,
+                                               &t.indptr.t, &t.indices.t, &t.last.t, &t.out.t,
+                                               c->lse ? &t.lse.t : NULL, tv_args(&tv), stream));
     CINFER_TEST_SYNC(stream);
     check_outputs(c, &x, seed, &tv);
     if (!c->lse) {

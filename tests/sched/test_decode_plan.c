@@ -29,6 +29,7 @@ static cinfer__decode_config_t config(int hq, int hk, int max_ctas, int max_batc
     c.num_kv_heads = hk;
     c.heads_per_cta = cinfer__decode_heads_per_cta(hq / hk, 8);
     c.max_ctas = max_ctas;
+    c.busy_ctas = (max_ctas + 1) / 2;
     c.max_batch_size = max_batch;
     c.window_left = window;
     c.graph = graph;
@@ -146,8 +147,29 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         const int64_t a = attended_len(cfg, kv_len[b]);
         max_att = a > max_att ? a : max_att;
     }
-    const bool stream = (int64_t)batch * units > cfg->max_ctas;
-    assert_int_equal(ch->stream, stream);
+    /* The one-wave chunk: the smallest that fits one wave, raised toward
+     * CINFER__DECODE_MIN_CHUNK as far as busy_ctas items remain. */
+    const bool fits = (int64_t)batch * units <= cfg->max_ctas;
+    int64_t fit = align;
+    while (fits && items_for(cfg, kv_len, batch, fit) > cfg->max_ctas)
+        fit += align;
+    const int64_t k_max_len = max_att > align ? (max_att + align - 1) / align * align : align;
+    int64_t want = cfg->no_split ? k_max_len : fit;
+    for (int64_t up = CINFER__DECODE_MIN_CHUNK < k_max_len ? CINFER__DECODE_MIN_CHUNK : k_max_len;
+         fits && !cfg->no_split && up > fit; up -= align)
+        if (items_for(cfg, kv_len, batch, up) >= cfg->busy_ctas) {
+            want = up;
+            break;
+        }
+    /* The regime: one wave when it fits, unless its longest item would cost more than a stream
+     * lane's budget and slack. */
+    const bool stream = ch->stream;
+    assert_true(stream || fits);
+    if (stream && fits) {
+        assert_false(cfg->no_split);
+        const int64_t longest = (fit < max_att ? fit : max_att) + item_cost;
+        assert_true(longest > ch->stream_share + align + item_cost);
+    }
     if (!stream) {
         /* One wave: one item per CTA; a split plan fits max_ctas with the smallest chunk that
          * does; an unsplit plan has nothing longer than one chunk, or no shorter chunk fits. */
@@ -160,17 +182,6 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             assert_int_equal(p->work[w].next, -1);
             assert_true(p->work[w].kv_end - p->work[w].kv_begin <= chunk);
         }
-        /* The smallest chunk that fits one wave, or CINFER__DECODE_MIN_CHUNK above it when that
-         * still makes half a wave of items. */
-        int64_t fit = align;
-        while (items_for(cfg, kv_len, batch, fit) > cfg->max_ctas)
-            fit += align;
-        const int64_t k_max_len = max_att > align ? (max_att + align - 1) / align * align : align;
-        int64_t want = cfg->no_split ? k_max_len : fit;
-        const int64_t up =
-            CINFER__DECODE_MIN_CHUNK < k_max_len ? CINFER__DECODE_MIN_CHUNK : k_max_len;
-        if (!cfg->no_split && fit < up && 2 * items_for(cfg, kv_len, batch, up) >= cfg->max_ctas)
-            want = up;
         assert_int_equal(chunk, want);
         assert_true(n <= cfg->max_ctas);
         if (!ch->split)
@@ -739,6 +750,49 @@ static void long_requests_split_beyond_one_wave(void **state) {
     free_plan(&p);
 }
 
+/* 64 requests x 8 slices on 528 CTAs fit one wave: with equal lengths (1k) it is one item per
+ * slice and no merge; with one 20k request among 1k ones, one wave would leave that request's
+ * slices on one CTA each (C = 20032 + 64 tokens against a stream lane's ~1.4k), so it streams. */
+static void mixed_batches_that_fit_one_wave_stream(void **state) {
+    (void)state;
+    plan_t p;
+    int32_t lens[64];
+    for (int b = 0; b < 64; b++)
+        lens[b] = 1024;
+    cinfer__decode_config_t c = config(32, 8, 528, 64, -1, false);
+    c.busy_ctas = 256;
+    plan_and_verify(&c, lens, 64, &p);
+    assert_false(p.chunking.stream);
+    assert_false(p.chunking.split);
+    assert_int_equal(p.header->num_work, 512);
+    free_plan(&p);
+    lens[7] = 20000;
+    plan_and_verify(&c, lens, 64, &p);
+    assert_true(p.chunking.stream);
+    assert_true(p.chunking.split);
+    assert_true(busiest_cta(&p) <= p.chunking.stream_share + 2 * (64 + 64));
+    free_plan(&p);
+}
+
+/* busy_ctas: one request of 8k / 4k tokens on 528 CTAs, 256 wanted busy: chunks of 256 / 128
+ * tokens (256 items), not the 128 / 64 that the most items in one wave would give. */
+static void one_wave_chunks_keep_busy_ctas(void **state) {
+    (void)state;
+    plan_t p;
+    cinfer__decode_config_t c = config(32, 8, 528, 1, -1, false);
+    c.busy_ctas = 256;
+    const int32_t eight[] = {8192}, four[] = {4096}, one[] = {1024};
+    plan_and_verify(&c, eight, 1, &p);
+    assert_int_equal(p.chunking.chunk_size, 256);
+    free_plan(&p);
+    plan_and_verify(&c, four, 1, &p);
+    assert_int_equal(p.chunking.chunk_size, 128);
+    free_plan(&p);
+    plan_and_verify(&c, one, 1, &p); /* 128 items at most: the smallest chunk */
+    assert_int_equal(p.chunking.chunk_size, 64);
+    free_plan(&p);
+}
+
 static void chunk_size_is_the_smallest_that_fits_one_wave(void **state) {
     (void)state;
     plan_t p;
@@ -983,6 +1037,8 @@ int main(void) {
         cmocka_unit_test(every_position_covered_exactly_once),
         cmocka_unit_test(window_clips_the_attended_range),
         cmocka_unit_test(chunk_size_is_the_smallest_that_fits_one_wave),
+        cmocka_unit_test(mixed_batches_that_fit_one_wave_stream),
+        cmocka_unit_test(one_wave_chunks_keep_busy_ctas),
         cmocka_unit_test(long_requests_split_beyond_one_wave),
         cmocka_unit_test(stream_balances_mixed_lengths),
         cmocka_unit_test(graph_mode_grids_are_constant),
