@@ -108,13 +108,16 @@ cinfer_status_t cinfer__decode_kernel_specs(const cinfer_attention_options_t *o,
     spec->warps = tensor_cores ? CINFER__DECODE_TC_WARPS : CINFER__DECODE_WARPS;
     *attention_smem = 0;
     if (tensor_cores) {
-        /* Stages of K+V tiles per warp: 2, i.e. 64 KB per CTA at D = 128 and 3 CTAs per SM.
-         * Measured on the H200 (bench_decode, 2026-11-29): against 3 stages (96 KB, 2 CTAs per
-         * SM) the third CTA hides the other two's per-item start and drain, 80% against 75% of
-         * the copy ceiling on trace batches of 256, 96% against 88% at 16 x 8192. An fp8 tile has
-         * twice the tokens of a 16-bit one and as many bytes (kernels/decode_tc.cu), so the
-         * stages and the bytes in flight are the same for every KV dtype; fp8 adds Q's fragments
-         * (kernels/decode_params.h). */
+        /* Stages of K+V tiles per warp: 2, i.e. 48 KB per 3-warp CTA at D = 128 and 4 CTAs per
+         * SM. Measured on the H200 (bench_decode, 2026-11-29, 4-warp CTAs): against 3 stages (96
+         * KB, 2 CTAs per SM) the third CTA hides the other two's per-item start and drain, 80%
+         * against 75% of the copy ceiling on trace batches of 256, 96% against 88% at 16 x 8192;
+         * 2026-11-30, 3-warp CTAs against those 4-warp ones (same run): 64 x 1k 91% against 86%
+         * (one wave of 512 items instead of a split stream and its merge), trace batches of 64
+         * 89% against 86%, fp8 at 64 x 4k 2% faster, one request of 8k / 32k the same (within
+         * 1%). An fp8 tile has twice the tokens of a 16-bit one and as many bytes
+         * (kernels/decode_tc.cu), so the stages and the bytes in flight are the same for every KV
+         * dtype; fp8 adds Q's fragments (kernels/decode_params.h). */
         const bool fp8 = kv == CINFER__DT_E4M3 || kv == CINFER__DT_E5M2;
         spec->tile_kv = 0;
         spec->stages = 2;

@@ -79,7 +79,7 @@
 #define CINFER__DECODE_MIN_CHUNK 256
 /* What one work item costs besides its tokens, in tokens, in the stream regime's budget: the
  * item's start (work item, page table and first tiles, a DRAM round trip or two) and the partial
- * state's write, about 2 us at a CTA's share of the bandwidth with 3 CTAs per SM. */
+ * state's write, about 2 us at a CTA's share of the bandwidth with 3 CTAs of 4 warps per SM. */
 #define CINFER__DECODE_ITEM_TOKENS 64
 
 /* Warps of the CUDA-core decode kernel and of the merge kernel (4 x 32 = 128 threads per block). */
@@ -88,9 +88,9 @@
  * tiles per warp at D = 128) fit an SM, 528 resident CTAs on an H200. */
 #define CINFER__DECODE_TC_WARPS 3
 /* Warps of the tensor-core kernel whose K/V stages keep an H200's DRAM busy without more items:
- * 256 CTAs of 3 warps. One request, 32/8 heads, 2026-11-30 (bench_decode): at 528 resident CTAs,
- * 8k tokens ran in 19.1 us as 512 items of 128 tokens and in 17.7 us as 256 of 256, 4k tokens
- * in 15.3 us as 512 of 64 and in 13.6 us as 256 of 128. */
+ * 256 CTAs of 3 warps. One request, 32/8 heads, bf16, 2026-11-30 (bench_decode, 3-warp CTAs, 528
+ * resident): 8k tokens ran in 19.1 us as 512 items of 128 tokens and in 17.3-17.4 us as 256 of
+ * 256, 4k tokens in 15.3 us as 512 of 64 and in 13.5-13.8 us as 256 of 128. */
 #define CINFER__DECODE_BUSY_WARPS 768
 /* Chunks one merge warp takes per step at most (kernels/decode.cu: 32 / (D / 8) lane groups x 4
  * loads in flight, 8 at D = 128): beyond it a request's merge gets more warps. */
