@@ -192,16 +192,16 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->q_scale = (float)q_scale;
     s->v_scale = (float)v_scale;
 
-    const int threads = CINFER__DECODE_WARPS * 32;
+    const int merge_threads = CINFER__DECODE_WARPS * 32;
     s->attention_threads = spec.warps * 32;
     CINFER__CHECK(cinfer__jit_kernel(ctx, &spec, &s->attention));
     CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
-    if (s->attention.max_threads < s->attention_threads || s->merge.max_threads < threads)
+    if (s->attention.max_threads < s->attention_threads || s->merge.max_threads < merge_threads)
         return cinfer__error(CINFER_STATUS_INTERNAL,
                              "decode kernels allow %d / %d threads per block, the launches need "
                              "%d / %d",
                              s->attention.max_threads, s->merge.max_threads, s->attention_threads,
-                             threads);
+                             merge_threads);
     CINFER__CHECK(cinfer__context_activate(ctx));
     if (s->attention_smem > 0) {
         if (s->attention_smem > (unsigned)ctx->max_smem_per_block_optin)
