@@ -224,9 +224,10 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
     s->cfg.max_ctas = ctas < 1 ? 1 : ctas > INT32_MAX ? INT32_MAX : (int)ctas;
     /* One-wave chunks grow toward CINFER__DECODE_MIN_CHUNK while this many items remain: for the
      * tensor-core kernel the CTAs whose stages hold CINFER__DECODE_BUSY_WARPS warps' K/V tiles
-     * in flight, for the CUDA-core one half a wave. */
-    s->cfg.busy_ctas = s->tensor_cores ? CINFER__DECODE_BUSY_WARPS / (s->attention_threads / 32)
-                                       : (s->cfg.max_ctas + 1) / 2;
+     * in flight (measured at D = 128 only); the CUDA-core kernel keeps the rule it was measured
+     * with (0: all or nothing at half a wave). */
+    s->cfg.busy_ctas =
+        s->tensor_cores ? CINFER__DECODE_BUSY_WARPS / (s->attention_threads / 32) : 0;
 
     /* The largest merge grid any plan can need must fit one launch. */
     const int64_t merge_blocks = cinfer__decode_merge_grid(

@@ -172,6 +172,7 @@ static int64_t count_chunks(const cinfer__decode_config_t *cfg, const int32_t *k
 typedef struct stream_counts {
     int64_t pieces, slots, ctas, max_pieces;
     int64_t last_cost; /* the last lane's cost, tokens + ITEM per piece */
+    int64_t max_cost;  /* the costliest lane's */
 } stream_counts_t;
 
 /* The stream regime's lanes (decode_plan.h): `width` CTAs side by side take the same KV range
@@ -215,7 +216,7 @@ static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int
     stream_lanes(cfg, &width, &lanes);
     const int64_t passes = cinfer__decode_units(cfg) / width;
     const int64_t item = CINFER__DECODE_ITEM_TOKENS, align = CINFER__DECODE_CHUNK_ALIGN;
-    stream_counts_t n = {0, 0, 0, 0, 0};
+    stream_counts_t n = {0, 0, 0, 0, 0, 0};
     int64_t lane = 0, left = share, in_lane = 0, cost = 0;
     for (int b = 0; b < batch; b++) {
         const int64_t end = kv_len[b], begin = end - attended(cfg, kv_len[b]);
@@ -248,6 +249,7 @@ static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int
                 in_lane++;
                 left -= take + item;
                 cost += take + item;
+                n.max_cost = cost > n.max_cost ? cost : n.max_cost;
                 pos += take;
             } while (pos < end);
             if (range_pieces > 1)
@@ -281,7 +283,8 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                              batch_size, (long long)units);
     /* One-wave regime's chunk C = k * ALIGN, k in [1, k_max]; at k_max every request is one chunk:
      * the smallest C with items(C) <= max_ctas (binary search; items(C) is non-increasing in C),
-     * raised up to CINFER__DECODE_MIN_CHUNK as far as the items still number busy_ctas. */
+     * raised up to CINFER__DECODE_MIN_CHUNK as far as the items still number busy_ctas (with
+     * busy_ctas 0, to it only when its items still fill half a wave). */
     const int64_t align = CINFER__DECODE_CHUNK_ALIGN;
     const bool fits_one_wave = (int64_t)batch_size * units <= cfg->max_ctas;
     int64_t k = 1, k_fit = 1; /* k_fit: before the raise */
@@ -299,11 +302,19 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
             }
             k_fit = k;
             const int64_t k_min = CINFER__DECODE_MIN_CHUNK / align;
-            for (int64_t up = k_min < k_max ? k_min : k_max; up > k; up--)
-                if (count_chunks(cfg, kv_len, batch_size, up * align) * units >= cfg->busy_ctas) {
-                    k = up;
-                    break;
-                }
+            const int64_t k_up = k_min < k_max ? k_min : k_max;
+            if (cfg->busy_ctas > 0) {
+                for (int64_t up = k_up; up > k; up--)
+                    if (count_chunks(cfg, kv_len, batch_size, up * align) * units >=
+                        cfg->busy_ctas) {
+                        k = up;
+                        break;
+                    }
+            } else if (k < k_up &&
+                       2 * count_chunks(cfg, kv_len, batch_size, k_up * align) * units >=
+                           cfg->max_ctas) {
+                k = k_up; /* busy_ctas 0: all or nothing, at half a wave */
+            }
         }
     }
     /* Stream regime's budget (decode_plan.h): the smallest between "no cut" and "a cut at every
@@ -326,21 +337,28 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                 lo = mid + 1;
         }
     }
-    /* One wave when it fits and its longest item at the smallest chunk that fits costs no more than
-     * a stream lane (its budget and slack): a batch of mixed lengths that barely fits one wave
-     * would otherwise leave its longest request on one CTA. */
+    /* A batch that fits one wave streams only when the longest item at the smallest chunk that
+     * fits would cost more than a stream lane's budget and slack (a batch of mixed lengths that
+     * barely fits one wave would leave its longest requests in a few long chunks) and more than
+     * the stream's costliest lane (whose budget holds no cut when it is under CHUNK_ALIGN + ITEM:
+     * a lane may then take a whole range). */
     const int64_t fit_chunk = k_fit * align;
     const int64_t longest_item =
         (fit_chunk < max_len ? fit_chunk : max_len) + CINFER__DECODE_ITEM_TOKENS;
+    bool stream = !fits_one_wave;
+    stream_counts_t walk = {0, 0, 0, 0, 0, 0};
     if (!fits_one_wave || (!cfg->no_split && longest_item > share + slack)) {
-        const stream_counts_t n = stream_walk(cfg, kv_len, batch_size, share, NULL);
+        walk = stream_walk(cfg, kv_len, batch_size, share, NULL);
+        stream = !fits_one_wave || walk.max_cost < longest_item;
+    }
+    if (stream) {
         out->stream = true;
         out->stream_share = share;
         out->chunk_size = 0;
-        out->num_work = (int)n.pieces;
-        out->num_ctas = (int)n.ctas;
-        out->num_slots = (int)n.slots;
-        out->max_chunks = (int)n.max_pieces;
+        out->num_work = (int)walk.pieces;
+        out->num_ctas = (int)walk.ctas;
+        out->num_slots = (int)walk.slots;
+        out->max_chunks = (int)walk.max_pieces;
     } else {
         const int64_t chunk = k * align;
         int64_t work = 0, slots = 0, max_chunks = batch_size ? 1 : 0;

@@ -27,10 +27,13 @@
  *   <= max_ctas (binary search; items is non-increasing in C), so the whole step is one wave of
  *   resident CTAs, one item each, and the longest item is as short as one wave allows; C is then
  *   raised, up to CINFER__DECODE_MIN_CHUNK (or the longest request), to the largest size whose
- *   items still number busy_ctas (fewer, longer items pay fewer starts and partial states).
- *   Chosen only if the longest item at the smallest C costs (tokens + CINFER__DECODE_ITEM_TOKENS)
- *   no more than a stream lane's budget B below plus its slack (CHUNK_ALIGN + ITEM): otherwise,
- *   e.g. one long request among short ones filling most of a wave, the step streams.
+ *   items still number busy_ctas (fewer, longer items pay fewer starts and partial states); with
+ *   busy_ctas 0 (the CUDA-core kernel) to CINFER__DECODE_MIN_CHUNK itself when its items still
+ *   fill half a wave, else not at all.
+ *   Chosen unless the longest item at the smallest C costs (tokens + CINFER__DECODE_ITEM_TOKENS)
+ *   more than a stream lane's budget B below plus its slack (CHUNK_ALIGN + ITEM) and more than
+ *   the stream's costliest lane: then, e.g. one long request among short ones filling most of a
+ *   wave, the step streams.
  * - Stream, batch_size * units > max_ctas (one item per slice already fills a wave), or as above:
  *   the CTAs form lanes of W = units CTAs (W = 1 when max_ctas < units), floor(max_ctas / W) lanes;
  *   the W CTAs of a lane run W head slices of a request side by side over the same KV range, so the
@@ -67,15 +70,15 @@
 
 /* Chunk sizes and cuts are multiples of this many tokens, and a cut piece keeps at least this
  * many: a chunk of 64 tokens is 2 steps of the 128-thread kernel at D = 128 (8 token rows x 4
- * tokens per step) and one tile per warp of the tensor-core kernel, so a shorter piece would
+ * tokens per step) and four 16-token tiles of the tensor-core kernel, so a shorter piece would
  * spend more on its partial-state write and merge than on attention. */
 #define CINFER__DECODE_CHUNK_ALIGN 64
-/* The chunk the one-wave regime raises shorter chunks to while half a wave of items remains. H200,
- * one request, 32/8 heads, 2026-11-30: 8k tokens ran in 19.0 us as 344 items of 192 tokens and in
- * 17.5-17.9 us as 256 items of 256 (an item's start, dependent DRAM round trips, and its partial
- * state outweigh the parallelism), but 4k tokens in 13.6 us as 256 items of 128 against 14.3 us
- * as 128 of 256, and 1k in 10 us as 128 items of 64 against 13.4 us as 32 of 256 (too few CTAs to
- * keep the DRAM busy). */
+/* The chunk the one-wave regime raises shorter chunks toward (busy_ctas). H200, one request, 32/8
+ * heads, 2026-11-30, 4-warp tensor-core CTAs: 8k tokens ran in 19.0 us as 344 items of 192 tokens
+ * and in 17.5-17.9 us as 256 items of 256 (an item's start, dependent DRAM round trips, and its
+ * partial state outweigh the parallelism), but 4k tokens in 13.6 us as 256 items of 128
+ * against 14.3 us as 128 of 256, and 1k in 10 us as 128 items of 64 against 13.4 us as 32 of 256
+ * (too few CTAs to keep the DRAM busy). */
 #define CINFER__DECODE_MIN_CHUNK 256
 /* What one work item costs besides its tokens, in tokens, in the stream regime's budget: the
  * item's start (work item, page table and first tiles, a DRAM round trip or two) and the partial
@@ -106,7 +109,8 @@ typedef struct cinfer__decode_config {
     int heads_per_cta;  /* HPC, a divisor of group: at most 8 (CUDA cores) or 16 (tensor cores) */
     int max_ctas;       /* resident CTAs of the attention kernel, >= 1 */
     int busy_ctas;      /* items that keep the DRAM busy by themselves (one-wave chunks grow
-                           toward CINFER__DECODE_MIN_CHUNK while at least this many remain) */
+                           toward CINFER__DECODE_MIN_CHUNK while at least this many remain); 0:
+                           they grow to it only if half a wave of items remains, else stay */
     int max_batch_size; /* requests a plan may hold, >= 1 */
     int window_left;    /* -1 = off */
     bool graph;         /* CUDA-graph mode: grids fixed for max_batch_size */
@@ -203,7 +207,8 @@ typedef struct cinfer__decode_chunking {
 } cinfer__decode_chunking_t;
 
 /* Applies the schedule rule (top of this file) to kv_len[batch_size]: counts only. Pure and
- * cheap: O(batch x log(max_len / 64)) in one wave, O(items) in the stream regime.
+ * cheap: O(batch x log(max_len / 64)) for the one-wave chunk, and unless no_split (or when the
+ * batch exceeds a wave) the stream budget's binary search, O(log ITEM) walks of O(items) each.
  * INVALID_ARGUMENT for batch_size < 0 or a negative kv_len; UNSUPPORTED when the counts exceed
  * 2^31 - 1. */
 cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,

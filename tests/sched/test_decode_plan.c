@@ -28,8 +28,7 @@ static cinfer__decode_config_t config(int hq, int hk, int max_ctas, int max_batc
     c.num_qo_heads = hq;
     c.num_kv_heads = hk;
     c.heads_per_cta = cinfer__decode_heads_per_cta(hq / hk, 8);
-    c.max_ctas = max_ctas;
-    c.busy_ctas = (max_ctas + 1) / 2;
+    c.max_ctas = max_ctas; /* busy_ctas 0: the CUDA-core kernel's rule */
     c.max_batch_size = max_batch;
     c.window_left = window;
     c.graph = graph;
@@ -148,21 +147,27 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
         max_att = a > max_att ? a : max_att;
     }
     /* The one-wave chunk: the smallest that fits one wave, raised toward
-     * CINFER__DECODE_MIN_CHUNK as far as busy_ctas items remain. */
+     * CINFER__DECODE_MIN_CHUNK as far as busy_ctas items remain (busy_ctas 0: to it only if its
+     * items fill half a wave). */
     const bool fits = (int64_t)batch * units <= cfg->max_ctas;
     int64_t fit = align;
     while (fits && items_for(cfg, kv_len, batch, fit) > cfg->max_ctas)
         fit += align;
     const int64_t k_max_len = max_att > align ? (max_att + align - 1) / align * align : align;
     int64_t want = cfg->no_split ? k_max_len : fit;
-    for (int64_t up = CINFER__DECODE_MIN_CHUNK < k_max_len ? CINFER__DECODE_MIN_CHUNK : k_max_len;
-         fits && !cfg->no_split && up > fit; up -= align)
+    const int64_t up_to =
+        CINFER__DECODE_MIN_CHUNK < k_max_len ? CINFER__DECODE_MIN_CHUNK : k_max_len;
+    for (int64_t up = up_to; cfg->busy_ctas > 0 && fits && !cfg->no_split && up > fit; up -= align)
         if (items_for(cfg, kv_len, batch, up) >= cfg->busy_ctas) {
             want = up;
             break;
         }
-    /* The regime: one wave when it fits, unless its longest item would cost more than a stream
-     * lane's budget and slack. */
+    if (cfg->busy_ctas == 0 && fits && !cfg->no_split && fit < up_to &&
+        2 * items_for(cfg, kv_len, batch, up_to) >= cfg->max_ctas)
+        want = up_to;
+    /* The regime: one wave when it fits, unless its longest item at the smallest chunk that fits
+     * would cost more than a stream lane's budget and slack and more than the stream's costliest
+     * CTA (checked below, where the CTAs' costs are walked). */
     const bool stream = ch->stream;
     assert_true(stream || fits);
     if (stream && fits) {
@@ -198,6 +203,12 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
     int64_t *cost = calloc((size_t)(ctas > 0 ? ctas : 1), sizeof *cost);
     assert_non_null(cost);
     walk_lists(p, cost);
+    if (stream && fits) {
+        int64_t busiest = 0;
+        for (int c = 0; c < ctas; c++)
+            busiest = cost[c] > busiest ? cost[c] : busiest;
+        assert_true(busiest < (fit < max_att ? fit : max_att) + item_cost);
+    }
     if (stream) {
         const int64_t share = ch->stream_share;
         int64_t longest = 0;
@@ -751,8 +762,11 @@ static void long_requests_split_beyond_one_wave(void **state) {
 }
 
 /* 64 requests x 8 slices on 528 CTAs fit one wave: with equal lengths (1k) it is one item per
- * slice and no merge; with one 20k request among 1k ones, one wave would leave that request's
- * slices on one CTA each (C = 20032 + 64 tokens against a stream lane's ~1.4k), so it streams. */
+ * slice and no merge; with one 20k request among 1k ones, the smallest chunk that fits one wave is
+ * 6720 tokens (that request in 3 chunks per slice: items of 6784 against a stream lane's ~1.4k),
+ * so it streams. With one 2500-token request among 63 of one token, the stream's budget (~101)
+ * holds no cut and a lane would take the whole range (2564), so the plan stays one wave (C = 896,
+ * items of at most 960). */
 static void mixed_batches_that_fit_one_wave_stream(void **state) {
     (void)state;
     plan_t p;
@@ -771,6 +785,13 @@ static void mixed_batches_that_fit_one_wave_stream(void **state) {
     assert_true(p.chunking.stream);
     assert_true(p.chunking.split);
     assert_true(busiest_cta(&p) <= p.chunking.stream_share + 2 * (64 + 64));
+    free_plan(&p);
+    for (int b = 0; b < 64; b++)
+        lens[b] = 1;
+    lens[63] = 2500;
+    plan_and_verify(&c, lens, 64, &p);
+    assert_false(p.chunking.stream);
+    assert_int_equal(p.chunking.chunk_size, 896);
     free_plan(&p);
 }
 
@@ -959,6 +980,7 @@ static void random_batches(void **state) {
         const int window = r < 2 ? rng_int(0, 5000) : r == 2 ? 0 : -1;
         cinfer__decode_config_t c =
             config(group * hk, hk, max_ctas, batch + rng_int(0, 64), window, rng() % 2);
+        c.busy_ctas = iter % 2 ? (max_ctas + 2) / 3 : 0; /* both chunk rules */
         int32_t *lens = malloc(sizeof *lens * (size_t)batch);
         assert_non_null(lens);
         const int shape = rng_int(0, 3); /* short, mixed, long, or uniform-ish batches */
