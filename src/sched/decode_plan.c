@@ -317,13 +317,25 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
             }
         }
     }
+    /* A batch that fits one wave streams only when the longest item at the smallest chunk that
+     * fits would cost more than a stream lane's budget and slack (a batch of mixed lengths that
+     * barely fits one wave would leave its longest requests in a few long chunks) and more than
+     * the stream's costliest lane (whose budget holds no cut when it is under CHUNK_ALIGN + ITEM:
+     * a lane may then take a whole range). */
+    const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
+    const int64_t fit_chunk = k_fit * align;
+    const int64_t longest_item =
+        (fit_chunk < max_len ? fit_chunk : max_len) + CINFER__DECODE_ITEM_TOKENS;
+    /* The budget is searched only where the stream may be chosen: beyond one wave, or when that
+     * item costs more than the smallest budget the search can return (no cut) and its slack. */
+    bool may_stream = !fits_one_wave;
+    if (fits_one_wave && !cfg->no_split)
+        may_stream = longest_item > stream_share(cfg, kv_len, batch_size, 0) + slack;
     /* Stream regime's budget (decode_plan.h): the smallest between "no cut" and "a cut at every
      * lane boundary" (always enough) that leaves the last lane no more than a piece's slack above
-     * it (a binary search over at most CINFER__DECODE_ITEM_TOKENS values). Only computed where it
-     * may be chosen. */
-    const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
+     * it (a binary search over at most CINFER__DECODE_ITEM_TOKENS values). */
     int64_t share = 0;
-    if (!fits_one_wave || !cfg->no_split) {
+    if (may_stream) {
         int64_t width, lanes;
         stream_lanes(cfg, &width, &lanes);
         int64_t lo = stream_share(cfg, kv_len, batch_size, 0);
@@ -337,17 +349,9 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                 lo = mid + 1;
         }
     }
-    /* A batch that fits one wave streams only when the longest item at the smallest chunk that
-     * fits would cost more than a stream lane's budget and slack (a batch of mixed lengths that
-     * barely fits one wave would leave its longest requests in a few long chunks) and more than
-     * the stream's costliest lane (whose budget holds no cut when it is under CHUNK_ALIGN + ITEM:
-     * a lane may then take a whole range). */
-    const int64_t fit_chunk = k_fit * align;
-    const int64_t longest_item =
-        (fit_chunk < max_len ? fit_chunk : max_len) + CINFER__DECODE_ITEM_TOKENS;
     bool stream = !fits_one_wave;
     stream_counts_t walk = {0, 0, 0, 0, 0, 0};
-    if (!fits_one_wave || (!cfg->no_split && longest_item > share + slack)) {
+    if (may_stream && (!fits_one_wave || longest_item > share + slack)) {
         walk = stream_walk(cfg, kv_len, batch_size, share, NULL);
         stream = !fits_one_wave || walk.max_cost < longest_item;
     }

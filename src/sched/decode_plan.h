@@ -207,8 +207,9 @@ typedef struct cinfer__decode_chunking {
 } cinfer__decode_chunking_t;
 
 /* Applies the schedule rule (top of this file) to kv_len[batch_size]: counts only. Pure and
- * cheap: O(batch x log(max_len / 64)) for the one-wave chunk, and unless no_split (or when the
- * batch exceeds a wave) the stream budget's binary search, O(log ITEM) walks of O(items) each.
+ * cheap: O(batch x log(max_len / 64)) for the one-wave chunk, and where the stream may be chosen
+ * (beyond one wave, or a longest one-wave item past the no-cut budget and its slack) the stream
+ * budget's binary search, O(log ITEM) walks of O(items) each.
  * INVALID_ARGUMENT for batch_size < 0 or a negative kv_len; UNSUPPORTED when the counts exceed
  * 2^31 - 1. */
 cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
