@@ -141,13 +141,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tx = lane % TX, row = warp * TY + lane / TX;
     const int group = p.num_qo_heads / p.num_kv_heads;
-    const int num_ctas = p.header->num_ctas;
     const int slices_per_head = group / HPC;
-    /* The first item is read beside the header rather than after it, and each next one while the
-     * current one runs, as in kernels/decode_tc.cu (which says why reading an item past num_ctas
-     * is harmless): an item's start then waits for its page-table entries, q and KV only (the
-     * item carries kv_indptr[request] and kv_len). */
-    cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
+    /* The first item (decode_work.cuh), and each next one while the current one runs: an item's
+     * start then waits for its page-table entries, q and KV only (the item carries
+     * kv_indptr[request] and kv_len). */
+    int num_ctas;
+    cinfer_decode_work next_item = cinfer_decode_first_work(p, &num_ctas);
     /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
      * this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();

@@ -47,6 +47,19 @@ typedef struct cinfer_decode_request {
     int partial_base; /* first slot */
 } cinfer_decode_request;
 
+/* A one-wave plan of one request, outside CUDA-graph mode, in the kernel parameters: CTA i runs
+ * piece i % pieces of head slice i / pieces, KV positions kv_begin + (i % pieces) * chunk .. +
+ * chunk (clipped to kv_len), with partial slot i when pieces > 1 (else -1): the items the plan
+ * writes, computed instead of loaded, so a CTA's first DRAM round trip is its page-table entry's
+ * (cinfer_decode_uniform_work). pieces = 0: read the items from the workspace. */
+typedef struct cinfer_decode_uniform {
+    int pieces; /* per head slice; 0: off */
+    int chunk;
+    int kv_begin; /* the attended range's start */
+    int kv_len;
+    int page_begin; /* kv_indptr[0] (paged), else 0 */
+} cinfer_decode_uniform;
+
 /* Written by plan into the device workspace; read by run's kernels (so a captured CUDA graph
  * sees each new plan). */
 typedef struct cinfer_decode_header {
@@ -94,6 +107,29 @@ typedef struct cinfer_decode_params {
     /* Tensor-core kernel with fp8 KV: q is multiplied by q_in_scale before it is converted to fp16
      * (and q_scale is divided by it); 1 otherwise. */
     float q_in_scale;
+    cinfer_decode_uniform uniform;
 } cinfer_decode_params;
+
+/* Item i of a uniform plan (cinfer_decode_uniform): the host's planner tests find it equal to the
+ * item the plan writes. */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__device__ __forceinline__
+#else
+static inline
+#endif
+    cinfer_decode_work
+    cinfer_decode_uniform_work(const cinfer_decode_uniform *u, int i) {
+    cinfer_decode_work w;
+    const int piece = i % u->pieces;
+    w.request = 0;
+    w.slice = i / u->pieces;
+    w.kv_begin = u->kv_begin + piece * u->chunk;
+    w.kv_end = u->kv_len - w.kv_begin > u->chunk ? w.kv_begin + u->chunk : u->kv_len;
+    w.partial = u->pieces > 1 ? i : -1;
+    w.page_begin = u->page_begin;
+    w.kv_len = u->kv_len;
+    w.next = -1;
+    return w;
+}
 
 #endif

@@ -161,7 +161,6 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int group = p.num_qo_heads / p.num_kv_heads;
-    const int num_ctas = p.header->num_ctas;
     const int slices_per_head = group / HPC;
     const unsigned warp_smem = cinfer_smem_addr(smem) + (unsigned)(warp * WARP_BYTES);
 #if Q_BYTES
@@ -169,12 +168,11 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
     const unsigned q_smem = cinfer_smem_addr(smem) + (unsigned)(WARPS * WARP_BYTES + lane * 16);
 #endif
 
-    /* The first item is read beside the header rather than after it (the grid never exceeds the
-     * work list's capacity, and a CTA at or past num_ctas never uses it: in graph mode that read
-     * may see stale or never-written schedule bytes, which compute-sanitizer's initcheck reports),
-     * and each next one (the item's link) while the current one runs: an item's start then waits
-     * for its page-table entries and KV only (the item carries kv_indptr[request] and kv_len). */
-    cinfer_decode_work next_item = cinfer_decode_load_work(p.work, blockIdx.x);
+    /* The first item (decode_work.cuh), and each next one (the item's link) while the current one
+     * runs: an item's start then waits for its page-table entries and KV only (the item carries
+     * kv_indptr[request] and kv_len). */
+    int num_ctas;
+    cinfer_decode_work next_item = cinfer_decode_first_work(p, &num_ctas);
     /* The merge kernel (a programmatic dependent launch) may start its blocks now: they wait for
      * this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();

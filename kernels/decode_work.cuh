@@ -26,6 +26,21 @@ cinfer_decode_load_work(const cinfer_decode_work *work, int w) {
     return item;
 }
 
+/* The CTA's first item and the number of CTAs with items: computed from a uniform plan
+ * (decode_params.h), else item blockIdx.x and the header's count, read side by side. The grid
+ * never exceeds the work list's capacity, and a CTA at or past num_ctas never uses its item: in
+ * graph mode that read may see stale or never-written schedule bytes, which compute-sanitizer's
+ * initcheck reports. */
+__device__ __forceinline__ cinfer_decode_work
+cinfer_decode_first_work(const cinfer_decode_params &p, int *num_ctas) {
+    if (p.uniform.pieces > 0) {
+        *num_ctas = (int)gridDim.x;
+        return cinfer_decode_uniform_work(&p.uniform, (int)blockIdx.x);
+    }
+    *num_ctas = p.header->num_ctas;
+    return cinfer_decode_load_work(p.work, (int)blockIdx.x);
+}
+
 /* The first query head of an item's head slice, whose KV head is kv_head (slices_per_head =
  * group / heads_per_cta, kv_head = item->slice / slices_per_head). */
 __device__ __forceinline__ int cinfer_decode_item_head(const cinfer_decode_work *item, int kv_head,

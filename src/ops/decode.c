@@ -428,8 +428,9 @@ struct cinfer_batch_decode {
     bool planned;
     int batch_size, num_ctas;
     bool split;
-    int merge_warps;   /* the plan's merge kernel warps per (request, query head) */
-    int32_t num_pages; /* kv_indptr[batch_size] */
+    int merge_warps;               /* the plan's merge kernel warps per (request, query head) */
+    cinfer_decode_uniform uniform; /* the plan's items as parameters, if it allows */
+    int32_t num_pages;             /* kv_indptr[batch_size] */
 };
 
 cinfer_status_t cinfer_batch_decode_workspace_size(cinfer_context_t *ctx,
@@ -541,6 +542,8 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     op->num_ctas = chunking.num_ctas;
     op->split = chunking.split;
     op->merge_warps = chunking.merge_warps;
+    cinfer__decode_plan_uniform(&s->cfg, op->kv_len, kv_indptr, batch_size, &chunking,
+                                &op->uniform);
     op->num_pages = kv_indptr[batch_size];
     return CINFER_STATUS_SUCCESS;
 }
@@ -670,6 +673,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
         p.lse_stride_h = cinfer__tensor_stride(lse, 1);
     }
     fill_schedule(s, &op->layout, op->workspace, &p);
+    p.uniform = op->uniform;
     return launch(
         op->ctx, s, &p, variant_blob, cinfer__decode_attention_grid(&s->cfg, op->num_ctas),
         cinfer__decode_merge_grid(&s->cfg, s->head_dim, op->batch_size, op->split, op->merge_warps),
@@ -825,6 +829,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         p.lse_stride_h = cinfer__tensor_stride(lse, 0);
     }
     fill_schedule(&s, &layout, workspace, &p);
+    cinfer__decode_plan_uniform(&s.cfg, &len, NULL, 1, &chunking, &p.uniform);
     return launch(
         ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_ctas),
         cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split, chunking.merge_warps),

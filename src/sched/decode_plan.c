@@ -3,6 +3,7 @@
  * chunking, the work list and the workspace layout. No CUDA calls.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/options.h"
 #include "sched/decode_plan.h"
@@ -529,6 +530,21 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
     dst->header->batch_size = batch_size;
     dst->header->merge_warps = chunking->merge_warps;
     return CINFER_STATUS_SUCCESS;
+}
+
+void cinfer__decode_plan_uniform(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
+                                 const int32_t *kv_indptr, int batch_size,
+                                 const cinfer__decode_chunking_t *chunking,
+                                 cinfer_decode_uniform *out) {
+    memset(out, 0, sizeof *out);
+    if (cfg->graph || batch_size != 1 || chunking->stream || chunking->chunk_size < 1)
+        return;
+    const int64_t a = attended(cfg, kv_len[0]);
+    out->pieces = (int)chunks_of(a, chunking->chunk_size);
+    out->chunk = chunking->chunk_size;
+    out->kv_begin = (int)(kv_len[0] - a);
+    out->kv_len = kv_len[0];
+    out->page_begin = kv_indptr ? kv_indptr[0] : 0;
 }
 
 /* ---- grids ---- */

@@ -245,6 +245,17 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
                                           const cinfer__decode_chunking_t *chunking,
                                           const cinfer__decode_schedule_t *dst);
 
+/*
+ * The plan's items as kernel parameters (cinfer_decode_uniform in decode_params.h) when
+ * cinfer_decode_uniform_work reproduces them: one request, the one-wave regime, not in graph mode
+ * (a captured graph keeps its parameters, so its kernels read every plan from the workspace).
+ * Else pieces = 0. kv_indptr as for cinfer__decode_plan_build.
+ */
+void cinfer__decode_plan_uniform(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
+                                 const int32_t *kv_indptr, int batch_size,
+                                 const cinfer__decode_chunking_t *chunking,
+                                 cinfer_decode_uniform *out);
+
 /* ---- grids ---- */
 
 /* Blocks of the attention kernel: max_ctas in graph mode (constant, CTAs past the plan's num_ctas

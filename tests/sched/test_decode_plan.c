@@ -294,6 +294,28 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
     free(sorted);
     free(slot_used);
 
+    /* The items as kernel parameters: exactly the items written, where the plan allows them. */
+    cinfer_decode_uniform u;
+    int32_t indptr[2] = {0, (kv_len && batch ? kv_len[0] + 15 : 0) / 16};
+    cinfer__decode_plan_uniform(cfg, kv_len, indptr, batch, ch, &u);
+    if (!cfg->graph && batch == 1 && !stream) {
+        assert_true(u.pieces >= 1);
+        assert_int_equal((int64_t)u.pieces * units, n);
+        for (int i = 0; i < n; i++) {
+            const cinfer_decode_work x = cinfer_decode_uniform_work(&u, i), *it = &p->work[i];
+            assert_int_equal(x.request, it->request);
+            assert_int_equal(x.slice, it->slice);
+            assert_int_equal(x.kv_begin, it->kv_begin);
+            assert_int_equal(x.kv_end, it->kv_end);
+            assert_int_equal(x.partial, it->partial);
+            assert_int_equal(x.page_begin, it->page_begin);
+            assert_int_equal(x.kv_len, it->kv_len);
+            assert_int_equal(x.next, it->next);
+        }
+    } else {
+        assert_int_equal(u.pieces, 0);
+    }
+
     /* Grids. */
     const int grid = cinfer__decode_attention_grid(cfg, ctas);
     if (cfg->graph)
@@ -1013,6 +1035,23 @@ static void random_batches(void **state) {
     assert_true(balanced >= 10);
     assert_true(windows >= 20);
     assert_true(empties >= 20);
+
+    /* Single requests (the items as kernel parameters, checked by verify_plan). */
+    int uniform_split = 0;
+    for (int iter = 0; iter < 200; iter++) {
+        const int group = groups[rng() % 7], hk = kv_heads[rng() % 4];
+        const int max_ctas = ctas[rng() % 7];
+        const int window = rng_int(0, 4) == 0 ? rng_int(0, 5000) : -1;
+        cinfer__decode_config_t c = config(group * hk, hk, max_ctas, 1, window, rng() % 8 == 0);
+        c.busy_ctas = iter % 2 ? (max_ctas + 2) / 3 : 0;
+        c.no_split = rng() % 8 == 0;
+        const int32_t len = rng_int(0, 9) == 0 ? rng_int(0, 100) : rng_int(0, 200000);
+        plan_t p;
+        plan_and_verify(&c, &len, 1, &p);
+        uniform_split += !c.graph && !p.chunking.stream && p.chunking.split;
+        free_plan(&p);
+    }
+    assert_true(uniform_split >= 50);
 }
 
 /* ---- public entry points that fail before touching a device ---- */
