@@ -205,8 +205,10 @@ static int64_t stream_share(const cinfer__decode_config_t *cfg, const int32_t *k
  * the lanes before it left unspent or minus what they overspent) is used up; a piece costs its
  * tokens + CINFER__DECODE_ITEM_TOKENS. A piece that does not fit is cut at a multiple of
  * CINFER__DECODE_CHUNK_ALIGN tokens when both parts keep at least that many (never with
- * cfg->no_split); otherwise it stays whole, on this lane if at least the smaller of itself and
- * CINFER__DECODE_CHUNK_ALIGN tokens fits (no_split: half of it), else on the next. Every lane up
+ * cfg->no_split); where the lane's room holds no such cut, a piece over twice the budget gives the
+ * lane its first CHUNK_ALIGN tokens only; otherwise it stays whole, on this lane if at least the
+ * smaller of itself and CINFER__DECODE_CHUNK_ALIGN tokens fits (no_split: half of it), else on the
+ * next. Every lane up
  * to the last one used gets at least one piece, the last lane takes whatever is left. A piece is
  * `width` items, slice pass * width + j on CTA lane * width + j. With `items` non-NULL, writes
  * each item's request, slice, kv_begin, kv_end and kv_len, and its CTA in `next`, in stream order.
@@ -236,6 +238,11 @@ static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int
                 if (lane < lanes - 1 && !cfg->no_split && take > room && room >= align &&
                     take - room >= align)
                     take = room / align * align;
+                else if (lane < lanes - 1 && !cfg->no_split && room < align && take > 2 * share &&
+                         take >= 2 * align)
+                    take = align; /* a lane with no room for a cut (a budget under ITEM + ALIGN, or
+                                     spent by the lanes before it) takes the least piece of a range
+                                     over twice the budget, not all of it */
                 for (int64_t j = 0; items && j < width; j++) {
                     cinfer_decode_work *it = &items[n.pieces + j];
                     it->request = b;

@@ -46,10 +46,12 @@
  *   (a + ITEM) + (lanes - 1) * ITEM) / lanes) (a cut at every lane boundary, the most there can be:
  *   always enough) whose walk leaves the last lane at most CHUNK_ALIGN + ITEM above B. A range
  *   crossing a lane boundary is cut there (at a multiple of CINFER__DECODE_CHUNK_ALIGN tokens, each
- *   part keeping at least that many); so every CTA's cost is within a piece's slack of B whatever
- *   the lengths (a persistent grid dealing whole chunks loses up to one chunk per CTA: 1.3 waves of
- *   items run like 2). With no_split nothing is cut: whole ranges are dealt in order, each lane
- *   within one range of B.
+ *   part keeping at least that many; a lane whose room holds no such cut, under a budget below
+ *   CHUNK_ALIGN + ITEM or one the lanes before it spent, takes only the first CHUNK_ALIGN tokens
+ *   of a range over 2B); so every CTA's cost is within a piece's slack of B (of 2B under such a
+ *   small budget) whatever the lengths (a persistent grid dealing whole chunks loses up to one
+ *   chunk per CTA: 1.3 waves of items run like 2). With no_split nothing is cut: whole ranges are
+ *   dealt in order, each lane within one range of B.
  *
  * Consequences the workspace relies on, for a batch of at most max_batch_size requests: in the
  * one-wave regime items <= max_ctas and partial slots <= items. In the stream regime each of the

@@ -216,10 +216,15 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             longest =
                 attended_len(cfg, kv_len[b]) > longest ? attended_len(cfg, kv_len[b]) : longest;
         const int64_t slack = cfg->no_split ? longest + item_cost : 2 * (align + item_cost);
-        for (int c = 0; c < ctas; c++)
+        for (int c = 0; c < ctas; c++) {
             if (cost[c] > share + slack && share >= 4 * (align + item_cost))
                 fail_msg("CTA %d costs %lld, budget %lld + slack %lld", c, (long long)cost[c],
                          (long long)share, (long long)slack);
+            /* Under that budget a lane's room may hold no cut: still at most about twice it. */
+            if (!cfg->no_split && cost[c] > 2 * share + slack)
+                fail_msg("CTA %d costs %lld, budget %lld (twice it + slack %lld)", c,
+                         (long long)cost[c], (long long)share, (long long)slack);
+        }
     }
     free(cost);
 
@@ -808,12 +813,16 @@ static void mixed_batches_that_fit_one_wave_stream(void **state) {
     assert_true(p.chunking.split);
     assert_true(busiest_cta(&p) <= p.chunking.stream_share + 2 * (64 + 64));
     free_plan(&p);
+    /* 63 one-token requests and one of 2500: one wave's longest item would hold 896 tokens; the
+     * stream's budget (under CHUNK_ALIGN + ITEM) holds no cut, so its lanes take the long range in
+     * 64-token pieces, and it costs less. */
     for (int b = 0; b < 64; b++)
         lens[b] = 1;
     lens[63] = 2500;
     plan_and_verify(&c, lens, 64, &p);
-    assert_false(p.chunking.stream);
-    assert_int_equal(p.chunking.chunk_size, 896);
+    assert_true(p.chunking.stream);
+    assert_true(busiest_cta(&p) < 896 + 64);
+    assert_true(busiest_cta(&p) <= 3 * p.chunking.stream_share);
     free_plan(&p);
 }
 
@@ -912,6 +921,28 @@ static void stream_balances_mixed_lengths(void **state) {
     assert_int_equal(p.header->num_ctas, 1);
     assert_false(p.chunking.split);
     free_plan(&p);
+}
+
+/* A budget under CHUNK_ALIGN + ITEM (a few one-token requests beyond a wave) leaves a lane no room
+ * for a cut: a long range is still cut, into its least pieces, rather than left on one CTA. */
+static void a_long_range_is_cut_under_a_small_budget(void **state) {
+    (void)state;
+    cinfer__decode_config_t c = config(32, 8, 528, 128, -1, false);
+    c.heads_per_cta = 4;
+    c.busy_ctas = 256;
+    int32_t lens[100];
+    for (int at = 0; at < 3; at++) {
+        for (int i = 0; i < 100; i++)
+            lens[i] = 1 + (i * 7) % 5;
+        lens[at == 0 ? 0 : at == 1 ? 50 : 99] = 1000;
+        plan_t p;
+        plan_and_verify(&c, lens, 100, &p); /* verify_plan bounds every CTA */
+        assert_true(p.chunking.stream);
+        assert_true(p.chunking.stream_share <
+                    CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS * 2);
+        assert_true(busiest_cta(&p) <= 3 * p.chunking.stream_share);
+        free_plan(&p);
+    }
 }
 
 static void graph_mode_grids_are_constant(void **state) {
@@ -1102,6 +1133,7 @@ int main(void) {
         cmocka_unit_test(one_wave_chunks_keep_busy_ctas),
         cmocka_unit_test(long_requests_split_beyond_one_wave),
         cmocka_unit_test(stream_balances_mixed_lengths),
+        cmocka_unit_test(a_long_range_is_cut_under_a_small_budget),
         cmocka_unit_test(graph_mode_grids_are_constant),
         cmocka_unit_test(too_small_capacity_is_an_internal_error),
         cmocka_unit_test(random_batches),
