@@ -11,10 +11,13 @@
  * A last table times the uniform runs' bytes as one device-to-device copy queued the same way, the
  * floor of a run of that size (launch, ramp and tail included), beside the tensor-core decode.
  *
- * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--kv bf16|e4m3|e5m2].
+ * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--lens LENS]
+ *                     [--kv bf16|e4m3|e5m2].
  * Prints a Markdown table; --case times one configuration on both kernels, or on KERNEL alone
  * (0: CUDA cores, 1: tensor cores; LEN 0: lengths sampled from the trace), with the KV dtype of
- * --kv (bf16 by default), e.g. under ncu.
+ * --kv (bf16 by default), e.g. under ncu. --lens times one batch of the given lengths on the
+ * tensor-core kernel: LEN[*COUNT] terms separated by commas (at most 256 requests), e.g.
+ * "1*66,1000" for 66 one-token requests and one of 1000 tokens.
  */
 #include <math.h>
 #include <stdio.h>
@@ -267,6 +270,8 @@ int main(int argc, char **argv) {
         DLDataType type;
     } kv_types[] = {{"bf16", {kDLBfloat, 16, 1}}, {"e4m3", {10, 8, 1}}, {"e5m2", {12, 8, 1}}};
     int case_kv = 0;
+    int *lens = malloc(sizeof(int) * 256);
+    int custom = 0; /* --lens: requests in lens */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -278,6 +283,32 @@ int main(int argc, char **argv) {
                     case_kv = t;
             if (case_kv < 0) {
                 fprintf(stderr, "bench_decode: --kv %s, expected bf16, e4m3 or e5m2\n", name);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--lens") == 0 && i + 1 < argc) {
+            const char *at = argv[++i];
+            custom = 0;
+            while (*at) {
+                int len = -1, count = 1, used = 0;
+                if (sscanf(at, "%d%n", &len, &used) != 1 || len < 0)
+                    break;
+                at += used;
+                if (*at == '*' && (sscanf(at + 1, "%d%n", &count, &used) != 1 || count < 1))
+                    break;
+                if (*at == '*')
+                    at += 1 + used;
+                for (int k = 0; k < count && custom < 256; k++)
+                    lens[custom++] = len;
+                if (*at == ',')
+                    at++;
+                else if (*at)
+                    break;
+            }
+            if (*at || custom < 1 || custom > 256) {
+                fprintf(stderr,
+                        "bench_decode: --lens %s, expected LEN[*COUNT] terms separated by commas, "
+                        "1 to 256 requests\n",
+                        argv[i]);
                 return 2;
             }
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
@@ -307,7 +338,19 @@ int main(int argc, char **argv) {
     printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
     printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
-    int *lens = malloc(sizeof(int) * 256);
+    if (custom > 0) {
+        int64_t total = 0;
+        for (int b = 0; b < custom; b++)
+            total += lens[b];
+        result_t r = run_case(ctx, stream, lens, custom, kv_types[case_kv].type, 1, iters);
+        printf("| custom (%lld tokens) | %s | %s | %d | mixed | %.1f | %.2f | %.0f%% |\n",
+               (long long)total, KERNEL(1), kv_types[case_kv].name, custom, r.us, r.tbps,
+               100 * r.tbps / ceiling);
+        free(lens);
+        cu->cuStreamDestroy(stream);
+        cinfer_context_destroy(ctx);
+        return 0;
+    }
     if (case_batch > 0) {
         /* One configuration on both kernels (for a profiler): uniform, or sampled from the trace.
          */
