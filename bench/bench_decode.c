@@ -287,6 +287,7 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--lens") == 0 && i + 1 < argc) {
             const char *at = argv[++i];
+            int64_t requested = 0;
             custom = 0;
             while (*at) {
                 int len = -1, count = 1, used = 0;
@@ -297,6 +298,7 @@ int main(int argc, char **argv) {
                     break;
                 if (*at == '*')
                     at += 1 + used;
+                requested += count;
                 for (int k = 0; k < count && custom < 256; k++)
                     lens[custom++] = len;
                 if (*at == ',')
@@ -304,7 +306,7 @@ int main(int argc, char **argv) {
                 else if (*at)
                     break;
             }
-            if (*at || custom < 1 || custom > 256) {
+            if (*at || requested < 1 || requested > 256) {
                 fprintf(stderr,
                         "bench_decode: --lens %s, expected LEN[*COUNT] terms separated by commas, "
                         "1 to 256 requests\n",

@@ -208,10 +208,10 @@ static int64_t stream_share(const cinfer__decode_config_t *cfg, const int32_t *k
  * cfg->no_split); where the lane's room holds no such cut, a piece over twice the budget gives the
  * lane its first CHUNK_ALIGN tokens only; otherwise it stays whole, on this lane if at least the
  * smaller of itself and CINFER__DECODE_CHUNK_ALIGN tokens fits (no_split: half of it), else on the
- * next. Every lane up
- * to the last one used gets at least one piece, the last lane takes whatever is left. A piece is
- * `width` items, slice pass * width + j on CTA lane * width + j. With `items` non-NULL, writes
- * each item's request, slice, kv_begin, kv_end and kv_len, and its CTA in `next`, in stream order.
+ * next. Every lane up to the last one used gets at least one piece, the last lane takes whatever
+ * is left. A piece is `width` items, slice pass * width + j on CTA lane * width + j. With `items`
+ * non-NULL, writes each item's request, slice, kv_begin, kv_end and kv_len, and its CTA in
+ * `next`, in stream order.
  */
 static stream_counts_t stream_walk(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
                                    int batch, int64_t share, cinfer_decode_work *items) {
