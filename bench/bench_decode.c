@@ -12,12 +12,13 @@
  * floor of a run of that size (launch, ramp and tail included), beside the tensor-core decode.
  *
  * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--lens LENS]
- *                     [--kv bf16|e4m3|e5m2].
+ *                     [--kv bf16|e4m3|e5m2] [--layout nhd|hnd].
  * Prints a Markdown table; --case times one configuration on both kernels, or on KERNEL alone
  * (0: CUDA cores, 1: tensor cores; LEN 0: lengths sampled from the trace), with the KV dtype of
  * --kv (bf16 by default), e.g. under ncu. --lens times one batch of the given lengths on the
  * tensor-core kernel: LEN[*COUNT] terms separated by commas (at most 256 requests), e.g.
- * "1*66,1000" for 66 one-token requests and one of 1000 tokens.
+ * "1*66,1000" for 66 one-token requests and one of 1000 tokens. --layout: the pages' layout (NHD,
+ * FlashInfer's default, unless hnd).
  */
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +96,10 @@ static double copy_us(CUstream stream, CUdeviceptr src, CUdeviceptr dst, size_t 
 }
 
 #define KERNEL(tc) ((tc) ? "tensor cores" : "CUDA cores")
+
+/* --layout: the paged cache's layout, NHD ([pages, page_size, Hk, D], the default) or HND
+ * ([pages, Hk, page_size, D]: a head's rows of a page contiguous). */
+static cinfer_kv_layout_t bench_layout = CINFER_KV_LAYOUT_NHD;
 
 typedef struct result {
     double us, tbps;
@@ -174,6 +179,7 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
     opt.num_kv_heads = HK;
     opt.head_dim = HD;
     opt.page_size = PAGE;
+    opt.kv_layout = bench_layout;
     opt.kv_dtype = kv_dtype;
     opt.max_batch_size = batch;
     opt.use_tensor_cores = tensor_cores;
@@ -186,7 +192,9 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
     CI(cinfer_batch_decode_plan(op, h_indptr, h_last, batch, stream));
 
     const DLDataType bf16 = {kDLBfloat, 16, 1}, i32 = {kDLInt, 32, 1};
-    int64_t q_shape[3] = {batch, HQ, HD}, cache_shape[4] = {pool_pages, PAGE, HK, HD};
+    const int hnd = bench_layout == CINFER_KV_LAYOUT_HND;
+    int64_t q_shape[3] = {batch, HQ, HD},
+            cache_shape[4] = {pool_pages, hnd ? HK : PAGE, hnd ? PAGE : HK, HD};
     int64_t indptr_shape[1] = {batch + 1}, last_shape[1] = {batch}, idx_shape[1] = {pages_needed};
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
@@ -285,6 +293,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_decode: --kv %s, expected bf16, e4m3 or e5m2\n", name);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--layout") == 0 && i + 1 < argc) {
+            const char *name = argv[++i];
+            if (strcmp(name, "nhd") != 0 && strcmp(name, "hnd") != 0) {
+                fprintf(stderr, "bench_decode: --layout %s, expected nhd or hnd\n", name);
+                return 2;
+            }
+            bench_layout = strcmp(name, "hnd") == 0 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
         } else if (strcmp(argv[i], "--lens") == 0 && i + 1 < argc) {
             const char *at = argv[++i];
             int64_t requested = 0;
@@ -337,7 +352,8 @@ int main(int argc, char **argv) {
     const int iters = quick ? 10 : 30;
     const DLDataType bf16 = kv_types[0].type, e4m3 = kv_types[1].type, e5m2 = kv_types[2].type;
 
-    printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s\n\n", ceiling);
+    printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s; paged KV layout %s\n\n",
+           ceiling, bench_layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD");
     printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     if (custom > 0) {
