@@ -329,7 +329,7 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
      * fits would cost more than a stream lane's budget and slack (a batch of mixed lengths that
      * barely fits one wave would leave its longest requests in a few long chunks) and more than
      * the stream's costliest lane (whose budget holds no cut when it is under CHUNK_ALIGN + ITEM:
-     * a lane may then take a whole range). */
+     * a lane may then take a whole range of up to twice it). */
     const int64_t slack = CINFER__DECODE_CHUNK_ALIGN + CINFER__DECODE_ITEM_TOKENS;
     const int64_t fit_chunk = k_fit * align;
     const int64_t longest_item =

@@ -792,8 +792,8 @@ static void long_requests_split_beyond_one_wave(void **state) {
  * slice and no merge; with one 20k request among 1k ones, the smallest chunk that fits one wave is
  * 6720 tokens (that request in 3 chunks per slice: items of 6784 against a stream lane's ~1.4k),
  * so it streams. With one 2500-token request among 63 of one token, the stream's budget (~101)
- * holds no cut and a lane would take the whole range (2564), so the plan stays one wave (C = 896,
- * items of at most 960). */
+ * holds no cut, so its lanes take that range in 64-token pieces and it streams too (one wave would
+ * have C = 896, items of up to 960). */
 static void mixed_batches_that_fit_one_wave_stream(void **state) {
     (void)state;
     plan_t p;
