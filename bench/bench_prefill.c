@@ -1,8 +1,10 @@
 /*
  * Single-request prefill benchmark: Llama-3-8B attention heads (32 query / 8 KV heads, D = 128),
- * bf16, causal and non-causal, S = qo_len = kv_len in {1k, 4k, 16k}; then the variants at 16k
- * causal (soft cap 30, a 4k sliding window, ALiBi, custom masks), each timed in rounds that
- * alternate it with plain causal, with the median of the rounds' ratios to plain.
+ * bf16, causal and non-causal, S = qo_len = kv_len in {1k, 4k, 16k}, the library's choice of
+ * kernel (the sm90 one on sm_90a) and the sm80 template's (cinfer__prefill_test_no_sm90); then the
+ * variants at 16k causal (soft cap 30, a 4k sliding window, ALiBi, custom masks), each timed in
+ * rounds that alternate it with plain causal, with the median of the rounds' ratios to plain, all
+ * on the sm80 template (the sm90 kernel has no variants yet; nor fp8 K/V, the --fp8 table's).
  *
  * FLOPs counted = 4 * S^2 * Hq * D (two GEMMs of 2 * S^2 * D per head), halved for causal
  * (PERF.md), so the figures compare directly with FlashInfer's and FlashAttention's. The window
@@ -35,11 +37,12 @@
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--fp8 e4m3|e5m2]
- *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES ...].
+ *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
- * also times the tile configurations of the sm80 kernel at S = 16k, causal, non-causal and causal
- * with soft cap 30 (the default's choice should be the fastest). --tile (repeatable) times only
- * the given tiles that way, and nothing else. --batch-only skips the single prefill tables (the
+ * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
+ * non-causal and causal with soft cap 30 (the default's choice should be the fastest; the sm90
+ * kernel has no soft cap yet). --tile (repeatable) times only the given tiles that way (",sm90":
+ * the sm90 kernel's), and nothing else. --batch-only skips the single prefill tables (the
  * plain, variant and fp8 ones). Prints Markdown tables.
  */
 #include <math.h>
@@ -377,6 +380,20 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     return ms;
 }
 
+/* "Q,KV,WARPS,STAGES" or "Q,KV,WARPS,STAGES,sm90" into *cfg; false when it is neither. */
+static int parse_tile(const char *text, cinfer__prefill_config_t *cfg) {
+    int n = 0;
+    memset(cfg, 0, sizeof *cfg);
+    if (sscanf(text, "%d,%d,%d,%d%n", &cfg->tile_q, &cfg->tile_kv, &cfg->warps, &cfg->stages, &n) !=
+        4)
+        return 0;
+    if (strcmp(text + n, ",sm90") == 0)
+        cfg->sm90 = true;
+    else if (text[n] != '\0')
+        return 0;
+    return 1;
+}
+
 /* The tile sweep at S = 16k: tiles[0 .. num_tiles), or with tiles NULL the candidates below. */
 static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
                         const cinfer__prefill_config_t *tiles, int num_tiles, int quick) {
@@ -387,10 +404,14 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
      * warps run one, whose two warp groups take turns at the tensor cores from 3 stages on
      * (PINGPONG in kernels/prefill.cu). */
     static const cinfer__prefill_config_t candidates[] = {
-        {128, 64, 8, 2}, {128, 64, 8, 3}, {128, 32, 8, 2}, {128, 32, 8, 4}, {128, 64, 4, 2},
-        {128, 64, 4, 3}, {128, 32, 4, 2}, {128, 32, 4, 3}, {128, 32, 4, 4}, {64, 64, 4, 2},
-        {64, 64, 4, 3},  {64, 32, 2, 3},  {256, 64, 8, 2}, {256, 64, 8, 3}, {256, 64, 8, 4},
-        {256, 32, 8, 2}, {256, 32, 8, 3}, {128, 16, 4, 4}, {64, 128, 4, 2},
+        {128, 64, 8, 2, false}, {128, 64, 8, 3, false}, {128, 32, 8, 2, false},
+        {128, 32, 8, 4, false}, {128, 64, 4, 2, false}, {128, 64, 4, 3, false},
+        {128, 32, 4, 2, false}, {128, 32, 4, 3, false}, {128, 32, 4, 4, false},
+        {64, 64, 4, 2, false},  {64, 64, 4, 3, false},  {64, 32, 2, 3, false},
+        {256, 64, 8, 2, false}, {256, 64, 8, 3, false}, {256, 64, 8, 4, false},
+        {256, 32, 8, 2, false}, {256, 32, 8, 3, false}, {128, 16, 4, 4, false},
+        {64, 128, 4, 2, false}, {128, 128, 8, 2, true}, {128, 128, 8, 3, true},
+        {64, 128, 4, 2, true},
     };
     /* Columns: causal, non-causal, and causal with soft cap 30 (whose kernel has other
      * register and MUFU loads, so possibly another best tile). */
@@ -405,8 +426,8 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
         num_tiles = (int)(sizeof candidates / sizeof candidates[0]);
     }
     for (int i = 0; i < num_tiles; i++) {
-        printf("| %d | %d | %d | %d |", tiles[i].tile_q, tiles[i].tile_kv, tiles[i].warps,
-               tiles[i].stages);
+        printf("| %d%s | %d | %d | %d |", tiles[i].tile_q, tiles[i].sm90 ? " (sm90)" : "",
+               tiles[i].tile_kv, tiles[i].warps, tiles[i].stages);
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
             const double ms = time_prefill(ctx, stream, b, &cols[c], &tiles[i], quick ? 3 : 7);
             if (ms > 0)
@@ -444,15 +465,14 @@ int main(int argc, char **argv) {
                  (strcmp(argv[i + 1], "e4m3") == 0 || strcmp(argv[i + 1], "e5m2") == 0))
             fp8 = argv[++i];
         else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc && num_only < 16 &&
-                 sscanf(argv[i + 1], "%d,%d,%d,%d", &only[num_only].tile_q, &only[num_only].tile_kv,
-                        &only[num_only].warps, &only[num_only].stages) == 4) {
+                 parse_tile(argv[i + 1], &only[num_only])) {
             num_only++;
             i++;
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'\n", argv[i]);
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
                             "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE "
-                            "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES ...]\n");
+                            "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
             return 2;
         }
     }
@@ -526,6 +546,8 @@ int main(int argc, char **argv) {
     }
     if (batch_only)
         goto batch_tables;
+    /* "plain": the library's choice (the sm90 kernel on sm_90a, grids of a wave or more); "plain,
+     * sm80 template": the choice with the sm90 kernel left out (issue 5's figures). */
     printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
     static const int64_t lens[] = {1024, 4096, 16384};
     for (int li = 0; li < 3; li++) {
@@ -533,8 +555,14 @@ int main(int argc, char **argv) {
             workload_t w = {lens[li], causal, 0.0f, -1, NULL, 0};
             const int iters = quick ? 5 : lens[li] >= 16384 ? 15 : 30;
             print_row("plain", &w, time_prefill(ctx, stream, &b, &w, NULL, iters));
+            cinfer__prefill_test_no_sm90(true);
+            print_row("plain, sm80 template", &w, time_prefill(ctx, stream, &b, &w, NULL, iters));
+            cinfer__prefill_test_no_sm90(false);
         }
     }
+    /* The variant and fp8 tables compare kernels of the sm80 template (the sm90 kernel has no
+     * variants and no fp8 K/V yet). */
+    cinfer__prefill_test_no_sm90(true);
     {
         /* Variants against plain causal at S = 16k, in rounds that alternate the two (plain, then
          * the variant), so that a drift of the GPU's clocks over the table (runs of one binary
@@ -557,8 +585,9 @@ int main(int argc, char **argv) {
         };
         const workload_t plain = {16384, 1, 0.0f, -1, NULL, 0};
         const int iters = quick ? 3 : 7;
-        printf("\nvariants at S = 16384, causal, each in %d rounds alternating with plain causal "
-               "(median times; of plain: the median of the rounds' TFLOP/s ratios)\n\n",
+        printf("\nvariants at S = 16384, causal, each in %d rounds alternating with plain causal, "
+               "sm80 template (median times; of plain: the median of the rounds' TFLOP/s "
+               "ratios)\n\n",
                VARIANT_ROUNDS);
         printf("| workload | S | causal | time (ms) | TFLOP/s | plain (ms) | of plain |\n"
                "|---|---|---|---|---|---|---|\n");
@@ -604,6 +633,7 @@ int main(int argc, char **argv) {
     }
 
 batch_tables:;
+    cinfer__prefill_test_no_sm90(false);
     int *trace_lens = NULL;
     const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
     if (trace && trace_n == 0)

@@ -85,6 +85,9 @@
  * like rows past the request's end: zero Q, never stored. The planner's items then hold
  * TILE_Q / G tokens and the grid multiplies them by Hk (prefill_params.h).
  *
+ * The sm90 backend's kernel (CINFER_BACKEND 2: wgmma and TMA, single prefill of default attention
+ * for now) is kernels/prefill_sm90.cuh, which this file includes in place of everything below.
+ *
  * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
  * (== VO), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP,
  * CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH,
@@ -97,7 +100,9 @@
 #include "soft_cap.cuh"
 #include "variant.cuh"
 
-#if defined(CINFER_OP_PREFILL)
+#if defined(CINFER_OP_PREFILL) && CINFER_BACKEND == 2
+#include "prefill_sm90.cuh"
+#elif defined(CINFER_OP_PREFILL)
 
 #define D          CINFER_HEAD_DIM_QK
 #define DT         CINFER_DTYPE_Q
@@ -122,7 +127,7 @@
 #define KV_CHUNKS     (D / 16)
 #define KV_ROW_CHUNKS ((D / 16) | 1)
 /* K/V tiles issued ahead of the one computed: an fp8 stage is free once converted */
-#define KV_AHEAD STAGES
+#define KV_AHEAD      STAGES
 typedef unsigned char kv_elem;
 #else
 #define KV_FP8        0
@@ -185,15 +190,15 @@ typedef cinfer_half_bits kv_elem;
  * next tile inside the P V turn 353 (3 stages). The soft cap kernel loses (272-299 against
  * 331-343): the host keeps it on the four-warp tiles.
  */
-#define PINGPONG (WARPS == 8 && MMA_Q == 2 && STAGES >= 3 && !KV_FP8 && !CINFER_ROPE)
+#define PINGPONG     (WARPS == 8 && MMA_Q == 2 && STAGES >= 3 && !KV_FP8 && !CINFER_ROPE)
 #if PINGPONG
-#define PP_THREADS 256 /* both groups: a named barrier's count */
+#define PP_THREADS       256 /* both groups: a named barrier's count */
 /* Group wg's turn begins / ends (the other group's may begin). */
 #define PP_TURN_WAIT(wg) cinfer_bar_sync(1 + (wg), PP_THREADS)
 #define PP_TURN_PASS(wg) cinfer_bar_arrive(2 - (wg), PP_THREADS)
 /* This thread's copies issued so far count toward stage st's arrival. */
-#define PP_ARRIVE(st)   cinfer_cp_async_mbarrier_arrive(kv_full + (unsigned)(st)*8u)
-#define PP_COPY_IN_TURN MASK_ROWS
+#define PP_ARRIVE(st)    cinfer_cp_async_mbarrier_arrive(kv_full + (unsigned)(st)*8u)
+#define PP_COPY_IN_TURN  MASK_ROWS
 #else
 #define PP_ARRIVE(st) ((void)0)
 #endif
@@ -221,7 +226,7 @@ typedef cinfer_half_bits kv_elem;
 #define LAZY_MAX       (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
 #define LAZY_MAX_SLACK 8.0f
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
-#define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
+#define MASK_WORDS     CINFER_CEIL_DIV(TILE_KV, 32)
 /*
  * A mask in its row form (VARIANT_LOGITS_MASK_ROW) travels with the K/V tiles: for each KV tile
  * and query row, the MASK_RAW_WORDS aligned words that hold the tile's bits are copied (cp.async)
@@ -238,7 +243,7 @@ typedef cinfer_half_bits kv_elem;
 #define MASK_SLOT_BYTES (MASK_SLOT_WORDS * 4)
 #define MASK_STAGES     (KV_AHEAD + 1)
 /* The bits of a row's last mask word that belong to the tile */
-#define MASK_LAST_BITS (TILE_KV % 32 == 0 ? ~0u : (1u << (TILE_KV % 32)) - 1u)
+#define MASK_LAST_BITS  (TILE_KV % 32 == 0 ? ~0u : (1u << (TILE_KV % 32)) - 1u)
 #else
 #define MASK_ROWS 0
 #endif
@@ -255,7 +260,7 @@ typedef cinfer_half_bits kv_elem;
 #endif
 #define PACK_TOKENS (TILE_Q / PACK) /* whole query tokens per tile */
 /* The CTAs of one work item: one per KV head (packed) or per query head */
-#define CTA_HEADS num_kv_heads
+#define CTA_HEADS   num_kv_heads
 #else
 #define CTA_HEADS num_qo_heads
 #endif
@@ -621,7 +626,7 @@ __device__ __forceinline__ void convert_q(unsigned s_q, float q_in_scale) {
 /* Units whose loads are in flight together (4 registers each): all of K and V at the D = 128
  * default, where the O accumulators leave about 32 registers free, and a bound on what tiles of
  * more units per thread keep live. */
-#define CONVERT_GROUP 8
+#define CONVERT_GROUP  8
 
 /* The row and chunk of the unit that pass `it` of thread tid converts (ch may pass KV_CHUNKS in
  * the last pass). */

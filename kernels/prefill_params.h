@@ -119,4 +119,14 @@ typedef struct cinfer_prefill_params {
     float q_in_scale;
 } cinfer_prefill_params;
 
+/* The sm90 kernel's TMA tensor maps (kernels/prefill_sm90.cuh), its third parameter: each the
+ * 128 bytes of a CUtensorMap the host encodes (cuTensorMapEncodeTiled), 64-byte aligned as the
+ * driver wants them. q, k and v are 3-d: (D, rows, heads) with the tensors' own strides, 16-bit
+ * elements, boxes of 64 x tile rows x 1 with the 128-byte swizzle. */
+typedef struct cinfer_prefill_tma {
+    unsigned long long q[16] __attribute__((aligned(64)));
+    unsigned long long k[16] __attribute__((aligned(64)));
+    unsigned long long v[16] __attribute__((aligned(64)));
+} cinfer_prefill_tma;
+
 #endif

@@ -35,6 +35,7 @@
     X(cuLaunchKernel)                                                                              \
     X(cuLaunchKernelEx)                                                                            \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                 \
+    X(cuTensorMapEncodeTiled)                                                                      \
     X(cuMemAlloc)                                                                                  \
     X(cuMemFree)                                                                                   \
     X(cuMemAllocHost)                                                                              \

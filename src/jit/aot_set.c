@@ -77,38 +77,38 @@ static const layer_t ci_layers[] = {
  * split-KV merge kernel). */
 #define MAX_OP_SPECS CINFER__BATCH_PREFILL_MAX_SPECS
 
-/* Fills out with the specs the operation loads for options o on a device allowing
+/* Fills out with the specs the operation loads for options o on a device of arch allowing
  * max_smem_optin bytes of shared memory per block. */
-typedef cinfer_status_t (*op_specs_fn)(const cinfer_attention_options_t *o, int max_smem_optin,
-                                       cinfer__spec_t *out, int *count);
+typedef cinfer_status_t (*op_specs_fn)(const cinfer_attention_options_t *o, const char *arch,
+                                       int max_smem_optin, cinfer__spec_t *out, int *count);
 
-static cinfer_status_t batch_decode(const cinfer_attention_options_t *o, int max_smem_optin,
-                                    cinfer__spec_t *out, int *count) {
+static cinfer_status_t batch_decode(const cinfer_attention_options_t *o, const char *arch,
+                                    int max_smem_optin, cinfer__spec_t *out, int *count) {
     unsigned smem;
     *count = 2;
     return cinfer__decode_kernel_specs(o, true, &out[0], &out[1], &smem);
 }
 
-static cinfer_status_t single_decode(const cinfer_attention_options_t *o, int max_smem_optin,
-                                     cinfer__spec_t *out, int *count) {
+static cinfer_status_t single_decode(const cinfer_attention_options_t *o, const char *arch,
+                                     int max_smem_optin, cinfer__spec_t *out, int *count) {
     unsigned smem;
     *count = 2;
     return cinfer__decode_kernel_specs(o, false, &out[0], &out[1], &smem);
 }
 
-static cinfer_status_t single_prefill_causal(const cinfer_attention_options_t *o,
+static cinfer_status_t single_prefill_causal(const cinfer_attention_options_t *o, const char *arch,
                                              int max_smem_optin, cinfer__spec_t *out, int *count) {
-    return cinfer__prefill_single_specs(o, 1, max_smem_optin, out, count);
+    return cinfer__prefill_single_specs(o, 1, arch, max_smem_optin, out, count);
 }
 
-static cinfer_status_t batch_prefill_ragged(const cinfer_attention_options_t *o, int max_smem_optin,
-                                            cinfer__spec_t *out, int *count) {
+static cinfer_status_t batch_prefill_ragged(const cinfer_attention_options_t *o, const char *arch,
+                                            int max_smem_optin, cinfer__spec_t *out, int *count) {
     return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_RAGGED, 1, max_smem_optin, out,
                                            count);
 }
 
-static cinfer_status_t batch_prefill_paged(const cinfer_attention_options_t *o, int max_smem_optin,
-                                           cinfer__spec_t *out, int *count) {
+static cinfer_status_t batch_prefill_paged(const cinfer_attention_options_t *o, const char *arch,
+                                           int max_smem_optin, cinfer__spec_t *out, int *count) {
     return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_PAGED, 1, max_smem_optin, out,
                                            count);
 }
@@ -121,7 +121,8 @@ typedef struct operation {
 static const operation_t operations[] = {
     {"batch decode, paged KV (attention + split-KV merge)", batch_decode},
     {"single decode, contiguous KV (attention + split-KV merge)", single_decode},
-    {"single prefill, causal (the default tiles and the smaller ones of short grids)",
+    {"single prefill, causal (the default tiles, the smaller ones of short grids, the sm80 "
+     "turn-taking ones and the sm90 kernel of long ones)",
      single_prefill_causal},
     {"batch prefill, ragged KV, causal (one kernel per query tile, split-KV merge)",
      batch_prefill_ragged},
@@ -228,7 +229,7 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
             for (size_t op = 0; op < num_ops; op++) {
                 cinfer__spec_t out[MAX_OP_SPECS];
                 int got = 0;
-                cinfer_status_t st = operations[op].specs(&o, max_smem, out, &got);
+                cinfer_status_t st = operations[op].specs(&o, arch, max_smem, out, &got);
                 if (st != CINFER_STATUS_SUCCESS) {
                     /* A row the library rejects is a bug in this table: say which. */
                     char why[1024];

@@ -436,6 +436,51 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 }
 
 /*
+ * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: single prefill (one
+ * request, contiguous K/V), q = K/V = out of one 16-bit dtype, D = 128, no mask or causal, no RoPE,
+ * soft cap or window, default attention; tile_q 64 or 128 (one or two consumer warpgroups: warps 4
+ * or 8, a producer warp is added at launch), tile_kv 128, 2 or 3 stages within 227 KiB.
+ */
+static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
+    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+        spec->dtype_o != spec->dtype_q)
+        return cinfer__error(
+            CINFER_STATUS_UNSUPPORTED,
+            "%s (sm90): dtype_q %s / dtype_kv %s / dtype_o %s: expected one dtype, "
+            "f16 or bf16",
+            fam->name, cinfer__dtype_name(spec->dtype_q), cinfer__dtype_name(spec->dtype_kv),
+            cinfer__dtype_name(spec->dtype_o));
+    if (spec->head_dim_qk != 128 || spec->head_dim_vo != 128)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s (sm90): head dims %d / %d, expected 128", fam->name,
+                             (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    if (spec->batch || spec->paged || spec->gqa_pack)
+        return cinfer__error(
+            CINFER_STATUS_UNSUPPORTED,
+            "%s (sm90): batch %d / paged %d / gqa_pack %d, expected single prefill "
+            "(0 each)",
+            fam->name, (int)spec->batch, (int)spec->paged, (int)spec->gqa_pack);
+    if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s (sm90): mask %s is not supported (none, causal)", fam->name,
+                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+    if (spec->pos != CINFER__POS_NONE || (spec->flags & ~CINFER__FLAG_LSE) || spec->variant)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s (sm90): position encodings, soft cap, window and variants are not "
+                             "supported yet (pos %d, flags 0x%x, variant %s)",
+                             fam->name, (int)spec->pos, (unsigned)spec->flags,
+                             spec->variant ? "set" : "none");
+    if (!((spec->tile_q == 64 && spec->warps == 4) || (spec->tile_q == 128 && spec->warps == 8)) ||
+        spec->tile_kv != 128 || !in_range(spec->stages, 2, 3))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s (sm90): tile_q %d / warps %d / tile_kv %d / stages %d, expected "
+                             "64 / 4 or 128 / 8, 128, 2..3",
+                             fam->name, (int)spec->tile_q, (int)spec->warps, (int)spec->tile_kv,
+                             (int)spec->stages);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/*
  * Limits of the sm80 prefill kernel (kernels/prefill.cu): q and out of one 16-bit dtype, k and v
  * of the same or fp8 (e4m3, e5m2: stages of rows of head_dim bytes padded to an odd number of
  * chunks, plus one 16-bit K and V tile that each fp8 tile is converted into);
@@ -445,9 +490,11 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
  * any supported GPU (227 KiB on sm_90); the launch checks the device's.
  */
 static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family_t *fam) {
+    if (spec->backend == CINFER__BACKEND_SM90)
+        return validate_prefill_sm90(spec, fam);
     if (spec->backend != CINFER__BACKEND_SM80)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: backend %s is not implemented (only sm80)", fam->name,
+                             "%s: backend %s is not implemented (sm80, sm90)", fam->name,
                              backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0]);
     const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
     if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||

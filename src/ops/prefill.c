@@ -74,8 +74,17 @@ size_t cinfer__prefill_smem_bytes(int head_dim, const cinfer__prefill_config_t *
     return cinfer__prefill_kv_smem_bytes(head_dim, CINFER__DT_F16, cfg);
 }
 
+int cinfer__prefill_threads(const cinfer__prefill_config_t *cfg) {
+    return cfg->warps * 32 + (cfg->sm90 ? 128 : 0);
+}
+
 size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg) {
+    /* sm90: 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile and the stages of K
+     * and V, rows of head_dim 16-bit elements, unpadded */
+    if (cfg->sm90)
+        return 1024 + 2 * (size_t)head_dim *
+                          ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
     if (!is_fp8(kv_dtype))
         return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
@@ -211,7 +220,7 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
                                   cinfer__spec_t *spec) {
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_init(spec, CINFER__OP_PREFILL);
-    spec->backend = CINFER__BACKEND_SM80;
+    spec->backend = cfg->sm90 ? CINFER__BACKEND_SM90 : CINFER__BACKEND_SM80;
     spec->batch = batch;
     spec->paged = paged;
     spec->dtype_q = spec->dtype_o = dtype;
@@ -277,6 +286,74 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
     *cfg = turn_tiles;
 }
 
+/*
+ * The sm90 single-prefill kernel (kernels/prefill_sm90.cuh): two consumer warpgroups of 64 query
+ * rows on wgmma, a producer warpgroup issuing TMA copies, KV tiles of 128 rows in 3 stages (225 KiB
+ * of shared memory, one CTA per SM). Taken on sm_90a for default attention at D = 128 with q and
+ * K/V of one 16-bit dtype, no RoPE, soft cap or window, when its grid fills a wave (choose_single)
+ * and the tensors suit TMA (tma_ok). H200, S = 16k causal / non-causal (bench_prefill --tile,
+ * 2026-11-30): 3 stages 679.8 / 685.7 TFLOP/s, 2 stages 542.2 / 495.6, one consumer warpgroup
+ * (64 rows) 386.8 / 369.1; the sm80 turn-taking tiles 401.6 / 390.3 in the same call.
+ */
+static const cinfer__prefill_config_t sm90_tiles = {
+    .tile_q = 128, .tile_kv = 128, .warps = 8, .stages = 3, .sm90 = true};
+
+void cinfer__prefill_sm90_config(cinfer__prefill_config_t *cfg) {
+    *cfg = sm90_tiles;
+}
+
+static bool test_no_sm90;
+
+void cinfer__prefill_test_no_sm90(bool on) {
+    test_no_sm90 = on;
+}
+
+static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
+    return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 && o->head_dim == 128 &&
+           cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
+           !cinfer__attention_rope(o) && !(o->logits_soft_cap > 0) && o->window_left < 0 &&
+           !o->variant;
+}
+
+/* Whether TMA can copy boxes of tensor t (checked by check_aligned: a 16-byte aligned address and
+ * 16-byte multiples as strides): its strides must also be positive. */
+static bool tma_ok(const DLTensor *t) {
+    for (int i = 0; i < t->ndim - 1; i++)
+        if (t->shape[i] > 1 && cinfer__tensor_stride(t, i) <= 0)
+            return false;
+    return true;
+}
+
+/* The TMA tensor map of a 3-d 16-bit tensor t, as (D, rows, heads) with rows dim rows_dim and
+ * heads dim heads_dim of t, in boxes of 64 x box_rows x 1 with the 128-byte swizzle; positions past
+ * the tensor read as zeros. */
+static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map, const DLTensor *t,
+                                  int rows_dim, int heads_dim, int box_rows, const char *what) {
+    const int64_t esz = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
+    const int64_t d = t->shape[2];
+    cuuint64_t dims[3] = {(cuuint64_t)d,
+                          (cuuint64_t)(t->shape[rows_dim] > 0 ? t->shape[rows_dim] : 1),
+                          (cuuint64_t)t->shape[heads_dim]};
+    /* The byte strides of rows and heads; a dim of one index may have any stride, so it takes
+     * the row's size (a valid multiple of 16). */
+    cuuint64_t strides[2];
+    const int sdims[2] = {rows_dim, heads_dim};
+    for (int i = 0; i < 2; i++)
+        strides[i] = t->shape[sdims[i]] > 1 ? (cuuint64_t)(cinfer__tensor_stride(t, sdims[i]) * esz)
+                                            : (cuuint64_t)(d * esz);
+    cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1}, elem_strides[3] = {1, 1, 1};
+    const CUtensorMapDataType dt = cinfer__tensor_dtype(t) == CINFER__DT_BF16
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    CINFER__CU(ctx->cu,
+               cuTensorMapEncodeTiled(
+                   (CUtensorMap *)map, dt, 3, cinfer__tensor_data(t), dims, strides, box,
+                   elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+               what);
+    return CINFER_STATUS_SUCCESS;
+}
+
 static bool takes_turns(const cinfer_attention_options_t *o) {
     return o->head_dim == 128 && !is_fp8(cinfer__dl_dtype(o->kv_dtype)) &&
            !cinfer__attention_rope(o) && !(o->logits_soft_cap > 0);
@@ -291,8 +368,8 @@ static bool turn_tiles_fit(const cinfer_attention_options_t *o, int max_smem_opt
 }
 
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
-                                             int max_smem_optin, cinfer__spec_t *specs,
-                                             int *count) {
+                                             const char *arch, int max_smem_optin,
+                                             cinfer__spec_t *specs, int *count) {
     *count = 0;
     CINFER__CHECK(cinfer__prefill_kernel_spec(o, causal, max_smem_optin, &specs[0]));
     *count = 1;
@@ -303,6 +380,12 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
     }
     if (turn_tiles_fit(o, max_smem_optin)) {
         CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
+        ++*count;
+    }
+    if (takes_sm90(arch, o) &&
+        cinfer__prefill_smem_bytes(o->head_dim, &sm90_tiles) + STATIC_SMEM_RESERVE <=
+            (size_t)max_smem_optin) {
+        CINFER__CHECK(build_spec(o, causal, false, false, &sm90_tiles, 1, &specs[*count]));
         ++*count;
     }
     return CINFER_STATUS_SUCCESS;
@@ -487,7 +570,7 @@ static cinfer_status_t resident_ctas(cinfer_context_t *ctx, const cinfer__kernel
     int per_sm = 0;
     CINFER__CU(ctx->cu,
                cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel->function,
-                                                           cfg->warps * 32, smem),
+                                                           cinfer__prefill_threads(cfg), smem),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor (prefill kernel)");
     *ctas = (int64_t)ctx->num_sms * per_sm;
     return CINFER_STATUS_SUCCESS;
@@ -513,9 +596,20 @@ static bool try_single(cinfer_context_t *ctx, const cinfer_attention_options_t *
  * cinfer__prefill_single_tile's estimate (a short causal prompt, a short query over a long KV);
  * when the preferred kernel cannot be had (no JIT and not in the AOT bundle) the next choice. */
 static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
-                                     int causal, int32_t qo_len, int32_t kv_len,
+                                     int causal, int32_t qo_len, int32_t kv_len, bool tma,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
+    const int64_t sm90_grid =
+        ((int64_t)qo_len + sm90_tiles.tile_q - 1) / sm90_tiles.tile_q * o->num_qo_heads;
+    if (tma && takes_sm90(ctx->arch, o) && sm90_grid >= (int64_t)ctx->num_sms) {
+        /* The sm90 kernel for grids of a wave or more; where it cannot be had (no JIT and not in
+         * the AOT bundle), the choices below. */
+        int64_t slots = 0;
+        if (try_single(ctx, o, causal, &sm90_tiles, kernel, smem, &slots) && slots > 0) {
+            *cfg = sm90_tiles;
+            return CINFER_STATUS_SUCCESS;
+        }
+    }
     const int64_t turn_grid =
         ((int64_t)qo_len + turn_tiles.tile_q - 1) / turn_tiles.tile_q * o->num_qo_heads;
     if (takes_turns(o) && turn_grid >= 2 * (int64_t)ctx->num_sms) {
@@ -617,10 +711,13 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     size_t smem;
     if (tiles) {
         cfg = *tiles;
+        if (cfg.sm90 && !(tma_ok(q) && tma_ok(k) && tma_ok(v)))
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "the sm90 prefill kernel needs positive strides of q, k and v");
         CINFER__CHECK(load_single(ctx, o, causal, &cfg, &kernel, &smem));
     } else {
-        CINFER__CHECK(
-            choose_single(ctx, o, causal, (int32_t)qo_len, (int32_t)kv_len, &cfg, &kernel, &smem));
+        CINFER__CHECK(choose_single(ctx, o, causal, (int32_t)qo_len, (int32_t)kv_len,
+                                    tma_ok(q) && tma_ok(k) && tma_ok(v), &cfg, &kernel, &smem));
     }
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
@@ -663,9 +760,21 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
      * many entries as the kernel has parameters. */
     void *kernel_args[] = {&p, variant_blob, &rope};
+    cinfer_prefill_tma tma;
+    if (cfg.sm90) {
+        /* The third parameter of the sm90 kernel: its tensor maps. */
+        memset(&tma, 0, sizeof tma);
+        CINFER__CHECK(encode_tma(ctx, tma.q, q, 0, 1, cfg.tile_q, "encoding q's tensor map"));
+        CINFER__CHECK(encode_tma(ctx, tma.k, k, nhd ? 0 : 1, nhd ? 1 : 0, cfg.tile_kv,
+                                 "encoding k's tensor map"));
+        CINFER__CHECK(encode_tma(ctx, tma.v, v, nhd ? 0 : 1, nhd ? 1 : 0, cfg.tile_kv,
+                                 "encoding v's tensor map"));
+        kernel_args[2] = &tma;
+    }
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1, (unsigned)(cfg.warps * 32),
-                              1, 1, (unsigned)smem, stream, kernel_args, NULL),
+               cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1,
+                              (unsigned)cinfer__prefill_threads(&cfg), 1, 1, (unsigned)smem, stream,
+                              kernel_args, NULL),
                "launching the prefill kernel");
     return CINFER_STATUS_SUCCESS;
 }

@@ -12,13 +12,26 @@
 #include "cuda/context.h"
 #include "jit/spec.h"
 
-/* Tiles of the sm80 prefill kernel (the spec's tile_q, tile_kv, warps and stages). */
+/* Tiles of a prefill kernel (the spec's tile_q, tile_kv, warps and stages) and its backend. */
 typedef struct cinfer__prefill_config {
-    int tile_q;  /* query rows per CTA: 16 or 32 per warp */
-    int tile_kv; /* KV rows per pipeline stage: 16, 32, 64 or 128 */
-    int warps;   /* 1, 2, 4 or 8 */
-    int stages;  /* K/V tiles buffered in shared memory: 2..4 */
+    int tile_q;  /* query rows per CTA: 16 or 32 per warp (sm90: 64 per consumer warpgroup) */
+    int tile_kv; /* KV rows per pipeline stage: 16, 32, 64 or 128 (sm90: 128) */
+    int warps;   /* 1, 2, 4 or 8 (sm90: the consumer warps, 4 or 8; a producer warpgroup is
+                    added at launch) */
+    int stages;  /* K/V tiles buffered in shared memory: 2..4 (sm90: 2..3) */
+    bool sm90;   /* the sm90 kernel (kernels/prefill_sm90.cuh) instead of the sm80 one */
 } cinfer__prefill_config_t;
+
+/* Threads per CTA of a prefill kernel of tiles cfg. */
+int cinfer__prefill_threads(const cinfer__prefill_config_t *cfg);
+
+/* Tests and benchmarks only: while on, single prefill never takes the sm90 kernel (the sm80
+ * template's choices, as on other archs). Not thread-safe. */
+void cinfer__prefill_test_no_sm90(bool on);
+
+/* The sm90 single-prefill kernel's tiles (two consumer warpgroups of 64 rows, KV tiles of 128 rows
+ * in 3 stages). */
+void cinfer__prefill_sm90_config(cinfer__prefill_config_t *cfg);
 
 /* Dynamic shared memory of the kernel for head dim d (kernels/prefill.cu's layout): the Q tile
  * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */
@@ -129,12 +142,15 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
 void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg);
 
 /*
- * Every spec cinfer_single_prefill may load for these options and causal flag on such a device:
- * the default tiles' (specs[0]), where there is one the next smaller tile's, which it takes for
- * short grids, and where the options allow them the turn-taking tiles', which it takes for long
- * ones (choose_single in prefill.c). *count: 1 to 3 (specs holds 3).
+ * Every spec cinfer_single_prefill may load for these options and causal flag on a device of arch
+ * ("sm_90a", ...) allowing max_smem_optin bytes of shared memory per block: the default tiles'
+ * (specs[0]), where there is one the next smaller tile's, which it takes for short grids, where
+ * the options allow them the turn-taking tiles', which it takes for long ones, and on sm_90a where
+ * the options allow it the sm90 kernel's, which it takes for grids of a wave or more
+ * (choose_single in prefill.c). *count: 1 to 4 (specs holds 4).
  */
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
-                                             int max_smem_optin, cinfer__spec_t *specs, int *count);
+                                             const char *arch, int max_smem_optin,
+                                             cinfer__spec_t *specs, int *count);
 
 #endif

@@ -711,7 +711,8 @@ static void masks_and_edges(void **state) {
  */
 static void wide_warp_tiles(void **state) {
     (void)state;
-    static const cinfer__prefill_config_t tiles[] = {{128, 64, 4, 2}, {128, 32, 4, 3}};
+    static const cinfer__prefill_config_t tiles[] = {{128, 64, 4, 2, false},
+                                                     {128, 32, 4, 3, false}};
     static const int qo[] = {200, 77, 130, 1, 190};
     static const int kv[] = {300, 77, 100, 40, 500};
     int n = 0;

@@ -629,6 +629,60 @@ static void all_tile_configs(void **state) {
 }
 
 /*
+ * The sm90 kernel (kernels/prefill_sm90.cuh; sm_90a devices only) through explicit tiles (its
+ * default, 3 stages; 2 stages; one consumer warpgroup of 64 rows), both masks: lengths around its
+ * 128-row tiles (one row, one tile, one past, qo_len > kv_len where the first rows keep nothing, an
+ * empty KV, a short query over a long KV and the reverse), fp16 and bf16, NHD and HND, a packed QKV
+ * (q, k, v strided slices), a strided out, GQA groups, scales, and with and without LSE. Its choice
+ * by default (a grid of a wave or more) is covered by llama_heads and the randomized grid.
+ */
+static void sm90_tiles(void **state) {
+    (void)state;
+    if (strcmp(ctx->arch, "sm_90a") != 0) {
+        printf("sm90_tiles: the device is %s, not sm_90a; skipped\n", ctx->arch);
+        return;
+    }
+    static const int lens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {128, 128}, {129, 300},
+                                  {300, 129},   {1, 1},      {5, 0},      {600, 300}, {64, 4000},
+                                  {2000, 17},   {255, 257},  {3, 4096},   {256, 1}};
+    cinfer__prefill_config_t tiles[3];
+    cinfer__prefill_sm90_config(&tiles[0]);
+    tiles[1] = tiles[2] = tiles[0];
+    tiles[1].stages = 2;
+    tiles[2].tile_q = 64; /* one consumer warpgroup */
+    tiles[2].warps = 4;
+    int n = 0;
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            char desc[160];
+            prefill_case c = base_case("");
+            c.qo_len = lens[i][0];
+            c.kv_len = lens[i][1];
+            c.causal = causal;
+            c.tiles = &tiles[n % 5 == 2 ? 1 : n % 5 == 4 ? 2 : 0];
+            c.hq = i % 3 == 0 ? 32 : i % 3 == 1 ? 4 : 7;
+            c.hk = i % 3 == 0 ? 8 : i % 3 == 1 ? 2 : 1;
+            c.check_heads = c.hq > 8 ? 3 : 0;
+            c.dtype = n % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+            c.layout = n % 4 == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+            c.packed = n % 4 == 2;
+            c.strided_out = n % 5 == 3;
+            c.no_lse = n % 7 == 4;
+            if (n % 6 == 5) {
+                c.sm_scale = 0.05f;
+                c.k_scale = 1.5f;
+                c.v_scale = 0.75f;
+            }
+            snprintf(desc, sizeof desc, "sm90 q%d s%d: qo %d kv %d causal %d heads %d/%d %s %s%s%s",
+                     c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, causal, c.hq, c.hk,
+                     cinfer__dtype_name(c.dtype), c.layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD",
+                     c.packed ? " packed" : "", c.strided_out ? " strided out" : "");
+            c.desc = desc;
+            run_case(&c, cinfer_test_seed() + 1300 + (uint64_t)n++);
+        }
+}
+
+/*
  * The tiles of 32 query rows per warp at D = 128 that bench_prefill --sweep measures (tile_q 128
  * on four warps, 64 or 32 KV rows, 2 or 3 stages; tile_q 256 on eight warps, the two warp groups
  * taking turns at the tensor cores): Llama heads, causal and not, lengths that are not tile
@@ -636,9 +690,9 @@ static void all_tile_configs(void **state) {
  */
 static void wide_warp_tiles(void **state) {
     (void)state;
-    static const cinfer__prefill_config_t tiles[] = {{128, 64, 4, 2}, {128, 64, 4, 3},
-                                                     {128, 32, 4, 2}, {128, 32, 4, 3},
-                                                     {256, 64, 8, 3}, {256, 64, 8, 4}};
+    static const cinfer__prefill_config_t tiles[] = {
+        {128, 64, 4, 2, false}, {128, 64, 4, 3, false}, {128, 32, 4, 2, false},
+        {128, 32, 4, 3, false}, {256, 64, 8, 3, false}, {256, 64, 8, 4, false}};
     int n = 0;
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
         for (int causal = 0; causal < 2; causal++)
@@ -1169,6 +1223,7 @@ int main(void) {
         cmocka_unit_test_teardown(edge_lengths, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(all_tile_configs, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(wide_warp_tiles, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),

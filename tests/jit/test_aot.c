@@ -302,7 +302,7 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     assert_int_equal(cinfer__aot_set_specs("ci", "sm_90a", &ci, &num_ci), CINFER_STATUS_SUCCESS);
     assert_int_equal(cinfer__aot_set_specs("default", "sm_90a", &def, &num_def),
                      CINFER_STATUS_SUCCESS);
-    assert_true(num_ci >= 3 && num_ci <= 14);
+    assert_true(num_ci >= 3 && num_ci <= 15);
     assert_true(num_def > 4 * num_ci);
     for (size_t i = 0; i < num_def; i++) {
         assert_int_equal(cinfer__spec_validate(&def[i]), CINFER_STATUS_SUCCESS);
@@ -328,15 +328,24 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     /* Every kernel a Llama-3-8B causal single prefill may load (the default tiles, the smaller
      * ones it takes for short grids, the turn-taking ones it takes for long grids) is in the
      * default set. */
-    cinfer__spec_t prefill_specs[3];
+    cinfer__spec_t prefill_specs[4];
     int num_prefill = 0;
-    assert_int_equal(cinfer__prefill_single_specs(&o, 1, 227 * 1024, prefill_specs, &num_prefill),
-                     CINFER_STATUS_SUCCESS);
-    assert_int_equal(num_prefill, 3);
+    assert_int_equal(
+        cinfer__prefill_single_specs(&o, 1, "sm_90a", 227 * 1024, prefill_specs, &num_prefill),
+        CINFER_STATUS_SUCCESS);
+    assert_int_equal(num_prefill, 4);
     assert_true(prefill_specs[1].tile_q < prefill_specs[0].tile_q);
     assert_true(prefill_specs[2].tile_q == 256 && prefill_specs[2].warps == 8);
-    for (int k = 0; k < 3; k++)
-        assert_true(has_spec(def, num_def, &prefill_specs[k]));
+    assert_true(prefill_specs[3].backend == CINFER__BACKEND_SM90);
+    for (int k = 0; k < 4; k++)
+        assert_true(has_spec(def, num_def, &prefill_specs[k]) &&
+                    has_spec(ci, num_ci, &prefill_specs[k]));
+    /* Not on other archs (wgmma is sm_90a's). */
+    assert_int_equal(
+        cinfer__prefill_single_specs(&o, 1, "sm_80", 163 * 1024, prefill_specs, &num_prefill),
+        CINFER_STATUS_SUCCESS);
+    for (int k = 0; k < num_prefill; k++)
+        assert_true(prefill_specs[k].backend == CINFER__BACKEND_SM80);
 
     /* The default set: fp16 and bf16; head dims 64, 128, 256; paged and single decode; causal
      * prefill with and without soft cap and sliding window. */

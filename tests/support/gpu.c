@@ -18,6 +18,10 @@
 static int test_device;
 
 int cinfer_test_run_suite(const char *name, const struct CMUnitTest *tests, size_t count) {
+    /* CINFER_TEST_FILTER: only the tests whose names match this cmocka pattern ('*', '?'). */
+    const char *filter = getenv("CINFER_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0')
+        cmocka_set_test_filter(filter);
     const char *part = getenv("CINFER_TEST_PART");
     if (part == NULL || part[0] == '\0')
         return _cmocka_run_group_tests(name, tests, count, NULL, NULL);

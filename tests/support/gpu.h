@@ -52,8 +52,9 @@ int cinfer_test_gpu_setup(cinfer_context_t **ctx);
 /*
  * Runs a suite's tests as cmocka_run_group_tests does, or, with CINFER_TEST_PART = "k/n"
  * (0 <= k < n), only those whose index in tests[] is k modulo n, so that ctest can run the parts of
- * a long suite side by side (tests/CMakeLists.txt). Returns cmocka's count of failed tests, or 1
- * after printing an error for a malformed CINFER_TEST_PART.
+ * a long suite side by side (tests/CMakeLists.txt). With CINFER_TEST_FILTER set, only the tests
+ * whose names match it (a cmocka pattern, '*' and '?') run. Returns cmocka's count of failed
+ * tests, or 1 after printing an error for a malformed CINFER_TEST_PART.
  */
 int cinfer_test_run_suite(const char *name, const struct CMUnitTest *tests, size_t count);
 
