@@ -1,17 +1,24 @@
 /*
- * Single prefill on Hopper's warpgroup tensor cores (the sm90 backend, FlashAttention-3's scheme:
- * wgmma, TMA, mbarriers; sm_90a only). kernels/prefill.cu includes this file in place of its sm80
- * body when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid and what is
- * computed are the same (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets
- * through: one request, 16-bit q = K/V = out, D = 128, no mask or causal, default attention.
+ * Prefill on Hopper's warpgroup tensor cores (the sm90 backend, FlashAttention-3's scheme: wgmma,
+ * TMA, mbarriers; sm_90a only). kernels/prefill.cu includes this file in place of its sm80 body
+ * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid, the work list of
+ * batch kernels (split-KV partial states, GQA packing) and what is computed are the same
+ * (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through: 16-bit q =
+ * K/V = out, D = 128, no mask or causal, default attention; single prefill, or batch over a ragged
+ * K/V or a paged cache whose pages hold a power of two of 8..256 rows.
  *
  * One CTA computes TILE_Q = 64 x CONSUMERS query rows of one query head. Its warps:
  *   consumers  CONSUMERS warpgroups (warps 0..4 CONSUMERS - 1), 64 rows each;
- *   producer   one warp after them, whose first lane issues every copy: the Q tile once, then each
- *              KV tile's K and V into a ring of STAGES stages, as TMA boxes of 64 columns x TILE_KV
- *              rows x 1 head (the tensor maps of prefill_params.h, built by the host). A stage's
+ *   producer   one warpgroup after them, whose first warp issues every copy: the Q tile once,
+ *              then each KV tile's K and V into a ring of STAGES stages, as TMA boxes of 64
+ *              columns x rows x 1 head (the tensor maps of prefill_params.h, built by the host):
+ *              one box of TILE_KV rows, or with a paged cache one per page of the tile (a lane
+ *              each, from the page table) or a TILE_KV-row part of a longer page. A stage's
  *              "full" mbarrier counts the bytes in; its "empty" one counts the consumer threads
  *              out, and the producer waits for that before it copies the tile STAGES ahead there.
+ *              A batch tile that reaches past its request's KV (rows of another request, rows of
+ *              a page past kv_len, or pages not copied) gets those V rows zeroed by the producer
+ *              before the stage is marked full: P is 0 there, but 0 x NaN would not be.
  * Each consumer warpgroup, for KV tile t:
  *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
@@ -23,10 +30,11 @@
  * With two consumer warpgroups, they take turns to issue their tensor-core work (named barriers 1
  * and 2), so that one's softmax runs while the other's products do (FlashAttention-3's ping-pong).
  *
- * Masking: positions at or past kv_len (a TMA box reads zeros there) and, causal, past the row's
- * own position (rows bottom-right aligned: row i is at i + kv_len - qo_len) get -inf; a row that
- * keeps nothing ends with output 0 and LSE -inf. A causal CTA visits only the KV tiles up to its
- * last row's position.
+ * Masking: positions at or past kv_len and, causal, past the row's own position (rows bottom-right
+ * aligned: query token i is at i + kv_len - qo_len) get -inf; a row that keeps nothing ends with
+ * output 0 and LSE -inf. A causal CTA visits only the KV tiles up to its last row's position, a
+ * split one only its chunk's. GQA packing (batch): tile row r is query token q0 + r / G of head
+ * kv_head G + r % G, copied as one box of (64 columns, G heads, TILE_Q / G tokens).
  *
  * Shared memory (dynamic, aligned up to 1024 bytes for the swizzle): the Q tile as D / 64 blocks of
  * TILE_Q rows x 128 bytes, then STAGES stages of K and V, each D / 64 blocks of TILE_KV rows x 128
@@ -49,9 +57,17 @@
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 #define STAGE_BYTES    (2 * KV_TILE_BYTES)
 #define PINGPONG       (CONSUMERS == 2)
+/* GQA packing: PACK query heads of each token in the tile's rows (1: none). */
+#if CINFER_GQA_PACK > 0
+#define PACK      CINFER_GQA_PACK
+#define CTA_HEADS num_kv_heads
+#else
+#define PACK      1
+#define CTA_HEADS num_qo_heads
+#endif
 
-#if D != 128 || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2)
-#error "the sm90 prefill kernel takes D = 128, TILE_KV = 128 and TILE_Q = 64 or 128"
+#if D != 128 || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
+#error "the sm90 prefill kernel takes D = 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
 #endif
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
@@ -66,9 +82,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-/* S of KV tile kv0 with -inf where a position is at or past kv_len or (causal) past the row's own
- * position pos0 (+ 8 for the lane's second row). */
-__device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int pos0, int lane) {
+/* S of KV tile kv0 with -inf where a position is at or past kv_len or (causal) past the position
+ * of the lane's row: pos[0] for its first row, pos[1] for its second (8 rows on). */
+__device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, const int *pos, int lane) {
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -76,7 +92,7 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int pos
             const int col = kv0 + 8 * j + 2 * (lane % 4) + (e & 1);
             bool drop = col >= kv_len;
 #if CAUSAL
-            drop = drop || col > pos0 + 8 * (e >> 1);
+            drop = drop || col > pos[e >> 1];
 #endif
             if (drop)
                 s[4 * j + e] = -CINFER_INF;
@@ -141,29 +157,111 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 
+/* The producer warp's copies of KV tile t (positions t TILE_KV ..) into the stage at s_k (V after
+ * K), completing on bar, which this call arms with the bytes it copies. rows: the tile's rows that
+ * belong to the request (1..TILE_KV). A paged batch kernel copies each page of the tile from the
+ * page table, a lane per page (pages holding no row of the request are not copied). */
+__device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
+                                             const cinfer_prefill_tma &tma, int t, int rows,
+                                             int kv_row0, int kv_head, unsigned s_k, unsigned bar,
+                                             int lane) {
+#if CINFER_PAGED
+    /* Pages of P rows: TILE_KV / P boxes of P rows, or (P > TILE_KV) one of TILE_KV rows. */
+    const int page_rows = p.page_size < TILE_KV ? p.page_size : TILE_KV;
+    const int pages = CINFER_CEIL_DIV(rows, page_rows); /* boxes to copy */
+    if (lane == 0)
+        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS * 2));
+    __syncwarp();
+    const int pos0 = t * TILE_KV;
+    for (int i = lane; i < pages; i += 32) {
+        const int pos = pos0 + i * page_rows;
+        const int page = p.kv_indices[pos >> p.page_shift];
+        const int in_page = pos & (p.page_size - 1);
+        const unsigned dst = (unsigned)(i * page_rows * 128);
+#pragma unroll
+        for (int b = 0; b < DBLOCKS; b++) {
+            cinfer_tma_load_4d(s_k + b * KV_BLOCK_BYTES + dst, tma.k, b * 64, in_page, kv_head,
+                               page, bar);
+            cinfer_tma_load_4d(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES + dst, tma.v, b * 64,
+                               in_page, kv_head, page, bar);
+        }
+    }
+#else
+    if (lane == 0) {
+        cinfer_mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+#pragma unroll
+        for (int b = 0; b < DBLOCKS; b++) {
+            cinfer_tma_load_3d(s_k + b * KV_BLOCK_BYTES, tma.k, b * 64, kv_row0 + t * TILE_KV,
+                               kv_head, bar);
+            cinfer_tma_load_3d(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES, tma.v, b * 64,
+                               kv_row0 + t * TILE_KV, kv_head, bar);
+        }
+    }
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    CINFER_KERNEL_NAME(const cinfer_prefill_params p, const cinfer_variant_params vp,
+    CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
-    __shared__ unsigned long long bars[2 * STAGES + 1];
+    __shared__ unsigned long long bars[2 * STAGES + 2];
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
     const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * STAGES,
-                   q_full = full + 16u * STAGES;
+                   q_full = full + 16u * STAGES, fix_bar = q_full + 8u;
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    const int head = (int)(blockIdx.x % (unsigned)p.num_qo_heads);
-    const int q_tile = p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads);
-    const int q0 = q_tile * TILE_Q;
-    const int kv_head = head / (p.num_qo_heads / p.num_kv_heads);
-    const int q_rows = CINFER_MIN(TILE_Q, p.qo_len - q0);
-    /* Row i's absolute position is i + delta; lengths are below 2^30, so this fits an int. */
-    const int delta = p.kv_len - p.qo_len;
-    int kv_end = p.kv_len;
-#if CAUSAL
-    kv_end = CINFER_MIN(kv_end, q0 + q_rows + delta);
+#if PACK > 1
+    /* The group of query heads [head, head + PACK) of KV head kv_head. */
+    const int kv_head = (int)(blockIdx.x % (unsigned)params.num_kv_heads);
+    const int head = kv_head * PACK;
+#else
+    const int head = (int)(blockIdx.x % (unsigned)params.num_qo_heads);
+    const int kv_head = head / (params.num_qo_heads / params.num_kv_heads);
 #endif
-    const int num_tiles = kv_end > 0 ? CINFER_CEIL_DIV(kv_end, TILE_KV) : 0;
+    cinfer_prefill_params p = params;
+#if CINFER_BATCH
+    /* The work item; then p describes its request alone. */
+    const unsigned item = blockIdx.x / (unsigned)params.CTA_HEADS;
+    if (item >= (unsigned)params.header->num_work)
+        return; /* a spare CTA of a CUDA-graph grid */
+    const cinfer_prefill_work w = params.work[item];
+    /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
+     * for this grid to finish before they read a partial state. */
+    cinfer_pdl_launch_dependents();
+    p.qo_len = w.qo_len;
+    p.kv_len = w.kv_len;
+    p.out = (cinfer_half_bits *)p.out + (long long)w.qo_begin * p.out_stride_n;
+    if (p.lse)
+        p.lse += (long long)w.qo_begin * p.lse_stride_n;
+#if CINFER_PAGED
+    p.kv_indices += w.kv_begin;
+    const int kv_row0 = 0;
+#else
+    const int kv_row0 = w.kv_begin; /* the request's first K/V row of the tensor maps */
+#endif
+    const int q_row0 = w.qo_begin; /* its first q row */
+    const int q0 = w.q_begin;
+#else
+    const int kv_row0 = 0, q_row0 = 0;
+    const int q0 = (p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads)) * TILE_Q;
+#endif
+    /* The tile's query tokens (each in PACK rows) and rows. */
+    const int q_span = CINFER_MIN(TILE_Q / PACK, p.qo_len - q0);
+    const int q_rows = q_span * PACK;
+    /* Token i's absolute position is i + delta; lengths are below 2^30, so this fits an int. */
+    const int delta = p.kv_len - p.qo_len;
+    int kv_end = p.kv_len, kv_begin = 0;
+#if CAUSAL
+    kv_end = CINFER_MIN(kv_end, q0 + q_span + delta);
+#endif
+#if CINFER_BATCH
+    /* A split tile visits only its chunk, whose edges are KV-tile edges (prefill_params.h). */
+    kv_begin = w.chunk_begin;
+    kv_end = CINFER_MIN(kv_end, w.chunk_end);
+#endif
+    const int tile_begin = kv_begin / TILE_KV;
+    const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
 
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; st++) {
@@ -171,33 +269,57 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             cinfer_mbarrier_init(empty + 8u * st, CONSUMERS * 128);
         }
         cinfer_mbarrier_init(q_full, 1);
+        cinfer_mbarrier_init(fix_bar, 1);
         cinfer_mbarrier_init_fence();
     }
     __syncthreads();
 
     if (warp >= CONSUMERS * 4) {
-        /* The producer warpgroup; its first lane issues every copy. */
+        /* The producer warpgroup; its first warp issues every copy. */
 #if CONSUMERS == 2
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
 #endif
-        if (threadIdx.x == CONSUMERS * 128 && num_tiles > 0) {
-            cinfer_mbarrier_arrive_expect_tx(q_full, TILE_Q * D * 2);
+        if (warp == CONSUMERS * 4 && num_tiles > 0) {
+            if (lane == 0) {
+                cinfer_mbarrier_arrive_expect_tx(q_full, TILE_Q * D * 2);
 #pragma unroll
-            for (int b = 0; b < DBLOCKS; b++)
-                cinfer_tma_load_3d(s_q + b * Q_BLOCK_BYTES, &tma.q, b * 64, q0, head, q_full);
-            for (int t = 0; t < num_tiles; t++) {
-                const int st = t % STAGES;
-                if (t >= STAGES)
-                    cinfer_mbarrier_wait(empty + 8u * st, (unsigned)(t / STAGES - 1) & 1u);
-                const unsigned bar = full + 8u * st, s_k = s_kv + st * STAGE_BYTES;
-                cinfer_mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+                for (int b = 0; b < DBLOCKS; b++)
+#if PACK > 1
+                    cinfer_tma_load_3d(s_q + b * Q_BLOCK_BYTES, tma.q, b * 64, head, q_row0 + q0,
+                                       q_full);
+#else
+                    cinfer_tma_load_3d(s_q + b * Q_BLOCK_BYTES, tma.q, b * 64, q_row0 + q0, head,
+                                       q_full);
+#endif
+            }
+            for (int i = 0; i < num_tiles; i++) {
+                const int st = i % STAGES, t = tile_begin + i;
+                if (i >= STAGES)
+                    cinfer_mbarrier_wait(empty + 8u * st, (unsigned)(i / STAGES - 1) & 1u);
+                const unsigned s_k = s_kv + st * STAGE_BYTES;
+                /* The tile's rows inside the request; rows past it are another request's, a
+                 * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
+                 * CTA, for the request's last tile. */
+                const int rows = CINFER_MIN(TILE_KV, p.kv_len - t * TILE_KV);
+#if CINFER_BATCH
+                if (rows < TILE_KV) {
+                    copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, lane);
+                    cinfer_mbarrier_wait(fix_bar, 0);
+                    for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
-                for (int b = 0; b < DBLOCKS; b++) {
-                    cinfer_tma_load_3d(s_k + b * KV_BLOCK_BYTES, &tma.k, b * 64, t * TILE_KV,
-                                       kv_head, bar);
-                    cinfer_tma_load_3d(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES, &tma.v, b * 64,
-                                       t * TILE_KV, kv_head, bar);
+                        for (int b = 0; b < DBLOCKS; b++)
+                            cinfer_st_shared_v4(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES + c * 16,
+                                                make_uint4(0, 0, 0, 0));
+                    /* The zeros reach the tensor cores (the async proxy) before the stage is
+                     * marked full. */
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    __syncwarp();
+                    if (lane == 0)
+                        cinfer_mbarrier_arrive(full + 8u * st);
+                    continue;
                 }
+#endif
+                copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, full + 8u * st, lane);
             }
         }
     } else {
@@ -207,7 +329,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
         const int wg = warp / 4;
         const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
-        const int pos0 = q0 + row0 + delta; /* the lane's first row's position */
+        /* The positions of the lane's two rows' tokens. */
+        const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
         const unsigned s_q_rows = s_q + wg * 64 * 128;
         const float scale = p.q_scale;
         float o[64], s[64], alpha[2];
@@ -219,14 +342,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* Tiles that need the element mask: from the first one holding a position past the
              * warpgroup's first row (causal), and the one holding kv_len. */
 #if CAUSAL
-        const int mask_from = (q0 + wg * 64 + delta + 1) / TILE_KV;
+        const int first_pos = q0 + (wg * 64) / PACK + delta;
+        const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
 #else
         const int mask_from = p.kv_len / TILE_KV;
 #endif
 
         if (num_tiles > 0) {
             cinfer_mbarrier_wait(q_full, 0);
-            /* Tile 0: S only. */
+            /* The first tile: S only. */
             cinfer_mbarrier_wait(full, 0);
 #if PINGPONG
             if (wg == 1)
@@ -240,40 +364,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin(s);
-            if (0 >= mask_from || TILE_KV > p.kv_len)
-                mask_tile(s, 0, p.kv_len, pos0, lane);
+            if (tile_begin >= mask_from)
+                mask_tile(s, tile_begin * TILE_KV, p.kv_len, pos, lane);
             softmax_tile(s, m, l, alpha, scale);
             pack_p(s, pa);
 
-            for (int t = 1; t < num_tiles; t++) {
-                const int st = t % STAGES;
-                cinfer_mbarrier_wait(full + 8u * st, (unsigned)(t / STAGES) & 1u);
+            for (int i = 1; i < num_tiles; i++) {
+                const int st = i % STAGES, t = tile_begin + i;
+                cinfer_mbarrier_wait(full + 8u * st, (unsigned)(i / STAGES) & 1u);
 #if PINGPONG
                 cinfer_bar_sync(1 + wg, 256);
 #endif
                 cinfer_wgmma_pin(o);
                 cinfer_wgmma_fence();
                 issue_qk(s, s_q_rows, s_kv + st * STAGE_BYTES);
-                issue_pv(o, pa, s_kv + ((t - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                issue_pv(o, pa, s_kv + ((i - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
 #if PINGPONG
-                if (!(wg == 1 && t == num_tiles - 1))
+                if (!(wg == 1 && i == num_tiles - 1))
                     cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
                 CINFER_WGMMA_WAIT(1);
                 cinfer_wgmma_pin(s);
-                const int kv0 = t * TILE_KV;
-                if (t >= mask_from || kv0 + TILE_KV > p.kv_len)
-                    mask_tile(s, kv0, p.kv_len, pos0, lane);
+                if (t >= mask_from)
+                    mask_tile(s, t * TILE_KV, p.kv_len, pos, lane);
                 softmax_tile(s, m, l, alpha, scale);
                 /* The softmax before the wait below, not sunk past it by the compiler. */
                 cinfer_wgmma_pin(s);
                 CINFER_WGMMA_WAIT(0);
                 cinfer_wgmma_pin(o);
-                /* Tile t - 1's stage is read (K by S_{t-1}, V by the product just waited for). */
-                cinfer_mbarrier_arrive(empty + 8u * ((t - 1) % STAGES));
+                /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for). */
+                cinfer_mbarrier_arrive(empty + 8u * ((i - 1) % STAGES));
 #pragma unroll
-                for (int i = 0; i < 64; i++)
-                    o[i] *= alpha[(i % 4) / 2];
+                for (int r = 0; r < 64; r++)
+                    o[r] *= alpha[(r % 4) / 2];
                 pack_p(s, pa);
             }
             /* The last tile's product. */
@@ -283,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             cinfer_wgmma_pin(o);
         }
 
-        /* Epilogue: row sums over the quad, then out = O / l (x v_scale), LSE = m + log2(l). */
-        cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)head * p.out_stride_h;
+        /* Epilogue: row sums over the quad, then O / l (x v_scale) and LSE = m + log2(l): into
+         * out and lse, or a split chunk's float32 partial states (prefill_params.h). */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             float sum = l[h];
@@ -293,15 +416,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const int row = row0 + 8 * h;
             if (row >= q_rows)
                 continue;
+            const int token = row / PACK, row_head = head + row % PACK;
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
-            cinfer_half_bits *dst = out + (long long)(q0 + row) * p.out_stride_n + 2 * (lane % 4);
+            const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+#if CINFER_BATCH
+            if (w.partial >= 0) {
+                const long long slot =
+                    (long long)w.partial +
+                    ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
+                float *po = p.partial_o + slot * D + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    *(float2 *)(po + 8 * j) =
+                        make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                if (lane % 4 == 0)
+                    p.partial_lse[slot] = lse;
+                continue;
+            }
+#endif
+            cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
+                                    (long long)(q0 + token) * p.out_stride_n +
+                                    (long long)row_head * p.out_stride_h + 2 * (lane % 4);
 #pragma unroll
             for (int j = 0; j < 16; j++)
                 *(unsigned *)(dst + 8 * j) =
                     cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
             if (p.lse && lane % 4 == 0)
-                p.lse[(long long)(q0 + row) * p.lse_stride_n + (long long)head * p.lse_stride_h] =
-                    sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+                p.lse[(long long)(q0 + token) * p.lse_stride_n +
+                      (long long)row_head * p.lse_stride_h] = lse;
         }
     }
 }

@@ -128,4 +128,13 @@ __device__ __forceinline__ void cinfer_tma_load_3d(unsigned dst, const void *map
                  : "memory");
 }
 
+/* The same for a 4-d tensor map. */
+__device__ __forceinline__ void cinfer_tma_load_4d(unsigned dst, const void *map, int c0, int c1,
+                                                   int c2, int c3, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+
 #endif

@@ -103,13 +103,13 @@ static cinfer_status_t single_prefill_causal(const cinfer_attention_options_t *o
 
 static cinfer_status_t batch_prefill_ragged(const cinfer_attention_options_t *o, const char *arch,
                                             int max_smem_optin, cinfer__spec_t *out, int *count) {
-    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_RAGGED, 1, max_smem_optin, out,
-                                           count);
+    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_RAGGED, 1, arch, max_smem_optin,
+                                           out, count);
 }
 
 static cinfer_status_t batch_prefill_paged(const cinfer_attention_options_t *o, const char *arch,
                                            int max_smem_optin, cinfer__spec_t *out, int *count) {
-    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_PAGED, 1, max_smem_optin, out,
+    return cinfer__batch_prefill_aot_specs(o, CINFER_KV_STORAGE_PAGED, 1, arch, max_smem_optin, out,
                                            count);
 }
 

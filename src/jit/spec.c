@@ -436,10 +436,11 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 }
 
 /*
- * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: single prefill (one
- * request, contiguous K/V), q = K/V = out of one 16-bit dtype, D = 128, no mask or causal, no RoPE,
- * soft cap or window, default attention; tile_q 64 or 128 (one or two consumer warpgroups: warps 4
- * or 8, a producer warp is added at launch), tile_kv 128, 2 or 3 stages within 227 KiB.
+ * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
+ * 16-bit dtype, D = 128, no mask or causal, no RoPE, soft cap or window, default attention; single
+ * or batch (ragged or paged; GQA packing by a divisor of tile_q); tile_q 64 or 128 (one or two
+ * consumer warpgroups: warps 4 or 8, a producer warpgroup is added at launch), tile_kv 128, 2 or 3
+ * stages within 227 KiB. The page sizes it copies are the host's to check (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
     if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
@@ -454,12 +455,18 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s (sm90): head dims %d / %d, expected 128", fam->name,
                              (int)spec->head_dim_qk, (int)spec->head_dim_vo);
-    if (spec->batch || spec->paged || spec->gqa_pack)
-        return cinfer__error(
-            CINFER_STATUS_UNSUPPORTED,
-            "%s (sm90): batch %d / paged %d / gqa_pack %d, expected single prefill "
-            "(0 each)",
-            fam->name, (int)spec->batch, (int)spec->paged, (int)spec->gqa_pack);
+    if ((spec->batch != 0 && spec->batch != 1) || (spec->paged != 0 && spec->paged != 1) ||
+        (spec->paged && !spec->batch))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s (sm90): batch %d / paged %d, expected 0 or 1 each, paged only "
+                             "with batch",
+                             fam->name, (int)spec->batch, (int)spec->paged);
+    if (spec->gqa_pack != 0 &&
+        (!spec->batch || spec->gqa_pack < 2 || spec->tile_q % spec->gqa_pack != 0))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s (sm90): gqa_pack %d, expected 0, or a divisor >= 2 of tile_q (%d) "
+                             "with batch 1",
+                             fam->name, (int)spec->gqa_pack, (int)spec->tile_q);
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s (sm90): mask %s is not supported (none, causal)", fam->name,

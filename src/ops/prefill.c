@@ -315,6 +315,12 @@ static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
            !o->variant;
 }
 
+/* Whether the sm90 kernel copies this K/V storage: a ragged K/V, or pages of a power of two of 8
+ * to 256 rows (a tile's pages as whole boxes at 1024-byte multiples, or a longer page in parts). */
+static bool sm90_pages_ok(bool paged, int page_size) {
+    return !paged || (page_size >= 8 && page_size <= 256 && (page_size & (page_size - 1)) == 0);
+}
+
 /* Whether TMA can copy boxes of tensor t (checked by check_aligned: a 16-byte aligned address and
  * 16-byte multiples as strides): its strides must also be positive. */
 static bool tma_ok(const DLTensor *t) {
@@ -324,34 +330,53 @@ static bool tma_ok(const DLTensor *t) {
     return true;
 }
 
-/* The TMA tensor map of a 3-d 16-bit tensor t, as (D, rows, heads) with rows dim rows_dim and
- * heads dim heads_dim of t, in boxes of 64 x box_rows x 1 with the 128-byte swizzle; positions past
- * the tensor read as zeros. */
-static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map, const DLTensor *t,
-                                  int rows_dim, int heads_dim, int box_rows, const char *what) {
-    const int64_t esz = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
-    const int64_t d = t->shape[2];
-    cuuint64_t dims[3] = {(cuuint64_t)d,
-                          (cuuint64_t)(t->shape[rows_dim] > 0 ? t->shape[rows_dim] : 1),
-                          (cuuint64_t)t->shape[heads_dim]};
-    /* The byte strides of rows and heads; a dim of one index may have any stride, so it takes
-     * the row's size (a valid multiple of 16). */
-    cuuint64_t strides[2];
-    const int sdims[2] = {rows_dim, heads_dim};
-    for (int i = 0; i < 2; i++)
-        strides[i] = t->shape[sdims[i]] > 1 ? (cuuint64_t)(cinfer__tensor_stride(t, sdims[i]) * esz)
-                                            : (cuuint64_t)(d * esz);
-    cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1}, elem_strides[3] = {1, 1, 1};
-    const CUtensorMapDataType dt = cinfer__tensor_dtype(t) == CINFER__DT_BF16
-                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+/*
+ * A TMA tensor map of `rank` dims of 16-bit elements (dtype) at base: dims[0] the head dim
+ * (contiguous), strides[i] the element stride of dims[i + 1] (a dim of one index may have any, so
+ * it takes the row's), boxes of box[] with the 128-byte swizzle; positions past the tensor read as
+ * zeros. UNSUPPORTED when a stride is not a positive multiple of 16 bytes.
+ */
+static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map, const void *base,
+                                  cinfer__dtype_t dtype, int rank, const int64_t *dims,
+                                  const int64_t *strides, const uint32_t *box, const char *what) {
+    const int64_t esz = (int64_t)cinfer__dtype_size(dtype);
+    cuuint64_t gdims[5], gstrides[4];
+    cuuint32_t gbox[5], elem_strides[5];
+    for (int i = 0; i < rank; i++) {
+        gdims[i] = (cuuint64_t)(dims[i] > 0 ? dims[i] : 1);
+        gbox[i] = box[i];
+        elem_strides[i] = 1;
+        if (i == 0)
+            continue;
+        const int64_t bytes = dims[i] > 1 ? strides[i - 1] * esz : dims[0] * esz;
+        if (bytes <= 0 || bytes % 16 != 0)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "%s: stride %lld bytes; the sm90 prefill kernel's copies need "
+                                 "positive multiples of 16",
+                                 what, (long long)bytes);
+        gstrides[i - 1] = (cuuint64_t)bytes;
+    }
+    const CUtensorMapDataType dt = dtype == CINFER__DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     CINFER__CU(ctx->cu,
                cuTensorMapEncodeTiled(
-                   (CUtensorMap *)map, dt, 3, cinfer__tensor_data(t), dims, strides, box,
+                   (CUtensorMap *)map, dt, (cuuint32_t)rank, (void *)base, gdims, gstrides, gbox,
                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                what);
     return CINFER_STATUS_SUCCESS;
+}
+
+/* The map of a 3-d tensor t as (D, rows, heads): rows dim rows_dim, heads dim heads_dim of t, in
+ * boxes of 64 x box_rows x 1. */
+static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map, const DLTensor *t,
+                                  int rows_dim, int heads_dim, int box_rows, const char *what) {
+    const int64_t dims[3] = {t->shape[2], t->shape[rows_dim], t->shape[heads_dim]};
+    const int64_t strides[2] = {cinfer__tensor_stride(t, rows_dim),
+                                cinfer__tensor_stride(t, heads_dim)};
+    const uint32_t box[3] = {64, (uint32_t)box_rows, 1};
+    return encode_map(ctx, map, cinfer__tensor_data(t), cinfer__tensor_dtype(t), 3, dims, strides,
+                      box, what);
 }
 
 static bool takes_turns(const cinfer_attention_options_t *o) {
@@ -856,7 +881,8 @@ static int pack_group(const cinfer_attention_options_t *o, const cinfer__prefill
 /* batch_setup's device-free part for a device allowing max_smem_optin bytes of shared memory per
  * block: the checks, the planner's configuration without max_ctas, and the layout of unsplit
  * plans (which is the final one when plans cannot split). */
-static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attention_options_t *o,
+static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
+                                        const cinfer_attention_options_t *o,
                                         cinfer_kv_storage_t storage, int causal,
                                         int64_t max_total_qo, batch_setup_t *s) {
     memset(s, 0, sizeof *s);
@@ -908,14 +934,27 @@ static cinfer_status_t batch_setup_smem(int max_smem_optin, const cinfer_attenti
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
     cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - STATIC_SMEM_RESERVE, s->tiles,
                                   &c->num_tiles);
-    /* The turn-taking tiles, where single prefill would take them, as the largest candidate: for
-     * batches whose query tiles are long on average (a long prompt's chunks, a cascade's shared
-     * prefix with its GQA groups packed). Not while a test replaces the default tiles. */
-    if (turn_tiles_fit(o, max_smem_optin) && !has_test_default &&
-        c->num_tiles < CINFER__PREFILL_MAX_TILES &&
-        s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q)
+    /* The largest candidate, for batches whose query tiles are long on average (a long prompt's
+     * chunks, a cascade's shared prefix with its GQA groups packed): on sm_90a where the options
+     * and the cache allow, the sm90 kernel in place of the sm80 tile of as many rows; else the
+     * turn-taking tiles where single prefill would take them. Neither while a test replaces the
+     * default tiles. */
+    const cinfer__prefill_config_t largest = s->tiles[c->num_tiles - 1];
+    if (takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) && !has_test_default &&
+        cinfer__prefill_smem_bytes(o->head_dim, &sm90_tiles) + STATIC_SMEM_RESERVE <=
+            (size_t)max_smem_optin &&
+        largest.tile_q == sm90_tiles.tile_q) {
+        s->tiles[c->num_tiles - 1] = sm90_tiles;
+    } else if (turn_tiles_fit(o, max_smem_optin) && !has_test_default &&
+               c->num_tiles < CINFER__PREFILL_MAX_TILES &&
+               s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q) {
         s->tiles[c->num_tiles++] = turn_tiles;
+    }
     c->group = pack_group(o, s->tiles, c->num_tiles);
+    /* The sm90 kernel packs whole groups of tokens only (a group forced past the tiles' divisors,
+     * cinfer__batch_prefill_test_pack, keeps the sm80 tile). */
+    if (s->tiles[c->num_tiles - 1].sm90 && sm90_tiles.tile_q % c->group != 0)
+        s->tiles[c->num_tiles - 1] = largest;
     for (int i = 0; i < c->num_tiles; i++) {
         /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
         c->tile_q[i] = s->tiles[i].tile_q / c->group;
@@ -977,8 +1016,8 @@ static cinfer_status_t batch_setup(cinfer_context_t *ctx, const cinfer_attention
     memset(s, 0, sizeof *s);
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
-    CINFER__CHECK(
-        batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, s));
+    CINFER__CHECK(batch_setup_smem(ctx->arch, ctx->max_smem_per_block_optin, o, storage, causal,
+                                   max_total_qo, s));
     if (splittable(&s->cfg))
         CINFER__CHECK(load_kernels(ctx, o, causal, s));
     return CINFER_STATUS_SUCCESS;
@@ -1002,10 +1041,10 @@ static cinfer_status_t setup_specs(const cinfer_attention_options_t *o, int caus
 
 cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
                                                 cinfer_kv_storage_t storage, int causal,
-                                                int max_smem_optin, cinfer__spec_t *specs,
-                                                int *num_specs) {
+                                                const char *arch, int max_smem_optin,
+                                                cinfer__spec_t *specs, int *num_specs) {
     batch_setup_t s;
-    CINFER__CHECK(batch_setup_smem(max_smem_optin, o, storage, causal, 1, &s));
+    CINFER__CHECK(batch_setup_smem(arch, max_smem_optin, o, storage, causal, 1, &s));
     s.cfg.graph = false; /* every tile */
     return setup_specs(o, causal, &s, specs, num_specs);
 }
@@ -1018,8 +1057,8 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     batch_setup_t s;
-    CINFER__CHECK(
-        batch_setup_smem(ctx->max_smem_per_block_optin, o, storage, causal, max_total_qo, &s));
+    CINFER__CHECK(batch_setup_smem(ctx->arch, ctx->max_smem_per_block_optin, o, storage, causal,
+                                   max_total_qo, &s));
     return setup_specs(o, causal, &s, specs, num_specs);
 }
 
@@ -1063,6 +1102,10 @@ struct cinfer_batch_prefill {
 
 int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op) {
     return op && op->planned && op->split ? op->chunk_size : 0;
+}
+
+bool cinfer__batch_prefill_sm90(const cinfer_batch_prefill_t *op) {
+    return op && op->planned && op->setup.tiles[op->tile].sm90;
 }
 
 int cinfer__batch_prefill_group(const cinfer_batch_prefill_t *op) {
@@ -1339,6 +1382,54 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     return CINFER_STATUS_SUCCESS;
 }
 
+/*
+ * The sm90 kernel's tensor maps for a run: q as (D, rows, heads), or packed as (D, heads, rows)
+ * with boxes of the G heads of 128 / G tokens (kernels/prefill_sm90.cuh); K and V ragged as (D,
+ * rows, heads), paged as (D, page rows, heads, pages) with boxes of one page (or 128 rows of a
+ * longer one). p holds the checked K/V addresses and strides; k is the K tensor (its page count).
+ */
+static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTensor *q,
+                                 const DLTensor *k, const cinfer_prefill_params *p,
+                                 cinfer_prefill_tma *tma) {
+    const batch_setup_t *s = &op->setup;
+    cinfer_context_t *ctx = op->ctx;
+    const int64_t D = s->head_dim, Hq = s->cfg.num_qo_heads, Hk = s->cfg.num_kv_heads;
+    const int g = s->cfg.group;
+    const int tile_q = s->tiles[op->tile].tile_q, tile_kv = s->tiles[op->tile].tile_kv;
+    memset(tma, 0, sizeof *tma);
+    if (g > 1) {
+        const int64_t dims[3] = {D, Hq, q->shape[0]};
+        const int64_t strides[2] = {cinfer__tensor_stride(q, 1), cinfer__tensor_stride(q, 0)};
+        const uint32_t box[3] = {64, (uint32_t)g, (uint32_t)(tile_q / g)};
+        CINFER__CHECK(encode_map(ctx, tma->q, cinfer__tensor_data(q), s->dtype, 3, dims, strides,
+                                 box, "encoding q's tensor map"));
+    } else {
+        CINFER__CHECK(encode_tma(ctx, tma->q, q, 0, 1, tile_q, "encoding q's tensor map"));
+    }
+    if (s->cfg.paged) {
+        const int64_t P = s->cfg.page_size;
+        const int64_t dims[4] = {D, P, Hk, k->shape[0]};
+        const int64_t strides[3] = {p->k_stride_n, p->k_stride_h, p->kv_stride_page};
+        const uint32_t box[4] = {64, (uint32_t)(P < tile_kv ? P : tile_kv), 1, 1};
+        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 4, dims, strides, box,
+                                 "encoding k's tensor map"));
+        CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
+                                 "encoding v's tensor map"));
+    } else {
+        const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
+        const int64_t rows = k->shape[nhd ? 0 : 1];
+        const int64_t dims[3] = {D, rows, Hk};
+        const uint32_t box[3] = {64, (uint32_t)tile_kv, 1};
+        const int64_t k_strides[2] = {p->k_stride_n, p->k_stride_h};
+        const int64_t v_strides[2] = {p->v_stride_n, p->v_stride_h};
+        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 3, dims, k_strides, box,
+                                 "encoding k's tensor map"));
+        CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 3, dims, v_strides, box,
+                                 "encoding v's tensor map"));
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTensor *q,
                                          const DLTensor *k, const DLTensor *v,
                                          const DLTensor *kv_indices, DLTensor *out, DLTensor *lse,
@@ -1394,13 +1485,18 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
     CINFER__CHECK(cinfer__context_activate(op->ctx));
-    /* The RoPE frequency table is the third parameter of RoPE kernels only; the driver reads as
-     * many entries as the kernel has parameters. */
+    /* The RoPE frequency table is the third parameter of RoPE kernels only, the tensor maps the
+     * sm90 kernel's; the driver reads as many entries as the kernel has parameters. */
     void *params[] = {&p, variant_blob, &op->rope};
+    cinfer_prefill_tma tma;
+    if (s->tiles[tile].sm90) {
+        CINFER__CHECK(batch_tma(op, q, k, &p, &tma));
+        params[2] = &tma;
+    }
     CINFER__CU(ctx->cu,
                cuLaunchKernel(s->kernels[tile].function, (unsigned)blocks, 1, 1,
-                              (unsigned)(s->tiles[tile].warps * 32), 1, 1, (unsigned)s->smem[tile],
-                              stream, params, NULL),
+                              (unsigned)cinfer__prefill_threads(&s->tiles[tile]), 1, 1,
+                              (unsigned)s->smem[tile], stream, params, NULL),
                "launching the batch prefill kernel");
     /* Graph mode launches the merge whenever plans may split (its grid is fixed; it reads the
      * plan's row count, 0 when unsplit, from the workspace), other plans only when split. */

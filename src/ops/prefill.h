@@ -82,14 +82,14 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    int64_t max_total_qo, cinfer__spec_t *specs,
                                                    int *num_specs);
 
-/* The specs a batch prefill object (not in CUDA-graph mode) may load on a device allowing
+/* The specs a batch prefill object (not in CUDA-graph mode) may load on a device of arch allowing
  * max_smem_optin bytes of shared memory per block: one per candidate tile and the merge kernel
  * (unless the variant's states cannot be merged), *num_specs (1..5) entries of
  * specs[CINFER__BATCH_PREFILL_MAX_SPECS]. What ahead-of-time builds compile. */
 cinfer_status_t cinfer__batch_prefill_aot_specs(const cinfer_attention_options_t *o,
                                                 cinfer_kv_storage_t storage, int causal,
-                                                int max_smem_optin, cinfer__spec_t *specs,
-                                                int *num_specs);
+                                                const char *arch, int max_smem_optin,
+                                                cinfer__spec_t *specs, int *num_specs);
 
 /* The chunk size of op's current plan in KV positions when it split some query tile's KV
  * (split-KV), else 0 (no plan, or nothing split). For tests and benchmarks. */
@@ -110,6 +110,9 @@ void cinfer__batch_prefill_test_min_chunk(int positions);
  * dividing every candidate tile's rows), 1 wherever the kernel can (2 <= G <= every tile's rows,
  * e.g. G = 5), -1 never. Not thread-safe. */
 void cinfer__batch_prefill_test_pack(int mode);
+
+/* Whether op's current plan runs the sm90 kernel. For tests. */
+bool cinfer__batch_prefill_sm90(const cinfer_batch_prefill_t *op);
 
 /* The GQA group op's kernels pack into their rows (G = Hq / Hk), or 1 when op does not pack; 0 for
  * NULL. For tests and benchmarks. */

@@ -57,6 +57,7 @@ typedef struct bp_case {
     int rope;         /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
     float rope_scale, rope_theta; /* with rope; 0: the defaults 1 and 1e4 */
     int expect_group;             /* 0: either; else the GQA group the object must pack (1: none) */
+    int expect_sm90; /* 1: the plan must run the sm90 kernel (on sm_90a), -1: it must not */
 } bp_case;
 
 static bp_case base_case(const char *desc) {
@@ -554,6 +555,9 @@ static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
     if (c->expect_group && cinfer__batch_prefill_group(op) != c->expect_group)
         fail_msg("%s: the object packs %d query heads per KV head, expected %d", c->desc,
                  cinfer__batch_prefill_group(op), c->expect_group);
+    const bool sm90 = cinfer__batch_prefill_sm90(op);
+    if ((c->expect_sm90 > 0 && !sm90) || (c->expect_sm90 < 0 && sm90))
+        fail_msg("%s: the plan %s the sm90 kernel", c->desc, sm90 ? "runs" : "does not run");
     CINFER_TEST_OK(run_op(op, c, &t));
     CINFER_TEST_SYNC(stream);
     /* The workspace is exactly what workspace_size reported: nothing past it is written. */
@@ -790,6 +794,79 @@ static void randomized_grid(void **state) {
  * unsplit grid far below one wave of an H200) and compares with the reference like every other
  * case: poisoned out/lse/workspace, canaries around each (the workspace's too), NaN scan.
  */
+/*
+ * The sm90 kernel (kernels/prefill_sm90.cuh; sm_90a only), which batches of long queries at D =
+ * 128 with 16-bit K/V take as their largest tile: ragged and paged (pages of 8..256 rows, whole
+ * boxes or parts of a page; NHD, HND, combined; pages of 17 rows keep the sm80 kernels), GQA groups
+ * packed by 2, 4 and 8 or none, both masks, fp16, qo_len > kv_len, empty requests, a plan that
+ * starts past row 0, split-KV (few rows over a long KV), and a short batch that keeps a smaller
+ * sm80 tile. Every K/V row or slot no request owns holds NaN (the kernel zeroes V rows past a
+ * request before P V).
+ */
+static void sm90_kernel(void **state) {
+    (void)state;
+    if (strcmp(ctx->arch, "sm_90a") != 0) {
+        printf("sm90_kernel: the device is %s, not sm_90a; skipped\n", ctx->arch);
+        return;
+    }
+    static const struct {
+        int paged, page_size, layout_hnd, combined, hq, hk, causal, f16;
+    } shapes[] = {
+        {0, 0, 0, 0, 32, 8, 1, 0},    {0, 0, 1, 0, 32, 8, 0, 1},   {1, 16, 0, 0, 32, 8, 1, 0},
+        {1, 8, 1, 1, 16, 8, 1, 0},    {1, 32, 0, 1, 32, 4, 0, 0},  {1, 64, 1, 0, 32, 8, 1, 1},
+        {1, 128, 0, 0, 16, 16, 1, 0}, {1, 256, 0, 1, 32, 8, 0, 0}, {1, 256, 1, 0, 32, 8, 1, 0},
+        {0, 0, 0, 0, 16, 16, 1, 0},   {1, 17, 0, 0, 32, 8, 1, 0},
+    };
+    static const int qo[] = {400, 0, 200, 129, 300, 64}, kv[] = {500, 50, 200, 900, 300, 0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char desc[160];
+        bp_case c = base_case("");
+        c.batch = 6;
+        c.qo_lens = qo;
+        c.kv_lens = kv;
+        c.paged = shapes[i].paged;
+        c.page_size = shapes[i].paged ? shapes[i].page_size : 16;
+        c.layout = shapes[i].layout_hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.combined = shapes[i].combined;
+        c.hq = shapes[i].hq;
+        c.hk = shapes[i].hk;
+        c.causal = shapes[i].causal;
+        c.dtype = shapes[i].f16 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.lse = i % 3 != 1;
+        c.high_pages = i % 2;
+        c.expect_sm90 = shapes[i].paged && shapes[i].page_size == 17 ? -1 : 1;
+        snprintf(desc, sizeof desc, "sm90: %s page %d %s%s heads %d/%d causal %d %s",
+                 c.paged ? "paged" : "ragged", c.page_size, shapes[i].layout_hnd ? "HND" : "NHD",
+                 c.combined ? " combined" : "", c.hq, c.hk, c.causal, cinfer__dtype_name(c.dtype));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1500 + i);
+    }
+    /* Split-KV on the sm90 kernel: long prompts' last chunks (100-150 rows over 5k-6k). */
+    {
+        static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
+        for (int paged = 0; paged < 2; paged++) {
+            bp_case c = base_case(paged ? "sm90: split-KV, paged" : "sm90: split-KV, ragged");
+            c.batch = 2;
+            c.qo_lens = qo_s;
+            c.kv_lens = kv_s;
+            c.hq = 8;
+            c.hk = 8;
+            c.paged = paged;
+            c.page_size = 32;
+            c.causal = paged;
+            c.expect_sm90 = 1;
+            c.expect_split = 1;
+            run_case(&c, cinfer_test_seed() + 1520 + (uint64_t)paged);
+        }
+    }
+    /* A batch of short queries keeps the sm80 kernel of a smaller tile. */
+    bp_case c = base_case("sm90: short queries keep the sm80 tiles");
+    c.batch = 16;
+    c.max_qo = 4;
+    c.expect_sm90 = -1;
+    run_case(&c, cinfer_test_seed() + 1530);
+}
+
 static void split_kv(void **state) {
     (void)state;
     /* qo_len 1..64 over 4k-16k positions, ragged and paged (odd page size), causal or not. */
@@ -1538,6 +1615,7 @@ int main(void) {
         cmocka_unit_test_teardown(masks_and_edges, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(wide_warp_tiles, teardown_default_tiles),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_kernel, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),

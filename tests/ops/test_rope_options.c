@@ -157,7 +157,7 @@ static void prefill_specs_carry_rope(void **state) {
         int n = 0;
         assert_int_equal(cinfer__batch_prefill_aot_specs(
                              &o, paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED, 0,
-                             227 * 1024, specs, &n),
+                             "sm_90a", 227 * 1024, specs, &n),
                          CINFER_STATUS_SUCCESS);
         assert_true(n >= 2);
         for (int i = 0; i < n; i++)

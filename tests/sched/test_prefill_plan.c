@@ -1413,6 +1413,62 @@ static void workspace_size_is_the_layout(void **state) {
     }
 }
 
+/* On sm_90a the sm90 kernel replaces the 128-row sm80 tile as the largest candidate (no turn-taking
+ * tiles then) for default attention at D = 128 over a ragged K/V or pages of a power of two
+ * of 8..256 rows; other page sizes, soft cap and other head dims keep the sm80 tiles. */
+static void sm90_tile_on_sm90a(void **state) {
+    (void)state;
+    cinfer_context_t ctx = fake_context();
+    snprintf(ctx.arch, sizeof ctx.arch, "sm_90a");
+    cinfer_attention_options_t o = good_options();
+    cinfer__spec_t specs[CINFER__BATCH_PREFILL_MAX_SPECS];
+    int n = 0;
+    static const struct {
+        cinfer_kv_storage_t storage;
+        int page_size;
+        float soft_cap;
+        int head_dim, sm90;
+    } cases[] = {
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1}, {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 128, 1},
+        {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 128, 1},   {CINFER_KV_STORAGE_PAGED, 256, 0.0f, 128, 1},
+        {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0},   {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 0}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cinfer_attention_options_t x = o;
+        x.page_size = cases[i].page_size;
+        x.logits_soft_cap = cases[i].soft_cap;
+        x.head_dim = cases[i].head_dim;
+        assert_int_equal(
+            cinfer__batch_prefill_kernel_specs(&ctx, &x, cases[i].storage, 1, 4096, specs, &n),
+            CINFER_STATUS_SUCCESS);
+        int sm90 = 0;
+        for (int k = 0; k < n; k++) {
+            assert_int_equal(cinfer__spec_validate(&specs[k]), CINFER_STATUS_SUCCESS);
+            sm90 += specs[k].backend == CINFER__BACKEND_SM90;
+        }
+        if (sm90 != cases[i].sm90)
+            fail_msg("case %zu: %d sm90 specs, expected %d", i, sm90, cases[i].sm90);
+        if (cases[i].sm90) {
+            /* 32, 64 and the sm90 128-row tile, then the merge kernel */
+            assert_int_equal(n, 4);
+            assert_int_equal(specs[2].tile_q, 128);
+            assert_int_equal(specs[2].tile_kv, 128);
+            assert_int_equal(specs[2].gqa_pack, 4);
+            assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
+        }
+    }
+    /* A group forced past the tiles' divisors keeps the sm80 tile. */
+    o.num_qo_heads = 40;
+    cinfer__batch_prefill_test_pack(1);
+    assert_int_equal(
+        cinfer__batch_prefill_kernel_specs(&ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 4096, specs, &n),
+        CINFER_STATUS_SUCCESS);
+    cinfer__batch_prefill_test_pack(0);
+    for (int k = 0; k < n; k++)
+        assert_int_equal(specs[k].backend == CINFER__BACKEND_SM90, 0);
+}
+
 /* GQA packing is decided at create, from the heads and the tiles: G = Hq / Hk >= 2 dividing every
  * candidate tile packs; other G only under the test switch, and never past the smallest tile. */
 static void packing_is_decided_at_create(void **state) {
@@ -1599,6 +1655,7 @@ int main(void) {
         cmocka_unit_test(packing_never_costs_more),
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(workspace_size_is_the_layout),
+        cmocka_unit_test(sm90_tile_on_sm90a),
         cmocka_unit_test(packing_is_decided_at_create),
         cmocka_unit_test(options_rejected_naming_the_field),
         cmocka_unit_test(public_functions_reject_null_handles),
