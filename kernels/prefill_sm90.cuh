@@ -69,6 +69,15 @@
 #if D != 128 || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
 #error "the sm90 prefill kernel takes D = 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
 #endif
+#if VARIANT_QUERY_TRANSFORM || VARIANT_LOGITS_TRANSFORM || VARIANT_OUTPUT_TRANSFORM ||             \
+    VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX || CINFER_POS
+#error "the sm90 prefill kernel takes variants of ALiBi slopes and state inits only"
+#endif
+
+/* Logits computed element by element before the softmax (prepare_logits): with a soft cap or a
+ * variant's ALiBi slope; else the softmax folds the scale in and only tiles at a mask's edge are
+ * masked (mask_tile). */
+#define PREPARE (CINFER_SOFTCAP || VARIANT_ALIBI_SLOPE)
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
@@ -82,9 +91,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-/* S of KV tile kv0 with -inf where a position is at or past kv_len or (causal) past the position
- * of the lane's row: pos[0] for its first row, pos[1] for its second (8 rows on). */
-__device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, const int *pos, int lane) {
+/* S of KV tile kv0 with -inf where a position is at or past kv_len, (causal) past the position of
+ * the lane's row (pos[0] for its first row, pos[1] for its second, 8 rows on), or (window) before
+ * that position less window_left. */
+__device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int window_left,
+                                          const int *pos, int lane) {
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -94,9 +105,52 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, const i
 #if CAUSAL
             drop = drop || col > pos[e >> 1];
 #endif
+#if CINFER_WINDOW
+            drop = drop || col < pos[e >> 1] - window_left;
+#endif
             if (drop)
                 s[4 * j + e] = -CINFER_INF;
         }
+}
+
+/* The per-row context of prepare_logits: the positions of the lane's rows and their ALiBi slopes
+ * (base 2). */
+typedef struct row_ctx {
+    int pos[2];
+    float slope2[2];
+} row_ctx;
+
+/* S of KV tile kv0 as base-2 logits, element by element: q . k times qs (soft cap: cap2 tanh of
+ * it, qs = q_scale 2 log2(e)), plus the ALiBi bias slope2 (j - pos), or -inf where the position is
+ * at or past kv_len, past the row's (causal) or before its window. */
+__device__ __forceinline__ void prepare_logits(float *s, int kv0, const cinfer_prefill_params &p,
+                                               const row_ctx &r, float qs, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 8 * j + 2 * (lane % 4) + e, col = kv0 + c;
+                float x = s[4 * j + 2 * h + e];
+#if CINFER_SOFTCAP
+                x = cinfer_soft_cap_log2(x * qs, p.soft_cap_log2);
+#else
+                x *= qs;
+#endif
+#if VARIANT_ALIBI_SLOPE
+                x = fmaf(r.slope2[h], (float)(col - r.pos[h]), x);
+#endif
+                bool drop = col >= p.kv_len;
+#if CAUSAL
+                drop = drop || col > r.pos[h];
+#endif
+#if CINFER_WINDOW
+                drop = drop || col < r.pos[h] - p.window_left;
+#endif
+                s[4 * j + 2 * h + e] = drop ? -CINFER_INF : x;
+            }
+    }
 }
 
 /* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(s scale - m)):
@@ -200,6 +254,23 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 #endif
 }
 
+/* The logits of KV tile t in S, ready for the softmax (in the consumer's scope). */
+#if PREPARE
+#define MASK_OR_PREPARE(t) prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane)
+#elif CINFER_WINDOW
+#define MASK_OR_PREPARE(t)                                                                         \
+    do {                                                                                           \
+        if ((t) >= mask_from || (t)*TILE_KV < window_until)                                        \
+            mask_tile(s, (t)*TILE_KV, p.kv_len, p.window_left, pos, lane);                         \
+    } while (0)
+#else
+#define MASK_OR_PREPARE(t)                                                                         \
+    do {                                                                                           \
+        if ((t) >= mask_from)                                                                      \
+            mask_tile(s, (t)*TILE_KV, p.kv_len, 0, pos, lane);                                     \
+    } while (0)
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
@@ -255,9 +326,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CAUSAL
     kv_end = CINFER_MIN(kv_end, q0 + q_span + delta);
 #endif
+#if CINFER_WINDOW
+    kv_begin = CINFER_MAX(0, q0 + delta - p.window_left);
+#endif
 #if CINFER_BATCH
     /* A split tile visits only its chunk, whose edges are KV-tile edges (prefill_params.h). */
-    kv_begin = w.chunk_begin;
+    kv_begin = CINFER_MAX(kv_begin, w.chunk_begin);
     kv_end = CINFER_MIN(kv_end, w.chunk_end);
 #endif
     const int tile_begin = kv_begin / TILE_KV;
@@ -332,20 +406,69 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         /* The positions of the lane's two rows' tokens. */
         const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
         const unsigned s_q_rows = s_q + wg * 64 * 128;
-        const float scale = p.q_scale;
         float o[64], s[64], alpha[2];
         unsigned pa[TILE_KV / 16][4];
         float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < 64; i++)
             o[i] = 0.0f;
-            /* Tiles that need the element mask: from the first one holding a position past the
-             * warpgroup's first row (causal), and the one holding kv_len. */
+#if CINFER_BATCH
+        const int batch_idx = w.request;
+#else
+        const int batch_idx = 0;
+#endif
+#if VARIANT_STATE_INIT
+        /* The variant's initial state (e.g. a sink logit) of each existing row; the row sums are
+         * per lane until the end, so one lane of the quad holds its denominator. A split tile's
+         * rows take it in their first chunk only (the merge adds the chunks' denominators). */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h;
+#if CINFER_BATCH
+            if (row < q_rows && w.chunk == 0) {
+#else
+            if (row < q_rows) {
+#endif
+                float mi = -CINFER_INF, di = 0.0f;
+                variant_state_init(&vp, batch_idx, pos[h], head + row % PACK, &mi, &di);
+                m[h] = mi;
+                l[h] = lane % 4 == 0 ? di : 0.0f;
+            }
+        }
+#endif
+#if PREPARE
+        /* Logits go through prepare_logits on every tile; the softmax takes them as they are. */
+        row_ctx rc;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            rc.pos[h] = pos[h];
+            rc.slope2[h] = VARIANT_ALIBI_SLOPE
+                               ? variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
+                                     CINFER_LOG2E
+                               : 0.0f;
+        }
+#if CINFER_SOFTCAP
+        const float qs = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
+#elif CINFER_VARIANT_LOGITS
+        const float qs = p.q_scale * CINFER_LOG2E; /* the host's q_scale is natural-log here */
+#else
+    const float qs = p.q_scale;
+#endif
+        const float scale = 1.0f;
+#else
+        const float scale = p.q_scale;
+        /* Tiles that need the element mask: from the first one holding a position past the
+         * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
+         * position before its last row's window. */
 #if CAUSAL
         const int first_pos = q0 + (wg * 64) / PACK + delta;
         const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
 #else
         const int mask_from = p.kv_len / TILE_KV;
+#endif
+#if CINFER_WINDOW
+        const int window_until = q0 + (wg * 64 + 63) / PACK + delta - p.window_left;
+#endif
 #endif
 
         if (num_tiles > 0) {
@@ -364,8 +487,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin(s);
-            if (tile_begin >= mask_from)
-                mask_tile(s, tile_begin * TILE_KV, p.kv_len, pos, lane);
+            MASK_OR_PREPARE(tile_begin);
             softmax_tile(s, m, l, alpha, scale);
             pack_p(s, pa);
 
@@ -385,8 +507,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                 CINFER_WGMMA_WAIT(1);
                 cinfer_wgmma_pin(s);
-                if (t >= mask_from)
-                    mask_tile(s, t * TILE_KV, p.kv_len, pos, lane);
+                MASK_OR_PREPARE(t);
                 softmax_tile(s, m, l, alpha, scale);
                 /* The softmax before the wait below, not sunk past it by the compiler. */
                 cinfer_wgmma_pin(s);

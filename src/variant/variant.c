@@ -298,6 +298,10 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
         defines(source, "VARIANT_LOGITS_MASK_ROW", "1") ||
         defines(source, "VARIANT_ALIBI_SLOPE", "1"))
         v->hooks |= CINFER__VARIANT_LOGITS;
+    if (!strstr(source, "VARIANT_LOGITS_TRANSFORM") && !strstr(source, "VARIANT_QUERY_TRANSFORM") &&
+        !strstr(source, "VARIANT_OUTPUT_TRANSFORM") && !strstr(source, "VARIANT_USE_SOFTMAX") &&
+        !strstr(source, "VARIANT_LOGITS_MASK"))
+        v->hooks |= CINFER__VARIANT_SM90;
     XXH3_state_t *h = XXH3_createState();
     if (!h) {
         free(v->source);

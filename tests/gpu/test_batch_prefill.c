@@ -859,6 +859,31 @@ static void sm90_kernel(void **state) {
             run_case(&c, cinfer_test_seed() + 1520 + (uint64_t)paged);
         }
     }
+    /* Soft cap, window, and the variants the kernel takes (ALiBi with slopes and with the
+     * paper's, sinks), paged and ragged; a custom mask keeps the sm80 kernels. */
+    static const tv_kind kinds[] = {TV_NONE, TV_NONE, TV_ALIBI, TV_ALIBI_DEFAULT, TV_SINKS};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char desc[128];
+        bp_case c = base_case("");
+        c.batch = 6;
+        c.qo_lens = qo;
+        c.kv_lens = kv;
+        c.paged = (int)(k % 2);
+        c.causal = k != 2;
+        c.soft_cap = k == 0 ? 30.0f : 0.0f;
+        c.window_left = k == 1 ? 150 : -1;
+        c.expect_sm90 = 1;
+        snprintf(desc, sizeof desc, "sm90: %s cap %g window %d variant %s",
+                 c.paged ? "paged" : "ragged", (double)c.soft_cap, c.window_left,
+                 tv_name(kinds[k]));
+        c.desc = desc;
+        if (kinds[k] == TV_NONE) {
+            run_case(&c, cinfer_test_seed() + 1540 + k);
+        } else {
+            c.lse = tv_has_lse(kinds[k]);
+            run_variant_case(&c, kinds[k], cinfer_test_seed() + 1540 + k);
+        }
+    }
     /* A batch of short queries keeps the sm80 kernel of a smaller tile. */
     bp_case c = base_case("sm90: short queries keep the sm80 tiles");
     c.batch = 16;

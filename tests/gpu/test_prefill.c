@@ -633,8 +633,9 @@ static void all_tile_configs(void **state) {
  * default, 3 stages; 2 stages; one consumer warpgroup of 64 rows), both masks: lengths around its
  * 128-row tiles (one row, one tile, one past, qo_len > kv_len where the first rows keep nothing, an
  * empty KV, a short query over a long KV and the reverse), fp16 and bf16, NHD and HND, a packed QKV
- * (q, k, v strided slices), a strided out, GQA groups, scales, and with and without LSE. Its choice
- * by default (a grid of a wave or more) is covered by llama_heads and the randomized grid.
+ * (q, k, v strided slices), a strided out, GQA groups, scales, and with and without LSE; then soft
+ * cap, sliding window and the variants it takes (ALiBi, sinks). Its choice by default
+ * (a grid of a wave or more) is covered by llama_heads and the randomized grid.
  */
 static void sm90_tiles(void **state) {
     (void)state;
@@ -679,6 +680,49 @@ static void sm90_tiles(void **state) {
                      c.packed ? " packed" : "", c.strided_out ? " strided out" : "");
             c.desc = desc;
             run_case(&c, cinfer_test_seed() + 1300 + (uint64_t)n++);
+        }
+    /* What it computes besides default attention: soft cap, sliding window (alone and with a soft
+     * cap), and the variants of ALiBi slopes and state inits (ALiBi with a slopes tensor and with
+     * the paper's slopes, sinks), on both masks, lengths off the tiles, GQA. */
+    static const int vlens[][2] = {{777, 1111}, {300, 129}, {600, 300}, {1000, 1000}};
+    for (int f = 0; f < 6; f++)
+        for (size_t i = 0; i < sizeof vlens / sizeof vlens[0]; i++) {
+            char desc[160];
+            prefill_case c = base_case("");
+            c.qo_len = vlens[i][0];
+            c.kv_len = vlens[i][1];
+            c.causal = (int)((i + (size_t)f) % 2);
+            c.tiles = &tiles[i == 3 ? 1 : 0];
+            c.hq = 8;
+            c.hk = 2;
+            c.dtype = i == 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+            switch (f) {
+            case 0:
+                c.soft_cap = 30.0f;
+                break;
+            case 1:
+                c.window_left = i == 0 ? 300 : 100;
+                break;
+            case 2:
+                c.window_left = 200;
+                c.soft_cap = 5.0f;
+                break;
+            case 3:
+                c.variant = TV_ALIBI;
+                break;
+            case 4:
+                c.variant = TV_ALIBI_DEFAULT;
+                break;
+            default:
+                c.variant = TV_SINKS;
+                break;
+            }
+            c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);
+            snprintf(desc, sizeof desc, "sm90 s%d: qo %d kv %d causal %d: cap %g window %d %s %s",
+                     c.tiles->stages, c.qo_len, c.kv_len, c.causal, (double)c.soft_cap,
+                     c.window_left, cinfer__dtype_name(c.dtype), tv_name(c.variant));
+            c.desc = desc;
+            run_case(&c, cinfer_test_seed() + 1400 + (uint64_t)n++);
         }
 }
 

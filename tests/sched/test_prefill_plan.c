@@ -1432,7 +1432,7 @@ static void sm90_tile_on_sm90a(void **state) {
         {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1}, {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 128, 1},
         {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 128, 1},   {CINFER_KV_STORAGE_PAGED, 256, 0.0f, 128, 1},
         {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0},   {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0},
-        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 0}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cinfer_attention_options_t x = o;
@@ -1457,6 +1457,33 @@ static void sm90_tile_on_sm90a(void **state) {
             assert_int_equal(specs[2].gqa_pack, 4);
             assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
         }
+    }
+    /* Variants: ALiBi and sinks take it; a custom mask, sigmoid (no softmax) and dump_logits (a
+     * logits transform) keep the sm80 tiles. */
+    static const struct {
+        const char *name;
+        float soft_cap;
+        int sm90;
+    } variants[] = {{"alibi", 0.0f, 1},
+                    {"sinks", 0.0f, 1},
+                    {"custom_mask", 0.0f, 0},
+                    {"sigmoid", 0.0f, 0},
+                    {"dump_logits", 0.0f, 0}};
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        cinfer_attention_options_t x = o;
+        x.variant = cinfer_variant_builtin(variants[i].name);
+        assert_non_null(x.variant);
+        x.logits_soft_cap = variants[i].soft_cap;
+        if (cinfer__batch_prefill_kernel_specs(&ctx, &x, CINFER_KV_STORAGE_RAGGED, 1, 4096, specs,
+                                               &n) != CINFER_STATUS_SUCCESS)
+            fail_msg("variant %s, soft cap %g: %s", variants[i].name, (double)variants[i].soft_cap,
+                     cinfer_last_error());
+        int sm90 = 0;
+        for (int k = 0; k < n; k++)
+            sm90 += specs[k].backend == CINFER__BACKEND_SM90;
+        if (sm90 != variants[i].sm90)
+            fail_msg("variant %s, soft cap %g: %d sm90 specs, expected %d", variants[i].name,
+                     (double)variants[i].soft_cap, sm90, variants[i].sm90);
     }
     /* A group forced past the tiles' divisors keeps the sm80 tile. */
     o.num_qo_heads = 40;
