@@ -97,6 +97,7 @@
 #include "mma.cuh"
 #include "pos_rope.cuh"
 #include "prefill_params.h"
+#include "prefill_tiles.cuh"
 #include "soft_cap.cuh"
 #include "variant.cuh"
 
@@ -890,22 +891,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
      * (CINFER_PREFILL_MAX_LEN), so positions and their differences fit an int. */
     const int delta = p.kv_len - p.qo_len;
 
-    /* The KV positions some row of the tile keeps, widened to whole KV tiles. */
-    int kv_end = p.kv_len;
-#if CAUSAL
-    kv_end = CINFER_MIN(kv_end, q0 + q_span + delta);
-#endif
-    int kv_begin = 0;
-#if CINFER_WINDOW
-    kv_begin = CINFER_MAX(0, q0 + delta - p.window_left);
-#endif
+    /* The KV tiles some row of the tile keeps (a split item: of its chunk). */
+    int tile_begin;
 #if CINFER_BATCH
-    /* A split tile visits only its chunk, whose edges are KV-tile edges (prefill_params.h). */
-    kv_begin = CINFER_MAX(kv_begin, w.chunk_begin);
-    kv_end = CINFER_MIN(kv_end, w.chunk_end);
+    const int num_tiles =
+        cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len, p.window_left, w.chunk_begin,
+                                w.chunk_end, &tile_begin);
+#else
+    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len,
+                                                  p.window_left, 0, 0, &tile_begin);
 #endif
-    const int tile_begin = kv_begin / TILE_KV;
-    const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
 
     const cinfer_half_bits *q_base = (const cinfer_half_bits *)p.q + (long long)head * p.q_stride_h;
     const kv_elem *k_base = (const kv_elem *)p.k + (long long)kv_head * p.k_stride_h;

@@ -322,20 +322,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int q_rows = q_span * PACK;
     /* Token i's absolute position is i + delta; lengths are below 2^30, so this fits an int. */
     const int delta = p.kv_len - p.qo_len;
-    int kv_end = p.kv_len, kv_begin = 0;
-#if CAUSAL
-    kv_end = CINFER_MIN(kv_end, q0 + q_span + delta);
-#endif
-#if CINFER_WINDOW
-    kv_begin = CINFER_MAX(0, q0 + delta - p.window_left);
-#endif
+    /* The KV tiles some row of the tile keeps (a split item: of its chunk). */
+    int tile_begin;
 #if CINFER_BATCH
-    /* A split tile visits only its chunk, whose edges are KV-tile edges (prefill_params.h). */
-    kv_begin = CINFER_MAX(kv_begin, w.chunk_begin);
-    kv_end = CINFER_MIN(kv_end, w.chunk_end);
+    const int num_tiles =
+        cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len, p.window_left, w.chunk_begin,
+                                w.chunk_end, &tile_begin);
+#else
+    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len,
+                                                  p.window_left, 0, 0, &tile_begin);
 #endif
-    const int tile_begin = kv_begin / TILE_KV;
-    const int num_tiles = kv_end > kv_begin ? CINFER_CEIL_DIV(kv_end, TILE_KV) - tile_begin : 0;
 
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; st++) {
