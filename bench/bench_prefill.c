@@ -41,8 +41,8 @@
  *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
- * non-causal and causal with soft cap 30 (the default's choice should be the fastest; the sm90
- * kernel has no soft cap yet). --tile (repeatable) times only the given tiles that way (",sm90":
+ * non-causal and causal with soft cap 30 (the default's choice should be the fastest). --tile
+ * (repeatable) times only the given tiles that way (",sm90":
  * the sm90 kernel's), and nothing else. --batch-only skips the single prefill tables (the
  * plain, variant and fp8 ones). Prints Markdown tables.
  */
