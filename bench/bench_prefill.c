@@ -42,9 +42,9 @@
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
  * non-causal and causal with soft cap 30 (the default's choice should be the fastest). --tile
- * (repeatable) times only the given tiles that way (",sm90":
- * the sm90 kernel's), and nothing else. --batch-only skips the single prefill tables (the
- * plain, variant and fp8 ones). Prints Markdown tables.
+ * (repeatable) times only the given tiles that way (",sm90": the sm90 kernel's), and nothing
+ * else. --batch-only skips the single prefill tables (the plain, variant and fp8 ones). Prints
+ * Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
