@@ -4,8 +4,9 @@
  * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid, the work list of
  * batch kernels (split-KV partial states, GQA packing) and what is computed are the same
  * (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through: 16-bit q =
- * K/V = out, D = 128, no mask or causal, default attention; single prefill, or batch over a ragged
- * K/V or a paged cache whose pages hold a power of two of 8..256 rows.
+ * K/V = out, D = 128, no mask or causal, soft cap, sliding window, default attention or a variant
+ * of ALiBi slopes and state inits (no RoPE); single prefill, or batch over a ragged K/V or a paged
+ * cache whose pages hold a power of two of 8..256 rows (the host checks the page size).
  *
  * One CTA computes TILE_Q = 64 x CONSUMERS query rows of one query head. Its warps:
  *   consumers  CONSUMERS warpgroups (warps 0..4 CONSUMERS - 1), 64 rows each;
@@ -23,10 +24,13 @@
  *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
  *                   transposed from shared memory (its rows are K of this product);
- *   softmax of S_t  while O's product runs: base-2 logits (q_scale includes log2(e)), the running
- *                   row maximum over the quad's lanes, P_t = exp2(s - m) in place, row sums per
- *                   lane; then O is rescaled once its product landed, and P_t packed to 16-bit A
- *                   registers for the next iteration.
+ *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap or ALiBi slope first
+ *                   makes them element by element), the running row maximum over the quad's
+ *                   lanes, P_t = exp2(s - m) in place, row sums per lane; then O is rescaled once
+ *                   its product landed, and P_t packed to 16-bit A registers for the next
+ *                   iteration. The source waits for P V after the softmax, but ptxas (NVRTC 13.0)
+ *                   schedules that wait before the exp2s, so a group's softmax does not overlap
+ *                   its own P V (FlashAttention-3's intra-warpgroup overlap is not had).
  * With two consumer warpgroups, they take turns to issue their tensor-core work (named barriers 1
  * and 2), so that one's softmax runs while the other's products do (FlashAttention-3's ping-pong).
  *
@@ -38,8 +42,8 @@
  *
  * Shared memory (dynamic, aligned up to 1024 bytes for the swizzle): the Q tile as D / 64 blocks of
  * TILE_Q rows x 128 bytes, then STAGES stages of K and V, each D / 64 blocks of TILE_KV rows x 128
- * bytes (kernels/wgmma.cuh gives the layout). D = 128, TILE_Q = 128, TILE_KV = 128, 2 stages:
- * 160 KiB + 1 KiB.
+ * bytes (kernels/wgmma.cuh gives the layout). D = 128, TILE_Q = 128, TILE_KV = 128, 3 stages (the
+ * default): 224 KiB + 1 KiB, one CTA per SM.
  */
 #include "wgmma.cuh"
 
@@ -505,7 +509,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 cinfer_wgmma_pin(s);
                 MASK_OR_PREPARE(t);
                 softmax_tile(s, m, l, alpha, scale);
-                /* The softmax before the wait below, not sunk past it by the compiler. */
+                /* The softmax's results are tied before the wait below (ptxas still schedules the
+                 * wait before the exp2s; see the top). */
                 cinfer_wgmma_pin(s);
                 CINFER_WGMMA_WAIT(0);
                 cinfer_wgmma_pin(o);
