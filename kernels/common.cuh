@@ -40,6 +40,13 @@ __device__ __forceinline__ void cinfer_bar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+/* 2^x with the MUFU unit (flush to zero); 2^-inf = +0. The softmax's exponential in prefill. */
+__device__ __forceinline__ float cinfer_fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 #include "dtype.cuh"
 
 #endif

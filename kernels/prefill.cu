@@ -301,13 +301,6 @@ __device__ __forceinline__ bool tile_crosses_edge(const cinfer_prefill_params &p
     return edge;
 }
 
-/* 2^x with the MUFU unit; 2^-inf = +0. */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* threadIdx.x, read where it is used (cinfer_opaque_u32): what the kernel derives from it there
  * (rows, columns) is computed on the spot instead of held in registers through the tile loop. */
 __device__ __forceinline__ int thread_index(void) {
@@ -1491,7 +1484,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                             for (int e = 2 * h; e < 2 * h + 2; e++) {
-                                s[mq][n][e] = fast_exp2(fmaf(s[mq][n][e], scale, -m[mq][h]));
+                                s[mq][n][e] = cinfer_fast_exp2(fmaf(s[mq][n][e], scale, -m[mq][h]));
                                 sum += s[mq][n][e];
                             }
                         d[mq][h] += sum;
@@ -1512,14 +1505,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                     /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
                     const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
-                    alpha[mq][h] = fast_exp2(m[mq][h] - m_use);
+                    alpha[mq][h] = cinfer_fast_exp2(m[mq][h] - m_use);
                     m[mq][h] = m_new;
                     float sum = 0.0f;
 #pragma unroll
                     for (int n = 0; n < S_TILES; n++) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; e++) {
-                            s[mq][n][e] = fast_exp2(fmaf(s[mq][n][e], scale, -m_use));
+                            s[mq][n][e] = cinfer_fast_exp2(fmaf(s[mq][n][e], scale, -m_use));
                             sum += s[mq][n][e];
                         }
                     }

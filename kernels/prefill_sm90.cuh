@@ -89,12 +89,6 @@
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* S of KV tile kv0 with -inf where a position is at or past kv_len, (causal) past the position of
  * the lane's row (pos[0] for its first row, pos[1] for its second, 8 rows on), or (window) before
  * that position less window_left. */
@@ -173,14 +167,14 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
         const float m_new = fmaxf(m[h], mx * scale);
         /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
         const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
-        alpha[h] = fast_exp2(m[h] - m_use);
+        alpha[h] = cinfer_fast_exp2(m[h] - m_use);
         m[h] = m_new;
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float v = fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, -m_use));
+                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, -m_use));
                 s[4 * j + 2 * h + e] = v;
                 sum += v;
             }
