@@ -1390,11 +1390,12 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
  * The sm90 kernel's tensor maps for a run: q as (D, rows, heads), or packed as (D, heads, rows)
  * with boxes of the G heads of 128 / G tokens (kernels/prefill_sm90.cuh); K and V ragged as (D,
  * rows, heads), paged as (D, page rows, heads, pages) with boxes of one page (or 128 rows of a
- * longer one). p holds the checked K/V addresses and strides; k is the K tensor (its page count).
+ * longer one). p holds the checked paged K/V addresses and strides (k: the K cache, its page
+ * count); a ragged K/V is encoded from k and v themselves.
  */
 static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTensor *q,
-                                 const DLTensor *k, const cinfer_prefill_params *p,
-                                 cinfer_prefill_tma *tma) {
+                                 const DLTensor *k, const DLTensor *v,
+                                 const cinfer_prefill_params *p, cinfer_prefill_tma *tma) {
     const batch_setup_t *s = &op->setup;
     cinfer_context_t *ctx = op->ctx;
     const int64_t D = s->head_dim, Hq = s->cfg.num_qo_heads, Hk = s->cfg.num_kv_heads;
@@ -1420,15 +1421,11 @@ static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTenso
         CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
                                  "encoding v's tensor map"));
     } else {
+        /* as single prefill's (NHD or HND) */
         const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
-        const int64_t rows = k->shape[nhd ? 0 : 1];
-        const int64_t dims[3] = {D, rows, Hk};
-        const uint32_t box[3] = {64, (uint32_t)tile_kv, 1};
-        const int64_t k_strides[2] = {p->k_stride_n, p->k_stride_h};
-        const int64_t v_strides[2] = {p->v_stride_n, p->v_stride_h};
-        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 3, dims, k_strides, box,
+        CINFER__CHECK(encode_tma(ctx, tma->k, k, nhd ? 0 : 1, nhd ? 1 : 0, tile_kv,
                                  "encoding k's tensor map"));
-        CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 3, dims, v_strides, box,
+        CINFER__CHECK(encode_tma(ctx, tma->v, v, nhd ? 0 : 1, nhd ? 1 : 0, tile_kv,
                                  "encoding v's tensor map"));
     }
     return CINFER_STATUS_SUCCESS;
@@ -1494,7 +1491,7 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     void *params[] = {&p, variant_blob, &op->rope};
     cinfer_prefill_tma tma;
     if (s->tiles[tile].sm90) {
-        CINFER__CHECK(batch_tma(op, q, k, &p, &tma));
+        CINFER__CHECK(batch_tma(op, q, k, v, &p, &tma));
         params[2] = &tma;
     }
     CINFER__CU(ctx->cu,
