@@ -73,9 +73,13 @@
 #if D != 128 || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
 #error "the sm90 prefill kernel takes D = 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
 #endif
+/* A mask in its row form (VARIANT_LOGITS_MASK_ROW, e.g. the custom_mask variant): each consumer
+ * lane reads its two rows' bit words of a KV tile from global memory one tile ahead (load_mask),
+ * into registers; there is no room left in shared memory for slots of them. */
+#define MASK_ROWS (VARIANT_LOGITS_MASK_ROW && CINFER_VARIANT_NO_TRANSFORM)
 #if VARIANT_QUERY_TRANSFORM || VARIANT_LOGITS_TRANSFORM || VARIANT_OUTPUT_TRANSFORM ||             \
-    VARIANT_LOGITS_MASK || !VARIANT_USE_SOFTMAX || CINFER_POS
-#error "the sm90 prefill kernel takes variants of ALiBi slopes and state inits only"
+    (VARIANT_LOGITS_MASK && !MASK_ROWS) || !VARIANT_USE_SOFTMAX || CINFER_POS
+#error "the sm90 prefill kernel takes variants of ALiBi slopes, masks in row form and state inits"
 #endif
 
 /* Logits computed element by element before the softmax (prepare_logits): with a soft cap or a
@@ -119,37 +123,93 @@ typedef struct row_ctx {
 } row_ctx;
 
 /* S of KV tile kv0 as base-2 logits, element by element: q . k times qs (soft cap: cap2 tanh of
- * it, qs = q_scale 2 log2(e)), plus the ALiBi bias slope2 (j - pos), or -inf where the position is
- * at or past kv_len, past the row's (causal) or before its window. */
+ * it, qs = q_scale 2 log2(e)), plus the ALiBi bias slope2 (j - pos). The masks are mask_tile's,
+ * on the tiles at an edge only, as for plain attention. The bias of column 8 jj + e of the lane
+ * is slope2 (base + 8 jj + e), base = kv0 + 2 (lane % 4) - pos: one conversion per row and tile,
+ * then an fma with an immediate per logit (the integers are exact in a float below 2^24). */
 __device__ __forceinline__ void prepare_logits(float *s, int kv0, const cinfer_prefill_params &p,
                                                const row_ctx &r, float qs, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
+#if VARIANT_ALIBI_SLOPE
+        const float base = r.slope2[h] * (float)(kv0 + 2 * (lane % 4) - r.pos[h]);
+#endif
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int c = 8 * j + 2 * (lane % 4) + e, col = kv0 + c;
                 float x = s[4 * j + 2 * h + e];
 #if CINFER_SOFTCAP
                 x = cinfer_soft_cap_log2(x * qs, p.soft_cap_log2);
+#if VARIANT_ALIBI_SLOPE
+                x += fmaf(r.slope2[h], (float)(8 * j + e), base);
+#endif
+#elif VARIANT_ALIBI_SLOPE
+                x = fmaf(x, qs, fmaf(r.slope2[h], (float)(8 * j + e), base));
 #else
                 x *= qs;
 #endif
-#if VARIANT_ALIBI_SLOPE
-                x = fmaf(r.slope2[h], (float)(col - r.pos[h]), x);
-#endif
-                bool drop = col >= p.kv_len;
-#if CAUSAL
-                drop = drop || col > r.pos[h];
-#endif
-#if CINFER_WINDOW
-                drop = drop || col < r.pos[h] - p.window_left;
-#endif
-                s[4 * j + 2 * h + e] = drop ? -CINFER_INF : x;
+                s[4 * j + 2 * h + e] = x;
             }
     }
 }
+
+#if MASK_ROWS
+/* The aligned words of a KV tile's mask bits for the lane's two rows: words[h] + kv0 / 32 holds
+ * the bit of position kv0 at bit shift[h] (kv0 is a multiple of TILE_KV, so the shift is the
+ * row's), and the tile's TILE_KV bits span MASK_RAW_WORDS words. Words past the one of the tile's
+ * last position below kv_len are not read (0: those positions are masked as past kv_len). */
+#define MASK_RAW_WORDS (TILE_KV / 32 + 1)
+__device__ __forceinline__ void load_mask(uint32_t (*raw)[MASK_RAW_WORDS],
+                                          const uint32_t *const *words, const int *shift, int kv0,
+                                          int kv_len) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int last = (shift[h] + CINFER_MIN(TILE_KV, kv_len - kv0) - 1) >> 5;
+        const uint32_t *src = words[h] + kv0 / 32;
+#pragma unroll
+        for (int k = 0; k < MASK_RAW_WORDS; k++)
+            raw[h][k] = k <= last ? __ldg(src + k) : 0u;
+    }
+}
+
+/* The next tile's words become the current one's. */
+__device__ __forceinline__ void next_mask_in(uint32_t (*raw)[MASK_RAW_WORDS],
+                                             const uint32_t (*next)[MASK_RAW_WORDS]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int k = 0; k < MASK_RAW_WORDS; k++)
+            raw[h][k] = next[h][k];
+}
+
+/* S with -inf where the mask's bit is clear, unless every bit of every warp's row is set. The
+ * lane's column 8 jj + 2 (lane % 4) + e is bit 8 (jj % 4) + e of the tile's word jj / 4 shifted
+ * right by 2 (lane % 4): a compile-time bit index per logit. */
+__device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_RAW_WORDS],
+                                           const int *shift, int lane) {
+    uint32_t bits[2][TILE_KV / 32], all = ~0u;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int k = 0; k < TILE_KV / 32; k++) {
+            bits[h][k] = __funnelshift_r(raw[h][k], raw[h][k + 1], shift[h]);
+            all &= bits[h][k];
+        }
+    if (__all_sync(0xffffffffu, all == ~0u))
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const uint32_t w = bits[h][j / 4] >> (2 * (lane % 4));
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (!((w >> (8 * (j % 4) + e)) & 1u))
+                    s[4 * j + 2 * h + e] = -CINFER_INF;
+        }
+}
+#endif
 
 /* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(s scale - m)):
  * the new row maxima m (base 2, over the quad's lanes), alpha = 2^(m_old - m_new) for O, and the
@@ -209,27 +269,36 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 
+#if CINFER_PAGED
+/* Rows of a tile copied per box: a page, or a TILE_KV-row part of a longer page. */
+#define PAGE_ROWS(p) ((p).page_size < TILE_KV ? (p).page_size : TILE_KV)
+
+/* The page of the lane's box of KV tile t (boxes of PAGE_ROWS rows, a lane each; at most TILE_KV /
+ * 8 of them), read by the producer warp a tile ahead of its copies; 0 for a lane with no box (or
+ * a tile past the request). */
+__device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, int lane) {
+    const int pos = t * TILE_KV + lane * PAGE_ROWS(p);
+    return pos < CINFER_MIN(p.kv_len, (t + 1) * TILE_KV) ? p.kv_indices[pos >> p.page_shift] : 0;
+}
+#endif
+
 /* The producer warp's copies of KV tile t (positions t TILE_KV ..) into the stage at s_k (V after
  * K), completing on bar, which this call arms with the bytes it copies. rows: the tile's rows that
- * belong to the request (1..TILE_KV). A paged batch kernel copies each page of the tile from the
- * page table, a lane per page (pages holding no row of the request are not copied). */
+ * belong to the request (1..TILE_KV). A paged batch kernel copies each page of the tile, a lane per
+ * page, from page (tile_page: pages holding no row of the request are not copied). */
 __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
                                              const cinfer_prefill_tma &tma, int t, int rows,
                                              int kv_row0, int kv_head, unsigned s_k, unsigned bar,
-                                             int lane) {
+                                             int page, int lane) {
 #if CINFER_PAGED
-    /* Pages of P rows: TILE_KV / P boxes of P rows, or (P > TILE_KV) one of TILE_KV rows. */
-    const int page_rows = p.page_size < TILE_KV ? p.page_size : TILE_KV;
+    const int page_rows = PAGE_ROWS(p);
     const int pages = CINFER_CEIL_DIV(rows, page_rows); /* boxes to copy */
     if (lane == 0)
         cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS * 2));
     __syncwarp();
-    const int pos0 = t * TILE_KV;
-    for (int i = lane; i < pages; i += 32) {
-        const int pos = pos0 + i * page_rows;
-        const int page = p.kv_indices[pos >> p.page_shift];
-        const int in_page = pos & (p.page_size - 1);
-        const unsigned dst = (unsigned)(i * page_rows * 128);
+    if (lane < pages) {
+        const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
+        const unsigned dst = (unsigned)(lane * page_rows * 128);
 #pragma unroll
         for (int b = 0; b < DBLOCKS; b++) {
             cinfer_tma_load_4d(s_k + b * KV_BLOCK_BYTES + dst, tma.k, b * 64, in_page, kv_head,
@@ -239,6 +308,7 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
         }
     }
 #else
+    (void)page;
     if (lane == 0) {
         cinfer_mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
 #pragma unroll
@@ -252,18 +322,32 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 #endif
 }
 
-/* The logits of KV tile t in S, ready for the softmax (in the consumer's scope). */
-#if PREPARE
-#define MASK_OR_PREPARE(t) prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane)
-#elif CINFER_WINDOW
+/* The logits of KV tile t in S, ready for the softmax (in the consumer's scope): made element by
+ * element (PREPARE), then masked on the tiles at an edge. */
+#if PREPARE && MASK_ROWS
+#define PREPARE_TILE(t)                                                                            \
+    do {                                                                                           \
+        prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane);                                           \
+        apply_mask(s, mask_raw, mask_shift, lane);                                                 \
+    } while (0)
+#elif PREPARE
+#define PREPARE_TILE(t) prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane)
+#elif MASK_ROWS
+#define PREPARE_TILE(t) apply_mask(s, mask_raw, mask_shift, lane)
+#else
+#define PREPARE_TILE(t) ((void)0)
+#endif
+#if CINFER_WINDOW
 #define MASK_OR_PREPARE(t)                                                                         \
     do {                                                                                           \
+        PREPARE_TILE(t);                                                                           \
         if ((t) >= mask_from || (t)*TILE_KV < window_until)                                        \
             mask_tile(s, (t)*TILE_KV, p.kv_len, p.window_left, pos, lane);                         \
     } while (0)
 #else
 #define MASK_OR_PREPARE(t)                                                                         \
     do {                                                                                           \
+        PREPARE_TILE(t);                                                                           \
         if ((t) >= mask_from)                                                                      \
             mask_tile(s, (t)*TILE_KV, p.kv_len, 0, pos, lane);                                     \
     } while (0)
@@ -360,6 +444,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                        q_full);
 #endif
             }
+#if CINFER_PAGED
+            int page = tile_page(p, tile_begin, lane);
+#else
+            const int page = 0;
+#endif
             for (int i = 0; i < num_tiles; i++) {
                 const int st = i % STAGES, t = tile_begin + i;
                 if (i >= STAGES)
@@ -371,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const int rows = CINFER_MIN(TILE_KV, p.kv_len - t * TILE_KV);
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
-                    copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, lane);
+                    copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, page, lane);
                     cinfer_mbarrier_wait(fix_bar, 0);
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
@@ -387,7 +476,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     continue;
                 }
 #endif
-                copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, full + 8u * st, lane);
+                copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, full + 8u * st, page, lane);
+#if CINFER_PAGED
+                /* The next tile's pages, read while this warp waits for its stage. */
+                if (i + 1 < num_tiles)
+                    page = tile_page(p, t + 1, lane);
+#endif
             }
         }
     } else {
@@ -449,8 +543,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const float qs = p.q_scale;
 #endif
         const float scale = 1.0f;
+#elif CINFER_VARIANT_LOGITS
+        const float scale = p.q_scale * CINFER_LOG2E; /* a mask's variant: natural-log q_scale */
 #else
         const float scale = p.q_scale;
+#endif
         /* Tiles that need the element mask: from the first one holding a position past the
          * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
          * position before its last row's window. */
@@ -463,9 +560,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CINFER_WINDOW
         const int window_until = q0 + (wg * 64 + 63) / PACK + delta - p.window_left;
 #endif
+#if MASK_ROWS
+        /* Where the mask of each of the lane's rows keeps position 0 (a row past q_rows reads the
+         * last row's: its logits are never stored), and the words of the tile being computed
+         * (mask_raw) and of the next one, loaded a tile ahead (mask_next). */
+        const uint32_t *mask_words[2];
+        int mask_shift[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = CINFER_MIN(row0 + 8 * h, q_rows - 1);
+            int64_t bit;
+            const uint32_t *words = variant_logits_mask_row(&vp, batch_idx, q0 + row / PACK + delta,
+                                                            head + row % PACK, kv_head, &bit);
+            mask_words[h] = words + (bit >> 5);
+            mask_shift[h] = (int)(bit & 31);
+        }
+        uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
+        const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
+#define LOAD_NEXT_MASK(t)                                                                          \
+    load_mask(mask_next, mask_words, mask_shift, CINFER_MIN(((t) + 1) * TILE_KV, last_kv0),        \
+              p.kv_len)
+#define NEXT_MASK_IN() next_mask_in(mask_raw, mask_next)
+#else
+#define LOAD_NEXT_MASK(t) ((void)0)
+#define NEXT_MASK_IN()    ((void)0)
 #endif
 
         if (num_tiles > 0) {
+#if MASK_ROWS
+            load_mask(mask_raw, mask_words, mask_shift, tile_begin * TILE_KV, p.kv_len);
+#endif
             cinfer_mbarrier_wait(q_full, 0);
             /* The first tile: S only. */
             cinfer_mbarrier_wait(full, 0);
@@ -479,11 +603,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (wg == 0 || num_tiles > 1)
                 cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
+            LOAD_NEXT_MASK(tile_begin);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin(s);
             MASK_OR_PREPARE(tile_begin);
             softmax_tile(s, m, l, alpha, scale);
             pack_p(s, pa);
+            NEXT_MASK_IN();
 
             for (int i = 1; i < num_tiles; i++) {
                 const int st = i % STAGES, t = tile_begin + i;
@@ -499,6 +625,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (!(wg == 1 && i == num_tiles - 1))
                     cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
+                LOAD_NEXT_MASK(t);
                 CINFER_WGMMA_WAIT(1);
                 cinfer_wgmma_pin(s);
                 MASK_OR_PREPARE(t);
@@ -514,6 +641,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int r = 0; r < 64; r++)
                     o[r] *= alpha[(r % 4) / 2];
                 pack_p(s, pa);
+                NEXT_MASK_IN();
             }
             /* The last tile's product. */
             cinfer_wgmma_fence();

@@ -438,7 +438,8 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 /*
  * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
  * 16-bit dtype, D = 128, no mask or causal, no RoPE; soft cap and window; default attention or a
- * variant of ALiBi slopes and state inits (CINFER__VARIANT_SM90), not with a soft cap;
+ * variant of ALiBi slopes, masks in row form and state inits (CINFER__VARIANT_SM90), not with a
+ * soft cap;
  * single or batch (ragged or paged; GQA packing by a divisor of tile_q); tile_q 64 or 128 (one or
  * two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at launch), tile_kv 128, 2
  * or 3 stages within 227 KiB. The page sizes it copies are the host's to check (prefill.c).
@@ -477,8 +478,8 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
          (!(spec->variant->hooks & CINFER__VARIANT_SM90) || (spec->flags & CINFER__FLAG_SOFT_CAP))))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s (sm90): pos %d / variant %s: expected no position encoding, and "
-                             "default attention or a variant of ALiBi slopes and state inits "
-                             "only (not with a soft cap)",
+                             "default attention or a variant of ALiBi slopes, masks in row form "
+                             "and state inits only (not with a soft cap)",
                              fam->name, (int)spec->pos,
                              spec->variant ? cinfer_variant_name(spec->variant) : "none");
     if (!((spec->tile_q == 64 && spec->warps == 4) || (spec->tile_q == 128 && spec->warps == 8)) ||

@@ -170,6 +170,14 @@ static bool is_reserved_name(const char *s) {
 /* ---- hooks the host must know ---- */
 
 /* True when a line of the source is "#define NAME VALUE" (spaces allowed around '#'). */
+/* Occurrences of text in source. */
+static int count(const char *source, const char *text) {
+    int n = 0;
+    for (const char *p = strstr(source, text); p; p = strstr(p + 1, text))
+        n++;
+    return n;
+}
+
 static bool defines(const char *source, const char *name, const char *value) {
     const size_t name_len = strlen(name), value_len = strlen(value);
     for (const char *line = source; line && *line;) {
@@ -300,7 +308,9 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
         v->hooks |= CINFER__VARIANT_LOGITS;
     if (!strstr(source, "VARIANT_LOGITS_TRANSFORM") && !strstr(source, "VARIANT_QUERY_TRANSFORM") &&
         !strstr(source, "VARIANT_OUTPUT_TRANSFORM") && !strstr(source, "VARIANT_USE_SOFTMAX") &&
-        !strstr(source, "VARIANT_LOGITS_MASK"))
+        (!strstr(source, "VARIANT_LOGITS_MASK") ||
+         (defines(source, "VARIANT_LOGITS_MASK_ROW", "1") &&
+          count(source, "VARIANT_LOGITS_MASK") == count(source, "VARIANT_LOGITS_MASK_ROW"))))
         v->hooks |= CINFER__VARIANT_SM90;
     XXH3_state_t *h = XXH3_createState();
     if (!h) {

@@ -28,9 +28,10 @@ enum {
      * VARIANT_ALIBI_SLOPE 1 or VARIANT_USE_SOFTMAX 0; the kernel's q_scale then has no log2(e) */
     CINFER__VARIANT_LOGITS = 1u << 2,
     /* the hooks the sm90 prefill kernel has (kernels/prefill_sm90.cuh): the source names none of
-     * VARIANT_LOGITS_TRANSFORM, VARIANT_QUERY_TRANSFORM, VARIANT_OUTPUT_TRANSFORM,
-     * VARIANT_USE_SOFTMAX and VARIANT_LOGITS_MASK* (only ALiBi slopes and state inits); the
-     * kernel's #error stops a source that defines them some other way */
+     * VARIANT_LOGITS_TRANSFORM, VARIANT_QUERY_TRANSFORM, VARIANT_OUTPUT_TRANSFORM and
+     * VARIANT_USE_SOFTMAX, and of the masks only VARIANT_LOGITS_MASK_ROW, defined 1 (ALiBi
+     * slopes, masks in row form and state inits); the kernel's #error stops a source that defines
+     * them some other way */
     CINFER__VARIANT_SM90 = 1u << 3,
 };
 

@@ -860,8 +860,9 @@ static void sm90_kernel(void **state) {
         }
     }
     /* Soft cap, window, and the variants the kernel takes (ALiBi with slopes and with the
-     * paper's, sinks), paged and ragged; a custom mask keeps the sm80 kernels. */
-    static const tv_kind kinds[] = {TV_NONE, TV_NONE, TV_ALIBI, TV_ALIBI_DEFAULT, TV_SINKS};
+     * paper's, sinks, custom masks), paged and ragged. */
+    static const tv_kind kinds[] = {TV_NONE,  TV_NONE, TV_ALIBI, TV_ALIBI_DEFAULT,
+                                    TV_SINKS, TV_MASK, TV_MASK};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char desc[128];
         bp_case c = base_case("");
@@ -869,7 +870,7 @@ static void sm90_kernel(void **state) {
         c.qo_lens = qo;
         c.kv_lens = kv;
         c.paged = (int)(k % 2);
-        c.causal = k != 2;
+        c.causal = k != 2 && k != 6;
         c.soft_cap = k == 0 ? 30.0f : 0.0f;
         c.window_left = k == 1 ? 150 : -1;
         c.expect_sm90 = 1;

@@ -682,10 +682,11 @@ static void sm90_tiles(void **state) {
             run_case(&c, cinfer_test_seed() + 1300 + (uint64_t)n++);
         }
     /* What it computes besides default attention: soft cap, sliding window (alone and with a soft
-     * cap), and the variants of ALiBi slopes and state inits (ALiBi with a slopes tensor and with
-     * the paper's slopes, sinks), on both masks, lengths off the tiles, GQA. */
+     * cap), and the variants of ALiBi slopes, state inits and masks in row form (ALiBi with a
+     * slopes tensor and with the paper's slopes, sinks, custom masks, one with a window), on both
+     * masks, lengths off the tiles, GQA. */
     static const int vlens[][2] = {{777, 1111}, {300, 129}, {600, 300}, {1000, 1000}};
-    for (int f = 0; f < 6; f++)
+    for (int f = 0; f < 7; f++)
         for (size_t i = 0; i < sizeof vlens / sizeof vlens[0]; i++) {
             char desc[160];
             prefill_case c = base_case("");
@@ -713,8 +714,12 @@ static void sm90_tiles(void **state) {
             case 4:
                 c.variant = TV_ALIBI_DEFAULT;
                 break;
-            default:
+            case 5:
                 c.variant = TV_SINKS;
+                break;
+            default:
+                c.variant = TV_MASK;
+                c.window_left = i == 2 ? 200 : -1;
                 break;
             }
             c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);

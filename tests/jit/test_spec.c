@@ -321,9 +321,9 @@ static void rope_specs_render_and_compile(void **state) {
 
 /*
  * The sm90 prefill kernel's specs (kernels/prefill_sm90.cuh): single, batch paged with GQA
- * packing, soft cap with window, and the ALiBi variant render with CINFER_BACKEND 2 and compile
- * for sm_90a without warnings that matter here (NVRTC errors would fail); what the kernel does not
- * take is refused by name before NVRTC runs.
+ * packing, soft cap with window, the ALiBi variant, and a custom mask with a window render with
+ * CINFER_BACKEND 2 and compile for sm_90a without warnings that matter here (NVRTC errors would
+ * fail); what the kernel does not take is refused by name before NVRTC runs.
  */
 static void sm90_prefill_specs(void **state) {
     (void)state;
@@ -336,6 +336,8 @@ static void sm90_prefill_specs(void **state) {
         "tile_q=64,tile_kv=128,warps=4,stages=2",
         "prefill:backend=sm90,dtype=bf16,head_dim=128,mask=causal,variant=alibi,tile_q=128,"
         "tile_kv=128,warps=8,stages=3",
+        "prefill:backend=sm90,dtype=bf16,head_dim=128,batch=1,paged=1,gqa_pack=4,mask=causal,"
+        "flags=window,variant=custom_mask,tile_q=128,tile_kv=128,warps=8,stages=3",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cinfer__spec_t s = parse(good[i]);
@@ -365,9 +367,9 @@ static void sm90_prefill_specs(void **state) {
         {"prefill:backend=sm90,dtype=bf16,head_dim=128,pos=rope,tile_q=128,tile_kv=128,warps=8,"
          "stages=3",
          CINFER_STATUS_UNSUPPORTED, "pos 1"},
-        {"prefill:backend=sm90,dtype=bf16,head_dim=128,variant=custom_mask,tile_q=128,tile_kv=128,"
+        {"prefill:backend=sm90,dtype=bf16,head_dim=128,variant=sigmoid,tile_q=128,tile_kv=128,"
          "warps=8,stages=3",
-         CINFER_STATUS_UNSUPPORTED, "variant custom_mask"},
+         CINFER_STATUS_UNSUPPORTED, "variant sigmoid"},
         {"prefill:backend=sm90,dtype=bf16,head_dim=128,tile_q=256,tile_kv=128,warps=8,stages=3",
          CINFER_STATUS_INVALID_ARGUMENT, "tile_q 256"},
         {"prefill:backend=sm90,dtype=bf16,head_dim=128,tile_q=128,tile_kv=64,warps=8,stages=3",

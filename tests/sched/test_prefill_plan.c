@@ -1458,7 +1458,7 @@ static void sm90_tile_on_sm90a(void **state) {
             assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
         }
     }
-    /* Variants: ALiBi and sinks take it; a custom mask, sigmoid (no softmax) and dump_logits (a
+    /* Variants: ALiBi, sinks and a custom mask take it; sigmoid (no softmax) and dump_logits (a
      * logits transform) keep the sm80 tiles. */
     static const struct {
         const char *name;
@@ -1466,7 +1466,7 @@ static void sm90_tile_on_sm90a(void **state) {
         int sm90;
     } variants[] = {{"alibi", 0.0f, 1},
                     {"sinks", 0.0f, 1},
-                    {"custom_mask", 0.0f, 0},
+                    {"custom_mask", 0.0f, 1},
                     {"sigmoid", 0.0f, 0},
                     {"dump_logits", 0.0f, 0}};
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {

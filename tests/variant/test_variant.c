@@ -440,13 +440,31 @@ static void logit_hooks_compile_with_every_family(void **state) {
         "prefill:backend=sm80,dtype=bf16,head_dim=128,paged=1,batch=1,mask=causal,flags=window,"
         "tile_q=64,tile_kv=64,warps=4,stages=2,gqa_pack=4",
     };
+    /* The sm90 prefill kernel takes the sources of ALiBi slopes and masks in row form alone. */
+    static const bool sm90[] = {false, false, false, true, false, true, true, false, false};
+    static const char *const sm90_families[] = {
+        "prefill:backend=sm90,dtype=bf16,head_dim=128,mask=causal,flags=window,tile_q=128,"
+        "tile_kv=128,warps=8,stages=3",
+        "prefill:backend=sm90,dtype=f16,head_dim=128,paged=1,batch=1,mask=none,tile_q=128,"
+        "tile_kv=128,warps=8,stages=3,gqa_pack=4",
+    };
+    assert_int_equal(sizeof sm90 / sizeof sm90[0], sizeof sources / sizeof sources[0]);
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         cinfer_variant_t *v = NULL;
         assert_int_equal(cinfer_variant_create("logit_hooks", sources[i], NULL, 0, &v),
                          CINFER_STATUS_SUCCESS);
         assert_true(v->hooks & CINFER__VARIANT_LOGITS);
+        if (!(v->hooks & CINFER__VARIANT_SM90) != !sm90[i])
+            fail_msg("source %zu: the sm90 flag is %d, expected %d", i,
+                     !!(v->hooks & CINFER__VARIANT_SM90), sm90[i]);
         for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
             cinfer__spec_t s = parse(families[f]);
+            s.variant = v;
+            s.variant_id = v->id;
+            compile_spec(&s, "sm_90a");
+        }
+        for (size_t f = 0; sm90[i] && f < sizeof sm90_families / sizeof sm90_families[0]; f++) {
+            cinfer__spec_t s = parse(sm90_families[f]);
             s.variant = v;
             s.variant_id = v->id;
             compile_spec(&s, "sm_90a");
