@@ -5,8 +5,9 @@
  * batch kernels (split-KV partial states, GQA packing) and what is computed are the same
  * (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through: 16-bit q =
  * K/V = out, D = 128, no mask or causal, soft cap, sliding window, default attention or a variant
- * of ALiBi slopes and state inits (no RoPE); single prefill, or batch over a ragged K/V or a paged
- * cache whose pages hold a power of two of 8..256 rows (the host checks the page size).
+ * of ALiBi slopes, a mask in row form (custom_mask) and state inits (no RoPE); single prefill, or
+ * batch over a ragged K/V or a paged cache whose pages hold a power of two of 8..256 rows (the
+ * host checks the page size).
  *
  * One CTA computes TILE_Q = 64 x CONSUMERS query rows of one query head. Its warps:
  *   consumers  CONSUMERS warpgroups (warps 0..4 CONSUMERS - 1), 64 rows each;
@@ -25,12 +26,15 @@
  *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
  *                   transposed from shared memory (its rows are K of this product);
  *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap or ALiBi slope first
- *                   makes them element by element), the running row maximum over the quad's
- *                   lanes, P_t = exp2(s - m) in place, row sums per lane; then O is rescaled once
- *                   its product landed, and P_t packed to 16-bit A registers for the next
- *                   iteration. The source waits for P V after the softmax, but ptxas (NVRTC 13.0)
- *                   schedules that wait before the exp2s, so a group's softmax does not overlap
- *                   its own P V (FlashAttention-3's intra-warpgroup overlap is not had).
+ *                   makes them element by element; a custom mask's bits then drop some), the
+ *                   running row maximum over the quad's lanes, P_t = exp2(s - m) in place, row
+ *                   sums per lane; then O is rescaled once its product landed, and P_t packed to
+ *                   16-bit A registers for the next iteration. The source waits for P V after the
+ *                   softmax, but ptxas (NVRTC 13.0) puts a wgmma wait at the top of its basic
+ *                   block (after the edge mask's branch here), so a group's softmax does not
+ *                   overlap its own P V (FlashAttention-3's intra-warpgroup overlap is not had;
+ *                   FlashAttention-3's order, O rescaled before the next P V is issued, moves
+ *                   nothing, and a branch before the wait makes ptxas serialize the wgmmas).
  * With two consumer warpgroups, they take turns to issue their tensor-core work (named barriers 1
  * and 2), so that one's softmax runs while the other's products do (FlashAttention-3's ping-pong).
  *
