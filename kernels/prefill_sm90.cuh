@@ -187,7 +187,7 @@ __device__ __forceinline__ void next_mask_in(uint32_t (*raw)[MASK_RAW_WORDS],
             raw[h][k] = next[h][k];
 }
 
-/* S with -inf where the mask's bit is clear, unless every bit of every warp's row is set. The
+/* S with -inf where the mask's bit is clear, unless the warp's rows keep every position. The
  * lane's column 8 jj + 2 (lane % 4) + e is bit 8 (jj % 4) + e of the tile's word jj / 4 shifted
  * right by 2 (lane % 4): a compile-time bit index per logit. */
 __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_RAW_WORDS],

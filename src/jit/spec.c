@@ -439,10 +439,10 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
  * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
  * 16-bit dtype, D = 128, no mask or causal, no RoPE; soft cap and window; default attention or a
  * variant of ALiBi slopes, masks in row form and state inits (CINFER__VARIANT_SM90), not with a
- * soft cap;
- * single or batch (ragged or paged; GQA packing by a divisor of tile_q); tile_q 64 or 128 (one or
- * two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at launch), tile_kv 128, 2
- * or 3 stages within 227 KiB. The page sizes it copies are the host's to check (prefill.c).
+ * soft cap; single or batch (ragged or paged; GQA packing by a divisor of tile_q); tile_q 64 or
+ * 128 (one or two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at launch),
+ * tile_kv 128, 2 or 3 stages within 227 KiB. The page sizes it copies are the host's to check
+ * (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
     if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
