@@ -53,6 +53,7 @@
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamSynchronize)                                                                         \
+    X(cuStreamQuery)                                                                               \
     X(cuStreamBeginCapture)                                                                        \
     X(cuStreamEndCapture)                                                                          \
     X(cuStreamIsCapturing)                                                                         \

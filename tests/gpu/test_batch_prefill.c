@@ -533,6 +533,7 @@ static void graph_replan(cinfer_batch_prefill_t *op, const bp_case *c, uint64_t 
 
 /* One case end to end; kv_cap: 0, or the paged pool's size in pages. */
 static void run_case_in(const bp_case *c, uint64_t seed, int64_t kv_cap) {
+    cinfer_test_case(c->desc);
     cinfer_test_rng rng;
     cinfer_test_rng_init(&rng, seed);
     bp_data x;

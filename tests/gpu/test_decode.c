@@ -413,6 +413,7 @@ static void check_outputs(const decode_case *c, decode_data *x, uint64_t seed, t
 
 /* Plans and runs one case end to end and checks it. */
 static void run_case(const decode_case *c, uint64_t seed) {
+    cinfer_test_case(c->desc);
     cinfer_test_rng rng;
     cinfer_test_rng_init(&rng, seed);
     decode_data x;

@@ -390,6 +390,7 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
 
 /* Runs one case end to end and checks it. */
 static void run_case(const prefill_case *c, uint64_t seed) {
+    cinfer_test_case(c->desc);
     cinfer_test_rng rng;
     cinfer_test_rng_init(&rng, seed);
     prefill_data x;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/context.h"
 
@@ -611,12 +612,39 @@ cinfer_status_t cinfer_test_stream_create(CUstream *stream) {
     return CINFER_STATUS_SUCCESS;
 }
 
+static char test_case[256];
+
+void cinfer_test_case(const char *desc) {
+    snprintf(test_case, sizeof test_case, "%s", desc ? desc : "");
+}
+
 cinfer_status_t cinfer_test_stream_sync(CUstream stream) {
     const cinfer__cuda_t *cu;
 
     CINFER__CHECK(cinfer__cuda_get(&cu));
-    CINFER__CU(cu, cuStreamSynchronize(stream), "cuStreamSynchronize");
-    return CINFER_STATUS_SUCCESS;
+    const char *text = getenv("CINFER_TEST_SYNC_TIMEOUT");
+    const double limit = text && text[0] ? atof(text) : 120.0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        const CUresult r = cu->cuStreamQuery(stream);
+        if (r != CUDA_ERROR_NOT_READY)
+            return r == CUDA_SUCCESS ? CINFER_STATUS_SUCCESS : cinfer__cu_error(r, "cuStreamQuery");
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const double waited =
+            (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        if (limit > 0 && waited > limit) {
+            fprintf(stderr,
+                    "error: the stream has not finished after %.0f s (CINFER_TEST_SYNC_TIMEOUT) in "
+                    "case \"%s\": a kernel that never ends? exiting\n",
+                    waited, test_case);
+            fflush(stdout);
+            fflush(stderr);
+            exit(1);
+        }
+        const struct timespec pause = {0, 100000}; /* 0.1 ms */
+        nanosleep(&pause, NULL);
+    }
 }
 
 void cinfer_test_stream_destroy(CUstream stream) {

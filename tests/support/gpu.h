@@ -293,8 +293,17 @@ void cinfer_test_lse_cmp_format(char *dst, size_t cap, const cinfer_test_lse_cmp
  * stream (CINFER_TEST_SYNC) before downloading results or checking canaries.
  */
 cinfer_status_t cinfer_test_stream_create(CUstream *stream);
-/* cuStreamSynchronize; a failure (e.g. a kernel fault) is CUDA_ERROR with the driver's message. */
+/*
+ * Waits for the stream's work; a failure (e.g. a kernel fault) is CUDA_ERROR with the driver's
+ * message. A stream that has not finished after CINFER_TEST_SYNC_TIMEOUT seconds (default 120; 0:
+ * no limit) ends the process with exit status 1 after printing the case named by cinfer_test_case:
+ * a kernel that never ends (a deadlock) cannot be recovered from, and a device call should not
+ * spend its time limit on it.
+ */
 cinfer_status_t cinfer_test_stream_sync(CUstream stream);
+
+/* Names the case about to run (copied), for the message of a stream that does not finish. */
+void cinfer_test_case(const char *desc);
 /* cuStreamDestroy; NULL is a no-op. */
 void cinfer_test_stream_destroy(CUstream stream);
 
