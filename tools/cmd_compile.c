@@ -171,8 +171,8 @@ static int list_ops(void) {
     printf(
         "\nvalues: dtype_q/kv/o f16, bf16, f32, e4m3, e5m2, i32, u8 (or float16, bfloat16, ...;\n"
         "  dtype= sets all three); head_dim_qk/vo numbers (head_dim= sets both); backend simt,\n"
-        "  sm80, sm90 (prefill: sm80 only); mask none, causal, custom; pos none, rope, alibi\n"
-        "  (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
+        "  sm80, sm90 (prefill: sm80, or sm90 for sm_90a); mask none, causal, custom; pos none,\n"
+        "  rope, alibi (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
         "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers; gqa_pack 0 or the\n"
         "  query heads per KV head a batch prefill CTA packs into its rows. A field left out is\n"
