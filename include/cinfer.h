@@ -32,7 +32,8 @@
  *
  * Environment variables (read once, at first use):
  *   CINFER_CACHE_DIR   kernel cache folder (default $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer)
- *   CINFER_LOG         0 = quiet (default), 1 = info (one line per JIT compile), 2 = debug
+ *   CINFER_LOG         0 = quiet (default), 1 = info (one line per JIT compile, and NVRTC's log
+ *                      of a compile that has one), 2 = debug
  *   CINFER_JIT         "off" makes every compile an error (CINFER_STATUS_NOT_FOUND), to prove
  *                      kernels come from the AOT bundle or the cache
  *   CINFER_NVRTC_PATH  full path of libnvrtc to load instead of searching for it

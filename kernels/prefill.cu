@@ -864,10 +864,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     p.k = (const kv_elem *)p.k + (long long)w.kv_begin * p.k_stride_n;
     p.v = (const kv_elem *)p.v + (long long)w.kv_begin * p.v_stride_n;
 #endif
-    const int batch_idx = w.request;
+    [[maybe_unused]] const int batch_idx = w.request; /* the variants' hooks take it */
     const int q0 = w.q_begin;
 #else
-    const int batch_idx = 0;
+    [[maybe_unused]] const int batch_idx = 0;
     const int q_tile = p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads);
     const int q0 = q_tile * TILE_Q;
 #endif
@@ -896,8 +896,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     const cinfer_half_bits *q_base = (const cinfer_half_bits *)p.q + (long long)head * p.q_stride_h;
-    const kv_elem *k_base = (const kv_elem *)p.k + (long long)kv_head * p.k_stride_h;
-    const kv_elem *v_base = (const kv_elem *)p.v + (long long)kv_head * p.v_stride_h;
+    /* Not read by every configuration below: */
+    [[maybe_unused]] const kv_elem *k_base =
+        (const kv_elem *)p.k + (long long)kv_head * p.k_stride_h;
+    [[maybe_unused]] const kv_elem *v_base =
+        (const kv_elem *)p.v + (long long)kv_head * p.v_stride_h;
 #if THREADS % KV_CHUNKS == 0 && !CINFER_PAGED
     /* This thread's first row of the first tile (load_kv_rows). */
     const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / KV_CHUNKS;
@@ -907,7 +910,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 
     /* This lane's rows: m tile mq, half h (0: row lane / 4, 1: row lane / 4 + 8). */
-    const int row_base = warp * WARP_ROWS + lane / 4;
+    [[maybe_unused]] const int row_base = warp * WARP_ROWS + lane / 4;
     /* This lane's ldmatrix sources at their tiles' origins (IMM_OFFSET adds the rest): Q
      * (this warp's rows) and V matrices are rows lane % 16, chunk lane / 16; K matrices are rows
      * (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2. V's and K's are in stage 0 (another
@@ -1047,7 +1050,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             PP_TURN_PASS(1); /* group 0 takes the first turn */
 #endif
 
-        unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
+        /* Q's fragments, when they stay in registers (Q_IN_REGS) */
+        [[maybe_unused]] unsigned qf[Q_IN_REGS ? MMA_Q : 1][Q_IN_REGS ? K_STEPS : 1][4];
         for (int t = 0; t < num_tiles; t++) {
             const int stage = t % STAGES;
             /* This iteration's copies of the per-lane addresses (cinfer_opaque_u32): each

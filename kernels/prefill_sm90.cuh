@@ -505,9 +505,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int i = 0; i < 64; i++)
             o[i] = 0.0f;
 #if CINFER_BATCH
-        const int batch_idx = w.request;
+        [[maybe_unused]] const int batch_idx = w.request; /* the variants' hooks take it */
 #else
-        const int batch_idx = 0;
+        [[maybe_unused]] const int batch_idx = 0;
 #endif
 #if VARIANT_STATE_INIT
         /* The variant's initial state (e.g. a sink logit) of each existing row; the row sums are

@@ -18,6 +18,37 @@ int cinfer__jit_nvrtc_version(void) {
 }
 
 /* NVRTC sees every embedded kernel file as a header, so templates #include each other by name. */
+static _Thread_local char last_log[4096];
+
+const char *cinfer__jit_last_log(void) {
+    return last_log;
+}
+
+/* Keeps NVRTC's log of a successful compile (last_log) and reports it: a log line at CINFER_LOG=1,
+ * a warning for a ptxas performance-loss remark (a user's variant that makes the kernel serialize
+ * its wgmmas, for example). */
+static void keep_log(const cinfer__nvrtc_t *nv, nvrtcProgram prog, const cinfer__rendered_t *r) {
+    last_log[0] = '\0';
+    size_t log_size = 0;
+    if (nv->nvrtcGetProgramLogSize(prog, &log_size) != NVRTC_SUCCESS || log_size <= 1)
+        return;
+    char *log = malloc(log_size + 1);
+    if (!log || nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        return;
+    }
+    log[log_size] = '\0';
+    cinfer__fmt(last_log, sizeof last_log, "%s", log);
+    cinfer__log(CINFER__LOG_INFO, "NVRTC's log for %s (%s):\n%s", r->name,
+                r->arch_option + strlen("--gpu-architecture="), log);
+    if (strstr(log, "Performance Loss"))
+        cinfer__warn("%s (%s): ptxas reports a potential performance loss (CINFER_LOG=1 shows "
+                     "NVRTC's whole log): %s",
+                     r->name, r->arch_option + strlen("--gpu-architecture="),
+                     strstr(log, "Performance Loss"));
+    free(log);
+}
+
 static void header_tables(const char **texts, const char **names) {
     for (size_t i = 0; i < cinfer__kernel_source_count; i++) {
         texts[i] = cinfer__kernel_sources[i].text;
@@ -76,6 +107,7 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
         free(log);
         goto out_destroy_program;
     }
+    keep_log(nv, prog, r);
     size_t bytes = 0;
     if ((res = nv->nvrtcGetCUBINSize(prog, &bytes)) != NVRTC_SUCCESS || bytes == 0) {
         st = cinfer__error(CINFER_STATUS_COMPILE_ERROR, "%s: no cubin (%s)", r->name,

@@ -14,6 +14,12 @@
 cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, size_t *size,
                                     double *seconds);
 
+/* NVRTC's log of this thread's last successful cinfer__jit_compile (its first 4 KiB; "" when
+ * NVRTC said nothing): front-end warnings and ptxas remarks such as "Potential Performance Loss"
+ * (wgmma serialized). cinfer__jit_compile logs a non-empty one at CINFER_LOG=1 and warns about a
+ * performance-loss remark, which the library's own kernels never have (tests/jit). */
+const char *cinfer__jit_last_log(void);
+
 /* Where a cubin came from. */
 typedef enum cinfer__jit_source {
     CINFER__JIT_FROM_DISK,

@@ -375,6 +375,33 @@ static void builtins_compile_with_every_family(void **state) {
  * and with bit words), and a position bias alone, with a mask (bit words or rows), or before a
  * transform: the host reads each as a logit hook, and each compiles with every family (prefill
  * with one and with two mask words per KV tile). */
+/* NVRTC's warnings about a variant's source are kept (cinfer__jit_last_log; logged at
+ * CINFER_LOG=1), and a built-in variant's kernel has none. */
+static void nvrtc_warnings_are_kept(void **state) {
+    (void)state;
+    cinfer_variant_t *v = NULL;
+    assert_int_equal(
+        cinfer_variant_create("noisy",
+                              "#define VARIANT_LOGITS_TRANSFORM 1\n"
+                              "__device__ float variant_logits_transform(\n"
+                              "    const cinfer_variant_params *params, float l, int b, int q,\n"
+                              "    int k, int qh, int kh) { int never_read = q; return l; }\n",
+                              NULL, 0, &v),
+        CINFER_STATUS_SUCCESS);
+    cinfer__spec_t s = parse("decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4");
+    s.variant = v;
+    s.variant_id = v->id;
+    compile_spec(&s, "sm_90a");
+    if (!strstr(cinfer__jit_last_log(), "never_read"))
+        fail_msg("NVRTC's log does not name the unused variable: \"%s\"", cinfer__jit_last_log());
+    cinfer_variant_destroy(v);
+    s.variant = cinfer_variant_builtin("sinks");
+    s.variant_id = s.variant->id;
+    compile_spec(&s, "sm_90a");
+    if (cinfer__jit_last_log()[0])
+        fail_msg("NVRTC's log of a built-in variant's kernel: \"%s\"", cinfer__jit_last_log());
+}
+
 static void logit_hooks_compile_with_every_family(void **state) {
     (void)state;
     static const char *const sources[] = {
@@ -679,6 +706,7 @@ int main(void) {
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(logit_hooks_compile_with_every_family),
+        cmocka_unit_test(nvrtc_warnings_are_kept),
         cmocka_unit_test(custom_mask_prefill_compiles_for_every_kv_tile),
         cmocka_unit_test(fp8_prefill_compiles),
         cmocka_unit_test(gqa_packed_prefill_compiles),
