@@ -17,7 +17,6 @@ int cinfer__jit_nvrtc_version(void) {
     return nv->major * 1000 + nv->minor * 10;
 }
 
-/* NVRTC sees every embedded kernel file as a header, so templates #include each other by name. */
 static _Thread_local char last_log[4096];
 
 const char *cinfer__jit_last_log(void) {
@@ -49,6 +48,7 @@ static void keep_log(const cinfer__nvrtc_t *nv, nvrtcProgram prog, const cinfer_
     free(log);
 }
 
+/* NVRTC sees every embedded kernel file as a header, so templates #include each other by name. */
 static void header_tables(const char **texts, const char **names) {
     for (size_t i = 0; i < cinfer__kernel_source_count; i++) {
         texts[i] = cinfer__kernel_sources[i].text;

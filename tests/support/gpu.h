@@ -304,6 +304,7 @@ cinfer_status_t cinfer_test_stream_sync(CUstream stream);
 
 /* Names the case about to run (copied), for the message of a stream that does not finish. */
 void cinfer_test_case(const char *desc);
+
 /* cuStreamDestroy; NULL is a no-op. */
 void cinfer_test_stream_destroy(CUstream stream);
 
