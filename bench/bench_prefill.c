@@ -37,14 +37,16 @@
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--fp8 e4m3|e5m2]
- *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...].
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--variants-only]
+ *                      [--fp8 e4m3|e5m2] [--trace FILE [--consecutive-pages]]
+ *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
  * non-causal and causal with soft cap 30 (the default's choice should be the fastest). --tile
  * (repeatable) times only the given tiles that way (",sm90": the sm90 kernel's), and nothing
- * else. --batch-only skips the single prefill tables (the plain, variant and fp8 ones). Prints
- * Markdown tables.
+ * else. --batch-only skips the single prefill tables (the plain, variant and fp8 ones);
+ * --variants-only runs the variant table of the library's choice alone (an A/B of a variant's
+ * kernel in about a third of the default run's time). Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -444,6 +446,7 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
     int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0, consecutive = 0;
+    int variants_only = 0;
     const char *trace = NULL, *fp8 = NULL;
     cinfer__prefill_config_t only[16];
     int num_only = 0;
@@ -458,6 +461,8 @@ int main(int argc, char **argv) {
             pack = 1;
         else if (strcmp(argv[i], "--batch-only") == 0)
             batch_only = 1;
+        else if (strcmp(argv[i], "--variants-only") == 0)
+            variants_only = 1;
         else if (strcmp(argv[i], "--consecutive-pages") == 0)
             consecutive = 1;
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
@@ -472,7 +477,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'\n", argv[i]);
             fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--batch-only] [--fp8 e4m3|e5m2] [--trace FILE "
+                            "[--batch-only] [--variants-only] [--fp8 e4m3|e5m2] [--trace FILE "
                             "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
             return 2;
         }
@@ -549,9 +554,10 @@ int main(int argc, char **argv) {
         goto batch_tables;
     /* "plain": the library's choice (the sm90 kernel on sm_90a, grids of a wave or more); "plain,
      * sm80 template": the choice with the sm90 kernel left out (issue 5's figures). */
-    printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
+    if (!variants_only)
+        printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
     static const int64_t lens[] = {1024, 4096, 16384};
-    for (int li = 0; li < 3; li++) {
+    for (int li = 0; li < (variants_only ? 0 : 3); li++) {
         for (int causal = 1; causal >= 0; causal--) {
             workload_t w = {lens[li], causal, 0.0f, -1, NULL, 0};
             const int iters = quick ? 5 : lens[li] >= 16384 ? 15 : 30;
@@ -563,7 +569,7 @@ int main(int argc, char **argv) {
     }
     /* The variant table once per template (the library's choice, then the sm80 template's); the
      * fp8 table on the sm80 template (the sm90 kernel has no fp8 K/V yet). */
-    for (int sm80 = 0; sm80 < 2; sm80++) {
+    for (int sm80 = 0; sm80 < (variants_only ? 1 : 2); sm80++) {
         cinfer__prefill_test_no_sm90(sm80 != 0);
         /* Variants against plain causal at S = 16k, in rounds that alternate the two (plain, then
          * the variant), so that a drift of the GPU's clocks over the table (runs of one binary
@@ -609,6 +615,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
+    if (variants_only)
+        goto free_all;
 
     cinfer__prefill_test_no_sm90(true);
     if (fp8) {
