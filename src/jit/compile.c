@@ -23,28 +23,36 @@ const char *cinfer__jit_last_log(void) {
     return last_log;
 }
 
+/* NVRTC's log of prog (malloc'ed, NUL-terminated; NULL when it cannot be read). */
+static char *program_log(const cinfer__nvrtc_t *nv, nvrtcProgram prog) {
+    size_t log_size = 0;
+    if (nv->nvrtcGetProgramLogSize(prog, &log_size) != NVRTC_SUCCESS)
+        return NULL;
+    char *log = malloc(log_size + 1);
+    if (!log || nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    log[log_size] = '\0';
+    return log;
+}
+
 /* Keeps NVRTC's log of a successful compile (last_log) and reports it: a log line at CINFER_LOG=1,
  * a warning for a ptxas performance-loss remark (a user's variant that makes the kernel serialize
  * its wgmmas, for example). */
 static void keep_log(const cinfer__nvrtc_t *nv, nvrtcProgram prog, const cinfer__rendered_t *r) {
     last_log[0] = '\0';
-    size_t log_size = 0;
-    if (nv->nvrtcGetProgramLogSize(prog, &log_size) != NVRTC_SUCCESS || log_size <= 1)
-        return;
-    char *log = malloc(log_size + 1);
-    if (!log || nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
-        free(log);
-        return;
+    char *log = program_log(nv, prog);
+    if (log && log[0]) {
+        const char *arch = r->arch_option + strlen("--gpu-architecture=");
+        const char *loss = strstr(log, "Performance Loss");
+        cinfer__fmt(last_log, sizeof last_log, "%s", log);
+        cinfer__log(CINFER__LOG_INFO, "NVRTC's log for %s (%s):\n%s", r->name, arch, log);
+        if (loss)
+            cinfer__warn("%s (%s): ptxas reports a potential performance loss (CINFER_LOG=1 shows "
+                         "NVRTC's whole log): %s",
+                         r->name, arch, loss);
     }
-    log[log_size] = '\0';
-    cinfer__fmt(last_log, sizeof last_log, "%s", log);
-    cinfer__log(CINFER__LOG_INFO, "NVRTC's log for %s (%s):\n%s", r->name,
-                r->arch_option + strlen("--gpu-architecture="), log);
-    if (strstr(log, "Performance Loss"))
-        cinfer__warn("%s (%s): ptxas reports a potential performance loss (CINFER_LOG=1 shows "
-                     "NVRTC's whole log): %s",
-                     r->name, r->arch_option + strlen("--gpu-architecture="),
-                     strstr(log, "Performance Loss"));
     free(log);
 }
 
@@ -94,13 +102,7 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
 
     res = nv->nvrtcCompileProgram(prog, r->num_options, r->options);
     if (res != NVRTC_SUCCESS) {
-        size_t log_size = 0;
-        nv->nvrtcGetProgramLogSize(prog, &log_size);
-        char *log = malloc(log_size + 1);
-        if (log) {
-            nv->nvrtcGetProgramLog(prog, log);
-            log[log_size] = '\0';
-        }
+        char *log = program_log(nv, prog);
         st =
             cinfer__error(CINFER_STATUS_COMPILE_ERROR, "%s: NVRTC failed (%s) for %s:\n%s", r->name,
                           nv->nvrtcGetErrorString(res), r->arch_option, log ? log : "(no log)");

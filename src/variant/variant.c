@@ -169,7 +169,6 @@ static bool is_reserved_name(const char *s) {
 
 /* ---- hooks the host must know ---- */
 
-/* True when a line of the source is "#define NAME VALUE" (spaces allowed around '#'). */
 /* Occurrences of text in source. */
 static int count(const char *source, const char *text) {
     int n = 0;
@@ -178,6 +177,7 @@ static int count(const char *source, const char *text) {
     return n;
 }
 
+/* True when a line of the source is "#define NAME VALUE" (spaces allowed around '#'). */
 static bool defines(const char *source, const char *name, const char *value) {
     const size_t name_len = strlen(name), value_len = strlen(value);
     for (const char *line = source; line && *line;) {

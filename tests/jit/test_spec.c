@@ -28,6 +28,20 @@ static void render(const cinfer__spec_t *s, const char *arch, cinfer__rendered_t
         fail_msg("render: %s", cinfer_last_error());
 }
 
+/* Compiles r with NVRTC and fails unless a cubin comes out and NVRTC's log is empty (no warning,
+ * no ptxas remark); what names the spec in the messages. */
+static void compile_quietly(const cinfer__rendered_t *r, const char *what) {
+    void *cubin = NULL;
+    size_t size = 0;
+    double seconds = -1;
+    if (cinfer__jit_compile(r, &cubin, &size, &seconds) != CINFER_STATUS_SUCCESS)
+        fail_msg("%s: %s", what, cinfer_last_error());
+    if (cinfer__jit_last_log()[0])
+        fail_msg("%s: NVRTC's log is not empty:\n%s", what, cinfer__jit_last_log());
+    assert_memory_equal(cubin, "\177ELF", 4);
+    free(cubin);
+}
+
 static void text_form_round_trips(void **state) {
     (void)state;
     const char *texts[] = {"merge_states:dtype_o=bf16,head_dim_vo=128,vec=8",
@@ -346,15 +360,7 @@ static void sm90_prefill_specs(void **state) {
         render(&s, "sm_90a", &r);
         assert_non_null(strstr(r.source.data, "#define CINFER_BACKEND 2"));
         assert_non_null(strstr(r.name, "prefill_sm90_"));
-        void *cubin = NULL;
-        size_t size = 0;
-        double seconds = -1;
-        if (cinfer__jit_compile(&r, &cubin, &size, &seconds) != CINFER_STATUS_SUCCESS)
-            fail_msg("%s: %s", good[i], cinfer_last_error());
-        if (cinfer__jit_last_log()[0])
-            fail_msg("%s: NVRTC's log is not empty:\n%s", good[i], cinfer__jit_last_log());
-        assert_memory_equal(cubin, "\177ELF", 4);
-        free(cubin);
+        compile_quietly(&r, good[i]);
         cinfer__rendered_free(&r);
     }
     static const struct {
@@ -414,15 +420,9 @@ static void library_kernels_compile_quietly(void **state) {
         for (size_t i = 0; i < count; i++) {
             cinfer__rendered_t r;
             render(&specs[i], archs[a], &r);
-            void *cubin = NULL;
-            size_t size = 0;
-            double seconds = -1;
-            if (cinfer__jit_compile(&r, &cubin, &size, &seconds) != CINFER_STATUS_SUCCESS)
-                fail_msg("%s (%s): %s", r.name, archs[a], cinfer_last_error());
-            if (cinfer__jit_last_log()[0])
-                fail_msg("%s (%s): NVRTC's log is not empty:\n%s", r.name, archs[a],
-                         cinfer__jit_last_log());
-            free(cubin);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s)", r.name, archs[a]);
+            compile_quietly(&r, what);
             cinfer__rendered_free(&r);
         }
         free(specs);
