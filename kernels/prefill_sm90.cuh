@@ -25,8 +25,9 @@
  *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
  *                   transposed from shared memory (its rows are K of this product);
- *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap or ALiBi slope first
- *                   makes them element by element; a custom mask's bits then drop some), the
+ *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap first makes them element
+ *                   by element; an ALiBi bias is in S from the start, S's accumulators set to it
+ *                   before S = bias + Q K^T; a custom mask's bits then drop some), the
  *                   running row maximum over the quad's lanes, P_t = exp2(s - m) in place, row
  *                   sums per lane; then O is rescaled once its product landed, and P_t packed to
  *                   16-bit A registers for the next iteration. The source waits for P V after the
@@ -85,11 +86,17 @@
     (VARIANT_LOGITS_MASK && !MASK_ROWS) || !VARIANT_USE_SOFTMAX || CINFER_POS
 #error "the sm90 prefill kernel takes variants of ALiBi slopes, masks in row form and state inits"
 #endif
+#if CINFER_SOFTCAP && CINFER_VARIANT_LOGITS
+#error "the sm90 prefill kernel takes a soft cap with default attention only"
+#endif
 
-/* Logits computed element by element before the softmax (prepare_logits): with a soft cap or a
- * variant's ALiBi slope; else the softmax folds the scale in and only tiles at a mask's edge are
- * masked (mask_tile). */
-#define PREPARE (CINFER_SOFTCAP || VARIANT_ALIBI_SLOPE)
+/* Logits computed element by element before the softmax (prepare_logits): with a soft cap; else
+ * the softmax folds the scale in and only tiles at a mask's edge are masked (mask_tile). A
+ * variant's ALiBi slope (ALIBI_ACC) starts S's accumulators at the bias (set_bias, in units of
+ * q . k), so that S = bias + Q K^T comes out of the tensor cores and the softmax takes it as plain
+ * attention's. */
+#define PREPARE   CINFER_SOFTCAP
+#define ALIBI_ACC VARIANT_ALIBI_SLOPE
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
@@ -119,43 +126,13 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int win
         }
 }
 
-/* The per-row context of prepare_logits: the positions of the lane's rows and their ALiBi slopes
- * (base 2). */
-typedef struct row_ctx {
-    int pos[2];
-    float slope2[2];
-} row_ctx;
-
-/* S of KV tile kv0 as base-2 logits, element by element: q . k times qs (soft cap: cap2 tanh of
- * it, qs = q_scale 2 log2(e)), plus the ALiBi bias slope2 (j - pos). The masks are mask_tile's,
- * on the tiles at an edge only, as for plain attention. The bias of column 8 jj + e of the lane
- * is slope2 (base + 8 jj + e), base = kv0 + 2 (lane % 4) - pos: one conversion per row and tile,
- * then an fma with an immediate per logit (the integers are exact in a float below 2^24). */
-__device__ __forceinline__ void prepare_logits(float *s, int kv0, const cinfer_prefill_params &p,
-                                               const row_ctx &r, float qs, int lane) {
+/* S of a KV tile as base-2 logits with a soft cap (PREPARE), element by element: cap2 tanh of
+ * q . k times qs (qs = q_scale 2 log2(e)). The masks are mask_tile's, on the tiles at an edge
+ * only, as for plain attention. */
+__device__ __forceinline__ void prepare_logits(float *s, float qs, float cap2) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-#if VARIANT_ALIBI_SLOPE
-        const float base = r.slope2[h] * (float)(kv0 + 2 * (lane % 4) - r.pos[h]);
-#endif
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float x = s[4 * j + 2 * h + e];
-#if CINFER_SOFTCAP
-                x = cinfer_soft_cap_log2(x * qs, p.soft_cap_log2);
-#if VARIANT_ALIBI_SLOPE
-                x += fmaf(r.slope2[h], (float)(8 * j + e), base);
-#endif
-#elif VARIANT_ALIBI_SLOPE
-                x = fmaf(x, qs, fmaf(r.slope2[h], (float)(8 * j + e), base));
-#else
-                x *= qs;
-#endif
-                s[4 * j + 2 * h + e] = x;
-            }
-    }
+    for (int k = 0; k < 64; k++)
+        s[k] = cinfer_soft_cap_log2(s[k] * qs, cap2);
 }
 
 #if MASK_ROWS
@@ -255,15 +232,38 @@ __device__ __forceinline__ void pack_p(const float *s, unsigned (*pa)[4]) {
             pa[kk][r] = cinfer_pack_half2(DT, s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
-/* S = Q K^T of this warpgroup's 64 rows against the K tile at s_k. */
+/* S = Q K^T of this warpgroup's 64 rows against the K tile at s_k (ALIBI_ACC: S += Q K^T, S holding
+ * the bias). */
 __device__ __forceinline__ void issue_qk(float *s, unsigned s_q_rows, unsigned s_k) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         cinfer_wgmma_ss(
             s, cinfer_wgmma_desc(s_q_rows + (kk / 4) * Q_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
-            cinfer_wgmma_desc(s_k + (kk / 4) * KV_BLOCK_BYTES + (kk % 4) * 32, 16, 1024), kk > 0);
+            cinfer_wgmma_desc(s_k + (kk / 4) * KV_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
+            ALIBI_ACC || kk > 0);
     cinfer_wgmma_commit();
 }
+
+#if ALIBI_ACC
+/* S's accumulators at the ALiBi bias of KV tile kv0 in units of q . k: slope_qk (j - pos) with
+ * slope_qk = slope log2(e) / (the softmax's scale); for column 8 jj + e of the lane, an fma with an
+ * immediate from the row's base slope_qk (kv0 + 2 (lane % 4) - pos). */
+__device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_qk, const int *pos,
+                                         int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float base = slope_qk[h] * (float)(kv0 + 2 * (lane % 4) - pos[h]);
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                s[4 * j + 2 * h + e] = fmaf(slope_qk[h], (float)(8 * j + e), base);
+    }
+}
+#define SET_BIAS(t) set_bias(s, (t)*TILE_KV, slope_qk, pos, lane)
+#else
+#define SET_BIAS(t) ((void)0)
+#endif
 
 /* O += P V for the V tile at s_v. */
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
@@ -328,14 +328,8 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 
 /* The logits of KV tile t in S, ready for the softmax (in the consumer's scope): made element by
  * element (PREPARE), then masked on the tiles at an edge. */
-#if PREPARE && MASK_ROWS
-#define PREPARE_TILE(t)                                                                            \
-    do {                                                                                           \
-        prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane);                                           \
-        apply_mask(s, mask_raw, mask_shift, lane);                                                 \
-    } while (0)
-#elif PREPARE
-#define PREPARE_TILE(t) prepare_logits(s, (t)*TILE_KV, p, rc, qs, lane)
+#if PREPARE
+#define PREPARE_TILE(t) prepare_logits(s, qs, p.soft_cap_log2)
 #elif MASK_ROWS
 #define PREPARE_TILE(t) apply_mask(s, mask_raw, mask_shift, lane)
 #else
@@ -530,31 +524,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if PREPARE
         /* Logits go through prepare_logits on every tile; the softmax takes them as they are. */
-        row_ctx rc;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            rc.pos[h] = pos[h];
-            rc.slope2[h] = VARIANT_ALIBI_SLOPE
-                               ? variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
-                                     CINFER_LOG2E
-                               : 0.0f;
-        }
-#if CINFER_SOFTCAP
         const float qs = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
-#elif CINFER_VARIANT_LOGITS
-        const float qs = p.q_scale * CINFER_LOG2E; /* the host's q_scale is natural-log here */
-#else
-    const float qs = p.q_scale;
-#endif
         const float scale = 1.0f;
 #elif CINFER_VARIANT_LOGITS
-        const float scale = p.q_scale * CINFER_LOG2E; /* a mask's variant: natural-log q_scale */
+        /* a mask's or ALiBi's variant: natural-log q_scale */
+        const float scale = p.q_scale * CINFER_LOG2E;
 #else
         const float scale = p.q_scale;
 #endif
-        /* Tiles that need the element mask: from the first one holding a position past the
-         * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
-         * position before its last row's window. */
+#if ALIBI_ACC
+        float slope_qk[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            slope_qk[h] = variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
+                          CINFER_LOG2E / scale;
+#endif
+            /* Tiles that need the element mask: from the first one holding a position past the
+             * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
+             * position before its last row's window. */
 #if CAUSAL
         const int first_pos = q0 + (wg * 64) / PACK + delta;
         const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
@@ -601,6 +588,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (wg == 1)
                 cinfer_bar_sync(2, 256);
 #endif
+            SET_BIAS(tile_begin);
             cinfer_wgmma_fence();
             issue_qk(s, s_q_rows, s_kv);
 #if PINGPONG
@@ -614,6 +602,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             softmax_tile(s, m, l, alpha, scale);
             pack_p(s, pa);
             NEXT_MASK_IN();
+            if (num_tiles > 1)
+                SET_BIAS(tile_begin + 1);
 
             for (int i = 1; i < num_tiles; i++) {
                 const int st = i % STAGES, t = tile_begin + i;
@@ -646,6 +636,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     o[r] *= alpha[(r % 4) / 2];
                 pack_p(s, pa);
                 NEXT_MASK_IN();
+                if (i + 1 < num_tiles)
+                    SET_BIAS(t + 1); /* S's registers are free until the next S */
             }
             /* The last tile's product. */
             cinfer_wgmma_fence();
