@@ -97,6 +97,11 @@
  * attention's. */
 #define PREPARE   CINFER_SOFTCAP
 #define ALIBI_ACC VARIANT_ALIBI_SLOPE
+/* The soft cap leaves h (kernels/soft_cap.cuh) in S, and the softmax takes the base-2 logit
+ * cap2 + 2 cap2 h shifted by -cap2 (scale 2 cap2; the LSE adds cap2 back). As on the sm80
+ * template (SOFTCAP_FIXED_MAX there), a cap whose logits fit the window of p.soft_cap_fixed is
+ * softmaxed against the fixed maximum p.soft_cap_max: no row maximum, no shuffles, no rescaling
+ * of O. */
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
@@ -126,13 +131,13 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int win
         }
 }
 
-/* S of a KV tile as base-2 logits with a soft cap (PREPARE), element by element: cap2 tanh of
- * q . k times qs (qs = q_scale 2 log2(e)). The masks are mask_tile's, on the tiles at an edge
- * only, as for plain attention. */
-__device__ __forceinline__ void prepare_logits(float *s, float qs, float cap2) {
+/* S of a KV tile as the soft cap's h (PREPARE), element by element: tanh of q . k times q_scale,
+ * less 1, halved, from y = q . k qs (qs = q_scale 2 log2(e)). The masks are mask_tile's, on the
+ * tiles at an edge only, as for plain attention. */
+__device__ __forceinline__ void prepare_logits(float *s, float qs) {
 #pragma unroll
     for (int k = 0; k < 64; k++)
-        s[k] = cinfer_soft_cap_log2(s[k] * qs, cap2);
+        s[k] = cinfer_soft_cap_h(s[k] * qs);
 }
 
 #if MASK_ROWS
@@ -222,6 +227,34 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
         l[h] = l[h] * alpha[h] + sum;
     }
 }
+
+#if PREPARE
+/* softmax_tile against the fixed maximum m of both rows: O is not rescaled. */
+__device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, float m) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, -m));
+                s[4 * j + 2 * h + e] = v;
+                sum += v;
+            }
+        l[h] += sum;
+    }
+}
+#define SOFTMAX()                                                                                  \
+    do {                                                                                           \
+        if (fixed_max)                                                                             \
+            softmax_fixed(s, l, scale, m[0]);                                                      \
+        else                                                                                       \
+            softmax_tile(s, m, l, alpha, scale);                                                   \
+    } while (0)
+#else
+#define SOFTMAX() softmax_tile(s, m, l, alpha, scale)
+#endif
 
 /* P (the fp32 S registers) as the 16-bit A registers of P V's k16 steps. */
 __device__ __forceinline__ void pack_p(const float *s, unsigned (*pa)[4]) {
@@ -329,7 +362,7 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 /* The logits of KV tile t in S, ready for the softmax (in the consumer's scope): made element by
  * element (PREPARE), then masked on the tiles at an edge. */
 #if PREPARE
-#define PREPARE_TILE(t) prepare_logits(s, qs, p.soft_cap_log2)
+#define PREPARE_TILE(t) prepare_logits(s, qs)
 #elif MASK_ROWS
 #define PREPARE_TILE(t) apply_mask(s, mask_raw, mask_shift, lane)
 #else
@@ -523,9 +556,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 #if PREPARE
-        /* Logits go through prepare_logits on every tile; the softmax takes them as they are. */
+        /* Logits go through prepare_logits on every tile (h in S; see PREPARE's comment). */
         const float qs = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
-        const float scale = 1.0f;
+        const float scale = 2.0f * p.soft_cap_log2;
+        const bool fixed_max = p.soft_cap_fixed != 0;
+        if (fixed_max)
+            m[0] = m[1] = p.soft_cap_max;
 #elif CINFER_VARIANT_LOGITS
         /* a mask's or ALiBi's variant: natural-log q_scale */
         const float scale = p.q_scale * CINFER_LOG2E;
@@ -599,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin(s);
             MASK_OR_PREPARE(tile_begin);
-            softmax_tile(s, m, l, alpha, scale);
+            SOFTMAX();
             pack_p(s, pa);
             NEXT_MASK_IN();
             if (num_tiles > 1)
@@ -623,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 CINFER_WGMMA_WAIT(1);
                 cinfer_wgmma_pin(s);
                 MASK_OR_PREPARE(t);
-                softmax_tile(s, m, l, alpha, scale);
+                SOFTMAX();
                 /* The softmax's results are tied before the wait below (ptxas still schedules the
                  * wait before the exp2s; see the top). */
                 cinfer_wgmma_pin(s);
@@ -631,9 +667,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 cinfer_wgmma_pin(o);
                 /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for). */
                 cinfer_mbarrier_arrive(empty + 8u * ((i - 1) % STAGES));
+#if PREPARE
+                if (!fixed_max)
+#endif
+                {
 #pragma unroll
-                for (int r = 0; r < 64; r++)
-                    o[r] *= alpha[(r % 4) / 2];
+                    for (int r = 0; r < 64; r++)
+                        o[r] *= alpha[(r % 4) / 2];
+                }
                 pack_p(s, pa);
                 NEXT_MASK_IN();
                 if (i + 1 < num_tiles)
@@ -658,7 +699,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 continue;
             const int token = row / PACK, row_head = head + row % PACK;
             const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
+#if PREPARE
+            const float lse = sum > 0.0f ? m[h] + log2f(sum) + p.soft_cap_log2 : -CINFER_INF;
+#else
             const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+#endif
 #if CINFER_BATCH
             if (w.partial >= 0) {
                 const long long slot =

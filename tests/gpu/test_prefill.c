@@ -699,8 +699,8 @@ static void sm90_tiles(void **state) {
             c.hk = 2;
             c.dtype = i == 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
             switch (f) {
-            case 0:
-                c.soft_cap = 30.0f;
+            case 0: /* 50 (Gemma 2's): too wide for bf16's fixed maximum; fp16 and 30 too */
+                c.soft_cap = i == 1 ? 50.0f : 30.0f;
                 break;
             case 1:
                 c.window_left = i == 0 ? 300 : 100;
