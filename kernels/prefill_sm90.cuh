@@ -97,11 +97,11 @@
  * attention's. */
 #define PREPARE   CINFER_SOFTCAP
 #define ALIBI_ACC VARIANT_ALIBI_SLOPE
-/* The soft cap leaves h (kernels/soft_cap.cuh) in S, and the softmax takes the base-2 logit
- * cap2 + 2 cap2 h shifted by -cap2 (scale 2 cap2; the LSE adds cap2 back). As on the sm80
- * template (SOFTCAP_FIXED_MAX there), a cap whose logits fit the window of p.soft_cap_fixed is
- * softmaxed against the fixed maximum p.soft_cap_max: no row maximum, no shuffles, no rescaling
- * of O. */
+/* The soft cap leaves t = tanh(q . k q_scale) in S (tanh.approx, kernels/soft_cap.cuh), and the
+ * softmax takes the base-2 logit cap2 t shifted by -cap2 (scale cap2, shift -cap2; the LSE adds
+ * cap2 back), which lies in [-2 cap2, 0]. As on the sm80 template (SOFTCAP_FIXED_MAX there), a
+ * cap whose logits fit the window of p.soft_cap_fixed is softmaxed against the fixed maximum
+ * p.soft_cap_max: no row maximum, no shuffles, no rescaling of O. */
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
@@ -131,13 +131,12 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int win
         }
 }
 
-/* S of a KV tile as the soft cap's h (PREPARE), element by element: tanh of q . k times q_scale,
- * less 1, halved, from y = q . k qs (qs = q_scale 2 log2(e)). The masks are mask_tile's, on the
- * tiles at an edge only, as for plain attention. */
-__device__ __forceinline__ void prepare_logits(float *s, float qs) {
+/* S of a KV tile as the soft cap's tanh (PREPARE), element by element: tanh(q . k q_scale). The
+ * masks are mask_tile's, on the tiles at an edge only, as for plain attention. */
+__device__ __forceinline__ void prepare_logits(float *s, float q_scale) {
 #pragma unroll
     for (int k = 0; k < 64; k++)
-        s[k] = cinfer_soft_cap_h(s[k] * qs);
+        s[k] = cinfer_tanh_approx(s[k] * q_scale);
 }
 
 #if MASK_ROWS
@@ -201,7 +200,7 @@ __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_
  * the new row maxima m (base 2, over the quad's lanes), alpha = 2^(m_old - m_new) for O, and the
  * per-lane row sums l rescaled and increased. */
 __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float *alpha,
-                                             float scale) {
+                                             float scale, [[maybe_unused]] float shift) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float mx = -CINFER_INF;
@@ -210,9 +209,18 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
             mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+#if PREPARE
+        const float m_new = fmaxf(m[h], fmaf(mx, scale, shift));
+#else
         const float m_new = fmaxf(m[h], mx * scale);
+#endif
         /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
         const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
+#if PREPARE
+        const float off = shift - m_use;
+#else
+        const float off = -m_use;
+#endif
         alpha[h] = cinfer_fast_exp2(m[h] - m_use);
         m[h] = m_new;
         float sum = 0.0f;
@@ -220,7 +228,7 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, -m_use));
+                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
                 s[4 * j + 2 * h + e] = v;
                 sum += v;
             }
@@ -230,7 +238,9 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
 
 #if PREPARE
 /* softmax_tile against the fixed maximum m of both rows: O is not rescaled. */
-__device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, float m) {
+__device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, float shift,
+                                              float m) {
+    const float off = shift - m;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float sum = 0.0f;
@@ -238,7 +248,7 @@ __device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, f
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, -m));
+                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
                 s[4 * j + 2 * h + e] = v;
                 sum += v;
             }
@@ -248,12 +258,12 @@ __device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, f
 #define SOFTMAX()                                                                                  \
     do {                                                                                           \
         if (fixed_max)                                                                             \
-            softmax_fixed(s, l, scale, m[0]);                                                      \
+            softmax_fixed(s, l, scale, shift, m[0]);                                               \
         else                                                                                       \
-            softmax_tile(s, m, l, alpha, scale);                                                   \
+            softmax_tile(s, m, l, alpha, scale, shift);                                            \
     } while (0)
 #else
-#define SOFTMAX() softmax_tile(s, m, l, alpha, scale)
+#define SOFTMAX() softmax_tile(s, m, l, alpha, scale, 0.0f)
 #endif
 
 /* P (the fp32 S registers) as the 16-bit A registers of P V's k16 steps. */
@@ -362,7 +372,7 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 /* The logits of KV tile t in S, ready for the softmax (in the consumer's scope): made element by
  * element (PREPARE), then masked on the tiles at an edge. */
 #if PREPARE
-#define PREPARE_TILE(t) prepare_logits(s, qs)
+#define PREPARE_TILE(t) prepare_logits(s, p.q_scale)
 #elif MASK_ROWS
 #define PREPARE_TILE(t) apply_mask(s, mask_raw, mask_shift, lane)
 #else
@@ -556,9 +566,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #endif
 #if PREPARE
-        /* Logits go through prepare_logits on every tile (h in S; see PREPARE's comment). */
-        const float qs = p.q_scale * CINFER_SOFT_CAP_Y_PER_X;
-        const float scale = 2.0f * p.soft_cap_log2;
+        /* Logits go through prepare_logits on every tile (tanh in S; see PREPARE's comment). */
+        const float scale = p.soft_cap_log2, shift = -p.soft_cap_log2;
         const bool fixed_max = p.soft_cap_fixed != 0;
         if (fixed_max)
             m[0] = m[1] = p.soft_cap_max;
