@@ -214,7 +214,8 @@ int cinfer__ref_rope_row(const cinfer__ref_rope_t *rope, int64_t head_dim, doubl
         return CINFER__REF_EINVAL;
     for (int64_t j = 0; j < rope->rotary_dim / 2; j++) {
         double f;
-        cinfer__ref_rope_frequency(rope, j, &f);
+        if (cinfer__ref_rope_frequency(rope, j, &f) != CINFER__REF_OK)
+            return CINFER__REF_EINVAL;
         c[j] = cos(pos * f);
         s[j] = sin(pos * f);
     }
