@@ -196,9 +196,9 @@ __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_
 }
 #endif
 
-/* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(s scale - m)):
- * the new row maxima m (base 2, over the quad's lanes), alpha = 2^(m_old - m_new) for O, and the
- * per-lane row sums l rescaled and increased. */
+/* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(x - m), the logit
+ * x = s scale, or with a soft cap s scale + shift): the new row maxima m (base 2, over the quad's
+ * lanes), alpha = 2^(m_old - m_new) for O, and the per-lane row sums l rescaled and increased. */
 __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float *alpha,
                                              float scale, [[maybe_unused]] float shift) {
 #pragma unroll
