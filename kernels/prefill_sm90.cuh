@@ -580,13 +580,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if ALIBI_ACC
         float slope_qk[2];
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2; h++) {
             slope_qk[h] = variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
                           CINFER_LOG2E / scale;
+        }
 #endif
-            /* Tiles that need the element mask: from the first one holding a position past the
-             * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
-             * position before its last row's window. */
+        /* Tiles that need the element mask: from the first one holding a position past the
+         * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
+         * position before its last row's window. */
 #if CAUSAL
         const int first_pos = q0 + (wg * 64) / PACK + delta;
         const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
