@@ -196,6 +196,21 @@ __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_
 }
 #endif
 
+/* P = 2^(s scale + off) in place for the lane's row h (its elements 4 j + 2 h and 4 j + 2 h + 1),
+ * and the row's sum over the lane's elements. */
+__device__ __forceinline__ float exp2_row(float *s, int h, float scale, float off) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
+            s[4 * j + 2 * h + e] = v;
+            sum += v;
+        }
+    return sum;
+}
+
 /* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(x - m), the logit
  * x = s scale, or with a soft cap s scale + shift): the new row maxima m (base 2, over the quad's
  * lanes), alpha = 2^(m_old - m_new) for O, and the per-lane row sums l rescaled and increased. */
@@ -223,16 +238,7 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
 #endif
         alpha[h] = cinfer_fast_exp2(m[h] - m_use);
         m[h] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
-                s[4 * j + 2 * h + e] = v;
-                sum += v;
-            }
-        l[h] = l[h] * alpha[h] + sum;
+        l[h] = l[h] * alpha[h] + exp2_row(s, h, scale, off);
     }
 }
 
@@ -240,20 +246,9 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
 /* softmax_tile against the fixed maximum m of both rows: O is not rescaled. */
 __device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, float shift,
                                               float m) {
-    const float off = shift - m;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
-                s[4 * j + 2 * h + e] = v;
-                sum += v;
-            }
-        l[h] += sum;
-    }
+    for (int h = 0; h < 2; h++)
+        l[h] += exp2_row(s, h, scale, shift - m);
 }
 #define SOFTMAX()                                                                                  \
     do {                                                                                           \
