@@ -166,6 +166,13 @@ __device__ __forceinline__ void cinfer_st_shared_u32(unsigned smem_addr, unsigne
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr), "r"(v) : "memory");
 }
 
+/* A float from shared memory at a shared-window address (volatile: ordered after barriers). */
+__device__ __forceinline__ float cinfer_ld_shared_f32(unsigned smem_addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
+    return v;
+}
+
 /* 16 bytes to shared memory at a shared-window address. */
 __device__ __forceinline__ void cinfer_st_shared_v4(unsigned smem_addr, uint4 v) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(v.x), "r"(v.y),

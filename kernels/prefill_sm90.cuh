@@ -37,7 +37,8 @@
  *                   FlashAttention-3's order, O rescaled before the next P V is issued, moves
  *                   nothing, and a branch before the wait makes ptxas serialize the wgmmas).
  * With two consumer warpgroups, they take turns to issue their tensor-core work (named barriers 1
- * and 2), so that one's softmax runs while the other's products do (FlashAttention-3's ping-pong).
+ * and 2), so that one's softmax runs while the other's products do (FlashAttention-3's ping-pong);
+ * with a soft cap, also at the softmax itself (3 and 4, SOFTMAX_TURNS below).
  *
  * Masking: positions at or past kv_len and, causal, past the row's own position (rows bottom-right
  * aligned: query token i is at i + kv_len - qo_len) get -inf; a row that keeps nothing ends with
@@ -102,6 +103,35 @@
  * cap2 back), which lies in [-2 cap2, 0]. As on the sm80 template (SOFTCAP_FIXED_MAX there), a
  * cap whose logits fit the window of p.soft_cap_fixed is softmaxed against the fixed maximum
  * p.soft_cap_max: no row maximum, no shuffles, no rescaling of O. */
+
+/* Softmax turns: with two consumer warpgroups and a soft cap, the groups also take turns at the
+ * logits and softmax (named barriers 3 and 4, group 0 first), as they do at the tensor cores. A
+ * soft cap's softmax needs as much MUFU time as the tile's products need of the tensor cores (two
+ * operations per logit), and left to themselves the groups drift into running their softmaxes
+ * together (sharing the MUFU pipe, with the tensor cores idle while both wait for theirs; a clock
+ * trace, bench/RESULTS.md, session 18) rather than one group's beside the other's products. */
+#define SOFTMAX_TURNS (PINGPONG && PREPARE)
+#if SOFTMAX_TURNS
+/* Before the softmax of a group's first tile or a later one; group 0's first goes first.
+ * turn_q_scale is q_scale plus a 0 read from shared memory after the wait: the logits' work depends
+ * on that load, which ptxas keeps after the barrier (without it, ptxas moves the tanh burst above).
+ */
+#define SOFTMAX_TURN_WAIT(first)                                                                   \
+    do {                                                                                           \
+        if (!((first) && wg == 0))                                                                 \
+            cinfer_bar_sync(3 + wg, 256);                                                          \
+        turn_q_scale = p.q_scale + cinfer_ld_shared_f32(cinfer_smem_addr(&zero));                  \
+    } while (0)
+/* After it: the other group's turn (after group 1's last softmax, no one's). */
+#define SOFTMAX_TURN_PASS(last)                                                                    \
+    do {                                                                                           \
+        if (!((last) && wg == 1))                                                                  \
+            cinfer_bar_arrive(4 - wg, 256);                                                        \
+    } while (0)
+#else
+#define SOFTMAX_TURN_WAIT(first) ((void)0)
+#define SOFTMAX_TURN_PASS(last)  ((void)0)
+#endif
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
@@ -311,34 +341,46 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 
+/* The rows of KV tile t inside the request (at most TILE_KV; 0 or less past it). */
+__device__ __forceinline__ int tile_rows(const cinfer_prefill_params &p, int t) {
+    return CINFER_MIN(TILE_KV, p.kv_len - t * TILE_KV);
+}
+
 #if CINFER_PAGED
 /* Rows of a tile copied per box: a page, or a TILE_KV-row part of a longer page. */
 #define PAGE_ROWS(p) ((p).page_size < TILE_KV ? (p).page_size : TILE_KV)
 
-/* The page of the lane's box of KV tile t (boxes of PAGE_ROWS rows, a lane each; at most TILE_KV /
- * 8 of them), read by the producer warp a tile ahead of its copies; 0 for a lane with no box (or
- * a tile past the request). */
+/* Whether the lane has a box of a paged tile of `rows` request rows (boxes of PAGE_ROWS rows, a
+ * lane each, at most TILE_KV / 8 of them): pages holding no row of the request are not copied. */
+__device__ __forceinline__ bool tile_box(const cinfer_prefill_params &p, int rows, int lane) {
+    return lane * PAGE_ROWS(p) < rows;
+}
+
+/* The page of the lane's box of KV tile t, read by the producer warp a tile ahead of its copies; 0
+ * for a lane with no box (or a tile past the request). */
 __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, int lane) {
-    const int pos = t * TILE_KV + lane * PAGE_ROWS(p);
-    return pos < CINFER_MIN(p.kv_len, (t + 1) * TILE_KV) ? p.kv_indices[pos >> p.page_shift] : 0;
+    return tile_box(p, tile_rows(p, t), lane)
+               ? p.kv_indices[(t * TILE_KV + lane * PAGE_ROWS(p)) >> p.page_shift]
+               : 0;
 }
 #endif
 
 /* The producer warp's copies of KV tile t (positions t TILE_KV ..) into the stage at s_k (V after
  * K), completing on bar, which this call arms with the bytes it copies. rows: the tile's rows that
  * belong to the request (1..TILE_KV). A paged batch kernel copies each page of the tile, a lane per
- * page, from page (tile_page: pages holding no row of the request are not copied). */
+ * page (tile_box), from page (tile_page). */
 __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
                                              const cinfer_prefill_tma &tma, int t, int rows,
                                              int kv_row0, int kv_head, unsigned s_k, unsigned bar,
                                              int page, int lane) {
 #if CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
-    const int pages = CINFER_CEIL_DIV(rows, page_rows); /* boxes to copy */
+    const bool mine = tile_box(p, rows, lane);
+    const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
     if (lane == 0)
         cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS * 2));
     __syncwarp();
-    if (lane < pages) {
+    if (mine) {
         const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
         const unsigned dst = (unsigned)(lane * page_rows * 128);
 #pragma unroll
@@ -367,7 +409,11 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
 /* The logits of KV tile t in S, ready for the softmax (in the consumer's scope): made element by
  * element (PREPARE), then masked on the tiles at an edge. */
 #if PREPARE
+#if SOFTMAX_TURNS
+#define PREPARE_TILE(t) prepare_logits(s, turn_q_scale)
+#else
 #define PREPARE_TILE(t) prepare_logits(s, p.q_scale)
+#endif
 #elif MASK_ROWS
 #define PREPARE_TILE(t) apply_mask(s, mask_raw, mask_shift, lane)
 #else
@@ -394,6 +440,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
     __shared__ unsigned long long bars[2 * STAGES + 2];
+#if SOFTMAX_TURNS
+    __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
+#endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
     const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * STAGES,
@@ -458,6 +507,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         cinfer_mbarrier_init(q_full, 1);
         cinfer_mbarrier_init(fix_bar, 1);
+#if SOFTMAX_TURNS
+        zero = 0.0f;
+#endif
         cinfer_mbarrier_init_fence();
     }
     __syncthreads();
@@ -493,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 /* The tile's rows inside the request; rows past it are another request's, a
                  * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
                  * CTA, for the request's last tile. */
-                const int rows = CINFER_MIN(TILE_KV, p.kv_len - t * TILE_KV);
+                const int rows = tile_rows(p, t);
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
                     copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, page, lane);
@@ -572,6 +624,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
         const float scale = p.q_scale;
 #endif
+#if SOFTMAX_TURNS
+        float turn_q_scale; /* set by SOFTMAX_TURN_WAIT */
+#endif
 #if ALIBI_ACC
         float slope_qk[2];
 #pragma unroll
@@ -639,8 +694,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             LOAD_NEXT_MASK(tile_begin);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin(s);
+            SOFTMAX_TURN_WAIT(true);
             MASK_OR_PREPARE(tile_begin);
             SOFTMAX();
+            SOFTMAX_TURN_PASS(num_tiles == 1);
             pack_p(s, pa);
             NEXT_MASK_IN();
             if (num_tiles > 1)
@@ -663,8 +720,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 LOAD_NEXT_MASK(t);
                 CINFER_WGMMA_WAIT(1);
                 cinfer_wgmma_pin(s);
+                SOFTMAX_TURN_WAIT(false);
                 MASK_OR_PREPARE(t);
                 SOFTMAX();
+                SOFTMAX_TURN_PASS(i == num_tiles - 1);
                 /* The softmax's results are tied before the wait below (ptxas still schedules the
                  * wait before the exp2s; see the top). */
                 cinfer_wgmma_pin(s);
