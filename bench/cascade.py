@@ -30,13 +30,19 @@ warm-up):
 - graph: a CUDA graph (wrappers in use_cuda_graph mode) of one run per cache, its replays
   queued behind a hold, divided by the runs it holds.
 
+The floor line bounds what any cascade can do on this GPU: the prefix level's FLOPs at the fp16
+GEMM ceiling (or its prefix bytes at the copy ceiling, if longer) and the own level's KV bytes at
+the copy ceiling, both ceilings measured here with PyTorch (an 8192^3 torch.mm; a 1 GiB copy,
+read+write bytes), summed (the levels one after the other, as they run: each fills the SMs) and
+overlapped (the larger); with the speedup over plain decode's graph step each allows.
+
 The runs rotate over --caches copies of the paged cache (the layers of a model), so that no run
 finds the previous run's KV in the 60 MB L2 (--caches 1: the same cache every run, as this script
 did before). Prints the configuration, each path's three times, the three speedups, the KV read
-ratio and the largest difference between the paths' outputs (eager and graph). Without PyTorch,
-a CUDA device or libcinfer.so ($CINFER_LIBRARY, else the source tree's build/) it says so and
-exits 0; exits 1 when the outputs differ by 1e-2 or more, 2 on bad arguments. Runs in a few
-seconds on an H200 once the kernels are compiled (first run: JIT).
+ratio, the floor and the largest difference between the paths' outputs (eager and graph).
+Without PyTorch, a CUDA device or libcinfer.so ($CINFER_LIBRARY, else the source tree's build/)
+it says so and exits 0; exits 1 when the outputs differ by 1e-2 or more, 2 on bad arguments.
+Runs in a few seconds on an H200 once the kernels are compiled (first run: JIT).
 """
 
 import argparse
@@ -53,6 +59,33 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 # the host has not enqueued every timed run before the hold ends.
 HOLD_CYCLES = 20_000_000
 WARMUP = 5
+
+
+def ceilings(torch, dev):
+    """(copy TB/s of read+write bytes, fp16 GEMM TFLOP/s) of this GPU: medians of CUDA-event
+    timings of a 1 GiB device-to-device copy and an 8192^3 torch.mm."""
+
+    def median_s(fn, reps=10):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(times)
+
+    src = torch.empty(1 << 29, dtype=torch.float16, device=dev)
+    dst = torch.empty_like(src)
+    copy = 2 * src.numel() * src.element_size() / median_s(lambda: dst.copy_(src)) / 1e12
+    del src, dst
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.float16, device=dev)
+    gemm = 2 * n**3 / median_s(lambda: torch.mm(a, a)) / 1e12
+    return copy, gemm
 
 
 def main() -> int:
@@ -270,6 +303,17 @@ def main() -> int:
     print("  cascade per level  : " + ", ".join(
         f"level {i} ({k}) {t:.1f} us" for i, (k, t) in enumerate(zip(kinds, q_levels))) +
         f", merge {q_levels[-1]:.1f} us (queued, each alone)")
+    copy_tbs, gemm_tflops = ceilings(torch, dev)
+    level0_flops = 4 * batch * hq * args.prefix * d
+    t0 = max(level0_flops / gemm_tflops, args.prefix * kv_row / copy_tbs) / 1e6  # us
+    t1 = batch * args.own * kv_row / copy_tbs / 1e6
+    print(f"  floor {t0 + t1:.1f} us serial, {max(t0, t1):.1f} us overlapped: level 0 {t0:.1f} us "
+          f"({level0_flops / 1e9:.1f} GFLOP at the fp16 GEMM ceiling, {gemm_tflops:.0f} TFLOP/s), "
+          f"level 1 {t1:.1f} us ({batch * args.own * kv_row / 2**20:.0f} MiB at the copy ceiling, "
+          f"{copy_tbs:.2f} TB/s); speedup bounds {g_plain / (t0 + t1):.1f}x / "
+          f"{g_plain / max(t0, t1):.1f}x over plain's graph step (the cascade's: "
+          f"{g_plain / g_cascade:.2f}x, {100 * (t0 + t1) / g_cascade:.0f}% of the serial floor's "
+          "speed)")
     print(f"  KV read ratio {plain_bytes / cascade_bytes:.1f}x (the most the cascade can save); "
           f"max |plain - cascade| = {diff:.2e} eager, {diff_graph:.2e} graph")
     print(f"  wall {time.perf_counter() - t_start:.1f} s (JIT included on a cold cache)")
