@@ -371,10 +371,6 @@ static void builtins_compile_with_every_family(void **state) {
             }
 }
 
-/* A mask given one position at a time, as bit words, both, or as rows of bits in memory (alone
- * and with bit words), and a position bias alone, with a mask (bit words or rows), or before a
- * transform: the host reads each as a logit hook, and each compiles with every family (prefill
- * with one and with two mask words per KV tile). */
 /* NVRTC's warnings about a variant's source are kept (cinfer__jit_last_log; logged at
  * CINFER_LOG=1), and a built-in variant's kernel has none. */
 static void nvrtc_warnings_are_kept(void **state) {
@@ -402,6 +398,10 @@ static void nvrtc_warnings_are_kept(void **state) {
         fail_msg("NVRTC's log of a built-in variant's kernel: \"%s\"", cinfer__jit_last_log());
 }
 
+/* A mask given one position at a time, as bit words, both, or as rows of bits in memory (alone
+ * and with bit words), and a position bias alone, with a mask (bit words or rows), or before a
+ * transform: the host reads each as a logit hook, and each compiles with every family (prefill
+ * with one and with two mask words per KV tile). */
 static void logit_hooks_compile_with_every_family(void **state) {
     (void)state;
     static const char *const sources[] = {
