@@ -28,6 +28,28 @@ static bool is_fp8(cinfer__dtype_t dt) {
     return dt == CINFER__DT_E4M3 || dt == CINFER__DT_E5M2;
 }
 
+static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p);
+
+/* The least kernel q_scale (set_scales) a variant with an ALiBi slope hook runs with: the kernels
+ * hold the bias in q . k units, slope (j - i) / q_scale, in float32, finite for |slope| up to 2^32
+ * and |j - i| below 2^31 (SEMANTICS.md). */
+#define ALIBI_MIN_Q_SCALE 0x1p-64
+
+static cinfer_status_t alibi_scale_check(const cinfer_attention_options_t *o) {
+    if (!o->variant || !(o->variant->hooks & CINFER__VARIANT_ALIBI_SLOPE))
+        return CINFER_STATUS_SUCCESS;
+    cinfer_prefill_params p;
+    set_scales(o, &p);
+    if (p.q_scale >= ALIBI_MIN_Q_SCALE)
+        return CINFER_STATUS_SUCCESS;
+    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                         "options->sm_scale = %g and k_scale = %g with the ALiBi slopes of variant "
+                         "%s: the prefill kernels' logit scale q_scale = %g, expected at least "
+                         "2^-64 = %g (the bias slope (j - i) / q_scale must stay finite in float)",
+                         (double)o->sm_scale, (double)o->k_scale, o->variant->name,
+                         (double)p.q_scale, ALIBI_MIN_Q_SCALE);
+}
+
 /* What prefill reads from the options; page_size, use_cuda_graph, max_batch_size and
  * use_tensor_cores are ignored. K/V are of q's dtype or fp8 (e4m3, e5m2; k_scale and v_scale
  * apply to every K/V dtype). */
@@ -54,6 +76,7 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
             CINFER__DTS(CINFER__DT_E5M2),
         hint));
     CINFER__CHECK(cinfer__variant_options_check(o));
+    CINFER__CHECK(alibi_scale_check(o));
     /* The kernel steps through the head dim in mma k16 steps and n8 tiles (kernels/prefill.cu);
      * 256 bounds the O accumulators a warp keeps in registers. */
     if (o->head_dim % 16 != 0 || o->head_dim > 256)

@@ -298,7 +298,8 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "variant %s: out of memory", name);
     v->hooks =
         (defines(source, "VARIANT_USE_SOFTMAX", "0") ? CINFER__VARIANT_NO_SOFTMAX : 0) |
-        (defines(source, "VARIANT_OUTPUT_TRANSFORM", "1") ? CINFER__VARIANT_OUTPUT_TRANSFORM : 0);
+        (defines(source, "VARIANT_OUTPUT_TRANSFORM", "1") ? CINFER__VARIANT_OUTPUT_TRANSFORM : 0) |
+        (defines(source, "VARIANT_ALIBI_SLOPE", "1") ? CINFER__VARIANT_ALIBI_SLOPE : 0);
     if ((v->hooks & CINFER__VARIANT_NO_SOFTMAX) ||
         defines(source, "VARIANT_LOGITS_TRANSFORM", "1") ||
         defines(source, "VARIANT_LOGITS_MASK", "1") ||

@@ -33,6 +33,9 @@ enum {
      * slopes, masks in row form and state inits); the kernel's #error stops a source that defines
      * them some other way */
     CINFER__VARIANT_SM90 = 1u << 3,
+    /* #define VARIANT_ALIBI_SLOPE 1: the prefill kernels start Q K^T's accumulators at the bias in
+     * q . k units, slope / q_scale (ops/prefill.c bounds q_scale for it) */
+    CINFER__VARIANT_ALIBI_SLOPE = 1u << 4,
 };
 
 struct cinfer_variant {

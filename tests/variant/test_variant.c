@@ -17,6 +17,7 @@
 
 #include "jit/jit.h"
 #include "ops/options.h"
+#include "ops/prefill.h"
 #include "variant/variant.h"
 
 #define F32                                                                                        \
@@ -697,6 +698,37 @@ static void logit_scales(void **state) {
     assert_true(fabs(q - 1.4426950408889634) < 1e-15);
 }
 
+/* Prefill holds an ALiBi bias in q . k units (slope / q_scale) in float32: a q_scale below 2^-64
+ * is refused by name for variants with the slope hook, and only for them. */
+static void alibi_needs_a_bounded_scale(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = 8;
+    o.num_kv_heads = 8;
+    o.head_dim = 128;
+    o.variant = cinfer_variant_builtin("alibi");
+    cinfer__spec_t spec;
+    o.sm_scale = 1e-19f; /* q_scale 1e-19 >= 2^-64 = 5.4e-20 */
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec), CINFER_STATUS_SUCCESS);
+    o.sm_scale = 1e-20f;
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec),
+                     CINFER_STATUS_UNSUPPORTED);
+    const char *msg = cinfer_last_error();
+    assert_non_null(strstr(msg, "options->sm_scale = 1e-20"));
+    assert_non_null(strstr(msg, "variant alibi"));
+    assert_non_null(strstr(msg, "at least 2^-64"));
+    o.sm_scale = 1.0f;
+    o.k_scale = 1e-21f; /* q_scale = sm_scale k_scale */
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 0, 227 * 1024, &spec),
+                     CINFER_STATUS_UNSUPPORTED);
+    o.k_scale = 1.0f;
+    o.sm_scale = 1e-20f;
+    o.variant = cinfer_variant_builtin("sinks");
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec), CINFER_STATUS_SUCCESS);
+    o.variant = NULL;
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec), CINFER_STATUS_SUCCESS);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(declarations_are_checked),
@@ -713,6 +745,7 @@ int main(void) {
         cmocka_unit_test(turn_taking_prefill_compiles),
         cmocka_unit_test(user_compile_error_points_at_the_line),
         cmocka_unit_test(logit_scales),
+        cmocka_unit_test(alibi_needs_a_bounded_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
