@@ -32,7 +32,7 @@ static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_param
 
 /* The least kernel q_scale (set_scales) a variant with an ALiBi slope hook runs with: the kernels
  * hold the bias in q . k units, slope (j - i) / q_scale, in float32, finite for |slope| up to 2^32
- * and |j - i| below 2^31 (SEMANTICS.md). */
+ * and |j - i| below 2^31 (include/cinfer.h, VARIANT_ALIBI_SLOPE). */
 #define ALIBI_MIN_Q_SCALE 0x1p-64
 
 static cinfer_status_t alibi_scale_check(const cinfer_attention_options_t *o) {
