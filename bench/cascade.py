@@ -8,11 +8,11 @@ too; one merge_states of the two levels).
 Plain decode reads the prefix once per request, so the KV bytes it moves are
 batch * (prefix + own) against prefix + batch * own for the cascade; the ratio is the most the
 cascade can save (the printed "KV read ratio"). The measured speedup also pays for the prefix
-level's prefill (64 query rows over 8k keys, the 4 query heads of each KV head packed into one
-256-row tile, split-KV: 16 chunks of 512 keys x 8 KV heads = 128 CTAs on an H200, then their
-merge), which is compute: 4 * 64 * 32 * 8192 * 128 = 8.6 GFLOP, 22 us at the 400 TFLOP/s of the
-16k single prefill; and plain decode finds much of the shared prefix in the L2 (its queued GB/s
-exceed the copy ceiling: 8.6 TB/s on the H200, 2026-11-30).
+level's prefill (64 query rows over 8k keys, the 4 query heads of each KV head packed into 256
+rows: on an H200 the sm90 kernel's two 128-row tiles x 8 KV heads x split-KV in 8 chunks of 1024
+keys = 128 CTAs, one per SM, then their merge), which is compute: 4 * 64 * 32 * 8192 * 128 = 8.6
+GFLOP (the floor line below); and plain decode finds much of the shared prefix in the L2 (its
+queued GB/s exceed the copy ceiling: 8.6 TB/s on the H200, 2026-11-30).
 
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50] [--caches 4]
 
