@@ -225,13 +225,13 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int row = g + 8 * (j % 2);
-                const int dim =
-                    KV_FP8 ? ks * 16 + 4 * tq + 2 * (j / 2) : ks * 16 + 8 * (j / 2) + 2 * tq;
                 if (row < HPC) {
                     const unsigned w = qa[ks][j];
                     float lo = cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w & 0xffffu));
                     float hi = cinfer_half_to_f32(CINFER_DTYPE_Q, (cinfer_half_bits)(w >> 16));
 #if VARIANT_QUERY_TRANSFORM
+                    const int dim =
+                        KV_FP8 ? ks * 16 + 4 * tq + 2 * (j / 2) : ks * 16 + 8 * (j / 2) + 2 * tq;
                     lo = variant_query_transform(&vp, lo, b, qo_pos, qo_head0 + row, dim);
                     hi = variant_query_transform(&vp, hi, b, qo_pos, qo_head0 + row, dim + 1);
 #endif
