@@ -15,6 +15,7 @@ GFLOP (the floor line below); and plain decode finds much of the shared prefix i
 queued GB/s exceed the copy ceiling: 8.6 TB/s on the H200, 2026-11-30).
 
     python3 bench/cascade.py [--batch 64] [--prefix 8192] [--own 256] [--iters 50] [--caches 4]
+                             [--timeline]
 
 Each path is timed three ways, the cascade also per level (medians of CUDA-event timings after
 warm-up):
@@ -36,6 +37,10 @@ the copy ceiling, both ceilings measured here with PyTorch (an 8192^3 torch.mm; 
 read+write bytes), summed (the levels one after the other, as they run: each fills the SMs) and
 overlapped (the larger); with the speedup over plain decode's graph step each allows.
 
+--timeline also prints the kernels of one step of the cascade's graph with their start and end
+(torch.profiler over three replays; microseconds from the step's first kernel): which kernels run
+beside which, and the gaps between them.
+
 The runs rotate over --caches copies of the paged cache (the layers of a model), so that no run
 finds the previous run's KV in the 60 MB L2 (--caches 1: the same cache every run, as this script
 did before). Prints the configuration, each path's three times, the three speedups, the KV read
@@ -51,6 +56,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -100,6 +106,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--caches", type=int, default=4,
                     help="copies of the paged cache the runs rotate over (layers)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print the kernels of one cascade graph step (torch.profiler)")
     args = ap.parse_args()
     if args.iters < 1 or args.caches < 1:
         print("bench/cascade.py: --iters and --caches must be >= 1")
@@ -236,7 +244,36 @@ def main() -> int:
         with torch.cuda.graph(g):
             outs = [run(i) for i in range(args.caches)]
         replay_us, _ = queued(lambda i: g.replay())
+        graphs.append(g)
         return replay_us / args.caches, outs
+
+    def print_timeline(g):
+        """The kernels of one step in graph g (its second replay's first run) as profiled."""
+        from torch.profiler import ProfilerActivity, profile
+        replays = 3
+        for _ in range(replays):
+            g.replay()
+        torch.cuda.synchronize()
+        with warnings.catch_warnings():  # (torch.profiler's note on clearing events per cycle)
+            warnings.simplefilter("ignore")
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    g.replay()
+                torch.cuda.synchronize()
+        kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                         if e.device_type == torch.autograd.DeviceType.CUDA)
+        per_replay = len(kernels) // replays
+        per_step = per_replay // args.caches
+        if per_step < 1 or per_replay * replays != len(kernels):
+            print(f"  timeline: {len(kernels)} kernels in {replays} replays, not a whole number "
+                  "per step; skipped")
+            return
+        step = kernels[per_replay:per_replay + per_step]
+        first = step[0][0]
+        print("  cascade graph step, kernel by kernel (us from its first kernel's start; "
+              "torch.profiler):")
+        for start, end, name in step:
+            print(f"    {start - first:7.2f} .. {end - first:7.2f}  {name}")
 
     plain = plain_wrapper(graph=False)
     cascade = cascade_wrapper(graph=False)
@@ -276,6 +313,7 @@ def main() -> int:
         launch.levels, launch.merge_fn = all_levels, merge_fn
     kinds = [lvl.kind for lvl in all_levels]
 
+    graphs = []  # graph_time's graphs, in order: plain's, then the cascade's
     plain_g = plain_wrapper(graph=True)
     cascade_g = cascade_wrapper(graph=True)
     g_plain, outs_plain = graph_time(lambda i: plain_g.run(q, caches[i % args.caches]))
@@ -316,6 +354,8 @@ def main() -> int:
           "speed)")
     print(f"  KV read ratio {plain_bytes / cascade_bytes:.1f}x (the most the cascade can save); "
           f"max |plain - cascade| = {diff:.2e} eager, {diff_graph:.2e} graph")
+    if args.timeline:
+        print_timeline(graphs[1])
     print(f"  wall {time.perf_counter() - t_start:.1f} s (JIT included on a cold cache)")
     return 0 if max(diff, diff_graph) < 1e-2 else 1
 
