@@ -304,8 +304,7 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
         defines(source, "VARIANT_LOGITS_TRANSFORM", "1") ||
         defines(source, "VARIANT_LOGITS_MASK", "1") ||
         defines(source, "VARIANT_LOGITS_MASK_BITS", "1") ||
-        defines(source, "VARIANT_LOGITS_MASK_ROW", "1") ||
-        defines(source, "VARIANT_ALIBI_SLOPE", "1"))
+        defines(source, "VARIANT_LOGITS_MASK_ROW", "1") || (v->hooks & CINFER__VARIANT_ALIBI_SLOPE))
         v->hooks |= CINFER__VARIANT_LOGITS;
     if (!strstr(source, "VARIANT_LOGITS_TRANSFORM") && !strstr(source, "VARIANT_QUERY_TRANSFORM") &&
         !strstr(source, "VARIANT_OUTPUT_TRANSFORM") && !strstr(source, "VARIANT_USE_SOFTMAX") &&
