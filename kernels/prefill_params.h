@@ -2,19 +2,20 @@
  * Parameters of the prefill kernels, shared by the host (src/ops/prefill.c) and the device
  * (kernels/prefill.cu): plain C types only, so both compilers lay the struct out identically.
  *
- * One CTA computes one tile of CINFER_TILE_Q query rows of one query head. The grid is
- * num_q_tiles * num_qo_heads CTAs, the query head varying fastest (so the query heads of a GQA
- * group, which read the same K/V, run side by side and share it in L2), and the query tiles in
- * decreasing order (under a causal mask the last tiles have the most KV to visit, so they start
- * first and the short ones fill the tail).
+ * Item i of a grid is one tile of CINFER_TILE_Q query rows of one query head: CTA i of the sm80
+ * kernel, and of the sm90 kernel's persistent CTAs (at most one per SM) the one whose turn it is
+ * (kernels/prefill_sm90.cuh). The grid is num_q_tiles * num_qo_heads items, the query head varying
+ * fastest (so the query heads of a GQA group, which read the same K/V, run side by side and share
+ * it in L2), and the query tiles in decreasing order (under a causal mask the last tiles have the
+ * most KV to visit, so they start first and the short ones fill the tail).
  *
  * Batch kernels (CINFER_BATCH) read a work list that the planner (src/sched/prefill_plan.c) wrote
- * into the workspace: CTA i computes query head i % num_qo_heads of work item i / num_qo_heads,
- * one tile of TILE_Q query rows of one request over one chunk of its KV positions; CTAs past
- * header->num_work items exit at once (CUDA-graph mode launches a fixed grid). With GQA packing
- * (CINFER_GQA_PACK = G) the grid multiplies by num_kv_heads instead: CTA i computes the G query
- * heads of KV head i % num_kv_heads for the TILE_Q / G query rows (tokens) of work item
- * i / num_kv_heads. K/V are a ragged
+ * into the workspace: grid item i computes query head i % num_qo_heads of work item
+ * i / num_qo_heads, one tile of TILE_Q query rows of one request over one chunk of its KV
+ * positions; grid items past header->num_work work items are not computed (CUDA-graph mode
+ * launches a fixed grid). With GQA packing (CINFER_GQA_PACK = G) the grid multiplies by
+ * num_kv_heads instead: grid item i computes the G query heads of KV head i % num_kv_heads for the
+ * TILE_Q / G query rows (tokens) of work item i / num_kv_heads. K/V are a ragged
  * [total_kv, Hk, D] tensor (token t of request b at row kv_begin + t) or, with CINFER_PAGED, a
  * paged cache: token t of request b lives in page kv_indices[kv_begin + t / page_size], slot
  * t % page_size.

@@ -9,12 +9,19 @@
  * batch over a ragged K/V or a paged cache whose pages hold a power of two of 8..256 rows (the
  * host checks the page size).
  *
- * One CTA computes TILE_Q = 64 x CONSUMERS query rows of one query head. Its warps:
+ * A work item is TILE_Q = 64 x CONSUMERS query rows of one query head (a grid of them: one per CTA
+ * of the sm80 kernel's grid). The grid is persistent: at most one CTA per SM (the host launches
+ * min(items, SMs)), each taking item after item (item_index), so that the copies of an item's Q
+ * and first KV tiles go out while the previous one's last tiles are computed, and a new item costs
+ * no CTA launch, barrier set-up or pipeline fill. The stage ring, the Q tile and the groups' turns
+ * run on from one item to the next (counters of tiles and items, not of the item's own). A CTA's
+ * warps:
  *   consumers  CONSUMERS warpgroups (warps 0..4 CONSUMERS - 1), 64 rows each;
- *   producer   one warpgroup after them, whose first warp issues every copy: the Q tile once,
- *              then each KV tile's K and V into a ring of STAGES stages, as TMA boxes of 64
- *              columns x rows x 1 head (the tensor maps of prefill_params.h, built by the host):
- *              one box of TILE_KV rows, or with a paged cache one per page of the tile (a lane
+ *   producer   one warpgroup after them, whose first warp issues every copy: an item's Q tile
+ *              (once both groups' last Q K^T of the previous item is done: "q_empty"), then each
+ *              KV tile's K and V into a ring of STAGES stages, as TMA boxes of 64 columns x rows x
+ *              1 head (the tensor maps of prefill_params.h, built by the host): one box of TILE_KV
+ *              rows, or with a paged cache one per page of the tile (a lane
  *              each, from the page table) or a TILE_KV-row part of a longer page. A stage's
  *              "full" mbarrier counts the bytes in; its "empty" one counts the consumer threads
  *              out, and the producer waits for that before it copies the tile STAGES ahead there.
@@ -112,7 +119,7 @@
  * trace, bench/RESULTS.md, session 18) rather than one group's beside the other's products. */
 #define SOFTMAX_TURNS (PINGPONG && PREPARE)
 #if SOFTMAX_TURNS
-/* Before the softmax of a group's first tile or a later one; group 0's first goes first.
+/* Before the softmax of the CTA's first tile or a later one; group 0's first goes first.
  * turn_q_scale is q_scale plus a 0 read from shared memory after the wait: the logits' work depends
  * on that load, which ptxas keeps after the barrier (without it, ptxas moves the tanh burst above).
  */
@@ -122,15 +129,11 @@
             cinfer_bar_sync(3 + wg, 256);                                                          \
         turn_q_scale = p.q_scale + cinfer_ld_shared_f32(cinfer_smem_addr(&zero));                  \
     } while (0)
-/* After it: the other group's turn (after group 1's last softmax, no one's). */
-#define SOFTMAX_TURN_PASS(last)                                                                    \
-    do {                                                                                           \
-        if (!((last) && wg == 1))                                                                  \
-            cinfer_bar_arrive(4 - wg, 256);                                                        \
-    } while (0)
+/* After it: the other group's turn (group 1's last one of the CTA is taken at its end). */
+#define SOFTMAX_TURN_PASS() cinfer_bar_arrive(4 - wg, 256)
 #else
 #define SOFTMAX_TURN_WAIT(first) ((void)0)
-#define SOFTMAX_TURN_PASS(last)  ((void)0)
+#define SOFTMAX_TURN_PASS()      ((void)0)
 #endif
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
@@ -435,69 +438,90 @@ __device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
     } while (0)
 #endif
 
+/* The persistent grid: CTA b of G takes items b, 2G - 1 - b, 2G + b, 4G - 1 - b, ... (forward and
+ * back in turn: with the items in order of decreasing work, as single prefill's are, each CTA's
+ * share comes out even) until they run out. */
+__device__ __forceinline__ unsigned item_index(unsigned r) {
+    const unsigned b = (r & 1u) ? gridDim.x - 1u - blockIdx.x : blockIdx.x;
+    return r * gridDim.x + b;
+}
+
+/* Declares item k's values (the same in the producer and the consumers): its query heads and KV
+ * head, p (params of its request alone), its first K/V and q rows in the tensor maps, its query
+ * tile (q0, q_span tokens, q_rows rows), delta (token i's position is i + delta), and the KV tiles
+ * some row of it keeps (a split item: of its chunk). */
+#if PACK > 1
+/* The group of query heads [head, head + PACK) of KV head kv_head. */
+#define ITEM_HEADS(k)                                                                              \
+    [[maybe_unused]] const int kv_head = (int)((k) % (unsigned)params.num_kv_heads);               \
+    const int head = kv_head * PACK
+#else
+#define ITEM_HEADS(k)                                                                              \
+    const int head = (int)((k) % (unsigned)params.num_qo_heads);                                   \
+    [[maybe_unused]] const int kv_head = head / (params.num_qo_heads / params.num_kv_heads)
+#endif
+#if CINFER_BATCH && CINFER_PAGED
+#define ITEM_KV_ROWS()                                                                             \
+    p.kv_indices += w.kv_begin;                                                                    \
+    [[maybe_unused]] const int kv_row0 = 0
+#else
+#define ITEM_KV_ROWS() [[maybe_unused]] const int kv_row0 = w.kv_begin /* its first K/V row */
+#endif
+#if CINFER_BATCH
+#define ITEM_SETUP(k)                                                                              \
+    ITEM_HEADS(k);                                                                                 \
+    cinfer_prefill_params p = params;                                                              \
+    const cinfer_prefill_work w = params.work[(k) / (unsigned)params.CTA_HEADS];                   \
+    p.qo_len = w.qo_len;                                                                           \
+    p.kv_len = w.kv_len;                                                                           \
+    p.out = (cinfer_half_bits *)p.out + (long long)w.qo_begin * p.out_stride_n;                    \
+    if (p.lse)                                                                                     \
+        p.lse += (long long)w.qo_begin * p.lse_stride_n;                                           \
+    ITEM_KV_ROWS();                                                                                \
+    [[maybe_unused]] const int q_row0 = w.qo_begin; /* its first q row */                          \
+    const int q0 = w.q_begin;                                                                      \
+    const int q_span = CINFER_MIN(TILE_Q / PACK, p.qo_len - q0);                                   \
+    [[maybe_unused]] const int q_rows = q_span * PACK;                                             \
+    const int delta = p.kv_len - p.qo_len;                                                         \
+    int tile_begin;                                                                                \
+    const int num_tiles =                                                                          \
+        cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len, p.window_left,               \
+                                w.chunk_begin, w.chunk_end, &tile_begin)
+#else
+#define ITEM_SETUP(k)                                                                              \
+    ITEM_HEADS(k);                                                                                 \
+    const cinfer_prefill_params &p = params;                                                       \
+    [[maybe_unused]] const int kv_row0 = 0, q_row0 = 0;                                            \
+    const int q0 = (p.num_q_tiles - 1 - (int)((k) / (unsigned)p.num_qo_heads)) * TILE_Q;           \
+    const int q_span = CINFER_MIN(TILE_Q / PACK, p.qo_len - q0);                                   \
+    [[maybe_unused]] const int q_rows = q_span * PACK;                                             \
+    const int delta = p.kv_len - p.qo_len;                                                         \
+    int tile_begin;                                                                                \
+    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len,            \
+                                                  p.window_left, 0, 0, &tile_begin)
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
-    __shared__ unsigned long long bars[2 * STAGES + 2];
+    __shared__ unsigned long long bars[2 * STAGES + 3];
 #if SOFTMAX_TURNS
     __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
 #endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
     const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * STAGES,
-                   q_full = full + 16u * STAGES, fix_bar = q_full + 8u;
+                   q_full = full + 16u * STAGES, fix_bar = q_full + 8u, q_empty = fix_bar + 8u;
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-#if PACK > 1
-    /* The group of query heads [head, head + PACK) of KV head kv_head. */
-    const int kv_head = (int)(blockIdx.x % (unsigned)params.num_kv_heads);
-    const int head = kv_head * PACK;
-#else
-    const int head = (int)(blockIdx.x % (unsigned)params.num_qo_heads);
-    const int kv_head = head / (params.num_qo_heads / params.num_kv_heads);
-#endif
-    cinfer_prefill_params p = params;
 #if CINFER_BATCH
-    /* The work item; then p describes its request alone. */
-    const unsigned item = blockIdx.x / (unsigned)params.CTA_HEADS;
-    if (item >= (unsigned)params.header->num_work)
-        return; /* a spare CTA of a CUDA-graph grid */
-    const cinfer_prefill_work w = params.work[item];
+    const unsigned num_items = (unsigned)params.header->num_work * (unsigned)params.CTA_HEADS;
     /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
      * for this grid to finish before they read a partial state. */
     cinfer_pdl_launch_dependents();
-    p.qo_len = w.qo_len;
-    p.kv_len = w.kv_len;
-    p.out = (cinfer_half_bits *)p.out + (long long)w.qo_begin * p.out_stride_n;
-    if (p.lse)
-        p.lse += (long long)w.qo_begin * p.lse_stride_n;
-#if CINFER_PAGED
-    p.kv_indices += w.kv_begin;
-    const int kv_row0 = 0;
 #else
-    const int kv_row0 = w.kv_begin; /* the request's first K/V row of the tensor maps */
-#endif
-    const int q_row0 = w.qo_begin; /* its first q row */
-    const int q0 = w.q_begin;
-#else
-    const int kv_row0 = 0, q_row0 = 0;
-    const int q0 = (p.num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)p.num_qo_heads)) * TILE_Q;
-#endif
-    /* The tile's query tokens (each in PACK rows) and rows. */
-    const int q_span = CINFER_MIN(TILE_Q / PACK, p.qo_len - q0);
-    const int q_rows = q_span * PACK;
-    /* Token i's absolute position is i + delta; lengths are below 2^30, so this fits an int. */
-    const int delta = p.kv_len - p.qo_len;
-    /* The KV tiles some row of the tile keeps (a split item: of its chunk). */
-    int tile_begin;
-#if CINFER_BATCH
-    const int num_tiles =
-        cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len, p.window_left, w.chunk_begin,
-                                w.chunk_end, &tile_begin);
-#else
-    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len,
-                                                  p.window_left, 0, 0, &tile_begin);
+    const unsigned num_items = (unsigned)params.num_q_tiles * (unsigned)params.num_qo_heads;
 #endif
 
     if (threadIdx.x == 0) {
@@ -507,6 +531,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         cinfer_mbarrier_init(q_full, 1);
         cinfer_mbarrier_init(fix_bar, 1);
+        cinfer_mbarrier_init(q_empty, CONSUMERS * 128);
 #if SOFTMAX_TURNS
         zero = 0.0f;
 #endif
@@ -519,8 +544,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CONSUMERS == 2
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
 #endif
-        if (warp == CONSUMERS * 4 && num_tiles > 0) {
+        /* Tiles copied, Q tiles copied and partial tiles fixed before the item's. */
+        unsigned g = 0, qi = 0;
+        [[maybe_unused]] unsigned fx = 0;
+        for (unsigned r = 0; warp == CONSUMERS * 4; r++) {
+            const unsigned k = item_index(r);
+            if (k >= num_items)
+                break;
+            ITEM_SETUP(k);
+            if (num_tiles <= 0)
+                continue;
             if (lane == 0) {
+                /* Q's buffer is free once both groups' last Q K^T of the previous item is done. */
+                if (qi > 0)
+                    cinfer_mbarrier_wait(q_empty, (qi - 1) & 1u);
                 cinfer_mbarrier_arrive_expect_tx(q_full, TILE_Q * D * 2);
 #pragma unroll
                 for (int b = 0; b < DBLOCKS; b++)
@@ -537,19 +574,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
             const int page = 0;
 #endif
+            qi++;
             for (int i = 0; i < num_tiles; i++) {
-                const int st = i % STAGES, t = tile_begin + i;
-                if (i >= STAGES)
-                    cinfer_mbarrier_wait(empty + 8u * st, (unsigned)(i / STAGES - 1) & 1u);
+                const unsigned gi = g + (unsigned)i;
+                const int st = (int)(gi % STAGES), t = tile_begin + i;
+                if (gi >= STAGES)
+                    cinfer_mbarrier_wait(empty + 8u * st, (gi / STAGES - 1) & 1u);
                 const unsigned s_k = s_kv + st * STAGE_BYTES;
                 /* The tile's rows inside the request; rows past it are another request's, a
                  * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
-                 * CTA, for the request's last tile. */
+                 * item, for the request's last tile. */
                 const int rows = tile_rows(p, t);
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
                     copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, page, lane);
-                    cinfer_mbarrier_wait(fix_bar, 0);
+                    cinfer_mbarrier_wait(fix_bar, fx & 1u);
+                    fx++;
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
                         for (int b = 0; b < DBLOCKS; b++)
@@ -571,6 +611,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     page = tile_page(p, t + 1, lane);
 #endif
             }
+            g += (unsigned)num_tiles;
         }
     } else {
         /* A consumer: warpgroup wg, rows wg * 64 + 16 (warp % 4) + lane / 4 (+ 8) of the tile. */
@@ -578,92 +619,100 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
 #endif
         const int wg = warp / 4;
-        const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
-        /* The positions of the lane's two rows' tokens. */
-        const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
-        const unsigned s_q_rows = s_q + wg * 64 * 128;
-        float o[64], s[64], alpha[2];
-        unsigned pa[TILE_KV / 16][4];
-        float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
+        /* Tiles consumed and items with tiles before the item's. */
+        unsigned g = 0, qi = 0;
+        for (unsigned r = 0;; r++) {
+            const unsigned k = item_index(r);
+            if (k >= num_items)
+                break;
+            ITEM_SETUP(k);
+            const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
+            /* The positions of the lane's two rows' tokens. */
+            const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
+            const unsigned s_q_rows = s_q + wg * 64 * 128;
+            float o[64], s[64], alpha[2];
+            unsigned pa[TILE_KV / 16][4];
+            float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < 64; i++)
-            o[i] = 0.0f;
+            for (int i = 0; i < 64; i++)
+                o[i] = 0.0f;
 #if CINFER_BATCH
-        [[maybe_unused]] const int batch_idx = w.request; /* the variants' hooks take it */
+            [[maybe_unused]] const int batch_idx = w.request; /* the variants' hooks take it */
 #else
-        [[maybe_unused]] const int batch_idx = 0;
+            [[maybe_unused]] const int batch_idx = 0;
 #endif
 #if VARIANT_STATE_INIT
-        /* The variant's initial state (e.g. a sink logit) of each existing row; the row sums are
-         * per lane until the end, so one lane of the quad holds its denominator. A split tile's
-         * rows take it in their first chunk only (the merge adds the chunks' denominators). */
+            /* The variant's initial state (e.g. a sink logit) of each existing row; the row sums
+             * are per lane until the end, so one lane of the quad holds its denominator. A split
+             * tile's rows take it in their first chunk only (the merge adds the chunks'
+             * denominators). */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = row0 + 8 * h;
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
 #if CINFER_BATCH
-            if (row < q_rows && w.chunk == 0) {
+                if (row < q_rows && w.chunk == 0) {
 #else
-            if (row < q_rows) {
+                if (row < q_rows) {
 #endif
-                float mi = -CINFER_INF, di = 0.0f;
-                variant_state_init(&vp, batch_idx, pos[h], head + row % PACK, &mi, &di);
-                m[h] = mi;
-                l[h] = lane % 4 == 0 ? di : 0.0f;
+                    float mi = -CINFER_INF, di = 0.0f;
+                    variant_state_init(&vp, batch_idx, pos[h], head + row % PACK, &mi, &di);
+                    m[h] = mi;
+                    l[h] = lane % 4 == 0 ? di : 0.0f;
+                }
             }
-        }
 #endif
 #if PREPARE
-        /* Logits go through prepare_logits on every tile (tanh in S; see PREPARE's comment). */
-        const float scale = p.soft_cap_log2, shift = -p.soft_cap_log2;
-        const bool fixed_max = p.soft_cap_fixed != 0;
-        if (fixed_max)
-            m[0] = m[1] = p.soft_cap_max;
+            /* Logits go through prepare_logits on every tile (tanh in S; see PREPARE's comment). */
+            const float scale = p.soft_cap_log2, shift = -p.soft_cap_log2;
+            const bool fixed_max = p.soft_cap_fixed != 0;
+            if (fixed_max)
+                m[0] = m[1] = p.soft_cap_max;
 #elif CINFER_VARIANT_LOGITS
-        /* a mask's or ALiBi's variant: natural-log q_scale */
-        const float scale = p.q_scale * CINFER_LOG2E;
+            /* a mask's or ALiBi's variant: natural-log q_scale */
+            const float scale = p.q_scale * CINFER_LOG2E;
 #else
-        const float scale = p.q_scale;
+            const float scale = p.q_scale;
 #endif
 #if SOFTMAX_TURNS
-        float turn_q_scale; /* set by SOFTMAX_TURN_WAIT */
+            float turn_q_scale; /* set by SOFTMAX_TURN_WAIT */
 #endif
 #if ALIBI_ACC
-        float slope_qk[2];
+            float slope_qk[2];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            slope_qk[h] = variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
-                          CINFER_LOG2E / scale;
-        }
+            for (int h = 0; h < 2; h++) {
+                slope_qk[h] = variant_alibi_slope(&vp, batch_idx, head + (row0 + 8 * h) % PACK) *
+                              CINFER_LOG2E / scale;
+            }
 #endif
-        /* Tiles that need the element mask: from the first one holding a position past the
-         * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
-         * position before its last row's window. */
+            /* Tiles that need the element mask: from the first one holding a position past the
+             * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
+             * position before its last row's window. */
 #if CAUSAL
-        const int first_pos = q0 + (wg * 64) / PACK + delta;
-        const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
+            const int first_pos = q0 + (wg * 64) / PACK + delta;
+            const int mask_from = first_pos + 1 >= 0 ? (first_pos + 1) / TILE_KV : -1;
 #else
-        const int mask_from = p.kv_len / TILE_KV;
+            const int mask_from = p.kv_len / TILE_KV;
 #endif
 #if CINFER_WINDOW
-        const int window_until = q0 + (wg * 64 + 63) / PACK + delta - p.window_left;
+            const int window_until = q0 + (wg * 64 + 63) / PACK + delta - p.window_left;
 #endif
 #if MASK_ROWS
-        /* Where the mask of each of the lane's rows keeps position 0 (a row past q_rows reads the
-         * last row's: its logits are never stored), and the words of the tile being computed
-         * (mask_raw) and of the next one, loaded a tile ahead (mask_next). */
-        const uint32_t *mask_words[2];
-        int mask_shift[2];
+            /* Where the mask of each of the lane's rows keeps position 0 (a row past q_rows reads
+             * the last row's: its logits are never stored), and the words of the tile being
+             * computed (mask_raw) and of the next one, loaded a tile ahead (mask_next). */
+            const uint32_t *mask_words[2];
+            int mask_shift[2];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = CINFER_MIN(row0 + 8 * h, q_rows - 1);
-            int64_t bit;
-            const uint32_t *words = variant_logits_mask_row(&vp, batch_idx, q0 + row / PACK + delta,
-                                                            head + row % PACK, kv_head, &bit);
-            mask_words[h] = words + (bit >> 5);
-            mask_shift[h] = (int)(bit & 31);
-        }
-        uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
-        const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
+            for (int h = 0; h < 2; h++) {
+                const int row = CINFER_MIN(row0 + 8 * h, q_rows - 1);
+                int64_t bit;
+                const uint32_t *words = variant_logits_mask_row(
+                    &vp, batch_idx, q0 + row / PACK + delta, head + row % PACK, kv_head, &bit);
+                mask_words[h] = words + (bit >> 5);
+                mask_shift[h] = (int)(bit & 31);
+            }
+            uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
+            const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
 #define LOAD_NEXT_MASK(t)                                                                          \
     load_mask(mask_next, mask_words, mask_shift, CINFER_MIN(((t) + 1) * TILE_KV, last_kv0),        \
               p.kv_len)
@@ -673,126 +722,147 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define NEXT_MASK_IN()    ((void)0)
 #endif
 
-        if (num_tiles > 0) {
+            if (num_tiles > 0) {
 #if MASK_ROWS
-            load_mask(mask_raw, mask_words, mask_shift, tile_begin * TILE_KV, p.kv_len);
+                load_mask(mask_raw, mask_words, mask_shift, tile_begin * TILE_KV, p.kv_len);
 #endif
-            cinfer_mbarrier_wait(q_full, 0);
-            /* The first tile: S only. */
-            cinfer_mbarrier_wait(full, 0);
+                cinfer_mbarrier_wait(q_full, qi & 1u);
+                /* The first tile: S only. */
+                cinfer_mbarrier_wait(full + 8u * (g % STAGES), (g / STAGES) & 1u);
 #if PINGPONG
-            if (wg == 1)
-                cinfer_bar_sync(2, 256);
+                /* Group 0's first turn of the CTA is its own; every other waits for the other
+                 * group's last issue (across items too). */
+                if (wg == 1 || qi > 0)
+                    cinfer_bar_sync(1 + wg, 256);
 #endif
-            SET_BIAS(tile_begin);
-            cinfer_wgmma_fence();
-            issue_qk(s, s_q_rows, s_kv);
+                SET_BIAS(tile_begin);
+                cinfer_wgmma_fence();
+                issue_qk(s, s_q_rows, s_kv + (g % STAGES) * STAGE_BYTES);
 #if PINGPONG
-            if (wg == 0 || num_tiles > 1)
                 cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
-            LOAD_NEXT_MASK(tile_begin);
-            CINFER_WGMMA_WAIT(0);
-            cinfer_wgmma_pin(s);
-            SOFTMAX_TURN_WAIT(true);
-            MASK_OR_PREPARE(tile_begin);
-            SOFTMAX();
-            SOFTMAX_TURN_PASS(num_tiles == 1);
-            pack_p(s, pa);
-            NEXT_MASK_IN();
-            if (num_tiles > 1)
-                SET_BIAS(tile_begin + 1);
-
-            for (int i = 1; i < num_tiles; i++) {
-                const int st = i % STAGES, t = tile_begin + i;
-                cinfer_mbarrier_wait(full + 8u * st, (unsigned)(i / STAGES) & 1u);
-#if PINGPONG
-                cinfer_bar_sync(1 + wg, 256);
-#endif
-                cinfer_wgmma_pin(o);
-                cinfer_wgmma_fence();
-                issue_qk(s, s_q_rows, s_kv + st * STAGE_BYTES);
-                issue_pv(o, pa, s_kv + ((i - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
-#if PINGPONG
-                if (!(wg == 1 && i == num_tiles - 1))
-                    cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
-#endif
-                LOAD_NEXT_MASK(t);
-                CINFER_WGMMA_WAIT(1);
-                cinfer_wgmma_pin(s);
-                SOFTMAX_TURN_WAIT(false);
-                MASK_OR_PREPARE(t);
-                SOFTMAX();
-                SOFTMAX_TURN_PASS(i == num_tiles - 1);
-                /* The softmax's results are tied before the wait below (ptxas still schedules the
-                 * wait before the exp2s; see the top). */
-                cinfer_wgmma_pin(s);
+                LOAD_NEXT_MASK(tile_begin);
                 CINFER_WGMMA_WAIT(0);
-                cinfer_wgmma_pin(o);
-                /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for). */
-                cinfer_mbarrier_arrive(empty + 8u * ((i - 1) % STAGES));
-#if PREPARE
-                if (!fixed_max)
-#endif
-                {
-#pragma unroll
-                    for (int r = 0; r < 64; r++)
-                        o[r] *= alpha[(r % 4) / 2];
-                }
+                cinfer_wgmma_pin(s);
+                if (num_tiles == 1)
+                    cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
+                SOFTMAX_TURN_WAIT(qi == 0);
+                MASK_OR_PREPARE(tile_begin);
+                SOFTMAX();
+                SOFTMAX_TURN_PASS();
                 pack_p(s, pa);
                 NEXT_MASK_IN();
-                if (i + 1 < num_tiles)
-                    SET_BIAS(t + 1); /* S's registers are free until the next S */
-            }
-            /* The last tile's product. */
-            cinfer_wgmma_fence();
-            issue_pv(o, pa, s_kv + ((num_tiles - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
-            CINFER_WGMMA_WAIT(0);
-            cinfer_wgmma_pin(o);
-        }
+                if (num_tiles > 1)
+                    SET_BIAS(tile_begin + 1);
 
-        /* Epilogue: row sums over the quad, then O / l (x v_scale) and LSE = m + log2(l): into
-         * out and lse, or a split chunk's float32 partial states (prefill_params.h). */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float sum = l[h];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const int row = row0 + 8 * h;
-            if (row >= q_rows)
-                continue;
-            const int token = row / PACK, row_head = head + row % PACK;
-            const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
+                for (int i = 1; i < num_tiles; i++) {
+                    const unsigned gi = g + (unsigned)i;
+                    const int st = (int)(gi % STAGES), t = tile_begin + i;
+                    cinfer_mbarrier_wait(full + 8u * st, (gi / STAGES) & 1u);
+#if PINGPONG
+                    cinfer_bar_sync(1 + wg, 256);
+#endif
+                    cinfer_wgmma_pin(o);
+                    cinfer_wgmma_fence();
+                    issue_qk(s, s_q_rows, s_kv + st * STAGE_BYTES);
+                    issue_pv(o, pa, s_kv + ((gi - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+#if PINGPONG
+                    cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
+#endif
+                    LOAD_NEXT_MASK(t);
+                    CINFER_WGMMA_WAIT(1);
+                    cinfer_wgmma_pin(s);
+                    if (i == num_tiles - 1)
+                        cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
+                    SOFTMAX_TURN_WAIT(false);
+                    MASK_OR_PREPARE(t);
+                    SOFTMAX();
+                    SOFTMAX_TURN_PASS();
+                    /* The softmax's results are tied before the wait below (ptxas still schedules
+                     * the wait before the exp2s; see the top). */
+                    cinfer_wgmma_pin(s);
+                    CINFER_WGMMA_WAIT(0);
+                    cinfer_wgmma_pin(o);
+                    /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for).
+                     */
+                    cinfer_mbarrier_arrive(empty + 8u * ((gi - 1) % STAGES));
 #if PREPARE
-            const float lse = sum > 0.0f ? m[h] + log2f(sum) + p.soft_cap_log2 : -CINFER_INF;
+                    if (!fixed_max)
+#endif
+                    {
+#pragma unroll
+                        for (int r = 0; r < 64; r++)
+                            o[r] *= alpha[(r % 4) / 2];
+                    }
+                    pack_p(s, pa);
+                    NEXT_MASK_IN();
+                    if (i + 1 < num_tiles)
+                        SET_BIAS(t + 1); /* S's registers are free until the next S */
+                }
+                /* The last tile's product. */
+                cinfer_wgmma_fence();
+                const unsigned last = g + (unsigned)num_tiles - 1;
+                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                CINFER_WGMMA_WAIT(0);
+                cinfer_wgmma_pin(o);
+                cinfer_mbarrier_arrive(empty + 8u * (last % STAGES));
+                g += (unsigned)num_tiles;
+                qi++;
+            }
+
+            /* Epilogue: row sums over the quad, then O / l (x v_scale) and LSE = m + log2(l): into
+             * out and lse, or a split chunk's float32 partial states (prefill_params.h). */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float sum = l[h];
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                const int row = row0 + 8 * h;
+                if (row >= q_rows)
+                    continue;
+                const int token = row / PACK, row_head = head + row % PACK;
+                const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
+#if PREPARE
+                const float lse = sum > 0.0f ? m[h] + log2f(sum) + p.soft_cap_log2 : -CINFER_INF;
 #else
-            const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+                const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
 #endif
 #if CINFER_BATCH
-            if (w.partial >= 0) {
-                const long long slot =
-                    (long long)w.partial +
-                    ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
-                float *po = p.partial_o + slot * D + 2 * (lane % 4);
+                if (w.partial >= 0) {
+                    const long long slot =
+                        (long long)w.partial +
+                        ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
+                    float *po = p.partial_o + slot * D + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < 16; j++)
+                        *(float2 *)(po + 8 * j) =
+                            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                    if (lane % 4 == 0)
+                        p.partial_lse[slot] = lse;
+                    continue;
+                }
+#endif
+                cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
+                                        (long long)(q0 + token) * p.out_stride_n +
+                                        (long long)row_head * p.out_stride_h + 2 * (lane % 4);
 #pragma unroll
                 for (int j = 0; j < 16; j++)
-                    *(float2 *)(po + 8 * j) =
-                        make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-                if (lane % 4 == 0)
-                    p.partial_lse[slot] = lse;
-                continue;
+                    *(unsigned *)(dst + 8 * j) =
+                        cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                if (p.lse && lane % 4 == 0)
+                    p.lse[(long long)(q0 + token) * p.lse_stride_n +
+                          (long long)row_head * p.lse_stride_h] = lse;
             }
-#endif
-            cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
-                                    (long long)(q0 + token) * p.out_stride_n +
-                                    (long long)row_head * p.out_stride_h + 2 * (lane % 4);
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-                *(unsigned *)(dst + 8 * j) =
-                    cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-            if (p.lse && lane % 4 == 0)
-                p.lse[(long long)(q0 + token) * p.lse_stride_n +
-                      (long long)row_head * p.lse_stride_h] = lse;
         }
+#if PINGPONG
+        /* Group 1's last turn passes to no one: taken here, so that no barrier is left half
+         * arrived. */
+        if (wg == 0 && qi > 0) {
+            cinfer_bar_sync(1, 256);
+#if SOFTMAX_TURNS
+            cinfer_bar_sync(3, 256);
+#endif
+        }
+#endif
     }
 }

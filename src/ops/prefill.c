@@ -614,6 +614,13 @@ static cinfer_status_t load_single(cinfer_context_t *ctx, const cinfer_attention
     return prepare_kernel(ctx, kernel, cfg, *smem);
 }
 
+/* The CTAs to launch for a grid of `items` work items: the sm90 kernel is persistent (one CTA per
+ * SM, each looping over items; kernels/prefill_sm90.cuh), the sm80 one takes an item per CTA. */
+static int64_t persistent_grid(const cinfer_context_t *ctx, const cinfer__prefill_config_t *cfg,
+                               int64_t items) {
+    return cfg->sm90 && items > (int64_t)ctx->num_sms ? (int64_t)ctx->num_sms : items;
+}
+
 /* Resident CTAs of a loaded prefill kernel on the whole device. */
 static cinfer_status_t resident_ctas(cinfer_context_t *ctx, const cinfer__kernel_t *kernel,
                                      const cinfer__prefill_config_t *cfg, size_t smem,
@@ -823,7 +830,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
         kernel_args[2] = &tma;
     }
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(kernel.function, (unsigned)blocks, 1, 1,
+               cuLaunchKernel(kernel.function, (unsigned)persistent_grid(ctx, &cfg, blocks), 1, 1,
                               (unsigned)cinfer__prefill_threads(&cfg), 1, 1, (unsigned)smem, stream,
                               kernel_args, NULL),
                "launching the prefill kernel");
@@ -1504,7 +1511,8 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
 
     const int tile = op->tile;
     set_tile_bytes(&p, s->tiles[tile].tile_kv, s->dtype_kv);
-    const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work);
+    const int64_t blocks = persistent_grid(
+        ctx, &s->tiles[tile], cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work));
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
     CINFER__CHECK(cinfer__context_activate(op->ctx));
