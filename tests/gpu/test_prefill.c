@@ -635,8 +635,9 @@ static void all_tile_configs(void **state) {
  * 128-row tiles (one row, one tile, one past, qo_len > kv_len where the first rows keep nothing, an
  * empty KV, a short query over a long KV and the reverse), fp16 and bf16, NHD and HND, a packed QKV
  * (q, k, v strided slices), a strided out, GQA groups, scales, and with and without LSE; then soft
- * cap, sliding window and the variants it takes (ALiBi, sinks). Its choice by default
- * (a grid of a wave or more) is covered by llama_heads and the randomized grid.
+ * cap, sliding window and the variants it takes (ALiBi, sinks), then grids of more items than SMs
+ * (CTAs taking several items). Its choice by default (a grid of a wave or more) is covered by
+ * llama_heads and the randomized grid.
  */
 static void sm90_tiles(void **state) {
     (void)state;
@@ -730,6 +731,29 @@ static void sm90_tiles(void **state) {
             c.desc = desc;
             run_case(&c, cinfer_test_seed() + 1400 + (uint64_t)n++);
         }
+    /* Grids of more items than SMs (the kernel is persistent: a CTA takes item after item, its
+     * stage ring, Q tile and the groups' turns running on across them): Llama heads over 1000 x
+     * 1000 (256 items of the 2-group tile, 512 of the 1-group one), with the soft cap's softmax
+     * turns (fixed maximum at 30, running one at 50), a window, sinks and a custom mask. */
+    for (int f = 0; f < 6; f++) {
+        char desc[160];
+        prefill_case c = base_case("");
+        c.qo_len = c.kv_len = 1000;
+        c.causal = f % 2;
+        c.tiles = &tiles[f == 5 ? 2 : f == 4 ? 1 : 0];
+        c.hq = 32;
+        c.hk = 8;
+        c.check_heads = 3;
+        c.soft_cap = f == 0 ? 30.0f : f == 1 ? 50.0f : 0.0f;
+        c.window_left = f == 2 ? 300 : -1;
+        c.variant = f == 3 ? TV_SINKS : f == 4 ? TV_MASK : TV_NONE;
+        c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);
+        snprintf(desc, sizeof desc, "sm90 q%d s%d, many items: causal %d cap %g window %d %s",
+                 c.tiles->tile_q, c.tiles->stages, c.causal, (double)c.soft_cap, c.window_left,
+                 tv_name(c.variant));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
+    }
 }
 
 /*
