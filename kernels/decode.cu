@@ -135,7 +135,7 @@ __device__ __forceinline__ void rope_lane(float *x, int tx, float pos, const flo
 extern "C" __global__ void __launch_bounds__(THREADS)
     CINFER_KERNEL_NAME(const cinfer_decode_params p,
                        const cinfer_variant_params vp CINFER_ROPE_KERNEL_PARAM) {
-    __shared__ float smem_md[ROWS][HPC][2];
+    [[maybe_unused]] __shared__ float smem_md[ROWS][HPC][2]; /* (unused without softmax) */
     __shared__ __align__(16) float smem_acc[ROWS][HPC][D];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -323,7 +323,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         for (int pair = threadIdx.x; pair < HPC * ROW_LANES; pair += THREADS) {
             const int g = pair / ROW_LANES, x = pair % ROW_LANES;
             const int head = qo_head0 + g;
-            float d_all = 0.0f, o[VEC];
+            [[maybe_unused]] float d_all = 0.0f; /* (unused without softmax) */
+            float o[VEC];
 #pragma unroll
             for (int i = 0; i < VEC; i++)
                 o[i] = 0.0f;

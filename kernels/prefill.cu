@@ -927,7 +927,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned kv_dst = kv_dst0(s_k);
 #endif
     float o[MMA_Q][O_TILES][4];
-    float m[MMA_Q][2], d[MMA_Q][2];
+    [[maybe_unused]] float m[MMA_Q][2]; /* (unused without softmax) */
+    float d[MMA_Q][2];
 #pragma unroll
     for (int mq = 0; mq < MMA_Q; mq++) {
 #pragma unroll
@@ -951,7 +952,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 m[mq][h] = p.soft_cap_max;
     }
 #else
-    const bool fixed_max = false;
+    [[maybe_unused]] const bool fixed_max = false;
 #endif
 #if VARIANT_STATE_INIT
     /* The variant's initial state (e.g. a sink logit); the denominator is kept per lane and
@@ -999,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const float slope_qk = variant_alibi_slope(&vp, batch_idx, head) / p.q_scale;
 #endif
 #elif CINFER_VARIANT_LOGITS
-    const float scale = CINFER_LOG2E; /* the hooks yield natural-log logits */
+    [[maybe_unused]] const float scale = CINFER_LOG2E; /* hooks yield natural-log logits */
 #elif CINFER_SOFTCAP
     /* The soft cap leaves h in S (kernels/soft_cap.cuh): the base-2 logit is cap2 + 2 cap2 h, so
      * the softmax scales by 2 cap2 and works on logits shifted by -cap2, which only the LSE sees
@@ -1452,14 +1453,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const int col0 = 2 * (tid % 4);
                 const int diag0 = q0 + delta + (tid / 32) * WARP_ROWS + (tid % 32) / 4 - col0;
                 const int len_lim = p.kv_len - j0 - col0;
-                const int diag_lim = diag0 - j0;
+                /* (unused without a causal mask or a window) */
+                [[maybe_unused]] const int diag_lim = diag0 - j0;
 #pragma unroll
                 for (int mq = 0; mq < MMA_Q; mq++)
 #pragma unroll
                     for (int n = 0; n < S_TILES; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int c = n * 8 + e % 2, r = mq * 16 + (e / 2) * 8;
+                            const int c = n * 8 + e % 2;
+                            [[maybe_unused]] const int r = mq * 16 + (e / 2) * 8;
                             bool keep = c < len_lim;
 #if CAUSAL
                             keep = keep && c - r <= diag_lim; /* j <= position */
