@@ -3,11 +3,12 @@
  * (kernels/prefill.cu): plain C types only, so both compilers lay the struct out identically.
  *
  * Item i of a grid is one tile of CINFER_TILE_Q query rows of one query head: CTA i of the sm80
- * kernel, and of the sm90 kernel's persistent CTAs (at most one per SM) the one whose turn it is
- * (kernels/prefill_sm90.cuh). The grid is num_q_tiles * num_qo_heads items, the query head varying
- * fastest (so the query heads of a GQA group, which read the same K/V, run side by side and share
- * it in L2), and the query tiles in decreasing order (under a causal mask the last tiles have the
- * most KV to visit, so they start first and the short ones fill the tail).
+ * kernel; the sm90 kernel's persistent grid of G CTAs (at most one per SM) has CTA b take items b,
+ * 2G - 1 - b, 2G + b, ... (item_index, kernels/prefill_sm90.cuh). The grid is num_q_tiles *
+ * num_qo_heads items, the query head varying fastest (so the query heads of a GQA group, which read
+ * the same K/V, run side by side and share it in L2), and the query tiles in decreasing order
+ * (under a causal mask the last tiles have the most KV to visit, so they start first and the short
+ * ones fill the tail).
  *
  * Batch kernels (CINFER_BATCH) read a work list that the planner (src/sched/prefill_plan.c) wrote
  * into the workspace: grid item i computes query head i % num_qo_heads of work item

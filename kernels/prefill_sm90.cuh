@@ -1,33 +1,35 @@
 /*
  * Prefill on Hopper's warpgroup tensor cores (the sm90 backend, FlashAttention-3's scheme: wgmma,
  * TMA, mbarriers; sm_90a only). kernels/prefill.cu includes this file in place of its sm80 body
- * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid, the work list of
- * batch kernels (split-KV partial states, GQA packing) and what is computed are the same
- * (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through: 16-bit q =
- * K/V = out, D = 128, no mask or causal, soft cap, sliding window, default attention or a variant
- * of ALiBi slopes, a mask in row form (custom_mask) and state inits (no RoPE); single prefill, or
- * batch over a ragged K/V or a paged cache whose pages hold a power of two of 8..256 rows (the
- * host checks the page size).
+ * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid's items and their
+ * order, the work list of batch kernels (split-KV partial states, GQA packing) and what is computed
+ * are the same (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through:
+ * 16-bit q = K/V = out, D = 128, no mask or causal, soft cap, sliding window, default attention or
+ * a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits (no RoPE); single
+ * prefill, or batch over a ragged K/V or a paged cache whose pages hold a power of two of 8..256
+ * rows (the host checks the page size).
  *
- * A work item is TILE_Q = 64 x CONSUMERS query rows of one query head (a grid of them: one per CTA
- * of the sm80 kernel's grid). The grid is persistent: at most one CTA per SM (the host launches
- * min(items, SMs)), each taking item after item (item_index), so that the copies of an item's Q
- * and first KV tiles go out while the previous one's last tiles are computed, and a new item costs
- * no CTA launch, barrier set-up or pipeline fill. The stage ring, the Q tile and the groups' turns
- * run on from one item to the next (counters of tiles and items, not of the item's own). A CTA's
- * warps:
+ * An item (a grid item of prefill_params.h) is TILE_Q = 64 x CONSUMERS query rows of one query
+ * head, or with GQA packing TILE_Q / G tokens of G query heads: what one CTA of the sm80 kernel
+ * computes. The grid is persistent: at most one CTA per SM (the host launches min(items, SMs)),
+ * CTA b of G taking items b, 2G - 1 - b, 2G + b, ... (item_index), so that the copies of an item's
+ * Q and first KV tiles go out while the previous one's last tiles are computed, and a new item
+ * costs no CTA launch, barrier set-up or pipeline fill. The stage ring, the Q tile and the groups'
+ * turns run on from one item to the next (counters of tiles and items, not of the item's own).
+ * A CTA's warps:
  *   consumers  CONSUMERS warpgroups (warps 0..4 CONSUMERS - 1), 64 rows each;
  *   producer   one warpgroup after them, whose first warp issues every copy: an item's Q tile
- *              (once both groups' last Q K^T of the previous item is done: "q_empty"), then each
- *              KV tile's K and V into a ring of STAGES stages, as TMA boxes of 64 columns x rows x
- *              1 head (the tensor maps of prefill_params.h, built by the host): one box of TILE_KV
- *              rows, or with a paged cache one per page of the tile (a lane
- *              each, from the page table) or a TILE_KV-row part of a longer page. A stage's
- *              "full" mbarrier counts the bytes in; its "empty" one counts the consumer threads
- *              out, and the producer waits for that before it copies the tile STAGES ahead there.
- *              A batch tile that reaches past its request's KV (rows of another request, rows of
- *              a page past kv_len, or pages not copied) gets those V rows zeroed by the producer
- *              before the stage is marked full: P is 0 there, but 0 x NaN would not be.
+ *              (once every consumer thread is done with its last Q K^T of the previous item that
+ *              had KV tiles: "q_empty"; an item without any gets no copies), then each KV tile's
+ *              K and V into a ring of STAGES stages, as TMA boxes of 64 columns x rows x 1 head
+ *              (the tensor maps of prefill_params.h, built by the host): one box of TILE_KV rows,
+ *              or with a paged cache one per page of the tile (a lane each, from the page table)
+ *              or a TILE_KV-row part of a longer page. A stage's "full" mbarrier counts the bytes
+ *              in; its "empty" one counts the consumer threads out, and the producer waits for
+ *              that before it copies the tile STAGES ahead there. A batch tile that reaches past
+ *              its request's KV (rows of another request, rows of a page past kv_len, or pages
+ *              not copied) gets those V rows zeroed by the producer before the stage is marked
+ *              full: P is 0 there, but 0 x NaN would not be.
  * Each consumer warpgroup, for KV tile t:
  *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
