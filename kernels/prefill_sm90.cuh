@@ -621,6 +621,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
 #endif
         const int wg = warp / 4;
+        const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
+        const unsigned s_q_rows = s_q + wg * 64 * 128;
         /* Tiles consumed and items with tiles before the item's. */
         unsigned g = 0, qi = 0;
         for (unsigned r = 0;; r++) {
@@ -628,10 +630,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (k >= num_items)
                 break;
             ITEM_SETUP(k);
-            const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
             /* The positions of the lane's two rows' tokens. */
             const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
-            const unsigned s_q_rows = s_q + wg * 64 * 128;
             float o[64], s[64], alpha[2];
             unsigned pa[TILE_KV / 16][4];
             float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
