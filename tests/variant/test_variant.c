@@ -398,9 +398,7 @@ static void nvrtc_warnings_are_kept(void **state) {
     cinfer_variant_destroy(v);
     s.variant = cinfer_variant_builtin("sinks");
     s.variant_id = s.variant->id;
-    compile_spec(&s, "sm_90a");
-    if (cinfer__jit_last_log()[0])
-        fail_msg("NVRTC's log of a built-in variant's kernel: \"%s\"", cinfer__jit_last_log());
+    compile_spec(&s, "sm_90a"); /* which fails on any NVRTC log of a built-in's kernel */
 }
 
 /* A mask given one position at a time, as bit words, both, or as rows of bits in memory (alone
