@@ -346,6 +346,32 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 
+/* Regroups the 16 packed pairs of a row of O over the lane's quad for 16-byte stores: lane c = lane
+ * % 4 holds pair j (columns 8 j + 2 c, + 1) in w[j]; afterwards it holds the 8 columns of j = 4 b +
+ * c in w[4 b .. 4 b + 3], b = 0..3. A 4 x 4 transpose of each block of four pairs in two exchanges
+ * of two words: with lane c ^ 2 (lanes with bit 1 set send and take words 0, 1; the others 2, 3),
+ * then with lane c ^ 1 (words 0, 2; the others 1, 3). */
+__device__ __forceinline__ void quad_transpose(unsigned *w, int lane) {
+    const bool hi = (lane & 2) != 0, lo = (lane & 1) != 0;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        unsigned *x = w + 4 * b;
+        /* selects, not a register index chosen at run time (which would go to local memory) */
+        unsigned r0 = __shfl_xor_sync(0xffffffffu, hi ? x[0] : x[2], 2);
+        unsigned r1 = __shfl_xor_sync(0xffffffffu, hi ? x[1] : x[3], 2);
+        x[0] = hi ? r0 : x[0];
+        x[1] = hi ? r1 : x[1];
+        x[2] = hi ? x[2] : r0;
+        x[3] = hi ? x[3] : r1;
+        r0 = __shfl_xor_sync(0xffffffffu, lo ? x[0] : x[1], 1);
+        r1 = __shfl_xor_sync(0xffffffffu, lo ? x[2] : x[3], 1);
+        x[0] = lo ? r0 : x[0];
+        x[1] = lo ? x[1] : r0;
+        x[2] = lo ? r1 : x[2];
+        x[3] = lo ? x[3] : r1;
+    }
+}
+
 /* The rows of KV tile t inside the request (at most TILE_KV; 0 or less past it). */
 __device__ __forceinline__ int tile_rows(const cinfer_prefill_params &p, int t) {
     return CINFER_MIN(TILE_KV, p.kv_len - t * TILE_KV);
@@ -508,8 +534,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
     __shared__ unsigned long long bars[2 * STAGES + 3];
-#if SOFTMAX_TURNS
-    __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
+#if SOFTMAX_TURNS || (MASK_ROWS && PINGPONG)
+    __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT and LOAD_NEXT_MASK */
 #endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
@@ -534,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cinfer_mbarrier_init(q_full, 1);
         cinfer_mbarrier_init(fix_bar, 1);
         cinfer_mbarrier_init(q_empty, CONSUMERS * 128);
-#if SOFTMAX_TURNS
+#if SOFTMAX_TURNS || (MASK_ROWS && PINGPONG)
         zero = 0.0f;
 #endif
         cinfer_mbarrier_init_fence();
@@ -715,9 +741,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
             uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
             const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
+            /* The next tile's words are loaded after the group's turn at the tensor cores; with
+             * two groups their addresses add a 0 read from shared memory after the turn's
+             * barrier, since ptxas may otherwise hoist the loads above it and delay the turn
+             * (it did after an unrelated change to the epilogue: custom mask 16k -5%). */
+#if PINGPONG
+#define MASK_ZERO() __float_as_int(cinfer_ld_shared_f32(cinfer_smem_addr(&zero)))
+#else
+#define MASK_ZERO() 0
+#endif
 #define LOAD_NEXT_MASK(t)                                                                          \
-    load_mask(mask_next, mask_words, mask_shift, CINFER_MIN(((t) + 1) * TILE_KV, last_kv0),        \
-              p.kv_len)
+    load_mask(mask_next, mask_words, mask_shift,                                                   \
+              CINFER_MIN(((t) + 1) * TILE_KV, last_kv0) + MASK_ZERO(), p.kv_len)
 #define NEXT_MASK_IN() next_mask_in(mask_raw, mask_next)
 #else
 #define LOAD_NEXT_MASK(t) ((void)0)
@@ -820,8 +855,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
                 const int row = row0 + 8 * h;
-                if (row >= q_rows)
-                    continue;
+                const bool live = row < q_rows; /* the same in the lane's quad */
                 const int token = row / PACK, row_head = head + row % PACK;
                 const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
 #if PREPARE
@@ -831,26 +865,51 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if CINFER_BATCH
                 if (w.partial >= 0) {
+                    /* float32 O as 16-byte stores: lanes c and c ^ 1 of a quad swap pairs, so that
+                     * an even lane holds columns 16 a + 2 c .. + 3 of the row and an odd one 16 a +
+                     * 8 + 2 (c - 1) .. + 3 (64 contiguous bytes per quad and instruction). */
+                    const bool odd = (lane & 1) != 0;
+                    float4 v[8];
+#pragma unroll
+                    for (int a = 0; a < 8; a++) {
+                        const float x0 = o[8 * a + 2 * h] * inv, y0 = o[8 * a + 2 * h + 1] * inv;
+                        const float x1 = o[8 * a + 4 + 2 * h] * inv,
+                                    y1 = o[8 * a + 4 + 2 * h + 1] * inv;
+                        const float rx = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 1);
+                        const float ry = __shfl_xor_sync(0xffffffffu, odd ? y0 : y1, 1);
+                        v[a] = odd ? make_float4(rx, ry, x1, y1) : make_float4(x0, y0, rx, ry);
+                    }
+                    if (!live)
+                        continue;
                     const long long slot =
                         (long long)w.partial +
                         ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
-                    float *po = p.partial_o + slot * D + 2 * (lane % 4);
+                    float *po = p.partial_o + slot * D + 2 * (lane & 2) + (odd ? 8 : 0);
 #pragma unroll
-                    for (int j = 0; j < 16; j++)
-                        *(float2 *)(po + 8 * j) =
-                            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                    for (int a = 0; a < 8; a++)
+                        *(float4 *)(po + 16 * a) = v[a];
                     if (lane % 4 == 0)
                         p.partial_lse[slot] = lse;
                     continue;
                 }
 #endif
-                cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
-                                        (long long)(q0 + token) * p.out_stride_n +
-                                        (long long)row_head * p.out_stride_h + 2 * (lane % 4);
+                /* The row's 16-bit O as 16-byte stores (the host checks out's rows are 16-byte
+                 * aligned): a quad's lanes store 64 contiguous bytes per instruction. */
+                unsigned words[16];
 #pragma unroll
                 for (int j = 0; j < 16; j++)
-                    *(unsigned *)(dst + 8 * j) =
+                    words[j] =
                         cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                quad_transpose(words, lane);
+                if (!live)
+                    continue;
+                cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
+                                        (long long)(q0 + token) * p.out_stride_n +
+                                        (long long)row_head * p.out_stride_h + 8 * (lane % 4);
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+                    *(uint4 *)(dst + 32 * b) = make_uint4(words[4 * b], words[4 * b + 1],
+                                                          words[4 * b + 2], words[4 * b + 3]);
                 if (p.lse && lane % 4 == 0)
                     p.lse[(long long)(q0 + token) * p.lse_stride_n +
                           (long long)row_head * p.lse_stride_h] = lse;
