@@ -346,6 +346,15 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 
+/* STORE16: the epilogue stores O in 16-byte pieces, after exchanges within a quad (quad_transpose;
+ * lane pairs for split partial states), rather than each lane's 4-byte (8-byte for float32) pairs:
+ * a quarter of the store instructions, each writing 64 contiguous bytes of a row. Same-run A/B on
+ * the H200 (bench/RESULTS.md, developers' session 21): single prefill 1k +12-14%, 4k +3-4%, trace
+ * batch prefill +3-8%. Kernels with a mask in row form keep the pairs: with 16-byte stores their
+ * 16k causal step took 3.74-3.82 ms against 3.70-3.74 in four alternating rounds, with the same
+ * tile loop instructions (not explained). */
+#define STORE16 (!MASK_ROWS)
+
 /* Regroups the 16 packed pairs of a row of O over the lane's quad for 16-byte stores: lane c = lane
  * % 4 holds pair j (columns 8 j + 2 c, + 1) in w[j]; afterwards it holds the 8 columns of j = 4 b +
  * c in w[4 b .. 4 b + 3], b = 0..3. A 4 x 4 transpose of each block of four pairs in two exchanges
@@ -534,8 +543,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
     __shared__ unsigned long long bars[2 * STAGES + 3];
-#if SOFTMAX_TURNS || (MASK_ROWS && PINGPONG)
-    __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT and LOAD_NEXT_MASK */
+#if SOFTMAX_TURNS
+    __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
 #endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
@@ -560,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cinfer_mbarrier_init(q_full, 1);
         cinfer_mbarrier_init(fix_bar, 1);
         cinfer_mbarrier_init(q_empty, CONSUMERS * 128);
-#if SOFTMAX_TURNS || (MASK_ROWS && PINGPONG)
+#if SOFTMAX_TURNS
         zero = 0.0f;
 #endif
         cinfer_mbarrier_init_fence();
@@ -741,18 +750,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
             uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
             const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
-            /* The next tile's words are loaded after the group's turn at the tensor cores; with
-             * two groups their addresses add a 0 read from shared memory after the turn's
-             * barrier, since ptxas may otherwise hoist the loads above it and delay the turn
-             * (it did after an unrelated change to the epilogue: custom mask 16k -5%). */
-#if PINGPONG
-#define MASK_ZERO() __float_as_int(cinfer_ld_shared_f32(cinfer_smem_addr(&zero)))
-#else
-#define MASK_ZERO() 0
-#endif
 #define LOAD_NEXT_MASK(t)                                                                          \
-    load_mask(mask_next, mask_words, mask_shift,                                                   \
-              CINFER_MIN(((t) + 1) * TILE_KV, last_kv0) + MASK_ZERO(), p.kv_len)
+    load_mask(mask_next, mask_words, mask_shift, CINFER_MIN(((t) + 1) * TILE_KV, last_kv0),        \
+              p.kv_len)
 #define NEXT_MASK_IN() next_mask_in(mask_raw, mask_next)
 #else
 #define LOAD_NEXT_MASK(t) ((void)0)
@@ -855,7 +855,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
                 const int row = row0 + 8 * h;
-                const bool live = row < q_rows; /* the same in the lane's quad */
+#if !STORE16
+                if (row >= q_rows)
+                    continue;
+#endif
+                /* With STORE16 a row past q_rows still takes part in its quad's exchanges. */
+                [[maybe_unused]] const bool live = row < q_rows; /* the same in the lane's quad */
                 const int token = row / PACK, row_head = head + row % PACK;
                 const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
 #if PREPARE
@@ -865,6 +870,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if CINFER_BATCH
                 if (w.partial >= 0) {
+                    const long long slot =
+                        (long long)w.partial +
+                        ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
+#if STORE16
                     /* float32 O as 16-byte stores: lanes c and c ^ 1 of a quad swap pairs, so that
                      * an even lane holds columns 16 a + 2 c .. + 3 of the row and an odd one 16 a +
                      * 8 + 2 (c - 1) .. + 3 (64 contiguous bytes per quad and instruction). */
@@ -881,18 +890,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                     if (!live)
                         continue;
-                    const long long slot =
-                        (long long)w.partial +
-                        ((long long)token * p.num_qo_heads + row_head) * (long long)w.num_chunks;
                     float *po = p.partial_o + slot * D + 2 * (lane & 2) + (odd ? 8 : 0);
 #pragma unroll
                     for (int a = 0; a < 8; a++)
                         *(float4 *)(po + 16 * a) = v[a];
+#else
+                    float *po = p.partial_o + slot * D + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < 16; j++)
+                        *(float2 *)(po + 8 * j) =
+                            make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+#endif
                     if (lane % 4 == 0)
                         p.partial_lse[slot] = lse;
                     continue;
                 }
 #endif
+#if STORE16
                 /* The row's 16-bit O as 16-byte stores (the host checks out's rows are 16-byte
                  * aligned): a quad's lanes store 64 contiguous bytes per instruction. */
                 unsigned words[16];
@@ -910,6 +924,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int b = 0; b < 4; b++)
                     *(uint4 *)(dst + 32 * b) = make_uint4(words[4 * b], words[4 * b + 1],
                                                           words[4 * b + 2], words[4 * b + 3]);
+#else
+                cinfer_half_bits *dst = (cinfer_half_bits *)p.out +
+                                        (long long)(q0 + token) * p.out_stride_n +
+                                        (long long)row_head * p.out_stride_h + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    *(unsigned *)(dst + 8 * j) =
+                        cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+#endif
                 if (p.lse && lane % 4 == 0)
                     p.lse[(long long)(q0 + token) * p.lse_stride_n +
                           (long long)row_head * p.lse_stride_h] = lse;
