@@ -855,12 +855,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
                 const int row = row0 + 8 * h;
-#if !STORE16
+#if STORE16
+                /* A row past q_rows still takes part in its quad's exchanges (all four lanes hold
+                 * the same row), then stores nothing. */
+                const bool live = row < q_rows;
+#else
                 if (row >= q_rows)
                     continue;
 #endif
-                /* With STORE16 a row past q_rows still takes part in its quad's exchanges. */
-                [[maybe_unused]] const bool live = row < q_rows; /* the same in the lane's quad */
                 const int token = row / PACK, row_head = head + row % PACK;
                 const float inv = sum > 0.0f ? p.v_scale / sum : 0.0f;
 #if PREPARE
