@@ -37,9 +37,12 @@
  * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
+ * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
+ * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's).
+ *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--variants-only]
- *                      [--fp8 e4m3|e5m2] [--trace FILE [--consecutive-pages]]
- *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
+ *                      [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
+ *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
  * non-causal and causal with soft cap 30 (the default's choice should be the fastest). --tile
@@ -58,7 +61,8 @@
 
 #define HQ 32
 #define HK 8
-#define HD 128
+/* D of q, k and v: 128, or --head-dim's */
+static int hd = 128;
 
 /* Device buffers for the largest S, shared by every configuration. */
 typedef struct buffers {
@@ -89,7 +93,7 @@ static double flops(const workload_t *w) {
         const double band = (double)w->window_left + 1;
         pairs = band * s - band * (band - 1) / 2;
     }
-    return 4.0 * pairs * HQ * HD;
+    return 4.0 * pairs * HQ * hd;
 }
 
 /* Median milliseconds of one prefill; tiles NULL = the default. Returns a negative value when
@@ -99,7 +103,7 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     const DLDataType bf16 = {kDLBfloat, 16, 1};
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
-    int64_t q_shape[3] = {w->s, HQ, HD}, kv_shape[3] = {w->s, HK, HD};
+    int64_t q_shape[3] = {w->s, HQ, hd}, kv_shape[3] = {w->s, HK, hd};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     const DLDataType kv_dt = w->fp8 ? b->kv8 : bf16;
     DLTensor tk = tensor(w->fp8 ? b->k8 : b->k, kv_dt, 3, kv_shape, dev);
@@ -109,7 +113,7 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     o.kv_dtype = kv_dt;
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
-    o.head_dim = HD;
+    o.head_dim = hd;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
     /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor (0.5 / (h + 1), or
@@ -244,7 +248,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
         const int pages = (lens[i] + page - 1) / page;
         kv[i + 1] = kv[i] + (paged ? pages : lens[i]);
         last[i] = lens[i] - (pages - 1) * page;
-        *flop += 4.0 * HQ * HD * (double)lens[i] * (lens[i] + 1) / 2;
+        *flop += 4.0 * HQ * hd * (double)lens[i] * (lens[i] + 1) / 2;
     }
     const int64_t total = qo[batch];
     if (total > b->max_s) {
@@ -268,7 +272,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
-    o.head_dim = HD;
+    o.head_dim = hd;
     o.page_size = page;
     o.max_batch_size = batch;
     const cinfer_kv_storage_t storage = paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED;
@@ -281,8 +285,8 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
                                    &op));
     CI(cinfer_batch_prefill_plan(op, qo, kv, paged ? last : NULL, batch, stream));
 
-    int64_t q_shape[3] = {total, HQ, HD}, kv_shape[3] = {total, HK, HD};
-    int64_t cache_shape[4] = {num_pages, page, HK, HD}, idx_shape[1] = {num_entries};
+    int64_t q_shape[3] = {total, HQ, hd}, kv_shape[3] = {total, HK, hd};
+    int64_t cache_shape[4] = {num_pages, page, HK, hd}, idx_shape[1] = {num_entries};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     DLTensor tk =
         paged ? tensor(b->k, bf16, 4, cache_shape, dev) : tensor(b->k, bf16, 3, kv_shape, dev);
@@ -332,12 +336,12 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     *flop = 0;
     for (int i = 0; i < qo_len; i++) {
         const int64_t keep = causal ? (int64_t)kv_len - qo_len + i + 1 : kv_len;
-        *flop += 4.0 * HQ * HD * (double)(keep < 0 ? 0 : keep > kv_len ? kv_len : keep);
+        *flop += 4.0 * HQ * hd * (double)(keep < 0 ? 0 : keep > kv_len ? kv_len : keep);
     }
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
-    o.head_dim = HD;
+    o.head_dim = hd;
     o.max_batch_size = 1;
     cinfer__batch_prefill_test_no_split(unsplit);
     cinfer__batch_prefill_test_pack(pack);
@@ -355,7 +359,7 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     cinfer__batch_prefill_test_min_chunk(0);
     CI(cinfer_batch_prefill_plan(op, qo, kv, NULL, 1, stream));
     *chunk = cinfer__batch_prefill_chunk_size(op);
-    int64_t q_shape[3] = {qo_len, HQ, HD}, kv_shape[3] = {kv_len, HK, HD};
+    int64_t q_shape[3] = {qo_len, HQ, hd}, kv_shape[3] = {kv_len, HK, hd};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
     CUevent e0, e1;
@@ -465,6 +469,10 @@ int main(int argc, char **argv) {
             variants_only = 1;
         else if (strcmp(argv[i], "--consecutive-pages") == 0)
             consecutive = 1;
+        else if (strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "64") == 0 || strcmp(argv[i + 1], "128") == 0 ||
+                  strcmp(argv[i + 1], "256") == 0))
+            hd = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -476,9 +484,10 @@ int main(int argc, char **argv) {
             i++;
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'\n", argv[i]);
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--batch-only] [--variants-only] [--fp8 e4m3|e5m2] [--trace FILE "
-                            "[--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
+            fprintf(stderr,
+                    "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
+                    "[--batch-only] [--variants-only] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
+                    "[--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
             return 2;
         }
     }
@@ -491,7 +500,7 @@ int main(int argc, char **argv) {
 
     buffers_t b;
     b.max_s = trace ? 65536 : 16384;
-    const size_t q_bytes = (size_t)b.max_s * HQ * HD * 2, kv_bytes = (size_t)b.max_s * HK * HD * 2;
+    const size_t q_bytes = (size_t)b.max_s * HQ * hd * 2, kv_bytes = (size_t)b.max_s * HK * hd * 2;
     CU(cuMemAlloc(&b.q, q_bytes));
     CU(cuMemAlloc(&b.out, q_bytes));
     CU(cuMemAlloc(&b.k, kv_bytes));
@@ -518,7 +527,7 @@ int main(int argc, char **argv) {
         /* kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 in DLPack 1.x (the installed dlpack.h may
          * predate the names). Bytes sign | 0x30..0x3f: finite in both encodings. */
         b.kv8 = (DLDataType){(uint8_t)(strcmp(fp8, "e4m3") == 0 ? 10 : 12), 8, 1};
-        const size_t kv8_bytes = (size_t)b.max_s * HK * HD;
+        const size_t kv8_bytes = (size_t)b.max_s * HK * hd;
         unsigned char *host = malloc(kv8_bytes);
         if (!host) {
             fprintf(stderr, "%s: out of host memory\n", bench_name);
@@ -538,13 +547,13 @@ int main(int argc, char **argv) {
     }
 
     cinfer__prefill_config_t def;
-    cinfer__prefill_context_config(ctx, HD, &def);
+    cinfer__prefill_context_config(ctx, hd, &def);
     cinfer__prefill_config_t turns;
     cinfer__prefill_turn_config(&turns);
     printf("single prefill, %d/%d heads, D = %d, bf16, %s; default tiles: tile_q %d, tile_kv %d, "
            "warps %d, stages %d; for grids of two waves or more without soft cap: tile_q %d, "
            "tile_kv %d, warps %d, stages %d (the warp groups take turns)\n\n",
-           HQ, HK, HD, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages, turns.tile_q,
+           HQ, HK, hd, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages, turns.tile_q,
            turns.tile_kv, turns.warps, turns.stages);
     if (num_only > 0) {
         sweep_table(ctx, stream, &b, only, num_only, quick);
@@ -622,7 +631,7 @@ int main(int argc, char **argv) {
     if (fp8) {
         printf("\nsingle prefill, fp8 %s K/V against bf16 K/V (q and out bf16), %d/%d heads, D = "
                "%d, same run\n\n",
-               fp8, HQ, HK, HD);
+               fp8, HQ, HK, hd);
         printf("| S | causal | bf16 KV (ms) | TFLOP/s | fp8 KV (ms) | TFLOP/s | fp8 / bf16 speed "
                "|\n|---|---|---|---|---|---|---|\n");
         static const int64_t fp8_lens[] = {4096, 16384};
@@ -651,7 +660,7 @@ batch_tables:;
     if (trace_n > 0) {
         printf("\nbatch prefill, whole prompts of consecutive trace requests (causal, %d/%d heads, "
                "D = %d, bf16; paged: page 16)\n\n",
-               HQ, HK, HD);
+               HQ, HK, hd);
         printf("| KV | requests | tokens | mean prompt | time (ms) | TFLOP/s |\n"
                "|---|---|---|---|---|---|\n");
         static const int64_t budgets[] = {16384, 65536};
@@ -691,7 +700,7 @@ batch_tables:;
         };
         printf("\nbatch prefill, one request of few rows over a long KV (ragged, %d/%d heads, D = "
                "%d, bf16): split-KV against unsplit (same kernel), same run\n\n",
-               HQ, HK, HD);
+               HQ, HK, hd);
         printf("| qo_len | kv_len | causal | chunk | split (us) | TFLOP/s | unsplit (us) | TFLOP/s "
                "| speedup |\n|---|---|---|---|---|---|---|---|---|\n");
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -736,7 +745,7 @@ batch_tables:;
         };
         printf("\nbatch prefill, one request over a ragged KV (%d/%d heads, D = %d, bf16): GQA "
                "packing against unpacked, same run\n\n",
-               HQ, HK, HD);
+               HQ, HK, hd);
         printf("| qo_len | kv_len | causal | packed (us) | TFLOP/s | unpacked (us) | TFLOP/s | "
                "speedup |\n|---|---|---|---|---|---|---|---|\n");
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

@@ -4,10 +4,10 @@
  * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid's items and their
  * order, the work list of batch kernels (split-KV partial states, GQA packing) and what is computed
  * are the same (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through:
- * 16-bit q = K/V = out, D = 128, no mask or causal, soft cap, sliding window, default attention or
- * a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits (no RoPE); single
- * prefill, or batch over a ragged K/V or a paged cache whose pages hold a power of two of 8..256
- * rows (the host checks the page size).
+ * 16-bit q = K/V = out, D = 64 or 128, no mask or causal, soft cap, sliding window, default
+ * attention or a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits (no
+ * RoPE); single prefill, or batch over a ragged K/V or a paged cache whose pages hold a power of
+ * two of 8..256 rows (the host checks the page size).
  *
  * An item (a grid item of prefill_params.h) is TILE_Q = 64 x CONSUMERS query rows of one query
  * head, or with GQA packing TILE_Q / G tokens of G query heads: what one CTA of the sm80 kernel
@@ -32,7 +32,7 @@
  *              full: P is 0 there, but 0 x NaN would not be.
  * Each consumer warpgroup, for KV tile t:
  *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
- *   O += P_{t-1} V_{t-1}  issued right after, A = P_{t-1} in registers, B = V_{t-1} read
+ *   O += P_{t-1} V_{t-1}  (m64nDk16) issued right after, A = P_{t-1} in registers, B = V_{t-1} read
  *                   transposed from shared memory (its rows are K of this product);
  *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap first makes them element
  *                   by element; an ALiBi bias is in S from the start, S's accumulators set to it
@@ -76,6 +76,9 @@
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 #define STAGE_BYTES    (2 * KV_TILE_BYTES)
 #define PINGPONG       (CONSUMERS == 2)
+/* O's accumulators per consumer thread (64 rows x D of its warpgroup) and its n8 column blocks. */
+#define O_REGS (D / 2)
+#define O_COLS (D / 8)
 /* GQA packing: PACK query heads of each token in the tile's rows (1: none). */
 #if CINFER_GQA_PACK > 0
 #define PACK      CINFER_GQA_PACK
@@ -85,8 +88,9 @@
 #define CTA_HEADS num_qo_heads
 #endif
 
-#if D != 128 || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
-#error "the sm90 prefill kernel takes D = 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
+#if (D != 64 && D != 128) || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) ||               \
+    TILE_Q % PACK != 0
+#error "the sm90 prefill kernel takes D = 64 or 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
 #endif
 /* A mask in its row form (VARIANT_LOGITS_MASK_ROW, e.g. the custom_mask variant): each consumer
  * lane reads its two rows' bit words of a KV tile from global memory one tile ahead (load_mask),
@@ -342,9 +346,15 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
 #pragma unroll
     for (int kk = 0; kk < TILE_KV / 16; kk++)
+#if D == 128
         cinfer_wgmma_rs_tb(o, pa[kk], cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+#else
+        cinfer_wgmma_rs_tb_n64(o, pa[kk],
+                               cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+#endif
     cinfer_wgmma_commit();
 }
+#define PIN_O() cinfer_wgmma_pin_n(o, O_REGS)
 
 /* STORE16: the epilogue stores O in 16-byte pieces, after exchanges within a quad (quad_transpose;
  * lane pairs for split partial states), rather than each lane's 4-byte (8-byte for float32) pairs:
@@ -355,15 +365,15 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
  * tile loop instructions (not explained). */
 #define STORE16 (!MASK_ROWS)
 
-/* Regroups the 16 packed pairs of a row of O over the lane's quad for 16-byte stores: lane c = lane
- * % 4 holds pair j (columns 8 j + 2 c, + 1) in w[j]; afterwards it holds the 8 columns of j = 4 b +
- * c in w[4 b .. 4 b + 3], b = 0..3. A 4 x 4 transpose of each block of four pairs in two exchanges
- * of two words: with lane c ^ 2 (lanes with bit 1 set send and take words 0, 1; the others 2, 3),
- * then with lane c ^ 1 (words 0, 2; the others 1, 3). */
+/* Regroups the O_COLS packed pairs of a row of O over the lane's quad for 16-byte stores: lane c =
+ * lane % 4 holds pair j (columns 8 j + 2 c, + 1) in w[j]; afterwards it holds the 8 columns of j =
+ * 4 b + c in w[4 b .. 4 b + 3], b = 0..O_COLS / 4 - 1. A 4 x 4 transpose of each block of four
+ * pairs in two exchanges of two words: with lane c ^ 2 (lanes with bit 1 set send and take words 0,
+ * 1; the others 2, 3), then with lane c ^ 1 (words 0, 2; the others 1, 3). */
 __device__ __forceinline__ void quad_transpose(unsigned *w, int lane) {
     const bool hi = (lane & 2) != 0, lo = (lane & 1) != 0;
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
+    for (int b = 0; b < O_COLS / 4; b++) {
         unsigned *x = w + 4 * b;
         /* selects, not a register index chosen at run time (which would go to local memory) */
         unsigned r0 = __shfl_xor_sync(0xffffffffu, hi ? x[0] : x[2], 2);
@@ -667,11 +677,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             ITEM_SETUP(k);
             /* The positions of the lane's two rows' tokens. */
             const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
-            float o[64], s[64], alpha[2];
+            float o[O_REGS], s[64], alpha[2];
             unsigned pa[TILE_KV / 16][4];
             float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-            for (int i = 0; i < 64; i++)
+            for (int i = 0; i < O_REGS; i++)
                 o[i] = 0.0f;
 #if CINFER_BATCH
             [[maybe_unused]] const int batch_idx = w.request; /* the variants' hooks take it */
@@ -799,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if PINGPONG
                     cinfer_bar_sync(1 + wg, 256);
 #endif
-                    cinfer_wgmma_pin(o);
+                    PIN_O();
                     cinfer_wgmma_fence();
                     issue_qk(s, s_q_rows, s_kv + st * STAGE_BYTES);
                     issue_pv(o, pa, s_kv + ((gi - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
@@ -819,7 +829,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * the wait before the exp2s; see the top). */
                     cinfer_wgmma_pin(s);
                     CINFER_WGMMA_WAIT(0);
-                    cinfer_wgmma_pin(o);
+                    PIN_O();
                     /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for).
                      */
                     cinfer_mbarrier_arrive(empty + 8u * ((gi - 1) % STAGES));
@@ -828,7 +838,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                     {
 #pragma unroll
-                        for (int r = 0; r < 64; r++)
+                        for (int r = 0; r < O_REGS; r++)
                             o[r] *= alpha[(r % 4) / 2];
                     }
                     pack_p(s, pa);
@@ -841,7 +851,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const unsigned last = g + (unsigned)num_tiles - 1;
                 issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
                 CINFER_WGMMA_WAIT(0);
-                cinfer_wgmma_pin(o);
+                PIN_O();
                 cinfer_mbarrier_arrive(empty + 8u * (last % STAGES));
                 g += (unsigned)num_tiles;
                 qi++;
@@ -880,9 +890,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                      * an even lane holds columns 16 a + 2 c .. + 3 of the row and an odd one 16 a +
                      * 8 + 2 (c - 1) .. + 3 (64 contiguous bytes per quad and instruction). */
                     const bool odd = (lane & 1) != 0;
-                    float4 v[8];
+                    float4 v[O_COLS / 2];
 #pragma unroll
-                    for (int a = 0; a < 8; a++) {
+                    for (int a = 0; a < O_COLS / 2; a++) {
                         const float x0 = o[8 * a + 2 * h] * inv, y0 = o[8 * a + 2 * h + 1] * inv;
                         const float x1 = o[8 * a + 4 + 2 * h] * inv,
                                     y1 = o[8 * a + 4 + 2 * h + 1] * inv;
@@ -894,12 +904,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         continue;
                     float *po = p.partial_o + slot * D + 2 * (lane & 2) + (odd ? 8 : 0);
 #pragma unroll
-                    for (int a = 0; a < 8; a++)
+                    for (int a = 0; a < O_COLS / 2; a++)
                         *(float4 *)(po + 16 * a) = v[a];
 #else
                     float *po = p.partial_o + slot * D + 2 * (lane % 4);
 #pragma unroll
-                    for (int j = 0; j < 16; j++)
+                    for (int j = 0; j < O_COLS; j++)
                         *(float2 *)(po + 8 * j) =
                             make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
 #endif
@@ -911,9 +921,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if STORE16
                 /* The row's 16-bit O as 16-byte stores (the host checks out's rows are 16-byte
                  * aligned): a quad's lanes store 64 contiguous bytes per instruction. */
-                unsigned words[16];
+                unsigned words[O_COLS];
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < O_COLS; j++)
                     words[j] =
                         cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
                 quad_transpose(words, lane);
@@ -923,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                         (long long)(q0 + token) * p.out_stride_n +
                                         (long long)row_head * p.out_stride_h + 8 * (lane % 4);
 #pragma unroll
-                for (int b = 0; b < 4; b++)
+                for (int b = 0; b < O_COLS / 4; b++)
                     *(uint4 *)(dst + 32 * b) = make_uint4(words[4 * b], words[4 * b + 1],
                                                           words[4 * b + 2], words[4 * b + 3]);
 #else
@@ -931,7 +941,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                                         (long long)(q0 + token) * p.out_stride_n +
                                         (long long)row_head * p.out_stride_h + 2 * (lane % 4);
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < O_COLS; j++)
                     *(unsigned *)(dst + 8 * j) =
                         cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
 #endif

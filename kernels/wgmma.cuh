@@ -1,9 +1,9 @@
 /*
  * Warpgroup tensor-core fragments of the sm90 backend (sm_90a only): wgmma.mma_async m64n128k16
- * with fp16/bf16 inputs and fp32 accumulators, shared-memory matrix descriptors of the 128-byte
- * swizzled layout, bulk tensor copies (TMA) that complete on an mbarrier, and the mbarrier
- * operations the pipeline uses. PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
- * Instructions", "Tensor Copy Instructions", "mbarrier".
+ * (and m64n64k16 for P V at D = 64) with fp16/bf16 inputs and fp32 accumulators, shared-memory
+ * matrix descriptors of the 128-byte swizzled layout, bulk tensor copies (TMA) that complete on an
+ * mbarrier, and the mbarrier operations the pipeline uses. PTX ISA: "Asynchronous Warpgroup Level
+ * Matrix Multiply-Accumulate Instructions", "Tensor Copy Instructions", "mbarrier".
  *
  * Layouts (a warpgroup is 4 consecutive warps, the first at a warp index divisible by 4; w = warp
  * % 4, g = lane / 4, t = lane % 4):
@@ -48,13 +48,18 @@ __device__ __forceinline__ void cinfer_wgmma_commit(void) {
 /* Waits until at most n (a compile-time constant) of this warpgroup's groups are pending. */
 #define CINFER_WGMMA_WAIT(n) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(n) : "memory")
 
-/* Ties 64 accumulators to this point of the program (an empty asm that "changes" them): the
- * compiler moves no access to them across it, so nothing reads or writes them between a wgmma's
- * issue and the wait that completes it. */
-__device__ __forceinline__ void cinfer_wgmma_pin(float *d) {
+/* Ties n (a compile-time constant) accumulators to this point of the program (an empty asm that
+ * "changes" them): the compiler moves no access to them across it, so nothing reads or writes them
+ * between a wgmma's issue and the wait that completes it. */
+__device__ __forceinline__ void cinfer_wgmma_pin_n(float *d, const int n) {
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < n; i++)
         asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* The 64 accumulators of an n128 product. */
+__device__ __forceinline__ void cinfer_wgmma_pin(float *d) {
+    cinfer_wgmma_pin_n(d, 64);
 }
 
 #define CINFER__WGMMA_D                                                                            \
@@ -99,6 +104,27 @@ __device__ __forceinline__ void cinfer_wgmma_rs_tb(float *d, const unsigned *a,
                  "wgmma.mma_async.sync.aligned.m64n128k16" CINFER__WGMMA_TYPES " " CINFER__WGMMA_D
                  ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n\t}"
                  : CINFER__WGMMA_D_OPS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+#define CINFER__WGMMA_D32                                                                          \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define CINFER__WGMMA_D32_OPS(d)                                                                   \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+/* cinfer_wgmma_rs_tb for B of 16 x 64 (one block of 64 columns): d (64 x 64 fp32) holds 32
+ * registers per thread, d[4 j + e] as above for j = 0..7. */
+__device__ __forceinline__ void cinfer_wgmma_rs_tb_n64(float *d, const unsigned *a,
+                                                       unsigned long long b_desc) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n64k16" CINFER__WGMMA_TYPES " " CINFER__WGMMA_D32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
+                 : CINFER__WGMMA_D32_OPS(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 

@@ -335,7 +335,8 @@ void cinfer__prefill_test_no_sm90(bool on) {
 
 static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
     const bool soft_cap = o->logits_soft_cap > 0;
-    return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 && o->head_dim == 128 &&
+    return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 &&
+           (o->head_dim == 64 || o->head_dim == 128) &&
            cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
            !cinfer__attention_rope(o) &&
            (!o->variant || (!soft_cap && (o->variant->hooks & CINFER__VARIANT_SM90)));

@@ -886,6 +886,42 @@ static void sm90_kernel(void **state) {
             run_variant_case(&c, kinds[k], cinfer_test_seed() + 1540 + k);
         }
     }
+    /* D = 64 (P V as m64n64k16, 32 O registers per thread): ragged and paged, GQA packed and not,
+     * fp16, split-KV, a soft cap, a window, sinks and a custom mask. */
+    static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
+    for (int k = 0; k < 8; k++) {
+        char desc[128];
+        bp_case c = base_case("");
+        c.d = 64;
+        c.batch = k == 3 ? 2 : 6;
+        c.qo_lens = k == 3 ? qo_s : qo;
+        c.kv_lens = k == 3 ? kv_s : kv;
+        c.paged = k % 2;
+        c.page_size = k == 5 ? 64 : 16;
+        c.layout = k == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.combined = k == 5;
+        c.hq = k == 2 ? 16 : 32;
+        c.hk = k == 2 ? 16 : k == 4 ? 4 : 8;
+        c.causal = k != 1 && k != 6;
+        c.dtype = k == 1 || k == 4 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.soft_cap = k == 4 ? 30.0f : 0.0f;
+        c.window_left = k == 5 ? 150 : -1;
+        c.lse = k != 2;
+        c.expect_sm90 = 1;
+        c.expect_split = k == 3;
+        snprintf(desc, sizeof desc,
+                 "sm90 D 64: %s page %d heads %d/%d causal %d cap %g window %d%s",
+                 c.paged ? "paged" : "ragged", c.page_size, c.hq, c.hk, c.causal,
+                 (double)c.soft_cap, c.window_left, k == 3 ? " split" : "");
+        c.desc = desc;
+        if (k < 6) {
+            run_case(&c, cinfer_test_seed() + 1560 + (uint64_t)k);
+        } else {
+            const tv_kind kind = k == 6 ? TV_SINKS : TV_MASK;
+            c.lse = tv_has_lse(kind);
+            run_variant_case(&c, kind, cinfer_test_seed() + 1560 + (uint64_t)k);
+        }
+    }
     /* A batch of short queries keeps the sm80 kernel of a smaller tile. */
     bp_case c = base_case("sm90: short queries keep the sm80 tiles");
     c.batch = 16;

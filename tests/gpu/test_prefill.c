@@ -754,6 +754,50 @@ static void sm90_tiles(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
     }
+    /* D = 64 (P V as m64n64k16, 32 O registers per thread): lengths off the tiles, both masks, the
+     * three tiles, GQA, dtypes and layouts, a soft cap (fixed and running maximum), a window,
+     * ALiBi, sinks and a custom mask, and a grid of more items than SMs. */
+    static const int dlens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {129, 300},
+                                   {1, 1},       {5, 0},      {64, 4000},  {255, 257}};
+    for (int f = 0; f < 16; f++) {
+        char desc[160];
+        prefill_case c = base_case("");
+        c.d = 64;
+        c.qo_len = dlens[f % 8][0];
+        c.kv_len = dlens[f % 8][1];
+        c.causal = (f + f / 8) % 2;
+        c.tiles = &tiles[f % 3];
+        c.hq = f % 3 == 0 ? 8 : f % 3 == 1 ? 4 : 7;
+        c.hk = f % 3 == 0 ? 2 : 1;
+        c.dtype = f % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.layout = f % 4 == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.packed = f % 4 == 2;
+        c.strided_out = f % 5 == 3;
+        if (f >= 8) {
+            c.soft_cap = f == 8 ? 30.0f : f == 9 ? 50.0f : 0.0f;
+            c.window_left = f == 10 ? 300 : f == 14 ? 200 : -1;
+            c.variant = f == 11   ? TV_ALIBI
+                        : f == 12 ? TV_ALIBI_DEFAULT
+                        : f == 13 ? TV_SINKS
+                        : f == 14 ? TV_MASK
+                                  : TV_NONE;
+        }
+        if (f == 15) { /* 256 items of the 2-group tile on 132 SMs or fewer */
+            c.qo_len = c.kv_len = 1000;
+            c.hq = 32;
+            c.hk = 8;
+            c.check_heads = 3;
+            c.tiles = &tiles[0];
+        }
+        c.no_lse = f == 4 || (c.variant != TV_NONE && !tv_has_lse(c.variant));
+        snprintf(desc, sizeof desc,
+                 "sm90 D 64 q%d s%d: qo %d kv %d causal %d heads %d/%d %s cap %g window %d %s",
+                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, c.hq, c.hk,
+                 cinfer__dtype_name(c.dtype), (double)c.soft_cap, c.window_left,
+                 tv_name(c.variant));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1600 + (uint64_t)f);
+    }
 }
 
 /*

@@ -1432,7 +1432,9 @@ static void sm90_tile_on_sm90a(void **state) {
         {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1}, {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 128, 1},
         {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 128, 1},   {CINFER_KV_STORAGE_PAGED, 256, 0.0f, 128, 1},
         {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0},   {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0},
-        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 1},
+        {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 64, 1},   {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 96, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 256, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cinfer_attention_options_t x = o;
