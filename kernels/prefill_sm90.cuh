@@ -117,23 +117,32 @@
  * cap whose logits fit the window of p.soft_cap_fixed is softmaxed against the fixed maximum
  * p.soft_cap_max: no row maximum, no shuffles, no rescaling of O. */
 
-/* Softmax turns: with two consumer warpgroups and a soft cap, the groups also take turns at the
- * logits and softmax (named barriers 3 and 4, group 0 first), as they do at the tensor cores. A
- * soft cap's softmax needs as much MUFU time as the tile's products need of the tensor cores (two
- * operations per logit), and left to themselves the groups drift into running their softmaxes
- * together (sharing the MUFU pipe, with the tensor cores idle while both wait for theirs; a clock
- * trace, bench/RESULTS.md, session 18) rather than one group's beside the other's products. */
-#define SOFTMAX_TURNS (PINGPONG && PREPARE)
+/* Softmax turns: with two consumer warpgroups and a soft cap (or at D = 64), the groups also take
+ * turns at the logits and softmax (named barriers 3 and 4, group 0 first), as they do at the
+ * tensor cores. A soft cap's softmax needs as much MUFU time as the tile's products need of the
+ * tensor cores (two operations per logit against 2 x 128 multiply-adds; at D = 64 one against 2 x
+ * 64), and left to themselves the groups drift into running their softmaxes together (sharing the
+ * MUFU pipe, with the tensor cores idle while both wait for theirs; a clock trace,
+ * bench/RESULTS.md, session 18) rather than one group's beside the other's products. Without a
+ * soft cap ptxas moves the turn's pass above the exp2s, so the turn holds the mask and the row
+ * maximum only; H200, D = 64, 16k (bench/RESULTS.md, developers' session 22): plain +1-2%, ALiBi
+ * +4%; a pass kept after the exp2s lost 5-9%, and custom masks (MASK_ROWS, not taken) 3%. */
+#define SOFTMAX_TURNS (PINGPONG && (PREPARE || (D == 64 && !MASK_ROWS)))
 #if SOFTMAX_TURNS
 /* Before the softmax of the CTA's first tile or a later one; group 0's first goes first.
- * turn_q_scale is q_scale plus a 0 read from shared memory after the wait: the logits' work depends
- * on that load, which ptxas keeps after the barrier (without it, ptxas moves the tanh burst above).
- */
+ * turn_q_scale is q_scale (the tanh's; without a soft cap the softmax's scale) plus a 0 read from
+ * shared memory after the wait: the logits' work depends on that load, which ptxas keeps after the
+ * barrier (without it, ptxas moves the tanh burst above). */
+#if PREPARE
+#define TURN_SCALE p.q_scale
+#else
+#define TURN_SCALE scale
+#endif
 #define SOFTMAX_TURN_WAIT(first)                                                                   \
     do {                                                                                           \
         if (!((first) && wg == 0))                                                                 \
             cinfer_bar_sync(3 + wg, 256);                                                          \
-        turn_q_scale = p.q_scale + cinfer_ld_shared_f32(cinfer_smem_addr(&zero));                  \
+        turn_q_scale = TURN_SCALE + cinfer_ld_shared_f32(cinfer_smem_addr(&zero));                 \
     } while (0)
 /* After it: the other group's turn (group 1's last one of the CTA is taken at its end). */
 #define SOFTMAX_TURN_PASS() cinfer_bar_arrive(4 - wg, 256)
@@ -296,6 +305,8 @@ __device__ __forceinline__ void softmax_fixed(float *s, float *l, float scale, f
         else                                                                                       \
             softmax_tile(s, m, l, alpha, scale, shift);                                            \
     } while (0)
+#elif SOFTMAX_TURNS
+#define SOFTMAX() softmax_tile(s, m, l, alpha, turn_q_scale, 0.0f)
 #else
 #define SOFTMAX() softmax_tile(s, m, l, alpha, scale, 0.0f)
 #endif
