@@ -4,7 +4,7 @@
  * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid's items and their
  * order, the work list of batch kernels (split-KV partial states, GQA packing) and what is computed
  * are the same (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through:
- * 16-bit q = K/V = out, D = 64 or 128, no mask or causal, soft cap, sliding window, default
+ * 16-bit q = K/V = out, D = 64, 128 or 256, no mask or causal, soft cap, sliding window, default
  * attention or a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits (no
  * RoPE); single prefill, or batch over a ragged K/V or a paged cache whose pages hold a power of
  * two of 8..256 rows (the host checks the page size).
@@ -31,7 +31,7 @@
  *              not copied) gets those V rows zeroed by the producer before the stage is marked
  *              full: P is 0 there, but 0 x NaN would not be.
  * Each consumer warpgroup, for KV tile t:
- *   S_t = Q K_t^T   wgmma m64n128k16, A (its 64 rows of Q) and B (K_t) from shared memory;
+ *   S_t = Q K_t^T   wgmma m64nTILE_KVk16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  (m64nDk16) issued right after, A = P_{t-1} in registers, B = V_{t-1} read
  *                   transposed from shared memory (its rows are K of this product);
  *   softmax of S_t  base-2 logits (q_scale includes log2(e); a soft cap first makes them element
@@ -76,9 +76,12 @@
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 #define STAGE_BYTES    (2 * KV_TILE_BYTES)
 #define PINGPONG       (CONSUMERS == 2)
-/* O's accumulators per consumer thread (64 rows x D of its warpgroup) and its n8 column blocks. */
+/* O's accumulators per consumer thread (64 rows x D of its warpgroup) and its n8 column blocks; the
+ * same for S (64 rows x TILE_KV). */
 #define O_REGS (D / 2)
 #define O_COLS (D / 8)
+#define S_REGS (TILE_KV / 2)
+#define S_COLS (TILE_KV / 8)
 /* GQA packing: PACK query heads of each token in the tile's rows (1: none). */
 #if CINFER_GQA_PACK > 0
 #define PACK      CINFER_GQA_PACK
@@ -88,9 +91,9 @@
 #define CTA_HEADS num_qo_heads
 #endif
 
-#if (D != 64 && D != 128) || TILE_KV != 128 || (CONSUMERS != 1 && CONSUMERS != 2) ||               \
-    TILE_Q % PACK != 0
-#error "the sm90 prefill kernel takes D = 64 or 128, TILE_KV = 128, TILE_Q = 64 or 128 (G | TILE_Q)"
+#if (D != 64 && D != 128 && D != 256) || (TILE_KV != 64 && TILE_KV != 128) ||                      \
+    (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
+#error "the sm90 prefill kernel takes D = 64, 128 or 256, TILE_KV = 64 or 128, TILE_Q = 64 or 128"
 #endif
 /* A mask in its row form (VARIANT_LOGITS_MASK_ROW, e.g. the custom_mask variant): each consumer
  * lane reads its two rows' bit words of a KV tile from global memory one tile ahead (load_mask),
@@ -163,7 +166,7 @@
 __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int window_left,
                                           const int *pos, int lane) {
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < S_COLS; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int col = kv0 + 8 * j + 2 * (lane % 4) + (e & 1);
@@ -183,7 +186,7 @@ __device__ __forceinline__ void mask_tile(float *s, int kv0, int kv_len, int win
  * masks are mask_tile's, on the tiles at an edge only, as for plain attention. */
 __device__ __forceinline__ void prepare_logits(float *s, float q_scale) {
 #pragma unroll
-    for (int k = 0; k < 64; k++)
+    for (int k = 0; k < S_REGS; k++)
         s[k] = cinfer_tanh_approx(s[k] * q_scale);
 }
 
@@ -234,7 +237,7 @@ __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < S_COLS; j++) {
             const uint32_t w = bits[h][j / 4] >> (2 * (lane % 4));
 #pragma unroll
             for (int e = 0; e < 2; e++)
@@ -249,7 +252,7 @@ __device__ __forceinline__ void apply_mask(float *s, const uint32_t (*raw)[MASK_
 __device__ __forceinline__ float exp2_row(float *s, int h, float scale, float off) {
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < S_COLS; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const float v = cinfer_fast_exp2(fmaf(s[4 * j + 2 * h + e], scale, off));
@@ -268,7 +271,7 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
     for (int h = 0; h < 2; h++) {
         float mx = -CINFER_INF;
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < S_COLS; j++)
             mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -325,7 +328,11 @@ __device__ __forceinline__ void pack_p(const float *s, unsigned (*pa)[4]) {
 __device__ __forceinline__ void issue_qk(float *s, unsigned s_q_rows, unsigned s_k) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
+#if TILE_KV == 128
         cinfer_wgmma_ss(
+#else
+        cinfer_wgmma_ss_n64(
+#endif
             s, cinfer_wgmma_desc(s_q_rows + (kk / 4) * Q_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
             cinfer_wgmma_desc(s_k + (kk / 4) * KV_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
             ALIBI_ACC || kk > 0);
@@ -342,7 +349,7 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
     for (int h = 0; h < 2; h++) {
         const float base = slope_qk[h] * (float)(kv0 + 2 * (lane % 4) - pos[h]);
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < S_COLS; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
                 s[4 * j + 2 * h + e] = fmaf(slope_qk[h], (float)(8 * j + e), base);
@@ -357,7 +364,15 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
 #pragma unroll
     for (int kk = 0; kk < TILE_KV / 16; kk++)
-#if D == 128
+#if D == 256
+    {
+        /* two products of 128 columns (two blocks of 64 each), O's registers 0..63 and 64..127 */
+        cinfer_wgmma_rs_tb(o, pa[kk], cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+        cinfer_wgmma_rs_tb(
+            o + 64, pa[kk],
+            cinfer_wgmma_desc(s_v + 2 * KV_BLOCK_BYTES + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+    }
+#elif D == 128
         cinfer_wgmma_rs_tb(o, pa[kk], cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
 #else
         cinfer_wgmma_rs_tb_n64(o, pa[kk],
@@ -366,6 +381,7 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
     cinfer_wgmma_commit();
 }
 #define PIN_O() cinfer_wgmma_pin_n(o, O_REGS)
+#define PIN_S() cinfer_wgmma_pin_n(s, S_REGS)
 
 /* STORE16: the epilogue stores O in 16-byte pieces, after exchanges within a quad (quad_transpose;
  * lane pairs for split partial states), rather than each lane's 4-byte (8-byte for float32) pairs:
@@ -688,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             ITEM_SETUP(k);
             /* The positions of the lane's two rows' tokens. */
             const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
-            float o[O_REGS], s[64], alpha[2];
+            float o[O_REGS], s[S_REGS], alpha[2];
             unsigned pa[TILE_KV / 16][4];
             float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -801,7 +817,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                 LOAD_NEXT_MASK(tile_begin);
                 CINFER_WGMMA_WAIT(0);
-                cinfer_wgmma_pin(s);
+                PIN_S();
                 if (num_tiles == 1)
                     cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
                 SOFTMAX_TURN_WAIT(qi == 0);
@@ -829,7 +845,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                     LOAD_NEXT_MASK(t);
                     CINFER_WGMMA_WAIT(1);
-                    cinfer_wgmma_pin(s);
+                    PIN_S();
                     if (i == num_tiles - 1)
                         cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
                     SOFTMAX_TURN_WAIT(false);
@@ -838,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     SOFTMAX_TURN_PASS();
                     /* The softmax's results are tied before the wait below (ptxas still schedules
                      * the wait before the exp2s; see the top). */
-                    cinfer_wgmma_pin(s);
+                    PIN_S();
                     CINFER_WGMMA_WAIT(0);
                     PIN_O();
                     /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for).

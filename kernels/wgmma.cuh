@@ -1,9 +1,9 @@
 /*
  * Warpgroup tensor-core fragments of the sm90 backend (sm_90a only): wgmma.mma_async m64n128k16
- * (and m64n64k16 for P V at D = 64) with fp16/bf16 inputs and fp32 accumulators, shared-memory
- * matrix descriptors of the 128-byte swizzled layout, bulk tensor copies (TMA) that complete on an
- * mbarrier, and the mbarrier operations the pipeline uses. PTX ISA: "Asynchronous Warpgroup Level
- * Matrix Multiply-Accumulate Instructions", "Tensor Copy Instructions", "mbarrier".
+ * (and m64n64k16: S of 64-row K tiles, P V at D = 64) with fp16/bf16 inputs and fp32 accumulators,
+ * shared-memory matrix descriptors of the 128-byte swizzled layout, bulk tensor copies (TMA) that
+ * complete on an mbarrier, and the mbarrier operations the pipeline uses. PTX ISA: "Asynchronous
+ * Warpgroup Level Matrix Multiply-Accumulate Instructions", "Tensor Copy Instructions", "mbarrier".
  *
  * Layouts (a warpgroup is 4 consecutive warps, the first at a warp index divisible by 4; w = warp
  * % 4, g = lane / 4, t = lane % 4):
@@ -116,6 +116,16 @@ __device__ __forceinline__ void cinfer_wgmma_rs_tb(float *d, const unsigned *a,
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+/* cinfer_wgmma_ss for B of 16 x 64 (d: 64 x 64 fp32, 32 registers per thread as below). */
+__device__ __forceinline__ void cinfer_wgmma_ss_n64(float *d, unsigned long long a_desc,
+                                                    unsigned long long b_desc, int accumulate) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n64k16" CINFER__WGMMA_TYPES " " CINFER__WGMMA_D32
+                 ", %32, %33, p, 1, 1, 0, 0;\n\t}"
+                 : CINFER__WGMMA_D32_OPS(d)
+                 : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
 
 /* cinfer_wgmma_rs_tb for B of 16 x 64 (one block of 64 columns): d (64 x 64 fp32) holds 32
  * registers per thread, d[4 j + e] as above for j = 0..7. */

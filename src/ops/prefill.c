@@ -312,7 +312,9 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
 /*
  * The sm90 single-prefill kernel (kernels/prefill_sm90.cuh): two consumer warpgroups of 64 query
  * rows on wgmma, a producer warpgroup issuing TMA copies, KV tiles of 128 rows in 3 stages (225 KiB
- * of shared memory, one CTA per SM). Taken on sm_90a at D = 128 with q and K/V of one 16-bit dtype,
+ * of shared memory at D = 128, one CTA per SM; at D = 256, whose O takes 128 registers per thread,
+ * KV tiles of 64 rows in 2 stages, 193 KiB). Taken on sm_90a at D = 64, 128 or 256 with q and K/V
+ * of one 16-bit dtype,
  * no RoPE, and default attention (soft cap and window included) or a variant of ALiBi slopes,
  * masks in row form (custom_mask) and state inits only (CINFER__VARIANT_SM90; not with a soft cap),
  * when its grid fills a wave (choose_single) and the tensors suit TMA (tma_ok). H200, S = 16k
@@ -320,11 +322,16 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
  * 542.2 / 495.6, one consumer warpgroup (64 rows) 386.8 / 369.1; the sm80 turn-taking tiles 401.6 /
  * 390.3 in the same call.
  */
-static const cinfer__prefill_config_t sm90_tiles = {
-    .tile_q = 128, .tile_kv = 128, .warps = 8, .stages = 3, .sm90 = true};
+static cinfer__prefill_config_t sm90_config(int head_dim) {
+    if (head_dim > 128)
+        return (cinfer__prefill_config_t){
+            .tile_q = 128, .tile_kv = 64, .warps = 8, .stages = 2, .sm90 = true};
+    return (cinfer__prefill_config_t){
+        .tile_q = 128, .tile_kv = 128, .warps = 8, .stages = 3, .sm90 = true};
+}
 
-void cinfer__prefill_sm90_config(cinfer__prefill_config_t *cfg) {
-    *cfg = sm90_tiles;
+void cinfer__prefill_sm90_config(int head_dim, cinfer__prefill_config_t *cfg) {
+    *cfg = sm90_config(head_dim);
 }
 
 static bool test_no_sm90;
@@ -336,7 +343,7 @@ void cinfer__prefill_test_no_sm90(bool on) {
 static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
     const bool soft_cap = o->logits_soft_cap > 0;
     return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 &&
-           (o->head_dim == 64 || o->head_dim == 128) &&
+           (o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256) &&
            cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
            !cinfer__attention_rope(o) &&
            (!o->variant || (!soft_cap && (o->variant->hooks & CINFER__VARIANT_SM90)));
@@ -434,10 +441,11 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
         CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
         ++*count;
     }
+    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
     if (takes_sm90(arch, o) &&
-        cinfer__prefill_smem_bytes(o->head_dim, &sm90_tiles) + STATIC_SMEM_RESERVE <=
+        cinfer__prefill_smem_bytes(o->head_dim, &sm90) + STATIC_SMEM_RESERVE <=
             (size_t)max_smem_optin) {
-        CINFER__CHECK(build_spec(o, causal, false, false, &sm90_tiles, 1, &specs[*count]));
+        CINFER__CHECK(build_spec(o, causal, false, false, &sm90, 1, &specs[*count]));
         ++*count;
     }
     return CINFER_STATUS_SUCCESS;
@@ -658,14 +666,14 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
                                      int causal, int32_t qo_len, int32_t kv_len, bool tma,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
-    const int64_t sm90_grid =
-        ((int64_t)qo_len + sm90_tiles.tile_q - 1) / sm90_tiles.tile_q * o->num_qo_heads;
+    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
+    const int64_t sm90_grid = ((int64_t)qo_len + sm90.tile_q - 1) / sm90.tile_q * o->num_qo_heads;
     if (tma && takes_sm90(ctx->arch, o) && sm90_grid >= (int64_t)ctx->num_sms) {
         /* The sm90 kernel for grids of a wave or more; where it cannot be had (no JIT and not in
          * the AOT bundle), the choices below. */
         int64_t slots = 0;
-        if (try_single(ctx, o, causal, &sm90_tiles, kernel, smem, &slots) && slots > 0) {
-            *cfg = sm90_tiles;
+        if (try_single(ctx, o, causal, &sm90, kernel, smem, &slots) && slots > 0) {
+            *cfg = sm90;
             return CINFER_STATUS_SUCCESS;
         }
     }
@@ -974,11 +982,19 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
      * turn-taking tiles where single prefill would take them. Neither while a test replaces the
      * default tiles. */
     const cinfer__prefill_config_t largest = s->tiles[c->num_tiles - 1];
-    if (takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) && !has_test_default &&
-        cinfer__prefill_smem_bytes(o->head_dim, &sm90_tiles) + STATIC_SMEM_RESERVE <=
-            (size_t)max_smem_optin &&
-        largest.tile_q == sm90_tiles.tile_q) {
-        s->tiles[c->num_tiles - 1] = sm90_tiles;
+    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
+    const bool sm90_ok = takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) &&
+                         !has_test_default &&
+                         cinfer__prefill_smem_bytes(o->head_dim, &sm90) + STATIC_SMEM_RESERVE <=
+                             (size_t)max_smem_optin;
+    /* Above D = 128 the largest sm80 tile has 64 rows: the sm90 kernel's 128 come after it. */
+    bool sm90_added = false;
+    if (sm90_ok && largest.tile_q == sm90.tile_q) {
+        s->tiles[c->num_tiles - 1] = sm90;
+    } else if (sm90_ok && largest.tile_q < sm90.tile_q &&
+               c->num_tiles < CINFER__PREFILL_MAX_TILES) {
+        s->tiles[c->num_tiles++] = sm90;
+        sm90_added = true;
     } else if (turn_tiles_fit(o, max_smem_optin) && !has_test_default &&
                c->num_tiles < CINFER__PREFILL_MAX_TILES &&
                s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q) {
@@ -987,8 +1003,12 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     c->group = pack_group(o, s->tiles, c->num_tiles);
     /* The sm90 kernel packs whole groups of tokens only (a group forced past the tiles' divisors,
      * cinfer__batch_prefill_test_pack, keeps the sm80 tile). */
-    if (s->tiles[c->num_tiles - 1].sm90 && sm90_tiles.tile_q % c->group != 0)
-        s->tiles[c->num_tiles - 1] = largest;
+    if (s->tiles[c->num_tiles - 1].sm90 && sm90.tile_q % c->group != 0) {
+        if (sm90_added)
+            c->num_tiles--;
+        else
+            s->tiles[c->num_tiles - 1] = largest;
+    }
     for (int i = 0; i < c->num_tiles; i++) {
         /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
         c->tile_q[i] = s->tiles[i].tile_q / c->group;

@@ -29,9 +29,9 @@ int cinfer__prefill_threads(const cinfer__prefill_config_t *cfg);
  * template's choices, as on other archs). Not thread-safe. */
 void cinfer__prefill_test_no_sm90(bool on);
 
-/* The sm90 single-prefill kernel's tiles (two consumer warpgroups of 64 rows, KV tiles of 128 rows
- * in 3 stages). */
-void cinfer__prefill_sm90_config(cinfer__prefill_config_t *cfg);
+/* The sm90 prefill kernel's tiles at head_dim (two consumer warpgroups of 64 rows; KV tiles of 128
+ * rows in 3 stages, or above D = 128 of 64 rows in 2 stages). */
+void cinfer__prefill_sm90_config(int head_dim, cinfer__prefill_config_t *cfg);
 
 /* Dynamic shared memory of the kernel for head dim d (kernels/prefill.cu's layout): the Q tile
  * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */

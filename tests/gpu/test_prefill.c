@@ -649,7 +649,7 @@ static void sm90_tiles(void **state) {
                                   {300, 129},   {1, 1},      {5, 0},      {600, 300}, {64, 4000},
                                   {2000, 17},   {255, 257},  {3, 4096},   {256, 1}};
     cinfer__prefill_config_t tiles[3];
-    cinfer__prefill_sm90_config(&tiles[0]);
+    cinfer__prefill_sm90_config(128, &tiles[0]);
     tiles[1] = tiles[2] = tiles[0];
     tiles[1].stages = 2;
     tiles[2].tile_q = 64; /* one consumer warpgroup */
@@ -797,6 +797,52 @@ static void sm90_tiles(void **state) {
                  tv_name(c.variant));
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1600 + (uint64_t)f);
+    }
+    /* D = 256 (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer
+     * warpgroup too): the same kinds of cases. */
+    cinfer__prefill_config_t wide[2];
+    cinfer__prefill_sm90_config(256, &wide[0]);
+    wide[1] = wide[0];
+    wide[1].tile_q = 64;
+    wide[1].warps = 4;
+    for (int f = 0; f < 16; f++) {
+        char desc[160];
+        prefill_case c = base_case("");
+        c.d = 256;
+        c.qo_len = dlens[(f + 3) % 8][0];
+        c.kv_len = dlens[(f + 3) % 8][1];
+        c.causal = (f + f / 8 + 1) % 2;
+        c.tiles = &wide[f % 3 == 2 ? 1 : 0];
+        c.hq = f % 3 == 0 ? 8 : f % 3 == 1 ? 4 : 7;
+        c.hk = f % 3 == 0 ? 2 : 1;
+        c.dtype = f % 2 ? CINFER__DT_BF16 : CINFER__DT_F16;
+        c.layout = f % 4 == 3 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.packed = f % 4 == 1;
+        c.strided_out = f % 5 == 2;
+        if (f >= 8) {
+            c.soft_cap = f == 8 ? 30.0f : f == 9 ? 50.0f : 0.0f;
+            c.window_left = f == 10 ? 300 : f == 14 ? 200 : -1;
+            c.variant = f == 11   ? TV_ALIBI
+                        : f == 12 ? TV_ALIBI_DEFAULT
+                        : f == 13 ? TV_SINKS
+                        : f == 14 ? TV_MASK
+                                  : TV_NONE;
+        }
+        if (f == 15) { /* 256 items of the 2-group tile on 132 SMs or fewer */
+            c.qo_len = c.kv_len = 1000;
+            c.hq = 32;
+            c.hk = 8;
+            c.check_heads = 3;
+            c.tiles = &wide[0];
+        }
+        c.no_lse = f == 6 || (c.variant != TV_NONE && !tv_has_lse(c.variant));
+        snprintf(desc, sizeof desc,
+                 "sm90 D 256 q%d s%d: qo %d kv %d causal %d heads %d/%d %s cap %g window %d %s",
+                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, c.hq, c.hk,
+                 cinfer__dtype_name(c.dtype), (double)c.soft_cap, c.window_left,
+                 tv_name(c.variant));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1700 + (uint64_t)f);
     }
 }
 

@@ -479,6 +479,8 @@ static void logit_hooks_compile_with_every_family(void **state) {
         "tile_kv=128,warps=8,stages=3,gqa_pack=4",
         "prefill:backend=sm90,dtype=bf16,head_dim=64,paged=1,batch=1,mask=causal,tile_q=128,"
         "tile_kv=128,warps=8,stages=3,gqa_pack=4",
+        "prefill:backend=sm90,dtype=bf16,head_dim=256,mask=causal,flags=window,tile_q=128,"
+        "tile_kv=64,warps=8,stages=2",
     };
     assert_int_equal(sizeof sm90 / sizeof sm90[0], sizeof sources / sizeof sources[0]);
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
