@@ -346,6 +346,18 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
         CINFER_STATUS_SUCCESS);
     for (int k = 0; k < num_prefill; k++)
         assert_true(prefill_specs[k].backend == CINFER__BACKEND_SM80);
+    /* At D = 64 and 256 the sm90 kernel too (K/V tiles of 64 rows at 256), in the default set. */
+    for (int wide = 0; wide < 2; wide++) {
+        cinfer_attention_options_t od = o;
+        od.head_dim = wide ? 256 : 64;
+        assert_int_equal(
+            cinfer__prefill_single_specs(&od, 1, "sm_90a", 227 * 1024, prefill_specs, &num_prefill),
+            CINFER_STATUS_SUCCESS);
+        const cinfer__spec_t *last = &prefill_specs[num_prefill - 1];
+        assert_true(last->backend == CINFER__BACKEND_SM90);
+        assert_int_equal(last->tile_kv, wide ? 64 : 128);
+        assert_true(has_spec(def, num_def, last));
+    }
 
     /* The default set: fp16 and bf16; head dims 64, 128, 256; paged and single decode; causal
      * prefill with and without soft cap and sliding window. */
