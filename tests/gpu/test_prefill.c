@@ -639,6 +639,65 @@ static void all_tile_configs(void **state) {
  * (CTAs taking several items). Its choice by default (a grid of a wave or more) is covered by
  * llama_heads and the randomized grid.
  */
+/* Sixteen sm90 cases at head dim d (sm90_tiles): lengths off the tiles, both masks, the given
+ * tiles (tiles[f % 3] for case f), GQA, dtypes and layouts, a soft cap (fixed and running maximum),
+ * a window, ALiBi, sinks and a custom mask, and a grid of more items than SMs. The offsets and
+ * residues vary which case gets which length, mask, dtype and layout from one d to another. */
+typedef struct sm90_dim_cases {
+    int d;
+    const cinfer__prefill_config_t *tiles[3];
+    int len_shift, causal_shift; /* case f: lengths (f + len_shift) % 8, causal (f + f / 8 + ..) */
+    int f16_at;                  /* f % 2 == f16_at: fp16, else bf16 */
+    int hnd_at, packed_at;       /* f % 4: HND K/V; q, k, v slices of one QKV buffer */
+    int strided_at;              /* f % 5: out a slice of a wider buffer */
+    int no_lse_at;               /* f: lse = NULL */
+    uint64_t seed;
+} sm90_dim_cases;
+
+static void run_sm90_dim_cases(const sm90_dim_cases *x) {
+    static const int lens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {129, 300},
+                                  {1, 1},       {5, 0},      {64, 4000},  {255, 257}};
+    for (int f = 0; f < 16; f++) {
+        char desc[160];
+        prefill_case c = base_case("");
+        c.d = x->d;
+        c.qo_len = lens[(f + x->len_shift) % 8][0];
+        c.kv_len = lens[(f + x->len_shift) % 8][1];
+        c.causal = (f + f / 8 + x->causal_shift) % 2;
+        c.tiles = x->tiles[f % 3];
+        c.hq = f % 3 == 0 ? 8 : f % 3 == 1 ? 4 : 7;
+        c.hk = f % 3 == 0 ? 2 : 1;
+        c.dtype = f % 2 == x->f16_at ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.layout = f % 4 == x->hnd_at ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.packed = f % 4 == x->packed_at;
+        c.strided_out = f % 5 == x->strided_at;
+        if (f >= 8) {
+            c.soft_cap = f == 8 ? 30.0f : f == 9 ? 50.0f : 0.0f;
+            c.window_left = f == 10 ? 300 : f == 14 ? 200 : -1;
+            c.variant = f == 11   ? TV_ALIBI
+                        : f == 12 ? TV_ALIBI_DEFAULT
+                        : f == 13 ? TV_SINKS
+                        : f == 14 ? TV_MASK
+                                  : TV_NONE;
+        }
+        if (f == 15) { /* 256 items of the 2-group tile on 132 SMs or fewer */
+            c.qo_len = c.kv_len = 1000;
+            c.hq = 32;
+            c.hk = 8;
+            c.check_heads = 3;
+            c.tiles = x->tiles[0];
+        }
+        c.no_lse = f == x->no_lse_at || (c.variant != TV_NONE && !tv_has_lse(c.variant));
+        snprintf(desc, sizeof desc,
+                 "sm90 D %d q%d s%d: qo %d kv %d causal %d heads %d/%d %s cap %g window %d %s", c.d,
+                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, c.hq, c.hk,
+                 cinfer__dtype_name(c.dtype), (double)c.soft_cap, c.window_left,
+                 tv_name(c.variant));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + x->seed + (uint64_t)f);
+    }
+}
+
 static void sm90_tiles(void **state) {
     (void)state;
     if (strcmp(ctx->arch, "sm_90a") != 0) {
@@ -754,96 +813,20 @@ static void sm90_tiles(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
     }
-    /* D = 64 (P V as m64n64k16, 32 O registers per thread): lengths off the tiles, both masks, the
-     * three tiles, GQA, dtypes and layouts, a soft cap (fixed and running maximum), a window,
-     * ALiBi, sinks and a custom mask, and a grid of more items than SMs. */
-    static const int dlens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {129, 300},
-                                   {1, 1},       {5, 0},      {64, 4000},  {255, 257}};
-    for (int f = 0; f < 16; f++) {
-        char desc[160];
-        prefill_case c = base_case("");
-        c.d = 64;
-        c.qo_len = dlens[f % 8][0];
-        c.kv_len = dlens[f % 8][1];
-        c.causal = (f + f / 8) % 2;
-        c.tiles = &tiles[f % 3];
-        c.hq = f % 3 == 0 ? 8 : f % 3 == 1 ? 4 : 7;
-        c.hk = f % 3 == 0 ? 2 : 1;
-        c.dtype = f % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
-        c.layout = f % 4 == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
-        c.packed = f % 4 == 2;
-        c.strided_out = f % 5 == 3;
-        if (f >= 8) {
-            c.soft_cap = f == 8 ? 30.0f : f == 9 ? 50.0f : 0.0f;
-            c.window_left = f == 10 ? 300 : f == 14 ? 200 : -1;
-            c.variant = f == 11   ? TV_ALIBI
-                        : f == 12 ? TV_ALIBI_DEFAULT
-                        : f == 13 ? TV_SINKS
-                        : f == 14 ? TV_MASK
-                                  : TV_NONE;
-        }
-        if (f == 15) { /* 256 items of the 2-group tile on 132 SMs or fewer */
-            c.qo_len = c.kv_len = 1000;
-            c.hq = 32;
-            c.hk = 8;
-            c.check_heads = 3;
-            c.tiles = &tiles[0];
-        }
-        c.no_lse = f == 4 || (c.variant != TV_NONE && !tv_has_lse(c.variant));
-        snprintf(desc, sizeof desc,
-                 "sm90 D 64 q%d s%d: qo %d kv %d causal %d heads %d/%d %s cap %g window %d %s",
-                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, c.hq, c.hk,
-                 cinfer__dtype_name(c.dtype), (double)c.soft_cap, c.window_left,
-                 tv_name(c.variant));
-        c.desc = desc;
-        run_case(&c, cinfer_test_seed() + 1600 + (uint64_t)f);
-    }
-    /* D = 256 (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer
-     * warpgroup too): the same kinds of cases. */
+    /* D = 64 (P V as m64n64k16, 32 O registers per thread) with the three tiles above, and D = 256
+     * (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer warpgroup too).
+     */
     cinfer__prefill_config_t wide[2];
     cinfer__prefill_sm90_config(256, &wide[0]);
     wide[1] = wide[0];
     wide[1].tile_q = 64;
     wide[1].warps = 4;
-    for (int f = 0; f < 16; f++) {
-        char desc[160];
-        prefill_case c = base_case("");
-        c.d = 256;
-        c.qo_len = dlens[(f + 3) % 8][0];
-        c.kv_len = dlens[(f + 3) % 8][1];
-        c.causal = (f + f / 8 + 1) % 2;
-        c.tiles = &wide[f % 3 == 2 ? 1 : 0];
-        c.hq = f % 3 == 0 ? 8 : f % 3 == 1 ? 4 : 7;
-        c.hk = f % 3 == 0 ? 2 : 1;
-        c.dtype = f % 2 ? CINFER__DT_BF16 : CINFER__DT_F16;
-        c.layout = f % 4 == 3 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
-        c.packed = f % 4 == 1;
-        c.strided_out = f % 5 == 2;
-        if (f >= 8) {
-            c.soft_cap = f == 8 ? 30.0f : f == 9 ? 50.0f : 0.0f;
-            c.window_left = f == 10 ? 300 : f == 14 ? 200 : -1;
-            c.variant = f == 11   ? TV_ALIBI
-                        : f == 12 ? TV_ALIBI_DEFAULT
-                        : f == 13 ? TV_SINKS
-                        : f == 14 ? TV_MASK
-                                  : TV_NONE;
-        }
-        if (f == 15) { /* 256 items of the 2-group tile on 132 SMs or fewer */
-            c.qo_len = c.kv_len = 1000;
-            c.hq = 32;
-            c.hk = 8;
-            c.check_heads = 3;
-            c.tiles = &wide[0];
-        }
-        c.no_lse = f == 6 || (c.variant != TV_NONE && !tv_has_lse(c.variant));
-        snprintf(desc, sizeof desc,
-                 "sm90 D 256 q%d s%d: qo %d kv %d causal %d heads %d/%d %s cap %g window %d %s",
-                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, c.hq, c.hk,
-                 cinfer__dtype_name(c.dtype), (double)c.soft_cap, c.window_left,
-                 tv_name(c.variant));
-        c.desc = desc;
-        run_case(&c, cinfer_test_seed() + 1700 + (uint64_t)f);
-    }
+    const sm90_dim_cases dims[] = {
+        {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600},
+        {256, {&wide[0], &wide[0], &wide[1]}, 3, 1, 0, 3, 1, 2, 6, 1700},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        run_sm90_dim_cases(&dims[i]);
 }
 
 /*
