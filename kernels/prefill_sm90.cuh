@@ -58,7 +58,8 @@
  * Shared memory (dynamic, aligned up to 1024 bytes for the swizzle): the Q tile as D / 64 blocks of
  * TILE_Q rows x 128 bytes, then STAGES stages of K and V, each D / 64 blocks of TILE_KV rows x 128
  * bytes (kernels/wgmma.cuh gives the layout). D = 128, TILE_Q = 128, TILE_KV = 128, 3 stages (the
- * default): 224 KiB + 1 KiB, one CTA per SM.
+ * default): 224 KiB + 1 KiB, one CTA per SM; at D = 64 the same tiles take 112 KiB + 1 KiB; at D =
+ * 256 (O in 128 registers per thread) TILE_KV = 64 in 2 stages, 192 KiB + 1 KiB.
  */
 #include "wgmma.cuh"
 

@@ -57,11 +57,6 @@ __device__ __forceinline__ void cinfer_wgmma_pin_n(float *d, const int n) {
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* The 64 accumulators of an n128 product. */
-__device__ __forceinline__ void cinfer_wgmma_pin(float *d) {
-    cinfer_wgmma_pin_n(d, 64);
-}
-
 #define CINFER__WGMMA_D                                                                            \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
