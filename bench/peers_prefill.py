@@ -6,35 +6,20 @@ request, 32 query / 8 KV heads (GQA), bf16, S = qo_len = kv_len in {1k, 4k, 16k}
 D = --head-dim (128 by default).
 
 FLOPs = 4 * S^2 * Hq * D, halved for causal (PERF.md), as bench_prefill counts them. Each figure
-is the median of CUDA-event timings of --iters runs after warm-up, on random data. A backend
-that refuses a shape (e.g. cuDNN for some head dims) prints its error instead of a figure.
-Without PyTorch or a CUDA device it says so and exits 0.
+is the median of CUDA-event timings of --iters runs after warm-up (bench/peers.py's Timer: the
+upper median for an even count), on random data. A backend that refuses a shape (e.g. cuDNN for
+some head dims) prints its error instead of a figure. Without PyTorch or a CUDA device it says so
+and exits 0.
 
     python3 bench/peers_prefill.py [--head-dim 64|128|256] [--iters N] [--no-flex]
 """
 import argparse
-import statistics
 import sys
+
+from peers import Timer  # bench/peers.py: the median of CUDA-event timings after warm-up
 
 HQ, HK = 32, 8
 LENS = (1024, 4096, 16384)
-
-
-def median_ms(fn, iters):
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():
@@ -62,6 +47,7 @@ def main():
         except Exception as e:  # an older PyTorch
             print(f"peers_prefill: FlexAttention not available ({e})")
     d = args.head_dim
+    timer = Timer(torch, args.iters)
     print(f"single prefill through PyTorch {torch.__version__}, {HQ}/{HK} heads, D = {d}, bf16, "
           f"{torch.cuda.get_device_name()} (TFLOP/s; median of {args.iters} runs)\n")
     cols = ["SDPA cuDNN", "SDPA FA2"] + (["FlexAttention"] if flex else [])
@@ -80,9 +66,9 @@ def main():
             for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
                 try:
                     with sdpa_kernel(backend):
-                        ms = median_ms(
+                        ms = timer(
                             lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=causal),
-                            args.iters)
+                            warmup=3)
                     row.append(f"{flops / (ms * 1e-3) / 1e12:.1f}")
                 except Exception as e:
                     row.append(f"({type(e).__name__})")
@@ -91,8 +77,7 @@ def main():
                     mask = None
                     if causal:
                         mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, s, s)
-                    ms = median_ms(lambda: flex(q, k, v, block_mask=mask, enable_gqa=True),
-                                   args.iters)
+                    ms = timer(lambda: flex(q, k, v, block_mask=mask, enable_gqa=True), warmup=3)
                     row.append(f"{flops / (ms * 1e-3) / 1e12:.1f}")
                 except Exception as e:
                     row.append(f"({type(e).__name__})")
