@@ -314,13 +314,12 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
  * rows on wgmma, a producer warpgroup issuing TMA copies, KV tiles of 128 rows in 3 stages (225 KiB
  * of shared memory at D = 128, one CTA per SM; at D = 256, whose O takes 128 registers per thread,
  * KV tiles of 64 rows in 2 stages, 193 KiB). Taken on sm_90a at D = 64, 128 or 256 with q and K/V
- * of one 16-bit dtype,
- * no RoPE, and default attention (soft cap and window included) or a variant of ALiBi slopes,
- * masks in row form (custom_mask) and state inits only (CINFER__VARIANT_SM90; not with a soft cap),
- * when its grid fills a wave (choose_single) and the tensors suit TMA (tma_ok). H200, S = 16k
- * causal / non-causal (bench_prefill --tile, 2026-11-30): 3 stages 679.8 / 685.7 TFLOP/s, 2 stages
- * 542.2 / 495.6, one consumer warpgroup (64 rows) 386.8 / 369.1; the sm80 turn-taking tiles 401.6 /
- * 390.3 in the same call.
+ * of one 16-bit dtype, no RoPE, and default attention (soft cap and window included) or a variant
+ * of ALiBi slopes, masks in row form (custom_mask) and state inits only (CINFER__VARIANT_SM90; not
+ * with a soft cap), when its grid fills a wave (choose_single) and the tensors suit TMA (tma_ok).
+ * H200, S = 16k causal / non-causal (bench_prefill --tile, 2026-11-30): 3 stages 679.8 / 685.7
+ * TFLOP/s, 2 stages 542.2 / 495.6, one consumer warpgroup (64 rows) 386.8 / 369.1; the sm80
+ * turn-taking tiles 401.6 / 390.3 in the same call.
  */
 static cinfer__prefill_config_t sm90_config(int head_dim) {
     if (head_dim > 128)
