@@ -26,10 +26,16 @@
  *              or with a paged cache one per page of the tile (a lane each, from the page table)
  *              or a TILE_KV-row part of a longer page. A stage's "full" mbarrier counts the bytes
  *              in; its "empty" one counts the consumer threads out, and the producer waits for
- *              that before it copies the tile STAGES ahead there. A batch tile that reaches past
- *              its request's KV (rows of another request, rows of a page past kv_len, or pages
- *              not copied) gets those V rows zeroed by the producer before the stage is marked
- *              full: P is 0 there, but 0 x NaN would not be.
+ *              that before it copies the tile STAGES ahead there. With 2 stages (D = 256) K and V
+ *              have a pair each (KV_APART), so that K is released once Q K^T has read it, a
+ *              softmax and a P V before V (FlashAttention-3's K and V pipelines): with one pair,
+ *              a stage freed by group 1's last P V was the one group 0 wanted next, and each
+ *              tile's copies waited in full (H200, D = 256, 16k: 493 -> 675 TFLOP/s causal). With
+ *              3 stages (D = 64, 128) the one pair per stage is 2% faster (bench/RESULTS.md,
+ *              developers' session 23). A batch tile that reaches past its request's KV (rows of
+ *              another request, rows of a page past kv_len, or pages not copied) gets those V
+ *              rows zeroed by the producer before its V is marked full: P is 0 there, but 0 x
+ *              NaN would not be.
  * Each consumer warpgroup, for KV tile t:
  *   S_t = Q K_t^T   wgmma m64nTILE_KVk16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  (m64nDk16) issued right after, A = P_{t-1} in registers, B = V_{t-1} read
@@ -77,6 +83,10 @@
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 #define STAGE_BYTES    (2 * KV_TILE_BYTES)
 #define PINGPONG       (CONSUMERS == 2)
+/* K and V halves of the stages on barriers of their own (2 stages, D = 256), else one pair per
+ * stage (the top of this file); KV_BARS: full (or empty) barriers of the stages. */
+#define KV_APART (STAGES == 2)
+#define KV_BARS  (KV_APART ? 2 * STAGES : STAGES)
 /* O's accumulators per consumer thread (64 rows x D of its warpgroup) and its n8 column blocks; the
  * same for S (64 rows x TILE_KV). */
 #define O_REGS (D / 2)
@@ -443,43 +453,35 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
 }
 #endif
 
-/* The producer warp's copies of KV tile t (positions t TILE_KV ..) into the stage at s_k (V after
- * K), completing on bar, which this call arms with the bytes it copies. rows: the tile's rows that
- * belong to the request (1..TILE_KV). A paged batch kernel copies each page of the tile, a lane per
- * page (tile_box), from page (tile_page). */
-__device__ __forceinline__ void copy_kv_tile(const cinfer_prefill_params &p,
-                                             const cinfer_prefill_tma &tma, int t, int rows,
-                                             int kv_row0, int kv_head, unsigned s_k, unsigned bar,
-                                             int page, int lane) {
+/* The producer warp's copies of one of K or V (map: its tensor map) of KV tile t (positions
+ * t TILE_KV ..) into the stage's half at dst, completing on bar, which this call arms with the
+ * bytes it copies. rows: the tile's rows that belong to the request (1..TILE_KV). A paged batch
+ * kernel copies each page of the tile, a lane per page (tile_box), from page (tile_page). */
+__device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map, int t,
+                                             int rows, int kv_row0, int kv_head, unsigned dst,
+                                             unsigned bar, int page, int lane) {
 #if CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
     const bool mine = tile_box(p, rows, lane);
     const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
     if (lane == 0)
-        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS * 2));
+        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS));
     __syncwarp();
     if (mine) {
         const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
-        const unsigned dst = (unsigned)(lane * page_rows * 128);
+        const unsigned box = dst + (unsigned)(lane * page_rows * 128);
 #pragma unroll
-        for (int b = 0; b < DBLOCKS; b++) {
-            cinfer_tma_load_4d(s_k + b * KV_BLOCK_BYTES + dst, tma.k, b * 64, in_page, kv_head,
-                               page, bar);
-            cinfer_tma_load_4d(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES + dst, tma.v, b * 64,
-                               in_page, kv_head, page, bar);
-        }
+        for (int b = 0; b < DBLOCKS; b++)
+            cinfer_tma_load_4d(box + b * KV_BLOCK_BYTES, map, b * 64, in_page, kv_head, page, bar);
     }
 #else
-    (void)page;
+    (void)p, (void)rows, (void)page;
     if (lane == 0) {
-        cinfer_mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+        cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
 #pragma unroll
-        for (int b = 0; b < DBLOCKS; b++) {
-            cinfer_tma_load_3d(s_k + b * KV_BLOCK_BYTES, tma.k, b * 64, kv_row0 + t * TILE_KV,
+        for (int b = 0; b < DBLOCKS; b++)
+            cinfer_tma_load_3d(dst + b * KV_BLOCK_BYTES, map, b * 64, kv_row0 + t * TILE_KV,
                                kv_head, bar);
-            cinfer_tma_load_3d(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES, tma.v, b * 64,
-                               kv_row0 + t * TILE_KV, kv_head, bar);
-        }
     }
 #endif
 }
@@ -580,14 +582,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
-    __shared__ unsigned long long bars[2 * STAGES + 3];
+    __shared__ unsigned long long bars[2 * KV_BARS + 3];
 #if SOFTMAX_TURNS
     __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
 #endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
-    const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * STAGES,
-                   q_full = full + 16u * STAGES, fix_bar = q_full + 8u, q_empty = fix_bar + 8u;
+    /* The stages' full barriers (K's, then V's with KV_APART), their empty ones in the same
+     * order, then Q's and the partial tiles' fix-up. */
+    const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * KV_BARS,
+                   q_full = empty + 8u * KV_BARS, fix_bar = q_full + 8u, q_empty = fix_bar + 8u;
+#define FULL_K(st)  (full + 8u * (unsigned)(st))
+#define EMPTY_K(st) (empty + 8u * (unsigned)(st))
+#define FULL_V(st)  (full + 8u * (unsigned)((st) + (KV_APART ? STAGES : 0)))
+#define EMPTY_V(st) (empty + 8u * (unsigned)((st) + (KV_APART ? STAGES : 0)))
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
 #if CINFER_BATCH
@@ -601,8 +609,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; st++) {
-            cinfer_mbarrier_init(full + 8u * st, 1);
-            cinfer_mbarrier_init(empty + 8u * st, CONSUMERS * 128);
+            /* One stage barrier pair takes both copies' arrivals (K's and V's). */
+            cinfer_mbarrier_init(FULL_K(st), KV_APART ? 1 : 2);
+            cinfer_mbarrier_init(EMPTY_K(st), CONSUMERS * 128);
+#if KV_APART
+            cinfer_mbarrier_init(FULL_V(st), 1);
+            cinfer_mbarrier_init(EMPTY_V(st), CONSUMERS * 128);
+#endif
         }
         cinfer_mbarrier_init(q_full, 1);
         cinfer_mbarrier_init(fix_bar, 1);
@@ -653,33 +666,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int i = 0; i < num_tiles; i++) {
                 const unsigned gi = g + (unsigned)i;
                 const int st = (int)(gi % STAGES), t = tile_begin + i;
-                if (gi >= STAGES)
-                    cinfer_mbarrier_wait(empty + 8u * st, (gi / STAGES - 1) & 1u);
-                const unsigned s_k = s_kv + st * STAGE_BYTES;
+                const unsigned s_k = s_kv + st * STAGE_BYTES, s_v = s_k + KV_TILE_BYTES;
                 /* The tile's rows inside the request; rows past it are another request's, a
                  * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
                  * item, for the request's last tile. */
                 const int rows = tile_rows(p, t);
+                /* K once both groups' Q K^T of the tile STAGES back is done, V once their P V. */
+                if (gi >= STAGES)
+                    cinfer_mbarrier_wait(EMPTY_K(st), (gi / STAGES - 1) & 1u);
+                copy_kv_half(p, tma.k, t, rows, kv_row0, kv_head, s_k, FULL_K(st), page, lane);
+#if KV_APART
+                if (gi >= STAGES)
+                    cinfer_mbarrier_wait(EMPTY_V(st), (gi / STAGES - 1) & 1u);
+#endif
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
-                    copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, fix_bar, page, lane);
+                    copy_kv_half(p, tma.v, t, rows, kv_row0, kv_head, s_v, fix_bar, page, lane);
                     cinfer_mbarrier_wait(fix_bar, fx & 1u);
                     fx++;
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
                         for (int b = 0; b < DBLOCKS; b++)
-                            cinfer_st_shared_v4(s_k + KV_TILE_BYTES + b * KV_BLOCK_BYTES + c * 16,
+                            cinfer_st_shared_v4(s_v + b * KV_BLOCK_BYTES + c * 16,
                                                 make_uint4(0, 0, 0, 0));
-                    /* The zeros reach the tensor cores (the async proxy) before the stage is
-                     * marked full. */
+                    /* The zeros reach the tensor cores (the async proxy) before V is marked
+                     * full. */
                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                     __syncwarp();
                     if (lane == 0)
-                        cinfer_mbarrier_arrive(full + 8u * st);
+                        cinfer_mbarrier_arrive(FULL_V(st));
                     continue;
                 }
 #endif
-                copy_kv_tile(p, tma, t, rows, kv_row0, kv_head, s_k, full + 8u * st, page, lane);
+                copy_kv_half(p, tma.v, t, rows, kv_row0, kv_head, s_v, FULL_V(st), page, lane);
 #if CINFER_PAGED
                 /* The next tile's pages, read while this warp waits for its stage. */
                 if (i + 1 < num_tiles)
@@ -803,7 +822,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                 cinfer_mbarrier_wait(q_full, qi & 1u);
                 /* The first tile: S only. */
-                cinfer_mbarrier_wait(full + 8u * (g % STAGES), (g / STAGES) & 1u);
+                cinfer_mbarrier_wait(FULL_K(g % STAGES), (g / STAGES) & 1u);
 #if PINGPONG
                 /* Group 0's first turn of the CTA is its own; every other waits for the other
                  * group's last issue (across items too). */
@@ -819,6 +838,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 LOAD_NEXT_MASK(tile_begin);
                 CINFER_WGMMA_WAIT(0);
                 PIN_S();
+#if KV_APART
+                cinfer_mbarrier_arrive(EMPTY_K(g % STAGES)); /* K is read */
+#endif
                 if (num_tiles == 1)
                     cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
                 SOFTMAX_TURN_WAIT(qi == 0);
@@ -833,7 +855,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int i = 1; i < num_tiles; i++) {
                     const unsigned gi = g + (unsigned)i;
                     const int st = (int)(gi % STAGES), t = tile_begin + i;
-                    cinfer_mbarrier_wait(full + 8u * st, (gi / STAGES) & 1u);
+                    cinfer_mbarrier_wait(FULL_K(st), (gi / STAGES) & 1u);
+#if KV_APART
+                    cinfer_mbarrier_wait(FULL_V((gi - 1) % STAGES), ((gi - 1) / STAGES) & 1u);
+#endif
 #if PINGPONG
                     cinfer_bar_sync(1 + wg, 256);
 #endif
@@ -847,6 +872,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     LOAD_NEXT_MASK(t);
                     CINFER_WGMMA_WAIT(1);
                     PIN_S();
+#if KV_APART
+                    cinfer_mbarrier_arrive(EMPTY_K(st)); /* K is read */
+#endif
                     if (i == num_tiles - 1)
                         cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
                     SOFTMAX_TURN_WAIT(false);
@@ -858,9 +886,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     PIN_S();
                     CINFER_WGMMA_WAIT(0);
                     PIN_O();
-                    /* Tile i - 1's stage is read (K by S_{i-1}, V by the product just waited for).
-                     */
-                    cinfer_mbarrier_arrive(empty + 8u * ((gi - 1) % STAGES));
+                    /* Tile i - 1's V is read (by the product just waited for; K by S_{i-1}). */
+                    cinfer_mbarrier_arrive(EMPTY_V((gi - 1) % STAGES));
 #if PREPARE
                     if (!fixed_max)
 #endif
@@ -875,12 +902,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         SET_BIAS(t + 1); /* S's registers are free until the next S */
                 }
                 /* The last tile's product. */
-                cinfer_wgmma_fence();
                 const unsigned last = g + (unsigned)num_tiles - 1;
+#if KV_APART
+                cinfer_mbarrier_wait(FULL_V(last % STAGES), (last / STAGES) & 1u);
+#endif
+                cinfer_wgmma_fence();
                 issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
                 CINFER_WGMMA_WAIT(0);
                 PIN_O();
-                cinfer_mbarrier_arrive(empty + 8u * (last % STAGES));
+                cinfer_mbarrier_arrive(EMPTY_V(last % STAGES));
                 g += (unsigned)num_tiles;
                 qi++;
             }

@@ -437,12 +437,12 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 
 /*
  * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
- * 16-bit dtype, D = 64, 128 or 256 (single prefill only), no mask or causal, no RoPE; soft cap and
- * window; default attention or a variant of ALiBi slopes, masks in row form and state inits
- * (CINFER__VARIANT_SM90), not with a soft cap; single or batch (ragged or paged; GQA packing by a
- * divisor of tile_q); tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer
- * warpgroup is added at launch), tile_kv 128 (64 at D = 256), 2 or 3 stages within 227 KiB. The
- * page sizes it copies are the host's to check (prefill.c).
+ * 16-bit dtype, D = 64, 128 or 256, no mask or causal, no RoPE; soft cap and window; default
+ * attention or a variant of ALiBi slopes, masks in row form and state inits (CINFER__VARIANT_SM90),
+ * not with a soft cap; single or batch (ragged or paged; GQA packing by a divisor of tile_q);
+ * tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at
+ * launch), tile_kv 128 (64 at D = 256), 2 or 3 stages within 227 KiB. The page sizes it copies
+ * are the host's to check (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
     if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
@@ -454,12 +454,10 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
             fam->name, cinfer__dtype_name(spec->dtype_q), cinfer__dtype_name(spec->dtype_kv),
             cinfer__dtype_name(spec->dtype_o));
     if ((spec->head_dim_qk != 64 && spec->head_dim_qk != 128 && spec->head_dim_qk != 256) ||
-        spec->head_dim_vo != spec->head_dim_qk || (spec->head_dim_qk == 256 && spec->batch))
+        spec->head_dim_vo != spec->head_dim_qk)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s (sm90): head dims %d / %d (batch %d), expected 64, 128 or 256 for "
-                             "both, 256 without batch",
-                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo,
-                             (int)spec->batch);
+                             "%s (sm90): head dims %d / %d, expected 64, 128 or 256 for both",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
     if ((spec->batch != 0 && spec->batch != 1) || (spec->paged != 0 && spec->paged != 1) ||
         (spec->paged && !spec->batch))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,

@@ -986,10 +986,14 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
                          !has_test_default &&
                          cinfer__prefill_smem_bytes(o->head_dim, &sm90) + STATIC_SMEM_RESERVE <=
                              (size_t)max_smem_optin;
-    /* Above D = 128 the largest sm80 tile has 64 rows, so batch prefill keeps the sm80 tiles there
-     * (the sm90 kernel's batch cases at D = 256 have not run on a GPU yet). */
+    /* Above D = 128 the largest sm80 tile has 64 rows: the sm90 kernel's 128 come after it. */
+    bool sm90_added = false;
     if (sm90_ok && largest.tile_q == sm90.tile_q) {
         s->tiles[c->num_tiles - 1] = sm90;
+    } else if (sm90_ok && largest.tile_q < sm90.tile_q &&
+               c->num_tiles < CINFER__PREFILL_MAX_TILES) {
+        s->tiles[c->num_tiles++] = sm90;
+        sm90_added = true;
     } else if (turn_tiles_fit(o, max_smem_optin) && !has_test_default &&
                c->num_tiles < CINFER__PREFILL_MAX_TILES &&
                s->tiles[c->num_tiles - 1].tile_q < turn_tiles.tile_q) {
@@ -998,8 +1002,12 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     c->group = pack_group(o, s->tiles, c->num_tiles);
     /* The sm90 kernel packs whole groups of tokens only (a group forced past the tiles' divisors,
      * cinfer__batch_prefill_test_pack, keeps the sm80 tile). */
-    if (s->tiles[c->num_tiles - 1].sm90 && sm90.tile_q % c->group != 0)
-        s->tiles[c->num_tiles - 1] = largest;
+    if (s->tiles[c->num_tiles - 1].sm90 && sm90.tile_q % c->group != 0) {
+        if (sm90_added)
+            c->num_tiles--;
+        else
+            s->tiles[c->num_tiles - 1] = largest;
+    }
     for (int i = 0; i < c->num_tiles; i++) {
         /* The planner counts query tokens per item: a packed tile's rows hold G heads of each. */
         c->tile_q[i] = s->tiles[i].tile_q / c->group;

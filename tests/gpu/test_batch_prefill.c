@@ -886,13 +886,15 @@ static void sm90_kernel(void **state) {
             run_variant_case(&c, kinds[k], cinfer_test_seed() + 1540 + k);
         }
     }
-    /* D = 64 (P V as m64n64k16, 32 O registers per thread): ragged and paged, GQA packed and not,
-     * fp16, split-KV, a soft cap, a window, sinks and a custom mask. */
+    /* D = 64 (P V as m64n64k16, 32 O registers per thread) and D = 256 (128 O registers, K/V
+     * tiles of 64 rows in 2 stages): ragged and paged, GQA packed and not, fp16, split-KV, a soft
+     * cap, a window, sinks and a custom mask. */
     static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
-    for (int k = 0; k < 8; k++) {
+    for (int n = 0; n < 16; n++) {
         char desc[128];
+        const int k = n % 8;
         bp_case c = base_case("");
-        c.d = 64;
+        c.d = n < 8 ? 64 : 256;
         c.batch = k == 3 ? 2 : 6;
         c.qo_lens = k == 3 ? qo_s : qo;
         c.kv_lens = k == 3 ? kv_s : kv;
@@ -910,16 +912,16 @@ static void sm90_kernel(void **state) {
         c.expect_sm90 = 1;
         c.expect_split = k == 3;
         snprintf(desc, sizeof desc,
-                 "sm90 D 64: %s page %d heads %d/%d causal %d cap %g window %d%s",
+                 "sm90 D %d: %s page %d heads %d/%d causal %d cap %g window %d%s", c.d,
                  c.paged ? "paged" : "ragged", c.page_size, c.hq, c.hk, c.causal,
                  (double)c.soft_cap, c.window_left, k == 3 ? " split" : "");
         c.desc = desc;
         if (k < 6) {
-            run_case(&c, cinfer_test_seed() + 1560 + (uint64_t)k);
+            run_case(&c, cinfer_test_seed() + 1560 + (uint64_t)n);
         } else {
             const tv_kind kind = k == 6 ? TV_SINKS : TV_MASK;
             c.lse = tv_has_lse(kind);
-            run_variant_case(&c, kind, cinfer_test_seed() + 1560 + (uint64_t)k);
+            run_variant_case(&c, kind, cinfer_test_seed() + 1560 + (uint64_t)n);
         }
     }
     /* A batch of short queries keeps the sm80 kernel of a smaller tile. */

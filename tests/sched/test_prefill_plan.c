@@ -1434,7 +1434,8 @@ static void sm90_tile_on_sm90a(void **state) {
         {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0},   {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0},
         {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 1},
         {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 64, 1},   {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 96, 0},
-        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 256, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 256, 1}, {CINFER_KV_STORAGE_PAGED, 32, 0.0f, 256, 1},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 192, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cinfer_attention_options_t x = o;
@@ -1452,10 +1453,11 @@ static void sm90_tile_on_sm90a(void **state) {
         if (sm90 != cases[i].sm90)
             fail_msg("case %zu: %d sm90 specs, expected %d", i, sm90, cases[i].sm90);
         if (cases[i].sm90) {
-            /* 32, 64 and the sm90 128-row tile, then the merge kernel */
+            /* 32, 64 and the sm90 128-row tile (KV 64 rows above D = 128, after the sm80 tile
+             * of 64 rows that is the largest there), then the merge kernel */
             assert_int_equal(n, 4);
             assert_int_equal(specs[2].tile_q, 128);
-            assert_int_equal(specs[2].tile_kv, 128);
+            assert_int_equal(specs[2].tile_kv, cases[i].head_dim > 128 ? 64 : 128);
             assert_int_equal(specs[2].gqa_pack, 4);
             assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
         }
