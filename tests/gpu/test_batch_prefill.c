@@ -888,22 +888,33 @@ static void sm90_kernel(void **state) {
     }
     /* D = 64 (P V as m64n64k16, 32 O registers per thread) and D = 256 (128 O registers, K/V
      * tiles of 64 rows in 2 stages): ragged and paged, GQA packed and not, fp16, split-KV, a soft
-     * cap, a window, sinks and a custom mask. */
+     * cap, a window, sinks and a custom mask. D = 256 has a quarter of the heads (the same group
+     * sizes; 8 / 8 unpacked) so that its float64 reference takes about D = 64's time, and 20 short
+     * requests (qo 0, kv 0, qo > kv among them) so that its plans still have the CTAs to fill
+     * the SMs with the sm90 tile (a plan with fewer gives it up for a smaller tile). */
     static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
+    static const int qo_w[] = {96, 120, 64,  128, 100, 33,  128, 90, 70,  128,
+                               0,  111, 128, 64,  77,  128, 100, 50, 128, 96};
+    static const int kv_w[] = {96, 300, 64,  200, 400, 33,  100, 250, 70,  128,
+                               40, 111, 260, 64,  177, 128, 300, 50,  128, 0};
     for (int n = 0; n < 16; n++) {
         char desc[128];
         const int k = n % 8;
         bp_case c = base_case("");
         c.d = n < 8 ? 64 : 256;
-        c.batch = k == 3 ? 2 : 6;
-        c.qo_lens = k == 3 ? qo_s : qo;
-        c.kv_lens = k == 3 ? kv_s : kv;
+        c.batch = k == 3 ? 2 : c.d == 256 ? 20 : 6;
+        c.qo_lens = k == 3 ? qo_s : c.d == 256 ? qo_w : qo;
+        c.kv_lens = k == 3 ? kv_s : c.d == 256 ? kv_w : kv;
+        c.hq = k == 2 ? 16 : 32;
+        c.hk = k == 2 ? 16 : k == 4 ? 4 : 8;
+        if (c.d == 256) {
+            c.hq = 8;
+            c.hk = k == 2 ? 8 : k == 4 ? 1 : 2;
+        }
         c.paged = k % 2;
         c.page_size = k == 5 ? 64 : 16;
         c.layout = k == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
         c.combined = k == 5;
-        c.hq = k == 2 ? 16 : 32;
-        c.hk = k == 2 ? 16 : k == 4 ? 4 : 8;
         c.causal = k != 1 && k != 6;
         c.dtype = k == 1 || k == 4 ? CINFER__DT_F16 : CINFER__DT_BF16;
         c.soft_cap = k == 4 ? 30.0f : 0.0f;

@@ -338,7 +338,7 @@ static void rope_specs_render_and_compile(void **state) {
  * The sm90 prefill kernel's specs (kernels/prefill_sm90.cuh): single, batch paged with GQA
  * packing, soft cap with window, the ALiBi variant, a custom mask with a window, D = 64 (single
  * causal; batch with a soft cap on one consumer warpgroup) and D = 256 (64-row K tiles: single
- * with a window, paged batch with a soft cap) render with
+ * with a window, paged batch with a soft cap, a soft cap on one consumer warpgroup) render with
  * CINFER_BACKEND 2 and compile for sm_90a without warnings that matter here (NVRTC errors would
  * fail); what the kernel does not take is refused by name before NVRTC runs.
  */
@@ -363,6 +363,8 @@ static void sm90_prefill_specs(void **state) {
         "tile_kv=64,warps=8,stages=2",
         "prefill:backend=sm90,dtype=f16,head_dim=256,batch=1,paged=1,gqa_pack=2,mask=causal,"
         "flags=softcap,tile_q=128,tile_kv=64,warps=8,stages=2",
+        "prefill:backend=sm90,dtype=f16,head_dim=256,mask=none,flags=softcap,tile_q=64,"
+        "tile_kv=64,warps=4,stages=2",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cinfer__spec_t s = parse(good[i]);
