@@ -565,11 +565,22 @@ __device__ __forceinline__ unsigned item_index(unsigned r) {
         cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, p.kv_len, p.window_left,               \
                                 w.chunk_begin, w.chunk_end, &tile_begin)
 #else
+/* Single prefill: causal, the heaviest items first (every head's last query tile, then the tiles
+ * before); else head by head (the items weigh the same), so that the CTAs running at once share
+ * the K/V of one or two KV heads in the L2 rather than of all of them. */
+#if CAUSAL
+#define ITEM_HEAD(k)   ((int)((k) % (unsigned)params.num_qo_heads))
+#define ITEM_Q_TILE(k) (params.num_q_tiles - 1 - (int)((k) / (unsigned)params.num_qo_heads))
+#else
+#define ITEM_HEAD(k)   ((int)((k) / (unsigned)params.num_q_tiles))
+#define ITEM_Q_TILE(k) ((int)((k) % (unsigned)params.num_q_tiles))
+#endif
 #define ITEM_SETUP(k)                                                                              \
-    ITEM_HEADS(k);                                                                                 \
+    const int head = ITEM_HEAD(k);                                                                 \
+    [[maybe_unused]] const int kv_head = head / (params.num_qo_heads / params.num_kv_heads);       \
     const cinfer_prefill_params &p = params;                                                       \
     [[maybe_unused]] const int kv_row0 = 0, q_row0 = 0;                                            \
-    const int q0 = (p.num_q_tiles - 1 - (int)((k) / (unsigned)p.num_qo_heads)) * TILE_Q;           \
+    const int q0 = ITEM_Q_TILE(k) * TILE_Q;                                                        \
     const int q_span = CINFER_MIN(TILE_Q / PACK, p.qo_len - q0);                                   \
     [[maybe_unused]] const int q_rows = q_span * PACK;                                             \
     const int delta = p.kv_len - p.qo_len;                                                         \
