@@ -1,9 +1,10 @@
 /*
  * Prefill on Hopper's warpgroup tensor cores (the sm90 backend, FlashAttention-3's scheme: wgmma,
  * TMA, mbarriers; sm_90a only). kernels/prefill.cu includes this file in place of its sm80 body
- * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid's items and their
- * order, the work list of batch kernels (split-KV partial states, GQA packing) and what is computed
- * are the same (kernels/prefill_params.h), for the specs spec.c's validate_prefill lets through:
+ * when the spec's backend is sm90 (CINFER_BACKEND 2); the parameters, the grid's items (and their
+ * order, but for non-causal single prefill: ITEM_SETUP), the work list of batch kernels (split-KV
+ * partial states, GQA packing) and what is computed are the same (kernels/prefill_params.h), for
+ * the specs spec.c's validate_prefill lets through:
  * 16-bit q = K/V = out, D = 64, 128 or 256, no mask or causal, soft cap, sliding window, default
  * attention or a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits (no
  * RoPE); single prefill, or batch over a ragged K/V or a paged cache whose pages hold a power of
