@@ -15,7 +15,7 @@
 /* Tiles of a prefill kernel (the spec's tile_q, tile_kv, warps and stages) and its backend. */
 typedef struct cinfer__prefill_config {
     int tile_q;  /* query rows per CTA: 16 or 32 per warp (sm90: 64 per consumer warpgroup) */
-    int tile_kv; /* KV rows per pipeline stage: 16, 32, 64 or 128 (sm90: 128) */
+    int tile_kv; /* KV rows per pipeline stage: 16, 32, 64 or 128 (sm90: 128, 64 at D = 256) */
     int warps;   /* 1, 2, 4 or 8 (sm90: the consumer warps, 4 or 8; a producer warpgroup is
                     added at launch) */
     int stages;  /* K/V tiles buffered in shared memory: 2..4 (sm90: 2..3) */
