@@ -534,9 +534,11 @@ __device__ __forceinline__ unsigned item_index(unsigned r) {
     [[maybe_unused]] const int kv_head = (int)((k) % (unsigned)params.num_kv_heads);               \
     const int head = kv_head * PACK
 #else
-#define ITEM_HEADS(k)                                                                              \
-    const int head = (int)((k) % (unsigned)params.num_qo_heads);                                   \
+/* Query head h and its KV head. */
+#define ITEM_HEAD_IS(h)                                                                            \
+    const int head = (h);                                                                          \
     [[maybe_unused]] const int kv_head = head / (params.num_qo_heads / params.num_kv_heads)
+#define ITEM_HEADS(k) ITEM_HEAD_IS((int)((k) % (unsigned)params.num_qo_heads))
 #endif
 #if CINFER_BATCH && CINFER_PAGED
 #define ITEM_KV_ROWS()                                                                             \
@@ -577,8 +579,7 @@ __device__ __forceinline__ unsigned item_index(unsigned r) {
 #define ITEM_Q_TILE(k) ((int)((k) % (unsigned)params.num_q_tiles))
 #endif
 #define ITEM_SETUP(k)                                                                              \
-    const int head = ITEM_HEAD(k);                                                                 \
-    [[maybe_unused]] const int kv_head = head / (params.num_qo_heads / params.num_kv_heads);       \
+    ITEM_HEAD_IS(ITEM_HEAD(k));                                                                    \
     const cinfer_prefill_params &p = params;                                                       \
     [[maybe_unused]] const int kv_row0 = 0, q_row0 = 0;                                            \
     const int q0 = ITEM_Q_TILE(k) * TILE_Q;                                                        \
