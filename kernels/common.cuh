@@ -47,6 +47,12 @@ __device__ __forceinline__ float cinfer_fast_exp2(float x) {
     return y;
 }
 
+/* A lazy running maximum (FlashAttention-4's rescale threshold): a row's maximum m stays until a
+ * tile's logits exceed it by more than this slack (base 2), so P = 2^(x - m) <= 2^8, within the
+ * range of fp16 and bf16, and O, the row sum and the LSE (m + log2(sum)) share the stale m: the
+ * result is the same up to rounding, and most tiles after a row's first skip O's rescale. */
+#define CINFER_LAZY_MAX_SLACK 8.0f
+
 #include "dtype.cuh"
 
 #endif

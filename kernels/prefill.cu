@@ -14,7 +14,7 @@
  *   O += P V    the S accumulators become P's A fragments (the C layout of two n8 tiles is the
  *               A layout of one k16 step), converted to fp16/bf16 in one step after the softmax;
  *               B = V through ldmatrix.trans. O is rescaled only when some row's maximum grew
- *               (with a position bias: by more than LAZY_MAX_SLACK).
+ *               (with a position bias: by more than CINFER_LAZY_MAX_SLACK).
  *
  * Shared memory: Q [TILE_Q][D], then STAGES stages of K [TILE_KV][D] and of V [TILE_KV][D]. A row
  * is D / 8 chunks of 16 bytes, padded by one chunk: D / 8 + 1 is odd (D is a multiple of 16), so
@@ -218,16 +218,13 @@ typedef cinfer_half_bits kv_elem;
  * A position bias (ALiBi) rises toward the diagonal by slope * TILE_KV per KV tile, so a row's
  * maximum grows on nearly every tile and O would be rescaled on each (a CPU model of the 16k
  * causal benchmark's data: 100% of a warp's tiles, against 43% for default attention; 61% with
- * the slack). With LAZY_MAX the running maximum stays until a tile's exceeds it by more than
- * LAZY_MAX_SLACK (base 2): P is then at most 2^8, within fp16 range, and O, the denominator and
- * the LSE share that maximum, so the result is the same up to rounding; heads whose bias rises by
- * less than the slack per tile skip most rescales. Default attention keeps the exact maximum (and
- * its instructions).
+ * the slack). With LAZY_MAX the running maximum is lazy (CINFER_LAZY_MAX_SLACK, common.cuh):
+ * heads whose bias rises by less than the slack per tile skip most rescales. Default attention
+ * keeps the exact maximum (and its instructions).
  */
-#define LAZY_MAX       (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
-#define LAZY_MAX_SLACK 8.0f
+#define LAZY_MAX   (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
-#define MASK_WORDS     CINFER_CEIL_DIV(TILE_KV, 32)
+#define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 /*
  * A mask in its row form (VARIANT_LOGITS_MASK_ROW) travels with the K/V tiles: for each KV tile
  * and query row, the MASK_RAW_WORDS aligned words that hold the tile's bits are copied (cp.async)
@@ -1507,7 +1504,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     float m_new = fmaxf(m[mq][h], mx * scale);
 #if LAZY_MAX
                     /* (NaN when nothing is kept yet: the new maximum is taken) */
-                    if (m_new - m[mq][h] <= LAZY_MAX_SLACK)
+                    if (m_new - m[mq][h] <= CINFER_LAZY_MAX_SLACK)
                         m_new = m[mq][h];
 #endif
                     /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */

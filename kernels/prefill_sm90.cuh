@@ -274,9 +274,26 @@ __device__ __forceinline__ float exp2_row(float *s, int h, float scale, float of
     return sum;
 }
 
+/*
+ * The lazy running maximum (CINFER_LAZY_MAX_SLACK, FlashAttention-4's rescale threshold), with
+ * O's rescale skipped (exactly) when no row of the warp has a new maximum: most tiles after a
+ * row's first. It pays where O's rescale is long, D / 2 multiplies per thread per tile (H200, 16k
+ * causal: D = 256 +12%, D = 128 +3-4%). At D = 64 it lost (non-causal 470 -> 413 TFLOP/s; there
+ * the groups take turns at the softmax, SOFTMAX_TURNS, which its compares and vote lengthen;
+ * bench/RESULTS.md, developers' session 24).
+ */
+#define LAZY_RESCALE (D >= 128)
+#if LAZY_RESCALE
+#define O_RESCALE_WANTED() __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)
+#else
+#define O_RESCALE_WANTED() true
+#endif
+
 /* The online softmax of the lane's two rows over S (in place: S becomes P = 2^(x - m), the logit
- * x = s scale, or with a soft cap s scale + shift): the new row maxima m (base 2, over the quad's
- * lanes), alpha = 2^(m_old - m_new) for O, and the per-lane row sums l rescaled and increased. */
+ * x = s scale, or with a soft cap s scale + shift): the row maxima m (base 2, over the quad's
+ * lanes; with LAZY_RESCALE a row's stays unless the tile's exceeds it by more than the slack),
+ * alpha = 2^(m_old - m_new) for O (1 where m stays), and the per-lane row sums l rescaled
+ * and increased. */
 __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float *alpha,
                                              float scale, [[maybe_unused]] float shift) {
 #pragma unroll
@@ -292,15 +309,21 @@ __device__ __forceinline__ void softmax_tile(float *s, float *m, float *l, float
 #else
         const float m_new = fmaxf(m[h], mx * scale);
 #endif
+#if LAZY_RESCALE
+        const bool grow = m_new > m[h] + CINFER_LAZY_MAX_SLACK;
+#else
+        const bool grow = true;
+#endif
+        const float m_keep = grow ? m_new : m[h];
         /* Nothing kept yet: subtract 0, so every exp2 is of -inf and gives 0. */
-        const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
+        const float m_use = m_keep == -CINFER_INF ? 0.0f : m_keep;
 #if PREPARE
         const float off = shift - m_use;
 #else
         const float off = -m_use;
 #endif
-        alpha[h] = cinfer_fast_exp2(m[h] - m_use);
-        m[h] = m_new;
+        alpha[h] = grow ? cinfer_fast_exp2(m[h] - m_use) : 1.0f;
+        m[h] = m_keep;
         l[h] = l[h] * alpha[h] + exp2_row(s, h, scale, off);
     }
 }
@@ -902,7 +925,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     /* Tile i - 1's V is read (by the product just waited for; K by S_{i-1}). */
                     cinfer_mbarrier_arrive(EMPTY_V((gi - 1) % STAGES));
 #if PREPARE
-                    if (!fixed_max)
+                    if (!fixed_max && O_RESCALE_WANTED())
+#else
+                    if (O_RESCALE_WANTED())
 #endif
                     {
 #pragma unroll
