@@ -15,10 +15,10 @@
  *
  * With --trace FILE (bench/data's Azure conversation trace), batch prefill too: consecutive
  * requests of the trace, each a whole prompt (qo_len = kv_len = its context tokens), batched up
- * to about 16k and 64k tokens, over a ragged K/V and over the paged cache (page 16, pages of a
- * request scattered; with --consecutive-pages also a row whose pages follow each other in memory,
- * to tell the cost of the scattering from the kernel's), causal; FLOPs are the kept causal pairs
- * of every request.
+ * to about 16k and 64k tokens, over a ragged K/V and over the paged cache (page 16 or --page-size,
+ * pages of a request scattered; with --consecutive-pages also a row whose pages follow each other
+ * in memory, to tell the cost of the scattering from the kernel's), causal; FLOPs are the kept
+ * causal pairs of every request.
  *
  * With --split, batch prefill of one request with few query rows over a long KV (ragged): the
  * split-KV plan (the KV cut into chunks so the step fills one wave of CTAs, partial states merged
@@ -42,7 +42,8 @@
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--variants-only]
  *                      [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
- *                      [--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...].
+ *                      [--trace FILE [--consecutive-pages] [--page-size N]]
+ *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
  * non-causal and causal with soft cap 30 (the default's choice should be the fastest). --tile
@@ -63,6 +64,8 @@
 #define HK 8
 /* D of q, k and v: 128, or --head-dim's */
 static int hd = 128;
+/* Rows per page of the paged batches: 16, or --page-size's (1..256) */
+static int page_rows = 16;
 
 /* Device buffers for the largest S, shared by every configuration. */
 typedef struct buffers {
@@ -230,12 +233,13 @@ static int load_trace(const char *path, int **out) {
 }
 
 /* Median milliseconds of one batch prefill run over lens[batch] (whole prompts), ragged (paged 0)
- * or paged (page 16; paged 1: each request's pages in a scattered order, 2: table entry i is page
- * i, so consecutive positions are consecutive in memory); FLOPs of the kept causal pairs. */
+ * or paged (page_rows rows per page; paged 1: each request's pages in a scattered order, 2: table
+ * entry i is page i, so consecutive positions are consecutive in memory); FLOPs of the kept causal
+ * pairs. */
 static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
                          const int *lens, int batch, int paged, int iters, double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
-    const int page = 16;
+    const int page = page_rows;
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
     int32_t *qo = malloc(sizeof(int32_t) * (size_t)(batch + 1));
@@ -256,7 +260,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
                 (long long)total);
         exit(1);
     }
-    /* The paged pool is the K/V buffers seen as pages of 16 tokens; table entry i is page
+    /* The paged pool is the K/V buffers seen as pages of `page` tokens; table entry i is page
      * (7919 i) mod pool, scattered over the pool (or i mod pool with paged 2). Partial last pages
      * make the table longer than the pool, so a few entries share pages (the benchmark only reads
      * them). */
@@ -473,6 +477,9 @@ int main(int argc, char **argv) {
                  (strcmp(argv[i + 1], "64") == 0 || strcmp(argv[i + 1], "128") == 0 ||
                   strcmp(argv[i + 1], "256") == 0))
             hd = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--page-size") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                 atoi(argv[i + 1]) <= 256)
+            page_rows = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -487,7 +494,8 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
                     "[--batch-only] [--variants-only] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
-                    "[--trace FILE [--consecutive-pages]] [--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
+                    "[--trace FILE [--consecutive-pages] [--page-size N]] "
+                    "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
             return 2;
         }
     }
@@ -659,8 +667,8 @@ batch_tables:;
         fprintf(stderr, "%s: no requests read from %s\n", bench_name, trace);
     if (trace_n > 0) {
         printf("\nbatch prefill, whole prompts of consecutive trace requests (causal, %d/%d heads, "
-               "D = %d, bf16; paged: page 16)\n\n",
-               HQ, HK, hd);
+               "D = %d, bf16; paged: page %d)\n\n",
+               HQ, HK, hd, page_rows);
         printf("| KV | requests | tokens | mean prompt | time (ms) | TFLOP/s |\n"
                "|---|---|---|---|---|---|\n");
         static const int64_t budgets[] = {16384, 65536};
