@@ -45,10 +45,11 @@
  *                   by element; an ALiBi bias is in S from the start, S's accumulators set to it
  *                   before S = bias + Q K^T; a custom mask's bits then drop some), the
  *                   running row maximum over the quad's lanes, P_t = exp2(s - m) in place, row
- *                   sums per lane; then O is rescaled once its product landed, and P_t packed to
- *                   16-bit A registers for the next iteration. The source waits for P V after the
- *                   softmax, but ptxas (NVRTC 13.0) puts a wgmma wait at the top of its basic
- *                   block (after the edge mask's branch here), so a group's softmax does not
+ *                   sums per lane; then O is rescaled once its product landed (at D = 128 and
+ *                   256 only if some row's maximum grew past a slack: LAZY_RESCALE), and P_t
+ *                   packed to 16-bit A registers for the next iteration. The source waits for P V
+ *                   after the softmax, but ptxas (NVRTC 13.0) puts a wgmma wait at the top of its
+ *                   basic block (after the edge mask's branch here), so a group's softmax does not
  *                   overlap its own P V (FlashAttention-3's intra-warpgroup overlap is not had;
  *                   FlashAttention-3's order, O rescaled before the next P V is issued, moves
  *                   nothing, and a branch before the wait makes ptxas serialize the wgmmas).
