@@ -339,8 +339,16 @@ int main(int argc, char **argv) {
                         argv[i]);
                 return 2;
             }
-        } else
+        } else if (argv[i][0] != '-' && !trace) {
             trace = argv[i];
+        } else {
+            fprintf(stderr,
+                    "bench_decode: unknown or incomplete argument '%s'\n"
+                    "usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] "
+                    "[--lens LENS] [--kv bf16|e4m3|e5m2] [--layout nhd|hnd]\n",
+                    argv[i]);
+            return 2;
+        }
     }
     CI(cinfer__cuda_get(&cu));
     cinfer_context_t *ctx;

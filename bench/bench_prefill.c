@@ -490,7 +490,8 @@ int main(int argc, char **argv) {
             num_only++;
             i++;
         } else {
-            fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'\n", argv[i]);
+            fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'%s\n", argv[i],
+                    strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)" : "");
             fprintf(stderr,
                     "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
                     "[--batch-only] [--variants-only] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
