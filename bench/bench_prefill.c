@@ -40,8 +40,8 @@
  * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
  * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's).
  *
- * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] [--variants-only]
- *                      [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
+ * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
+ *                      [--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
  *                      [--trace FILE [--consecutive-pages] [--page-size N]]
  *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
@@ -50,7 +50,8 @@
  * (repeatable) times only the given tiles that way (",sm90": the sm90 kernel's), and nothing
  * else. --batch-only skips the single prefill tables (the plain, variant and fp8 ones);
  * --variants-only runs the variant table of the library's choice alone (an A/B of a variant's
- * kernel in about a third of the default run's time). Prints Markdown tables.
+ * kernel in about a third of the default run's time); --variants-only sm80 the sm80 template's,
+ * --variants-only both the two. Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -469,9 +470,14 @@ int main(int argc, char **argv) {
             pack = 1;
         else if (strcmp(argv[i], "--batch-only") == 0)
             batch_only = 1;
-        else if (strcmp(argv[i], "--variants-only") == 0)
+        else if (strcmp(argv[i], "--variants-only") == 0) {
+            /* an optional backend: the library's choice (default), the sm80 template or both */
             variants_only = 1;
-        else if (strcmp(argv[i], "--consecutive-pages") == 0)
+            if (i + 1 < argc && strcmp(argv[i + 1], "sm80") == 0)
+                variants_only = 2, i++;
+            else if (i + 1 < argc && strcmp(argv[i + 1], "both") == 0)
+                variants_only = 3, i++;
+        } else if (strcmp(argv[i], "--consecutive-pages") == 0)
             consecutive = 1;
         else if (strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "64") == 0 || strcmp(argv[i + 1], "128") == 0 ||
@@ -492,11 +498,11 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'%s\n", argv[i],
                     strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)" : "");
-            fprintf(stderr,
-                    "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                    "[--batch-only] [--variants-only] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
-                    "[--trace FILE [--consecutive-pages] [--page-size N]] "
-                    "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
+            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
+                            "[--batch-only] [--variants-only [sm80|both]] [--head-dim 64|128|256] "
+                            "[--fp8 e4m3|e5m2] "
+                            "[--trace FILE [--consecutive-pages] [--page-size N]] "
+                            "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
             return 2;
         }
     }
@@ -587,7 +593,7 @@ int main(int argc, char **argv) {
     }
     /* The variant table once per template (the library's choice, then the sm80 template's); the
      * fp8 table on the sm80 template (the sm90 kernel has no fp8 K/V yet). */
-    for (int sm80 = 0; sm80 < (variants_only ? 1 : 2); sm80++) {
+    for (int sm80 = variants_only == 2; sm80 < (variants_only == 1 ? 1 : 2); sm80++) {
         cinfer__prefill_test_no_sm90(sm80 != 0);
         /* Variants against plain causal at S = 16k, in rounds that alternate the two (plain, then
          * the variant), so that a drift of the GPU's clocks over the table (runs of one binary
