@@ -223,6 +223,18 @@ typedef cinfer_half_bits kv_elem;
  * keeps the exact maximum (and its instructions).
  */
 #define LAZY_MAX   (CINFER_VARIANT_NO_TRANSFORM && VARIANT_ALIBI_SLOPE)
+/*
+ * The KV tile of a CTA's iteration t (in the kernel's scope). With LAZY_MAX the tiles go from the
+ * last to the first (REVERSE_KV, FlashAttention-2's order): the bias is largest at the last tiles,
+ * so the first tile visited sets a row's maximum and the later ones seldom raise it past the
+ * slack. The contiguous K/V cursors (LOAD_KV) step backward then.
+ */
+#define REVERSE_KV LAZY_MAX
+#if REVERSE_KV
+#define KV_TILE(t) (tile_begin + num_tiles - 1 - (t))
+#else
+#define KV_TILE(t) (tile_begin + (t))
+#endif
 /* 32-bit words of mask bits per row of a KV tile (VARIANT_LOGITS_MASK_BITS) */
 #define MASK_WORDS CINFER_CEIL_DIV(TILE_KV, 32)
 /*
@@ -553,7 +565,9 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
  * +2-3% for plain and soft cap at 4k and 16k, but -6% for the sliding window (the same instruction
  * mix; 251 against 255 registers), so window kernels keep the computed step.
  */
-#if CINFER_WINDOW
+#if REVERSE_KV
+#define KV_STEP(ptr, stride, bytes) ((const kv_elem *)((const char *)(ptr) - (bytes)))
+#elif CINFER_WINDOW
 #define KV_STEP(ptr, stride, bytes) ((ptr) + TILE_KV * (stride))
 #else
 #define KV_STEP(ptr, stride, bytes) ((const kv_elem *)((const char *)(ptr) + (bytes)))
@@ -796,10 +810,10 @@ __device__ __forceinline__ unsigned mask_lane_slot(unsigned slots, int t) {
            ((tid / 32) * WARP_ROWS + (tid % 32) / 4) * MASK_SLOT_BYTES;
 }
 
-/* The mask words of tile tile_begin + n into slot stage n % MASK_STAGES. */
+/* The mask words of iteration n's tile into slot stage n % MASK_STAGES. */
 #define LOAD_MASK(n)                                                                               \
     load_mask(s_mask + ((n) % MASK_STAGES) * (TILE_Q * MASK_SLOT_BYTES), s_mask_at,                \
-              (tile_begin + (n)) * TILE_KV, p.kv_len)
+              KV_TILE(n) * TILE_KV, p.kv_len)
 #else
 #define LOAD_MASK(n) ((void)0)
 #endif
@@ -900,7 +914,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         (const kv_elem *)p.v + (long long)kv_head * p.v_stride_h;
 #if THREADS % KV_CHUNKS == 0 && !CINFER_PAGED
     /* This thread's first row of the first tile (load_kv_rows). */
-    const int kv_row0 = tile_begin * TILE_KV + (int)threadIdx.x / KV_CHUNKS;
+    const int kv_row0 = KV_TILE(0) * TILE_KV + (int)threadIdx.x / KV_CHUNKS;
     const int kv_col0 = ((int)threadIdx.x % KV_CHUNKS) * KV_CHUNK_ELEMS;
     const kv_elem *k_next = k_base + (long long)kv_row0 * p.k_stride_n + kv_col0;
     const kv_elem *v_next = v_base + (long long)kv_row0 * p.v_stride_n + kv_col0;
@@ -1037,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < KV_AHEAD; s++) {
             if (s < num_tiles) {
-                LOAD_KV(s, tile_begin + s, kv_dst);
+                LOAD_KV(s, KV_TILE(s), kv_dst);
                 LOAD_MASK(s);
                 PP_ARRIVE(s); /* stage 0's arrival also covers Q (copied first) */
             }
@@ -1076,7 +1090,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     do {                                                                                           \
         const int next = t + STAGES - 1;                                                           \
         if (next < num_tiles) {                                                                    \
-            LOAD_KV((stage + STAGES - 1) % STAGES, tile_begin + next, dl);                         \
+            LOAD_KV((stage + STAGES - 1) % STAGES, KV_TILE(next), dl);                             \
             LOAD_MASK(next);                                                                       \
             PP_ARRIVE((stage + STAGES - 1) % STAGES);                                              \
         }                                                                                          \
@@ -1093,7 +1107,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 unsigned char *const base = (unsigned char *)smem;
                 if (t == 0)
                     rope_tile(base, q_rows, q0 + delta, rope_freq, true);
-                const int k0 = (tile_begin + t) * TILE_KV;
+                const int k0 = KV_TILE(t) * TILE_KV;
                 rope_tile(base + (s_k - s_q) + stage * KV_BYTES, CINFER_MIN(TILE_KV, p.kv_len - k0),
                           k0, rope_freq, false);
                 __syncthreads();
@@ -1129,7 +1143,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             {
                 const int next = t + STAGES;
                 if (next < num_tiles) {
-                    LOAD_KV(stage, tile_begin + next, dl);
+                    LOAD_KV(stage, KV_TILE(next), dl);
                     LOAD_MASK(next);
                 }
                 cinfer_cp_async_commit();
@@ -1144,7 +1158,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         cinfer_ldmatrix_x4(qf[mq][kk], ql + IMM_OFFSET(mq * 16, 2 * kk));
             }
 #endif
-            const int j0 = (tile_begin + t) * TILE_KV;
+            const int j0 = KV_TILE(t) * TILE_KV;
 
 #if CINFER_VARIANT_NO_TRANSFORM && VARIANT_LOGITS_MASK_BITS && !MASK_ROWS
             /* This tile's mask words, loaded before Q K^T so that the loads' latency hides under

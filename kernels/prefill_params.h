@@ -124,11 +124,16 @@ typedef struct cinfer_prefill_params {
 /* The sm90 kernel's TMA tensor maps (kernels/prefill_sm90.cuh), its third parameter: each the
  * 128 bytes of a CUtensorMap the host encodes (cuTensorMapEncodeTiled), 64-byte aligned as the
  * driver wants them. q, k and v are 3-d: (D, rows, heads) with the tensors' own strides, 16-bit
- * elements, boxes of 64 x tile rows x 1 with the 128-byte swizzle. */
+ * elements, boxes of 64 x tile rows x 1 with the 128-byte swizzle. A paged cache's k and v are
+ * 4-d, (D, page rows, heads, pages), in boxes of one page (or tile rows of a longer one), and
+ * k_run, v_run the same maps in boxes of tile rows / page size pages (pages shorter than a tile;
+ * else unused). */
 typedef struct cinfer_prefill_tma {
     unsigned long long q[16] __attribute__((aligned(64)));
     unsigned long long k[16] __attribute__((aligned(64)));
     unsigned long long v[16] __attribute__((aligned(64)));
+    unsigned long long k_run[16] __attribute__((aligned(64)));
+    unsigned long long v_run[16] __attribute__((aligned(64)));
 } cinfer_prefill_tma;
 
 #endif

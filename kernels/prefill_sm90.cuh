@@ -396,6 +396,18 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 #define SET_BIAS(t) ((void)0)
 #endif
 
+/* The KV tile of an item's iteration i (in the scope of ITEM_SETUP). With an ALiBi bias the
+ * tiles go from the item's last to its first (REVERSE_KV, FlashAttention-2's order): the bias
+ * slope (j - pos) is largest at the last tiles, so the running maximum is set by the first tile
+ * visited and the later ones seldom raise it past the lazy slack, where in order every tile of
+ * a steep slope's head raised it (and O was rescaled on every tile). */
+#define REVERSE_KV ALIBI_ACC
+#if REVERSE_KV
+#define KV_TILE(i) (tile_begin + num_tiles - 1 - (i))
+#else
+#define KV_TILE(i) (tile_begin + (i))
+#endif
+
 /* O += P V for the V tile at s_v. */
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
 #pragma unroll
@@ -481,12 +493,29 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
 /* The producer warp's copies of one of K or V (map: its tensor map) of KV tile t (positions
  * t TILE_KV ..) into the stage's half at dst, completing on bar, which this call arms with the
  * bytes it copies. rows: the tile's rows that belong to the request (1..TILE_KV). A paged batch
- * kernel copies each page of the tile, a lane per page (tile_box), from page (tile_page). */
-__device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map, int t,
-                                             int rows, int kv_row0, int kv_head, unsigned dst,
-                                             unsigned bar, int page, int lane) {
+ * kernel copies each page of the tile, a lane per page (tile_box), from page (tile_page); a whole
+ * tile of pages that follow each other in the pool (page indices p0, p0 + 1, ..) is one box per
+ * 64 columns through run_map (boxes of TILE_KV / page_size pages), as a ragged K/V's: the TMA
+ * unit's cost goes with the boxes, and a box per page made 16-row pages 15-20% slower than
+ * ragged (bench/RESULTS.md, developers' session 24). */
+__device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map,
+                                             [[maybe_unused]] const void *run_map, int t, int rows,
+                                             int kv_row0, int kv_head, unsigned dst, unsigned bar,
+                                             int page, int lane) {
 #if CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
+    const int page0 = __shfl_sync(0xffffffffu, page, 0);
+    if (rows == TILE_KV && page_rows < TILE_KV &&
+        __all_sync(0xffffffffu, lane * page_rows >= TILE_KV || page == page0 + lane)) {
+        if (lane == 0) {
+            cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+#pragma unroll
+            for (int b = 0; b < DBLOCKS; b++)
+                cinfer_tma_load_4d(dst + b * KV_BLOCK_BYTES, run_map, b * 64, 0, kv_head, page0,
+                                   bar);
+        }
+        return;
+    }
     const bool mine = tile_box(p, rows, lane);
     const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
     if (lane == 0)
@@ -695,14 +724,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
             }
 #if CINFER_PAGED
-            int page = tile_page(p, tile_begin, lane);
+            int page = tile_page(p, KV_TILE(0), lane);
+            /* The next tile's pages, read while this warp waits for its stage (after either
+             * path of a tile's V: a request's partial tile is the first visited with REVERSE_KV).
+             */
+#define NEXT_PAGES()                                                                               \
+    do {                                                                                           \
+        if (i + 1 < num_tiles)                                                                     \
+            page = tile_page(p, KV_TILE(i + 1), lane);                                             \
+    } while (0)
 #else
             const int page = 0;
+#define NEXT_PAGES() ((void)0)
 #endif
             qi++;
             for (int i = 0; i < num_tiles; i++) {
                 const unsigned gi = g + (unsigned)i;
-                const int st = (int)(gi % STAGES), t = tile_begin + i;
+                const int st = (int)(gi % STAGES), t = KV_TILE(i);
                 const unsigned s_k = s_kv + st * STAGE_BYTES, s_v = s_k + KV_TILE_BYTES;
                 /* The tile's rows inside the request; rows past it are another request's, a
                  * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
@@ -711,14 +749,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 /* K once both groups' Q K^T of the tile STAGES back is done, V once their P V. */
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_K(st), (gi / STAGES - 1) & 1u);
-                copy_kv_half(p, tma.k, t, rows, kv_row0, kv_head, s_k, FULL_K(st), page, lane);
+                copy_kv_half(p, tma.k, tma.k_run, t, rows, kv_row0, kv_head, s_k, FULL_K(st), page,
+                             lane);
 #if KV_APART
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_V(st), (gi / STAGES - 1) & 1u);
 #endif
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
-                    copy_kv_half(p, tma.v, t, rows, kv_row0, kv_head, s_v, fix_bar, page, lane);
+                    copy_kv_half(p, tma.v, tma.v_run, t, rows, kv_row0, kv_head, s_v, fix_bar, page,
+                                 lane);
                     cinfer_mbarrier_wait(fix_bar, fx & 1u);
                     fx++;
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
@@ -732,15 +772,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     __syncwarp();
                     if (lane == 0)
                         cinfer_mbarrier_arrive(FULL_V(st));
+                    NEXT_PAGES();
                     continue;
                 }
 #endif
-                copy_kv_half(p, tma.v, t, rows, kv_row0, kv_head, s_v, FULL_V(st), page, lane);
-#if CINFER_PAGED
-                /* The next tile's pages, read while this warp waits for its stage. */
-                if (i + 1 < num_tiles)
-                    page = tile_page(p, t + 1, lane);
-#endif
+                copy_kv_half(p, tma.v, tma.v_run, t, rows, kv_row0, kv_head, s_v, FULL_V(st), page,
+                             lane);
+                NEXT_PAGES();
             }
             g += (unsigned)num_tiles;
         }
@@ -843,10 +881,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 mask_shift[h] = (int)(bit & 31);
             }
             uint32_t mask_raw[2][MASK_RAW_WORDS], mask_next[2][MASK_RAW_WORDS];
-            const int last_kv0 = (tile_begin + num_tiles - 1) * TILE_KV;
-#define LOAD_NEXT_MASK(t)                                                                          \
-    load_mask(mask_next, mask_words, mask_shift, CINFER_MIN(((t) + 1) * TILE_KV, last_kv0),        \
-              p.kv_len)
+            /* iteration i + 1's tile (the last iteration reads its own again) */
+#define LOAD_NEXT_MASK(i)                                                                          \
+    load_mask(mask_next, mask_words, mask_shift,                                                   \
+              KV_TILE(CINFER_MIN((i) + 1, num_tiles - 1)) * TILE_KV, p.kv_len)
 #define NEXT_MASK_IN() next_mask_in(mask_raw, mask_next)
 #else
 #define LOAD_NEXT_MASK(t) ((void)0)
@@ -855,7 +893,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
             if (num_tiles > 0) {
 #if MASK_ROWS
-                load_mask(mask_raw, mask_words, mask_shift, tile_begin * TILE_KV, p.kv_len);
+                load_mask(mask_raw, mask_words, mask_shift, KV_TILE(0) * TILE_KV, p.kv_len);
 #endif
                 cinfer_mbarrier_wait(q_full, qi & 1u);
                 /* The first tile: S only. */
@@ -866,13 +904,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (wg == 1 || qi > 0)
                     cinfer_bar_sync(1 + wg, 256);
 #endif
-                SET_BIAS(tile_begin);
+                SET_BIAS(KV_TILE(0));
                 cinfer_wgmma_fence();
                 issue_qk(s, s_q_rows, s_kv + (g % STAGES) * STAGE_BYTES);
 #if PINGPONG
                 cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
-                LOAD_NEXT_MASK(tile_begin);
+                LOAD_NEXT_MASK(0);
                 CINFER_WGMMA_WAIT(0);
                 PIN_S();
 #if KV_APART
@@ -881,17 +919,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (num_tiles == 1)
                     cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
                 SOFTMAX_TURN_WAIT(qi == 0);
-                MASK_OR_PREPARE(tile_begin);
+                MASK_OR_PREPARE(KV_TILE(0));
                 SOFTMAX();
                 SOFTMAX_TURN_PASS();
                 pack_p(s, pa);
                 NEXT_MASK_IN();
                 if (num_tiles > 1)
-                    SET_BIAS(tile_begin + 1);
+                    SET_BIAS(KV_TILE(1));
 
                 for (int i = 1; i < num_tiles; i++) {
                     const unsigned gi = g + (unsigned)i;
-                    const int st = (int)(gi % STAGES), t = tile_begin + i;
+                    const int st = (int)(gi % STAGES), t = KV_TILE(i);
                     cinfer_mbarrier_wait(FULL_K(st), (gi / STAGES) & 1u);
 #if KV_APART
                     cinfer_mbarrier_wait(FULL_V((gi - 1) % STAGES), ((gi - 1) / STAGES) & 1u);
@@ -906,7 +944,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if PINGPONG
                     cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
-                    LOAD_NEXT_MASK(t);
+                    LOAD_NEXT_MASK(i);
                     CINFER_WGMMA_WAIT(1);
                     PIN_S();
 #if KV_APART
@@ -938,7 +976,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     pack_p(s, pa);
                     NEXT_MASK_IN();
                     if (i + 1 < num_tiles)
-                        SET_BIAS(t + 1); /* S's registers are free until the next S */
+                        SET_BIAS(KV_TILE(i + 1)); /* S's registers are free until the next S */
                 }
                 /* The last tile's product. */
                 const unsigned last = g + (unsigned)num_tiles - 1;

@@ -1469,6 +1469,13 @@ static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTenso
                                  "encoding k's tensor map"));
         CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
                                  "encoding v's tensor map"));
+        if (P < tile_kv) { /* a tile of consecutive pages as one box */
+            const uint32_t run_box[4] = {64, (uint32_t)P, 1, (uint32_t)(tile_kv / P)};
+            CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, s->dtype_kv, 4, dims, strides, run_box,
+                                     "encoding k's tensor map of page runs"));
+            CINFER__CHECK(encode_map(ctx, tma->v_run, p->v, s->dtype_kv, 4, dims, strides, run_box,
+                                     "encoding v's tensor map of page runs"));
+        }
     } else {
         /* as single prefill's (NHD or HND) */
         const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;

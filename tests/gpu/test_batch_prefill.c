@@ -53,6 +53,7 @@ typedef struct bp_case {
     int window_left;
     int lse;
     int high_pages;   /* paged: the requests own the last pages of the pool, in reverse order */
+    int page_runs;    /* paged: table entry i is page i (1), or runs of 5 pages 7 apart (2) */
     int expect_split; /* 1: the plan must split the KV (split-KV), -1: it must not, 0: either */
     int rope;         /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
     float rope_scale, rope_theta; /* with rope; 0: the defaults 1 and 1e4 */
@@ -229,8 +230,10 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
             perm[j] = t;
         }
         for (int64_t i = 0; i < x->num_indices; i++)
-            x->indices[i] =
-                c->high_pages ? (int32_t)(x->kv_rows - 1 - i % x->kv_rows) : perm[i % x->kv_rows];
+            x->indices[i] = c->high_pages       ? (int32_t)(x->kv_rows - 1 - i % x->kv_rows)
+                            : c->page_runs == 1 ? (int32_t)(i % x->kv_rows)
+                            : c->page_runs == 2 ? (int32_t)((i / 5 * 7 + i % 5) % x->kv_rows)
+                                                : perm[i % x->kv_rows];
         free(perm);
         const int64_t page = (int64_t)c->page_size * c->hk * c->d;
         x->kv_bytes = (size_t)(x->kv_rows * page * kv_esz);
@@ -584,6 +587,13 @@ static void run_variant_case(const bp_case *c, tv_kind kind, uint64_t seed) {
     tv_free(&tv);
 }
 
+/* Every test's teardown: a case that failed inside run_variant_case left g_tv at its stack
+ * variant (the tests after it then read freed memory), and the buffers it allocated. */
+static int teardown_case(void **state) {
+    g_tv = NULL;
+    return cinfer_test_teardown_buffers(state);
+}
+
 /* ---- tests ---- */
 
 static void llama_heads(void **state) {
@@ -752,7 +762,7 @@ static void wide_warp_tiles(void **state) {
 /* wide_warp_tiles' teardown: the default tiles come back even when a case failed. */
 static int teardown_default_tiles(void **state) {
     cinfer__prefill_test_default_config(NULL);
-    return cinfer_test_teardown_buffers(state);
+    return teardown_case(state);
 }
 
 /* Random batches over the kernel sets the cases above already compiled (the dtype, head dim and
@@ -934,6 +944,33 @@ static void sm90_kernel(void **state) {
             c.lse = tv_has_lse(kind);
             run_variant_case(&c, kind, cinfer_test_seed() + 1560 + (uint64_t)n);
         }
+    }
+    /* Tiles whose pages follow each other in the pool, copied as one box per 64 columns: every
+     * tile (page_runs 1) or some (runs of 5 pages: 2), NHD and HND, D = 128 and 256 (the latter
+     * with D = 256's short requests above). */
+    static const struct {
+        int page_size, page_runs, d, hnd;
+    } runs[] = {{16, 1, 128, 0}, {8, 2, 128, 1}, {32, 2, 128, 0}, {16, 1, 256, 1}, {32, 2, 256, 0}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char desc[128];
+        bp_case c = base_case("");
+        c.d = runs[i].d;
+        c.batch = c.d == 256 ? 20 : 6;
+        c.qo_lens = c.d == 256 ? qo_w : qo;
+        c.kv_lens = c.d == 256 ? kv_w : kv;
+        c.hq = c.d == 256 ? 8 : 32;
+        c.hk = c.d == 256 ? 2 : 8;
+        c.paged = 1;
+        c.page_size = runs[i].page_size;
+        c.page_runs = runs[i].page_runs;
+        c.layout = runs[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.causal = (int)(i % 2);
+        c.expect_sm90 = 1;
+        snprintf(desc, sizeof desc, "sm90 D %d: page %d, %s, %s, causal %d", c.d, c.page_size,
+                 c.page_runs == 1 ? "consecutive pages" : "runs of 5 pages",
+                 runs[i].hnd ? "HND" : "NHD", c.causal);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1580 + (uint64_t)i);
     }
     /* A batch of short queries keeps the sm80 kernel of a smaller tile. */
     bp_case c = base_case("sm90: short queries keep the sm80 tiles");
@@ -1671,7 +1708,7 @@ static void gqa_packing(void **state) {
 /* gqa_packing's teardown: packing is decided by default again even when a case failed. */
 static int teardown_pack(void **state) {
     cinfer__batch_prefill_test_pack(0);
-    return cinfer_test_teardown_buffers(state);
+    return teardown_case(state);
 }
 
 int main(void) {
@@ -1684,24 +1721,23 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(llama_heads, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(page_sizes_and_layouts, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(head_dims_dtypes_and_groups, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(short_queries, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(masks_and_edges, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(llama_heads, teardown_case),
+        cmocka_unit_test_teardown(page_sizes_and_layouts, teardown_case),
+        cmocka_unit_test_teardown(head_dims_dtypes_and_groups, teardown_case),
+        cmocka_unit_test_teardown(short_queries, teardown_case),
+        cmocka_unit_test_teardown(masks_and_edges, teardown_case),
         cmocka_unit_test_teardown(wide_warp_tiles, teardown_default_tiles),
-        cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(sm90_kernel, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(split_kv_workspace_is_exact, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(page_offsets_need_64_bits, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning,
-                                  cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(cuda_graph_split_kv, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
-        cmocka_unit_test_teardown(variants, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(randomized_grid, teardown_case),
+        cmocka_unit_test_teardown(sm90_kernel, teardown_case),
+        cmocka_unit_test_teardown(split_kv, teardown_case),
+        cmocka_unit_test_teardown(rope, teardown_case),
+        cmocka_unit_test_teardown(split_kv_workspace_is_exact, teardown_case),
+        cmocka_unit_test_teardown(fp8_kv, teardown_case),
+        cmocka_unit_test_teardown(page_offsets_need_64_bits, teardown_case),
+        cmocka_unit_test_teardown(cuda_graph_replays_after_replanning, teardown_case),
+        cmocka_unit_test_teardown(cuda_graph_split_kv, teardown_case),
+        cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_case),
+        cmocka_unit_test_teardown(variants, teardown_case),
         cmocka_unit_test_teardown(gqa_packing, teardown_pack),
     };
     rc = cinfer_test_run_suite("gpu_test_batch_prefill", tests, sizeof tests / sizeof tests[0]);
