@@ -25,7 +25,9 @@
  *              K and V into a ring of STAGES stages, as TMA boxes of 64 columns x rows x 1 head
  *              (the tensor maps of prefill_params.h, built by the host): one box of TILE_KV rows,
  *              or with a paged cache one per page of the tile (a lane each, from the page table)
- *              or a TILE_KV-row part of a longer page. A stage's "full" mbarrier counts the bytes
+ *              or a TILE_KV-row part of a longer page (a tile of consecutive pages: one box).
+ *              The item's tiles go first to last, or last to first with an ALiBi bias
+ *              (REVERSE_KV). A stage's "full" mbarrier counts the bytes
  *              in; its "empty" one counts the consumer threads out, and the producer waits for
  *              that before it copies the tile STAGES ahead there. With 2 stages (D = 256) K and V
  *              have a pair each (KV_APART), so that K is released once Q K^T has read it, a
