@@ -398,12 +398,15 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 #define SET_BIAS(t) ((void)0)
 #endif
 
-/* The KV tile of an item's iteration i (in the scope of ITEM_SETUP). With an ALiBi bias the
- * tiles go from the item's last to its first (REVERSE_KV, FlashAttention-2's order): the bias
- * slope (j - pos) is largest at the last tiles, so the running maximum is set by the first tile
- * visited and the later ones seldom raise it past the lazy slack, where in order every tile of
- * a steep slope's head raised it (and O was rescaled on every tile). */
-#define REVERSE_KV ALIBI_ACC
+/* The KV tile of an item's iteration i (in the scope of ITEM_SETUP). With an ALiBi bias and the
+ * lazy rescale the tiles go from the item's last to its first (REVERSE_KV, FlashAttention-2's
+ * order): the bias slope (j - pos) is largest at the last tiles, so the running maximum is set by
+ * the first tile visited and the later ones seldom raise it past the slack, where in order every
+ * tile of a steep slope's head raised it (and O was rescaled on every tile). H200, 16k causal,
+ * same run (bench/RESULTS.md, developers' session 25): ALiBi's share of plain at D = 128 92-93%
+ * -> 92-95%, at D = 256 86-89% -> 89-94%. D = 64, which rescales on every tile either way, kept
+ * the first-to-last order: reversed, it ran 90-92% of plain against 94% before. */
+#define REVERSE_KV (ALIBI_ACC && LAZY_RESCALE)
 #if REVERSE_KV
 #define KV_TILE(i) (tile_begin + num_tiles - 1 - (i))
 #else
