@@ -27,7 +27,7 @@
  *              or with a paged cache one per page of the tile (a lane each, from the page table)
  *              or a TILE_KV-row part of a longer page (a tile of consecutive pages: one box).
  *              The item's tiles go first to last, or last to first with an ALiBi bias
- *              (REVERSE_KV). A stage's "full" mbarrier counts the bytes
+ *              at D = 128 and 256 (REVERSE_KV). A stage's "full" mbarrier counts the bytes
  *              in; its "empty" one counts the consumer threads out, and the producer waits for
  *              that before it copies the tile STAGES ahead there. With 2 stages (D = 256) K and V
  *              have a pair each (KV_APART), so that K is released once Q K^T has read it, a
