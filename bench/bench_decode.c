@@ -280,6 +280,9 @@ int main(int argc, char **argv) {
     int case_kv = 0;
     int *lens = malloc(sizeof(int) * 256);
     int custom = 0; /* --lens: requests in lens */
+    static const char usage[] =
+        "usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] "
+        "[--lens LENS] [--kv bf16|e4m3|e5m2] [--layout nhd|hnd]\n";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -341,14 +344,22 @@ int main(int argc, char **argv) {
             }
         } else if (argv[i][0] != '-' && !trace) {
             trace = argv[i];
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
         } else {
-            fprintf(stderr,
-                    "bench_decode: unknown or incomplete argument '%s'\n"
-                    "usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] "
-                    "[--lens LENS] [--kv bf16|e4m3|e5m2] [--layout nhd|hnd]\n",
-                    argv[i]);
+            fprintf(stderr, "bench_decode: unknown or incomplete argument '%s'\n", argv[i]);
+            fputs(usage, stderr);
             return 2;
         }
+    }
+    if (trace) { /* before the device is looked for */
+        FILE *f = fopen(trace, "r");
+        if (!f) {
+            fprintf(stderr, "bench_decode: %s: cannot open the trace\n", trace);
+            return 2;
+        }
+        fclose(f);
     }
     CI(cinfer__cuda_get(&cu));
     cinfer_context_t *ctx;

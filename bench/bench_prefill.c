@@ -459,8 +459,16 @@ int main(int argc, char **argv) {
     const char *trace = NULL, *fp8 = NULL;
     cinfer__prefill_config_t only[16];
     int num_only = 0;
+    static const char usage[] =
+        "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] "
+        "[--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
+        "[--trace FILE [--consecutive-pages] [--page-size N]] "
+        "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n";
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--sweep") == 0)
             sweep = 1;
@@ -498,13 +506,22 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'%s\n", argv[i],
                     strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)" : "");
-            fprintf(stderr, "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] "
-                            "[--batch-only] [--variants-only [sm80|both]] [--head-dim 64|128|256] "
-                            "[--fp8 e4m3|e5m2] "
-                            "[--trace FILE [--consecutive-pages] [--page-size N]] "
-                            "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n");
+            fputs(usage, stderr);
             return 2;
         }
+    }
+    /* Argument errors before the device is looked for. */
+    if (consecutive && !trace) {
+        fprintf(stderr, "bench_prefill: --consecutive-pages times trace batches: give --trace\n");
+        return 2;
+    }
+    if (trace) {
+        FILE *f = fopen(trace, "r");
+        if (!f) {
+            fprintf(stderr, "bench_prefill: --trace %s: cannot open it\n", trace);
+            return 2;
+        }
+        fclose(f);
     }
     CI(cinfer__cuda_get(&cu));
     cinfer_context_t *ctx;
