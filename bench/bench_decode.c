@@ -353,13 +353,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (trace) { /* before the device is looked for */
-        FILE *f = fopen(trace, "r");
-        if (!f) {
-            fprintf(stderr, "bench_decode: %s: cannot open the trace\n", trace);
-            return 2;
-        }
-        fclose(f);
+    /* The trace, read before the device is looked for. */
+    int *tc = NULL, *tg = NULL;
+    const int n = trace ? load_trace(trace, &tc, &tg) : 0;
+    if (trace && n <= 0) {
+        fprintf(stderr, "bench_decode: %s: no requests read from the trace\n", trace);
+        return 2;
     }
     CI(cinfer__cuda_get(&cu));
     cinfer_context_t *ctx;
@@ -384,6 +383,8 @@ int main(int argc, char **argv) {
                (long long)total, KERNEL(1), kv_types[case_kv].name, custom, r.us, r.tbps,
                100 * r.tbps / ceiling);
         free(lens);
+        free(tc);
+        free(tg);
         cu->cuStreamDestroy(stream);
         cinfer_context_destroy(ctx);
         return 0;
@@ -391,22 +392,21 @@ int main(int argc, char **argv) {
     if (case_batch > 0) {
         /* One configuration on both kernels (for a profiler): uniform, or sampled from the trace.
          */
-        int *tc = NULL, *tg = NULL;
-        const int n = case_len == 0 && trace ? load_trace(trace, &tc, &tg) : 0;
-        if (case_len == 0 && n <= 0) {
+        const int cn = case_len == 0 ? n : 0; /* trace requests to sample (LEN 0) */
+        if (case_len == 0 && cn <= 0) {
             fprintf(stderr, "bench_decode: --case %d:0 needs a trace file\n", case_batch);
             return 2;
         }
         for (int b = 0; b < case_batch; b++) {
-            const int k = n > 0 ? (int)(rng_next() % (uint64_t)n) : 0;
-            lens[b] = n > 0 ? tc[k] + (int)(rng_next() % (uint64_t)(tg[k] + 1)) : case_len;
+            const int k = cn > 0 ? (int)(rng_next() % (uint64_t)cn) : 0;
+            lens[b] = cn > 0 ? tc[k] + (int)(rng_next() % (uint64_t)(tg[k] + 1)) : case_len;
         }
         for (int k = 0; k < 2; k++) {
             if (case_kernel >= 0 && k != case_kernel)
                 continue;
             result_t r = run_case(ctx, stream, lens, case_batch, kv_types[case_kv].type, k, iters);
             printf("| %s | %s | %s | %d | %d | %.1f | %.2f | %.0f%% |\n",
-                   n > 0 ? "trace" : "uniform", KERNEL(k), kv_types[case_kv].name, case_batch,
+                   cn > 0 ? "trace" : "uniform", KERNEL(k), kv_types[case_kv].name, case_batch,
                    case_len, r.us, r.tbps, 100 * r.tbps / ceiling);
         }
         free(tc);
@@ -456,8 +456,6 @@ int main(int argc, char **argv) {
     printf("fp8 e5m2 vs bf16 at B=64 L=4096, tensor cores: %.2fx the steps per second\n",
            base_tc.us / e5_tc.us);
 
-    int *tc = NULL, *tg = NULL;
-    int n = trace ? load_trace(trace, &tc, &tg) : 0;
     if (n > 0) {
         static const int trace_batches[] = {64, 256};
         for (int i = 0; i < 2; i++) {

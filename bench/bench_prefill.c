@@ -515,13 +515,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_prefill: --consecutive-pages times trace batches: give --trace\n");
         return 2;
     }
-    if (trace) {
-        FILE *f = fopen(trace, "r");
-        if (!f) {
-            fprintf(stderr, "bench_prefill: --trace %s: cannot open it\n", trace);
-            return 2;
-        }
-        fclose(f);
+    int *trace_lens = NULL;
+    const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
+    if (trace && trace_n == 0) {
+        fprintf(stderr, "bench_prefill: --trace %s: no requests read from it\n", trace);
+        return 2;
     }
     CI(cinfer__cuda_get(&cu));
     cinfer_context_t *ctx;
@@ -685,10 +683,6 @@ int main(int argc, char **argv) {
 
 batch_tables:;
     cinfer__prefill_test_no_sm90(false);
-    int *trace_lens = NULL;
-    const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
-    if (trace && trace_n == 0)
-        fprintf(stderr, "%s: no requests read from %s\n", bench_name, trace);
     if (trace_n > 0) {
         printf("\nbatch prefill, whole prompts of consecutive trace requests (causal, %d/%d heads, "
                "D = %d, bf16; paged: page %d)\n\n",
