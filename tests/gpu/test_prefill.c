@@ -793,13 +793,23 @@ static void sm90_tiles(void **state) {
     /* Grids of more items than SMs (the kernel is persistent: a CTA takes item after item, its
      * stage ring, Q tile and the groups' turns running on across them): Llama heads over 1000 x
      * 1000 (256 items of the 2-group tile, 512 of the 1-group one), with the soft cap's softmax
-     * turns (fixed maximum at 30, running one at 50), a window, sinks and a custom mask. */
-    for (int f = 0; f < 6; f++) {
+     * turns (fixed maximum at 30, running one at 50), a window, sinks and a custom mask; then 4000
+     * queries over 300 positions, causal (1024 items, the 896 of the first 28 query tiles of each
+     * head keeping nothing: most CTAs take one item with KV tiles, then items without), at D = 128
+     * in 2 stages and at D = 64. */
+    for (int f = 0; f < 8; f++) {
         char desc[160];
         prefill_case c = base_case("");
         c.qo_len = c.kv_len = 1000;
         c.causal = f % 2;
         c.tiles = &tiles[f == 5 ? 2 : f == 4 ? 1 : 0];
+        if (f >= 6) {
+            c.qo_len = 4000;
+            c.kv_len = 300;
+            c.causal = 1;
+            c.d = f == 6 ? 128 : 64;
+            c.tiles = &tiles[f == 6 ? 1 : 0];
+        }
         c.hq = 32;
         c.hk = 8;
         c.check_heads = 3;
@@ -807,9 +817,10 @@ static void sm90_tiles(void **state) {
         c.window_left = f == 2 ? 300 : -1;
         c.variant = f == 3 ? TV_SINKS : f == 4 ? TV_MASK : TV_NONE;
         c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);
-        snprintf(desc, sizeof desc, "sm90 q%d s%d, many items: causal %d cap %g window %d %s",
-                 c.tiles->tile_q, c.tiles->stages, c.causal, (double)c.soft_cap, c.window_left,
-                 tv_name(c.variant));
+        snprintf(desc, sizeof desc,
+                 "sm90 D %d q%d s%d, many items: qo %d kv %d causal %d cap %g window %d %s", c.d,
+                 c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, (double)c.soft_cap,
+                 c.window_left, tv_name(c.variant));
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
     }
