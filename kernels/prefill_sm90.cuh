@@ -83,10 +83,22 @@
 #define CAUSAL         (CINFER_MASK == 1)
 #define DBLOCKS        (D / 64)
 #define Q_BLOCK_BYTES  (TILE_Q * 128)
+#define Q_BYTES        (DBLOCKS * Q_BLOCK_BYTES) /* one Q tile */
 #define KV_BLOCK_BYTES (TILE_KV * 128)
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 #define STAGE_BYTES    (2 * KV_TILE_BYTES)
 #define PINGPONG       (CONSUMERS == 2)
+/* Q tiles in shared memory: two for single prefill at D = 64 on the two-group tile without a soft
+ * cap, an ALiBi bias or a mask in row form (where ITEM_OVERLAP, below, runs; the host allocates
+ * two at D = 64 for every tile), taken item by item in turn, so that the next item's Q is copied
+ * while the current one runs. H200, 16k, 4k, 1k, causal and not (bench/RESULTS.md, developers'
+ * sessions 26 and 27): plain and the window +4-7%; the soft cap's and ALiBi's kernels ran 2-3%
+ * slower with it, the one-group tile 1-2%, trace batches 1-4%; at D = 128 two Q tiles need 2
+ * stages, and those ran 2-6% slower with the overlap than without. */
+#define Q_BUFS                                                                                     \
+    (D == 64 && PINGPONG && !CINFER_BATCH && !CINFER_SOFTCAP && !VARIANT_ALIBI_SLOPE && !MASK_ROWS \
+         ? 2                                                                                       \
+         : 1)
 /* K and V halves of the stages on barriers of their own (2 stages, D = 256), else one pair per
  * stage (the top of this file); KV_BARS: full (or empty) barriers of the stages. */
 #define KV_APART (STAGES == 2)
@@ -445,6 +457,13 @@ __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s
  * tile loop instructions (not explained). */
 #define STORE16 (!MASK_ROWS)
 
+/* ITEM_OVERLAP: an item's last P V and the next item's first Q K^T go to the tensor cores in one
+ * turn, and the epilogue (O / l, the stores) runs while they compute, where the tensor cores
+ * otherwise idled through each group's epilogue, Q wait and first softmax of the next item. It
+ * needs the next item's Q in shared memory before the current item's last Q K^T is done: the
+ * kernels with two Q tiles (Q_BUFS; with one, session 26 measured 4-11% lost on trace batches). */
+#define ITEM_OVERLAP (Q_BUFS == 2)
+
 /* Regroups the O_COLS packed pairs of a row of O over the lane's quad for 16-byte stores: lane c =
  * lane % 4 holds pair j (columns 8 j + 2 c, + 1) in w[j]; afterwards it holds the 8 columns of j =
  * 4 b + c in w[4 b .. 4 b + 3], b = 0..O_COLS / 4 - 1. A 4 x 4 transpose of each block of four
@@ -653,16 +672,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
-    __shared__ unsigned long long bars[2 * KV_BARS + 3];
+    __shared__ unsigned long long bars[2 * KV_BARS + 2 * Q_BUFS + 1];
 #if SOFTMAX_TURNS
     __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
 #endif
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
-    const unsigned s_kv = s_q + DBLOCKS * Q_BLOCK_BYTES;
+    const unsigned s_kv = s_q + Q_BUFS * Q_BYTES;
     /* The stages' full barriers (K's, then V's with KV_APART), their empty ones in the same
-     * order, then Q's and the partial tiles' fix-up. */
+     * order, then the Q buffers' full ones, the partial tiles' fix-up and the Q buffers' empty
+     * ones. */
     const unsigned full = cinfer_smem_addr(bars), empty = full + 8u * KV_BARS,
-                   q_full = empty + 8u * KV_BARS, fix_bar = q_full + 8u, q_empty = fix_bar + 8u;
+                   q_full = empty + 8u * KV_BARS, fix_bar = q_full + 8u * Q_BUFS,
+                   q_empty = fix_bar + 8u;
 #define FULL_K(st)  (full + 8u * (unsigned)(st))
 #define EMPTY_K(st) (empty + 8u * (unsigned)(st))
 #define FULL_V(st)  (full + 8u * (unsigned)((st) + (KV_APART ? STAGES : 0)))
@@ -688,9 +709,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             cinfer_mbarrier_init(EMPTY_V(st), CONSUMERS * 128);
 #endif
         }
-        cinfer_mbarrier_init(q_full, 1);
+        for (int b = 0; b < Q_BUFS; b++)
+            cinfer_mbarrier_init(q_full + 8u * b, 1);
         cinfer_mbarrier_init(fix_bar, 1);
-        cinfer_mbarrier_init(q_empty, CONSUMERS * 128);
+        for (int b = 0; b < Q_BUFS; b++)
+            cinfer_mbarrier_init(q_empty + 8u * b, CONSUMERS * 128);
 #if SOFTMAX_TURNS
         zero = 0.0f;
 #endif
@@ -714,18 +737,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             if (num_tiles <= 0)
                 continue;
             if (lane == 0) {
-                /* Q's buffer is free once both groups' last Q K^T of the previous item is done. */
-                if (qi > 0)
-                    cinfer_mbarrier_wait(q_empty, (qi - 1) & 1u);
-                cinfer_mbarrier_arrive_expect_tx(q_full, TILE_Q * D * 2);
+                /* Q's buffer qi % Q_BUFS is free once both groups' last Q K^T of the item that
+                 * used it before is done. */
+                const unsigned qb = qi % Q_BUFS, q_use = qi / Q_BUFS;
+                if (q_use > 0)
+                    cinfer_mbarrier_wait(q_empty + 8u * qb, (q_use - 1) & 1u);
+                cinfer_mbarrier_arrive_expect_tx(q_full + 8u * qb, TILE_Q * D * 2);
 #pragma unroll
                 for (int b = 0; b < DBLOCKS; b++)
 #if PACK > 1
-                    cinfer_tma_load_3d(s_q + b * Q_BLOCK_BYTES, tma.q, b * 64, head, q_row0 + q0,
-                                       q_full);
+                    cinfer_tma_load_3d(s_q + qb * Q_BYTES + b * Q_BLOCK_BYTES, tma.q, b * 64, head,
+                                       q_row0 + q0, q_full + 8u * qb);
 #else
-                    cinfer_tma_load_3d(s_q + b * Q_BLOCK_BYTES, tma.q, b * 64, q_row0 + q0, head,
-                                       q_full);
+                    cinfer_tma_load_3d(s_q + qb * Q_BYTES + b * Q_BLOCK_BYTES, tma.q, b * 64,
+                                       q_row0 + q0, head, q_full + 8u * qb);
 #endif
             }
 #if CINFER_PAGED
@@ -794,9 +819,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
         const int wg = warp / 4;
         const int row0 = wg * 64 + (warp % 4) * 16 + lane / 4;
-        const unsigned s_q_rows = s_q + wg * 64 * 128;
+        const unsigned s_q_rows = s_q + wg * 64 * 128; /* in Q buffer 0 */
         /* Tiles consumed and items with tiles before the item's. */
         unsigned g = 0, qi = 0;
+#if ITEM_OVERLAP
+        /* O, S and P live on from one item to the next: an item's first Q K^T may have been
+         * issued with the previous item's last P V (first_issued). */
+        float o[O_REGS], s[S_REGS];
+        unsigned pa[TILE_KV / 16][4];
+        bool first_issued = false;
+#else
+        const bool first_issued = false;
+#endif
         for (unsigned r = 0;; r++) {
             const unsigned k = item_index(r);
             if (k >= num_items)
@@ -804,8 +838,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             ITEM_SETUP(k);
             /* The positions of the lane's two rows' tokens. */
             const int pos[2] = {q0 + row0 / PACK + delta, q0 + (row0 + 8) / PACK + delta};
+#if ITEM_OVERLAP
+            float alpha[2];
+#else
             float o[O_REGS], s[S_REGS], alpha[2];
             unsigned pa[TILE_KV / 16][4];
+#endif
             float m[2] = {-CINFER_INF, -CINFER_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < O_REGS; i++)
@@ -858,6 +896,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                               CINFER_LOG2E / scale;
             }
 #endif
+#if ITEM_OVERLAP
+            /* The next item's KV tiles (0: no next item) and, with an ALiBi bias, what its first
+             * tile's bias takes: read now, so that the loads are in by this item's last P V. */
+            int next_tiles = 0;
+#if ALIBI_ACC
+            float next_slope_qk[2] = {0.0f, 0.0f};
+            int next_pos[2] = {0, 0}, next_kv0 = 0;
+#endif
+            {
+                const unsigned k_next = item_index(r + 1);
+                if (k_next < num_items) {
+                    ITEM_SETUP(k_next);
+                    next_tiles = num_tiles;
+#if ALIBI_ACC
+                    next_pos[0] = q0 + row0 / PACK + delta;
+                    next_pos[1] = q0 + (row0 + 8) / PACK + delta;
+                    next_kv0 = KV_TILE(0) * TILE_KV;
+#if CINFER_BATCH
+                    const int next_batch_idx = w.request;
+#else
+                    const int next_batch_idx = 0;
+#endif
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        next_slope_qk[h] =
+                            variant_alibi_slope(&vp, next_batch_idx, head + (row0 + 8 * h) % PACK) *
+                            CINFER_LOG2E / scale;
+#endif
+                }
+            }
+#endif
             /* Tiles that need the element mask: from the first one holding a position past the
              * warpgroup's first row (causal), the one holding kv_len, and (window) those holding a
              * position before its last row's window. */
@@ -900,21 +969,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if MASK_ROWS
                 load_mask(mask_raw, mask_words, mask_shift, KV_TILE(0) * TILE_KV, p.kv_len);
 #endif
-                cinfer_mbarrier_wait(q_full, qi & 1u);
-                /* The first tile: S only. */
-                cinfer_mbarrier_wait(FULL_K(g % STAGES), (g / STAGES) & 1u);
-#if PINGPONG
-                /* Group 0's first turn of the CTA is its own; every other waits for the other
-                 * group's last issue (across items too). */
-                if (wg == 1 || qi > 0)
-                    cinfer_bar_sync(1 + wg, 256);
+                /* The first tile: S only (unless issued with the previous item's last P V). */
+                if (!first_issued) {
+#if ITEM_OVERLAP
+                    CINFER_WGMMA_WAIT(0); /* an unread Q K^T of the previous item's last turn */
 #endif
-                SET_BIAS(KV_TILE(0));
-                cinfer_wgmma_fence();
-                issue_qk(s, s_q_rows, s_kv + (g % STAGES) * STAGE_BYTES);
+                    cinfer_mbarrier_wait(q_full + 8u * (qi % Q_BUFS), (qi / Q_BUFS) & 1u);
+                    cinfer_mbarrier_wait(FULL_K(g % STAGES), (g / STAGES) & 1u);
 #if PINGPONG
-                cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
+                    /* Group 0's first turn of the CTA is its own; every other waits for the other
+                     * group's last issue (across items too). */
+                    if (wg == 1 || qi > 0)
+                        cinfer_bar_sync(1 + wg, 256);
 #endif
+                    SET_BIAS(KV_TILE(0));
+                    cinfer_wgmma_fence();
+                    issue_qk(s, s_q_rows + (qi % Q_BUFS) * Q_BYTES,
+                             s_kv + (g % STAGES) * STAGE_BYTES);
+#if PINGPONG
+                    cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
+#endif
+                }
                 LOAD_NEXT_MASK(0);
                 CINFER_WGMMA_WAIT(0);
                 PIN_S();
@@ -922,7 +997,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 cinfer_mbarrier_arrive(EMPTY_K(g % STAGES)); /* K is read */
 #endif
                 if (num_tiles == 1)
-                    cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
+                    cinfer_mbarrier_arrive(q_empty +
+                                           8u * (qi % Q_BUFS)); /* its last Q K^T is done */
                 SOFTMAX_TURN_WAIT(qi == 0);
                 MASK_OR_PREPARE(KV_TILE(0));
                 SOFTMAX();
@@ -944,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                     PIN_O();
                     cinfer_wgmma_fence();
-                    issue_qk(s, s_q_rows, s_kv + st * STAGE_BYTES);
+                    issue_qk(s, s_q_rows + (qi % Q_BUFS) * Q_BYTES, s_kv + st * STAGE_BYTES);
                     issue_pv(o, pa, s_kv + ((gi - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
 #if PINGPONG
                     cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
@@ -956,7 +1032,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     cinfer_mbarrier_arrive(EMPTY_K(st)); /* K is read */
 #endif
                     if (i == num_tiles - 1)
-                        cinfer_mbarrier_arrive(q_empty); /* the item's last Q K^T is done */
+                        cinfer_mbarrier_arrive(q_empty +
+                                               8u * (qi % Q_BUFS)); /* its last Q K^T is done */
                     SOFTMAX_TURN_WAIT(false);
                     MASK_OR_PREPARE(t);
                     SOFTMAX();
@@ -983,14 +1060,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     if (i + 1 < num_tiles)
                         SET_BIAS(KV_TILE(i + 1)); /* S's registers are free until the next S */
                 }
-                /* The last tile's product. */
+                /* The last tile's product. With ITEM_OVERLAP it goes in one turn with the next
+                 * item's first Q K^T, which runs during this item's epilogue. Without a next item
+                 * with tiles (the CTA's last item, or one before an item with none), that Q K^T
+                 * is still issued, on whatever Q and stage hold, and its S is never read: ptxas
+                 * serializes every wgmma of the kernel if the groups in flight at the epilogue
+                 * depend on a branch. */
                 const unsigned last = g + (unsigned)num_tiles - 1;
 #if KV_APART
                 cinfer_mbarrier_wait(FULL_V(last % STAGES), (last / STAGES) & 1u);
 #endif
+#if ITEM_OVERLAP
+                const unsigned gn = last + 1;
+                if (next_tiles > 0) {
+#if ALIBI_ACC
+                    set_bias(s, next_kv0, next_slope_qk, next_pos, lane);
+#endif
+                    cinfer_mbarrier_wait(q_full + 8u * ((qi + 1) % Q_BUFS),
+                                         ((qi + 1) / Q_BUFS) & 1u);
+                    cinfer_mbarrier_wait(FULL_K(gn % STAGES), (gn / STAGES) & 1u);
+                }
+                cinfer_wgmma_fence();
+                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                issue_qk(s, s_q_rows + ((qi + 1) % Q_BUFS) * Q_BYTES,
+                         s_kv + (gn % STAGES) * STAGE_BYTES);
+                CINFER_WGMMA_WAIT(1);
+                first_issued = next_tiles > 0;
+#else
                 cinfer_wgmma_fence();
                 issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
                 CINFER_WGMMA_WAIT(0);
+#endif
                 PIN_O();
                 cinfer_mbarrier_arrive(EMPTY_V(last % STAGES));
                 g += (unsigned)num_tiles;
@@ -1090,6 +1190,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                           (long long)row_head * p.lse_stride_h] = lse;
             }
         }
+#if ITEM_OVERLAP
+        CINFER_WGMMA_WAIT(0); /* the last item's unread Q K^T */
+#endif
 #if PINGPONG
         /* Group 1's last turn passes to no one: taken here, so that no barrier is left half
          * arrived. */

@@ -105,9 +105,10 @@ size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg) {
     /* sm90: 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile and the stages of K
      * and V, rows of head_dim 16-bit elements, unpadded */
-    if (cfg->sm90)
+    if (cfg->sm90) /* D = 64: two Q tiles (kernels/prefill_sm90.cuh, Q_BUFS) */
         return 1024 + 2 * (size_t)head_dim *
-                          ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
+                          ((head_dim == 64 ? 2 : 1) * (size_t)cfg->tile_q +
+                           2 * (size_t)cfg->stages * cfg->tile_kv);
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
     if (!is_fp8(kv_dtype))
         return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);

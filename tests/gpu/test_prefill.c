@@ -698,21 +698,52 @@ static void run_sm90_dim_cases(const sm90_dim_cases *x) {
     }
 }
 
-static void sm90_tiles(void **state) {
-    (void)state;
-    if (strcmp(ctx->arch, "sm_90a") != 0) {
-        printf("sm90_tiles: the device is %s, not sm_90a; skipped\n", ctx->arch);
-        return;
-    }
-    static const int lens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {128, 128}, {129, 300},
-                                  {300, 129},   {1, 1},      {5, 0},      {600, 300}, {64, 4000},
-                                  {2000, 17},   {255, 257},  {3, 4096},   {256, 1}};
-    cinfer__prefill_config_t tiles[3];
+/* The D = 128 tiles the sm90 cases take: the library's (2 consumer warpgroups, 3 stages), that
+ * one in 2 stages, and one consumer warpgroup (64 query rows). */
+static void sm90_tile_set(cinfer__prefill_config_t tiles[3]) {
     cinfer__prefill_sm90_config(128, &tiles[0]);
     tiles[1] = tiles[2] = tiles[0];
     tiles[1].stages = 2;
     tiles[2].tile_q = 64; /* one consumer warpgroup */
     tiles[2].warps = 4;
+}
+
+static bool sm90_device(const char *test) {
+    if (strcmp(ctx->arch, "sm_90a") == 0)
+        return true;
+    printf("%s: the device is %s, not sm_90a; skipped\n", test, ctx->arch);
+    return false;
+}
+
+/* A grid of many items: 4000 causal queries over 300 positions with Llama heads at head dim d
+ * (1024 items, the 896 of the first 28 query tiles of each head keeping nothing: most CTAs take
+ * one item with KV tiles, then items without). */
+static void sm90_many_items_causal(int d, const cinfer__prefill_config_t *tiles, uint64_t seed) {
+    char desc[160];
+    prefill_case c = base_case("");
+    c.qo_len = 4000;
+    c.kv_len = 300;
+    c.causal = 1;
+    c.d = d;
+    c.tiles = tiles;
+    c.hq = 32;
+    c.hk = 8;
+    c.check_heads = 3;
+    snprintf(desc, sizeof desc, "sm90 D %d q%d s%d, many items: qo %d kv %d causal", c.d,
+             c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len);
+    c.desc = desc;
+    run_case(&c, seed);
+}
+
+static void sm90_tiles(void **state) {
+    (void)state;
+    if (!sm90_device("sm90_tiles"))
+        return;
+    static const int lens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {128, 128}, {129, 300},
+                                  {300, 129},   {1, 1},      {5, 0},      {600, 300}, {64, 4000},
+                                  {2000, 17},   {255, 257},  {3, 4096},   {256, 1}};
+    cinfer__prefill_config_t tiles[3];
+    sm90_tile_set(tiles);
     int n = 0;
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (int causal = 0; causal < 2; causal++) {
@@ -793,23 +824,14 @@ static void sm90_tiles(void **state) {
     /* Grids of more items than SMs (the kernel is persistent: a CTA takes item after item, its
      * stage ring, Q tile and the groups' turns running on across them): Llama heads over 1000 x
      * 1000 (256 items of the 2-group tile, 512 of the 1-group one), with the soft cap's softmax
-     * turns (fixed maximum at 30, running one at 50), a window, sinks and a custom mask; then 4000
-     * queries over 300 positions, causal (1024 items, the 896 of the first 28 query tiles of each
-     * head keeping nothing: most CTAs take one item with KV tiles, then items without), at D = 128
-     * in 2 stages and at D = 64. */
-    for (int f = 0; f < 8; f++) {
+     * turns (fixed maximum at 30, running one at 50), a window, sinks and a custom mask; then many
+     * items without KV tiles, in 2 stages (sm90_tiles_d64 has that case at D = 64). */
+    for (int f = 0; f < 6; f++) {
         char desc[160];
         prefill_case c = base_case("");
         c.qo_len = c.kv_len = 1000;
         c.causal = f % 2;
         c.tiles = &tiles[f == 5 ? 2 : f == 4 ? 1 : 0];
-        if (f >= 6) {
-            c.qo_len = 4000;
-            c.kv_len = 300;
-            c.causal = 1;
-            c.d = f == 6 ? 128 : 64;
-            c.tiles = &tiles[f == 6 ? 1 : 0];
-        }
         c.hq = 32;
         c.hk = 8;
         c.check_heads = 3;
@@ -818,26 +840,42 @@ static void sm90_tiles(void **state) {
         c.variant = f == 3 ? TV_SINKS : f == 4 ? TV_MASK : TV_NONE;
         c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);
         snprintf(desc, sizeof desc,
-                 "sm90 D %d q%d s%d, many items: qo %d kv %d causal %d cap %g window %d %s", c.d,
+                 "sm90 q%d s%d, many items: qo %d kv %d causal %d cap %g window %d %s",
                  c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len, c.causal, (double)c.soft_cap,
                  c.window_left, tv_name(c.variant));
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
     }
-    /* D = 64 (P V as m64n64k16, 32 O registers per thread) with the three tiles above, and D = 256
-     * (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer warpgroup too).
-     */
+    sm90_many_items_causal(128, &tiles[1], cinfer_test_seed() + 1506);
+}
+
+/* D = 64 (P V as m64n64k16, 32 O registers per thread; single prefill without a soft cap, ALiBi
+ * or a mask in row form has two Q tiles and runs an item's last P V with the next item's first
+ * Q K^T) with the three tiles of sm90_tiles, and its many-items case. */
+static void sm90_tiles_d64(void **state) {
+    (void)state;
+    if (!sm90_device("sm90_tiles_d64"))
+        return;
+    cinfer__prefill_config_t tiles[3];
+    sm90_tile_set(tiles);
+    const sm90_dim_cases d64 = {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600};
+    run_sm90_dim_cases(&d64);
+    sm90_many_items_causal(64, &tiles[0], cinfer_test_seed() + 1507);
+}
+
+/* D = 256 (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer warpgroup
+ * too). */
+static void sm90_tiles_d256(void **state) {
+    (void)state;
+    if (!sm90_device("sm90_tiles_d256"))
+        return;
     cinfer__prefill_config_t wide[2];
     cinfer__prefill_sm90_config(256, &wide[0]);
     wide[1] = wide[0];
     wide[1].tile_q = 64;
     wide[1].warps = 4;
-    const sm90_dim_cases dims[] = {
-        {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600},
-        {256, {&wide[0], &wide[0], &wide[1]}, 3, 1, 0, 3, 1, 2, 6, 1700},
-    };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        run_sm90_dim_cases(&dims[i]);
+    const sm90_dim_cases d256 = {256, {&wide[0], &wide[0], &wide[1]}, 3, 1, 0, 3, 1, 2, 6, 1700};
+    run_sm90_dim_cases(&d256);
 }
 
 /*
@@ -1382,6 +1420,8 @@ int main(void) {
         cmocka_unit_test_teardown(all_tile_configs, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(wide_warp_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(sm90_tiles, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_tiles_d64, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_tiles_d256, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
