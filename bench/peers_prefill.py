@@ -10,9 +10,10 @@ rotating from round to round), and each figure is the median of its rounds. Unde
 the H200 lowers its SM clock for its power cap (nvidia-smi's clocks_event_reasons.active 0x4,
 bench/RESULTS.md, developers' session 27), so a figure depends on what ran just before it;
 rounds that alternate the implementations give each the same mix of clock states, and the
-cinfer / cuDNN column compares them under it. The 1k rows time Python calls: where a call's host
-time exceeds its kernel's, the figure includes it (bench_prefill's rows time cinfer's kernels
-alone).
+cinfer / cuDNN column compares them under it. As in bench_prefill, the short shapes are timed in
+back-to-back groups of calls (20 at 1k, 4 at 4k, one at 16k) between one pair of events, so that
+each call's host time (Python's argument handling and the launch) overlaps the kernel before it
+rather than adding to the figure.
 
 FLOPs = 4 * S^2 * Hq * D, halved for causal (PERF.md), as bench_prefill counts them. A round's
 figure is the median of CUDA-event timings of --iters runs after warm-up (bench/peers.py's Timer:
@@ -73,7 +74,7 @@ def main():
     timer = Timer(torch, args.iters)
     print(f"single prefill, {HQ}/{HK} heads, D = {d}, bf16, {torch.cuda.get_device_name()}, PyTorch "
           f"{torch.__version__} (TFLOP/s; median of {args.rounds} alternating rounds of "
-          f"{args.iters} runs each)\n")
+          f"{args.iters} timings each)\n")
     names = (["cinfer"] if cinfer else []) + ["SDPA cuDNN", "SDPA FA2"] + (
         ["FlexAttention"] if flex else [])
     ratio = cinfer is not None
@@ -90,6 +91,7 @@ def main():
         qn, kn, vn = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))
         for causal in (True, False):
             flops = 4.0 * s * s * HQ * d / (2 if causal else 1)
+            reps = 20 if s <= 1024 else 4 if s <= 4096 else 1
             mask = None
             if flex and causal:
                 mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, s, s)
@@ -115,7 +117,11 @@ def main():
                     if n in errors:
                         continue
                     try:
-                        times[n].append(timer(fns[n], warmup=3))
+                        def group(fn=fns[n]):
+                            for _ in range(reps):
+                                fn()
+
+                        times[n].append(timer(group, warmup=1) / reps)
                     except Exception as e:
                         errors[n] = f"({type(e).__name__})"
             tflops = {}
