@@ -112,6 +112,10 @@ def check_ndim(t, name: str, ndim: int, shape_text: str) -> None:
         )
 
 
+# ctypes array types of 1..8 int64s, built once (shape and strides of to_dl's structs).
+_INT64_ARRAYS = tuple(ctypes.c_int64 * n for n in range(9))
+
+
 def to_dl(t, name: str = "tensor") -> _lib.DLTensor:
     """A DLTensor describing torch tensor ``t`` (no copy). The shape and strides arrays are owned
     by the returned struct; ``t`` must stay alive while the DLTensor is in use. ``name`` is the
@@ -119,20 +123,16 @@ def to_dl(t, name: str = "tensor") -> _lib.DLTensor:
     cb = _codes().get(t.dtype)
     if cb is None:
         raise UnsupportedError(f"{name}: dtype {t.dtype} has no cinfer equivalent")
-    dl = _lib.DLTensor()
-    dl.data = t.data_ptr() or None
     dev = t.device
     if dev.type == "cuda":
-        dl.device = _lib.DLDevice(_lib.KDL_CUDA, dev.index if dev.index is not None else 0)
+        device = _lib.DLDevice(_lib.KDL_CUDA, dev.index if dev.index is not None else 0)
     else:
-        dl.device = _lib.DLDevice(_lib.KDL_CPU, 0)
+        device = _lib.DLDevice(_lib.KDL_CPU, 0)
     nd = t.dim()
-    dl.ndim = nd
-    dl.dtype = _lib.DLDataType(cb[0], cb[1], 1)
-    dl.shape = (ctypes.c_int64 * nd)(*t.shape)
-    dl.strides = (ctypes.c_int64 * nd)(*t.stride())
-    dl.byte_offset = 0
-    return dl
+    arrays = _INT64_ARRAYS[nd] if nd < len(_INT64_ARRAYS) else ctypes.c_int64 * nd
+    # One constructor call (the fields in order) rather than an assignment per field.
+    return _lib.DLTensor(t.data_ptr() or None, device, nd, _lib.DLDataType(cb[0], cb[1], 1),
+                         arrays(*t.shape), arrays(*t.stride()), 0)
 
 
 def ref(dl: Optional[_lib.DLTensor]):
@@ -141,8 +141,13 @@ def ref(dl: Optional[_lib.DLTensor]):
 
 
 def stream_of(device) -> int:
-    """The handle (CUstream) of PyTorch's current CUDA stream on ``device``."""
-    return torch_module().cuda.current_stream(device).cuda_stream
+    """The handle (CUstream) of PyTorch's current CUDA stream on ``device``: torch's raw accessor
+    (it builds no ``torch.cuda.Stream`` object) where this PyTorch build has it."""
+    torch = torch_module()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None or device.type != "cuda":  # an older PyTorch; a test's CPU stand-in
+        return torch.cuda.current_stream(device).cuda_stream
+    return raw(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def context_of(device) -> ctypes.c_void_p:

@@ -250,6 +250,30 @@ def single_prefill_with_kv_cache_return_lse(
         variant_args=variant_args)
 
 
+# The options structs of single prefill calls by their fields (the C call only reads them): a
+# call with the fields of an earlier one reuses its struct instead of building one (a few
+# microseconds of the call's host time). Bounded: emptied when it holds _OPTIONS_CACHE_MAX.
+_options_cache: dict = {}
+_OPTIONS_CACHE_MAX = 256
+
+
+def _single_options(num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale,
+                    soft_cap, window_left, k_scale, v_scale, variant_handle, rope):
+    key = (num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale, soft_cap,
+           window_left, k_scale, v_scale, variant_handle, rope)
+    opts = _options_cache.get(key)
+    if opts is None:
+        opts = _lib.attention_options(
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            kv_layout=layout, q_dtype=T.dl_dtype(q_dtype), kv_dtype=T.dl_dtype(kv_dtype),
+            sm_scale=sm_scale, logits_soft_cap=soft_cap, window_left=window_left,
+            k_scale=k_scale, v_scale=v_scale, variant=variant_handle, **A.rope_fields(rope))
+        if len(_options_cache) >= _OPTIONS_CACHE_MAX:
+            _options_cache.clear()
+        _options_cache[key] = opts
+    return opts
+
+
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
                         return_lse, variant=None, variant_args=None, *, custom_mask=None,
                         packed_custom_mask=None, alibi=False, rope=None, k_scale=None,
@@ -289,22 +313,14 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         causal = False  # the custom mask replaces the causal one (FlashInfer's rule)
     elif alibi:
         variant, variant_args = M.alibi(num_qo_heads)
-    opts = _lib.attention_options(
-        num_qo_heads=int(num_qo_heads),
-        num_kv_heads=int(k.shape[1] if nhd else k.shape[0]),
-        head_dim=int(head_dim),
-        kv_layout=layout,
-        q_dtype=T.dl_dtype(q.dtype),
-        kv_dtype=T.dl_dtype(k.dtype),
+    opts = _single_options(
+        int(num_qo_heads), int(k.shape[1] if nhd else k.shape[0]), int(head_dim), layout,
+        q.dtype, k.dtype,
         # 0 asks the library for its default, 1/sqrt(head_dim).
-        sm_scale=A.positive(sm_scale, "sm_scale", 0.0),
-        logits_soft_cap=A.soft_cap(logits_soft_cap),
-        window_left=A.window_left(window_left),
-        k_scale=A.positive(k_scale, "k_scale", 1.0),
-        v_scale=A.positive(v_scale, "v_scale", 1.0),
-        variant=variant.handle if variant is not None else None,
-        **A.rope_fields(rope),
-    )
+        A.positive(sm_scale, "sm_scale", 0.0), A.soft_cap(logits_soft_cap),
+        A.window_left(window_left), A.positive(k_scale, "k_scale", 1.0),
+        A.positive(v_scale, "v_scale", 1.0), variant.handle if variant is not None else None,
+        rope)
     packed = V.pack_args(variant, variant_args, "single_prefill_with_kv_cache")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = (torch.empty((qo_len, num_qo_heads), dtype=torch.float32, device=q.device)
