@@ -42,7 +42,7 @@
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
  *                      [--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
- *                      [--trace FILE [--consecutive-pages] [--page-size N]]
+ *                      [--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS]
  *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
@@ -51,7 +51,12 @@
  * else. --batch-only skips the single prefill tables (the plain, variant and fp8 ones);
  * --variants-only runs the variant table of the library's choice alone (an A/B of a variant's
  * kernel in about a third of the default run's time); --variants-only sm80 the sm80 template's,
- * --variants-only both the two. Prints Markdown tables.
+ * --variants-only both the two. --steady MS runs each single prefill configuration back to back
+ * for MS milliseconds of GPU time before timing it (the batch tables keep their warm-up): the H200
+ * lowers its SM clock for its power cap within about a second of back-to-back long launches
+ * (bench/RESULTS.md, developers' session 27), so without it a long row's figure depends on what ran
+ * just before it (the first row of a process runs at the full clock, later ones at the capped one);
+ * with it every row is timed at the clock sustained load settles to. Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +72,8 @@
 static int hd = 128;
 /* Rows per page of the paged batches: 16, or --page-size's (1..256) */
 static int page_rows = 16;
+/* --steady's milliseconds of back-to-back runs before each timing (0: none) */
+static int steady_ms = 0;
 
 /* Device buffers for the largest S, shared by every configuration. */
 typedef struct buffers {
@@ -167,6 +174,18 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     /* Short runs are timed in back-to-back groups, so the host's argument checks and launch
      * (a few microseconds) overlap the previous kernel instead of adding to a 30 us one. */
     const int reps = w->s <= 1024 ? 20 : w->s <= 4096 ? 4 : 1;
+    /* --steady: groups of runs until steady_ms of their GPU time has passed. */
+    for (float run_ms = 0.0f; run_ms < (float)steady_ms;) {
+        float ms = 0.0f;
+        CU(cuEventRecord(e0, stream));
+        for (int r = 0; r < 8 * reps; r++)
+            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL,
+                                             run_args, tiles, stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        CU(cuEventElapsedTime(&ms, e0, e1));
+        run_ms += ms > 0.0f ? ms : 1.0f;
+    }
     float *times = malloc(sizeof(float) * (size_t)iters);
     for (int i = -3; i < iters; i++) {
         CU(cuEventRecord(e0, stream));
@@ -462,7 +481,7 @@ int main(int argc, char **argv) {
     static const char usage[] =
         "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] "
         "[--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
-        "[--trace FILE [--consecutive-pages] [--page-size N]] "
+        "[--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] "
         "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -494,6 +513,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--page-size") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
                  atoi(argv[i + 1]) <= 256)
             page_rows = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steady") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                 atoi(argv[i + 1]) <= 60000)
+            steady_ms = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -505,7 +527,9 @@ int main(int argc, char **argv) {
             i++;
         } else {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'%s\n", argv[i],
-                    strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)" : "");
+                    strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)"
+                    : strcmp(argv[i], "--steady") == 0  ? " (1..60000 milliseconds)"
+                                                        : "");
             fputs(usage, stderr);
             return 2;
         }
