@@ -897,33 +897,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
 #endif
 #if ITEM_OVERLAP
-            /* The next item's KV tiles (0: no next item) and, with an ALiBi bias, what its first
-             * tile's bias takes: read now, so that the loads are in by this item's last P V. */
+            /* The next item's KV tiles (0: no next item), read now so that the loads are in by
+             * this item's last P V. (ITEM_OVERLAP kernels have no ALiBi bias to set for it.) */
             int next_tiles = 0;
-#if ALIBI_ACC
-            float next_slope_qk[2] = {0.0f, 0.0f};
-            int next_pos[2] = {0, 0}, next_kv0 = 0;
-#endif
             {
                 const unsigned k_next = item_index(r + 1);
                 if (k_next < num_items) {
                     ITEM_SETUP(k_next);
                     next_tiles = num_tiles;
-#if ALIBI_ACC
-                    next_pos[0] = q0 + row0 / PACK + delta;
-                    next_pos[1] = q0 + (row0 + 8) / PACK + delta;
-                    next_kv0 = KV_TILE(0) * TILE_KV;
-#if CINFER_BATCH
-                    const int next_batch_idx = w.request;
-#else
-                    const int next_batch_idx = 0;
-#endif
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        next_slope_qk[h] =
-                            variant_alibi_slope(&vp, next_batch_idx, head + (row0 + 8 * h) % PACK) *
-                            CINFER_LOG2E / scale;
-#endif
                 }
             }
 #endif
@@ -1073,9 +1054,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if ITEM_OVERLAP
                 const unsigned gn = last + 1;
                 if (next_tiles > 0) {
-#if ALIBI_ACC
-                    set_bias(s, next_kv0, next_slope_qk, next_pos, lane);
-#endif
                     cinfer_mbarrier_wait(q_full + 8u * ((qi + 1) % Q_BUFS),
                                          ((qi + 1) / Q_BUFS) & 1u);
                     cinfer_mbarrier_wait(FULL_K(gn % STAGES), (gn / STAGES) & 1u);
