@@ -25,7 +25,13 @@ supports only with ``torch._dynamo.config.capture_dynamic_output_shape_ops = Tru
 # annotation objects.
 from typing import Optional, Tuple
 
-import torch
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "cinfer.torch_ops registers PyTorch operators: install torch (the rest of the package "
+        "imports without it)"
+    ) from e
 
 from . import _dispatch, cascade, decode, page, prefill, quantization, rope
 

@@ -68,6 +68,12 @@ def test_import_without_torch_and_without_library(tmp_path):
         "    assert 'torch' in str(e)\n"
         "else:\n"
         "    raise AssertionError('expected ImportError')\n"
+        "try:\n"
+        "    import cinfer.torch_ops\n"
+        "except ImportError as e:\n"
+        "    assert 'install torch' in str(e), str(e)\n"
+        "else:\n"
+        "    raise AssertionError('expected ImportError from cinfer.torch_ops')\n"
         "print('ok')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR),

@@ -640,6 +640,12 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: head_dim_vo %d is out of range [1, 1024]", fam->name,
                              (int)spec->head_dim_vo);
+    if ((fam->fields & F_VEC) && spec->vec == 0)
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "%s: vec is not given, expected vec=1 or vec=8 (elements per access: 8 "
+            "for rows on 16-byte boundaries)",
+            fam->name);
     if ((fam->fields & F_VEC) && spec->vec != 1 && spec->vec != 8)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: vec %d is not supported (1 or 8)",
                              fam->name, (int)spec->vec);

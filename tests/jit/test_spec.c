@@ -96,6 +96,9 @@ static void validation_rejects_unsupported_specs(void **state) {
     s = parse("merge_states:dtype=bf16,head_dim=100,vec=8");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "head_dim_vo % 8"));
+    s = parse("merge_states:dtype=bf16,head_dim=128"); /* vec is required */
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "vec is not given, expected vec=1 or vec=8"));
     s = parse("merge_states:dtype=bf16,head_dim=0,vec=1");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
     s = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
