@@ -140,14 +140,22 @@ def ref(dl: Optional[_lib.DLTensor]):
     return ctypes.byref(dl) if dl is not None else None
 
 
-def stream_of(device) -> int:
-    """The handle (CUstream) of PyTorch's current CUDA stream on ``device``: torch's raw accessor
-    (it builds no ``torch.cuda.Stream`` object) where this PyTorch build has it."""
-    torch = torch_module()
+def _raw_stream(torch, device):
+    """torch's raw current-stream accessor (it builds no ``torch.cuda.Stream`` object) and the
+    device index to call it with, or None where this PyTorch build lacks it or ``device`` is not a
+    CUDA device (a test's CPU stand-in)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None or device.type != "cuda":  # an older PyTorch; a test's CPU stand-in
-        return torch.cuda.current_stream(device).cuda_stream
-    return raw(device.index if device.index is not None else torch.cuda.current_device())
+    if raw is None or device.type != "cuda":
+        return None
+    return raw, device.index if device.index is not None else torch.cuda.current_device()
+
+
+def stream_of(device) -> int:
+    """The handle (CUstream) of PyTorch's current CUDA stream on ``device`` (through the raw
+    accessor where there is one)."""
+    torch = torch_module()
+    r = _raw_stream(torch, device)
+    return r[0](r[1]) if r is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def context_of(device) -> ctypes.c_void_p:
@@ -157,13 +165,12 @@ def context_of(device) -> ctypes.c_void_p:
 
 def stream_getter(device):
     """A function of no arguments returning the handle of PyTorch's current CUDA stream on
-    ``device``, for hot paths: torch's raw accessor (it builds no ``torch.cuda.Stream`` object)
-    where this PyTorch build has it, else :func:`stream_of`."""
+    ``device``, for hot paths: the raw accessor and the device index looked up once."""
     torch = torch_module()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None or device.type != "cuda":  # an older PyTorch; a test's CPU stand-in
-        return lambda: stream_of(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    r = _raw_stream(torch, device)
+    if r is None:  # an older PyTorch; a test's CPU stand-in
+        return lambda: torch.cuda.current_stream(device).cuda_stream
+    raw, index = r
     return lambda: raw(index)
 
 

@@ -25,15 +25,10 @@ supports only with ``torch._dynamo.config.capture_dynamic_output_shape_ops = Tru
 # annotation objects.
 from typing import Optional, Tuple
 
-try:
-    import torch
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "cinfer.torch_ops registers PyTorch operators: install torch (the rest of the package "
-        "imports without it)"
-    ) from e
+from . import _dispatch, _tensor, cascade, decode, page, prefill, quantization, rope
 
-from . import _dispatch, cascade, decode, page, prefill, quantization, rope
+# torch through the package's own import of it, whose ImportError says to install torch.
+torch = _tensor.torch_module()
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover - old PyTorch
     raise ImportError(
