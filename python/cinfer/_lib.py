@@ -313,6 +313,27 @@ def attention_options(**fields) -> AttentionOptions:
     return o
 
 
+# Options structs of single-request calls by the fields they were built from: the C calls take
+# the struct as const, so a call with an earlier call's fields passes that call's struct instead
+# of building one (a few microseconds of host time). Shared, so never mutated after building;
+# emptied when it holds _OPTIONS_CACHE_MAX.
+_options_cache: dict = {}
+_OPTIONS_CACHE_MAX = 256
+
+
+def cached_attention_options(key: tuple, build) -> AttentionOptions:
+    """``build()``'s options struct, built once per ``key`` and shared afterwards: read-only.
+    ``key`` must name every input of ``build`` by value (a variant by its handle, not by its
+    Python object, whose id a later variant may take)."""
+    opts = _options_cache.get(key)
+    if opts is None:
+        opts = build()
+        if len(_options_cache) >= _OPTIONS_CACHE_MAX:
+            _options_cache.clear()
+        _options_cache[key] = opts
+    return opts
+
+
 def append_options(**fields) -> AppendOptions:
     """A cinfer_append_options_t with CINFER_APPEND_OPTIONS_INIT's defaults (NHD, page size 16,
     scales 1), then ``fields`` set on it."""

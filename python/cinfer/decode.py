@@ -239,21 +239,20 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
     num_qo_heads, head_dim = q.shape
     nhd = layout == _lib.KV_LAYOUT_NHD
     kv_len = k.shape[0] if nhd else k.shape[1]
-    opts = _options(
-        num_qo_heads=num_qo_heads,
-        num_kv_heads=k.shape[1] if nhd else k.shape[0],
-        head_dim=head_dim,
-        kv_layout=layout,
-        q_dtype=q.dtype,
-        kv_dtype=k.dtype,
-        sm_scale=A.positive(sm_scale, "sm_scale", None),
-        logits_soft_cap=A.soft_cap(logits_soft_cap),
-        window_left=A.window_left(window_left),
-        k_scale=A.positive(k_scale, "k_scale", 1.0),
-        v_scale=A.positive(v_scale, "v_scale", 1.0),
-        variant=variant,
-        rope=rope,
-    )
+    num_kv_heads = k.shape[1] if nhd else k.shape[0]
+    sm_scale = A.positive(sm_scale, "sm_scale", None)
+    logits_soft_cap = A.soft_cap(logits_soft_cap)
+    window_left = A.window_left(window_left)
+    k_scale = A.positive(k_scale, "k_scale", 1.0)
+    v_scale = A.positive(v_scale, "v_scale", 1.0)
+    key = ("decode", num_qo_heads, num_kv_heads, head_dim, layout, q.dtype, k.dtype, sm_scale,
+           logits_soft_cap, window_left, k_scale, v_scale,
+           variant.handle if variant is not None else None, rope)
+    opts = _lib.cached_attention_options(key, lambda: _options(
+        num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        kv_layout=layout, q_dtype=q.dtype, kv_dtype=k.dtype, sm_scale=sm_scale,
+        logits_soft_cap=logits_soft_cap, window_left=window_left, k_scale=k_scale,
+        v_scale=v_scale, variant=variant, rope=rope))
     where = "single_decode_with_kv_cache"
     packed = V.pack_args(variant, variant_args, where)
     lib = _lib.lib()

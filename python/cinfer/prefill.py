@@ -250,28 +250,15 @@ def single_prefill_with_kv_cache_return_lse(
         variant_args=variant_args)
 
 
-# The options structs of single prefill calls by their fields (the C call only reads them): a
-# call with the fields of an earlier one reuses its struct instead of building one (a few
-# microseconds of the call's host time). Bounded: emptied when it holds _OPTIONS_CACHE_MAX.
-_options_cache: dict = {}
-_OPTIONS_CACHE_MAX = 256
-
-
 def _single_options(num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale,
                     soft_cap, window_left, k_scale, v_scale, variant_handle, rope):
-    key = (num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale, soft_cap,
-           window_left, k_scale, v_scale, variant_handle, rope)
-    opts = _options_cache.get(key)
-    if opts is None:
-        opts = _lib.attention_options(
-            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-            kv_layout=layout, q_dtype=T.dl_dtype(q_dtype), kv_dtype=T.dl_dtype(kv_dtype),
-            sm_scale=sm_scale, logits_soft_cap=soft_cap, window_left=window_left,
-            k_scale=k_scale, v_scale=v_scale, variant=variant_handle, **A.rope_fields(rope))
-        if len(_options_cache) >= _OPTIONS_CACHE_MAX:
-            _options_cache.clear()
-        _options_cache[key] = opts
-    return opts
+    key = ("prefill", num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale,
+           soft_cap, window_left, k_scale, v_scale, variant_handle, rope)
+    return _lib.cached_attention_options(key, lambda: _lib.attention_options(
+        num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        kv_layout=layout, q_dtype=T.dl_dtype(q_dtype), kv_dtype=T.dl_dtype(kv_dtype),
+        sm_scale=sm_scale, logits_soft_cap=soft_cap, window_left=window_left,
+        k_scale=k_scale, v_scale=v_scale, variant=variant_handle, **A.rope_fields(rope)))
 
 
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
