@@ -277,13 +277,14 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "batch_size = %d, expected >= 0",
                              batch_size);
     const int64_t units = cinfer__decode_units(cfg);
-    int64_t max_len = 0;
+    int64_t max_len = 0, total = 0; /* total: attended tokens of all requests */
     for (int b = 0; b < batch_size; b++) {
         if (kv_len[b] < 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "kv_len[%d] = %d, expected >= 0",
                                  b, kv_len[b]);
         const int64_t a = attended(cfg, kv_len[b]);
         max_len = a > max_len ? a : max_len;
+        total += a;
     }
     if ((int64_t)batch_size * units > INT32_MAX)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -318,6 +319,32 @@ cinfer_status_t cinfer__decode_plan_chunks(const cinfer__decode_config_t *cfg,
                         k = up;
                         break;
                     }
+                /* Past CINFER__DECODE_MIN_CHUNK: the fewest items that still number busy_ctas,
+                 * in the smallest chunk that makes that many, where those chunks are nearly all
+                 * full (their tokens within 1/8 of the attended ones: long requests, not a mix
+                 * whose short ones would each take a slot). */
+                int64_t kb = k, kb_hi = k_max;
+                if (count_chunks(cfg, kv_len, batch_size, kb * align) * units >= cfg->busy_ctas)
+                    while (kb < kb_hi) {
+                        const int64_t mid = kb + (kb_hi - kb + 1) / 2;
+                        if (count_chunks(cfg, kv_len, batch_size, mid * align) * units >=
+                            cfg->busy_ctas)
+                            kb = mid;
+                        else
+                            kb_hi = mid - 1;
+                    }
+                /* then the smallest chunk with as many items: the most even ones */
+                const int64_t n_kb = count_chunks(cfg, kv_len, batch_size, kb * align);
+                int64_t kc = k + 1;
+                while (kc < kb) {
+                    const int64_t mid = kc + (kb - kc) / 2;
+                    if (count_chunks(cfg, kv_len, batch_size, mid * align) <= n_kb)
+                        kb = mid;
+                    else
+                        kc = mid + 1;
+                }
+                if (kb > k && kb > k_up && n_kb * kb * align <= total + total / 8)
+                    k = kb;
             } else if (k < k_up &&
                        2 * count_chunks(cfg, kv_len, batch_size, k_up * align) * units >=
                            cfg->max_ctas) {

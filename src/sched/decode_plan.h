@@ -27,9 +27,16 @@
  *   <= max_ctas (binary search; items is non-increasing in C), so the whole step is one wave of
  *   resident CTAs, one item each, and the longest item is as short as one wave allows; C is then
  *   raised, up to CINFER__DECODE_MIN_CHUNK (or the longest request), to the largest size whose
- *   items still number busy_ctas (fewer, longer items pay fewer starts and partial states); with
- *   busy_ctas 0 (the CUDA-core kernel) to CINFER__DECODE_MIN_CHUNK itself when its items still
- *   fill half a wave, else not at all.
+ *   items still number busy_ctas (fewer, longer items pay fewer starts and partial states), and
+ *   past it, where the requests are long enough, to the smallest size whose items number the
+ *   fewest that are still busy_ctas or more, when those chunks are nearly all full (their
+ *   capacity sum_b units * C * chunks_b within 1/8 of the attended tokens: long requests, not a
+ *   batch whose short requests would take most of the slots); with busy_ctas 0 (the CUDA-core
+ *   kernel) to CINFER__DECODE_MIN_CHUNK itself when its items still fill half a wave, else not
+ *   at all. H200, 32/8 heads, bf16, 3-warp CTAs (528 resident), 2026-12-01, same-run A/B
+ *   (bench/RESULTS.md, developers' session 28): one request of 32k tokens in 39.6-39.7 us as 256
+ *   items of 1024 tokens against 42.1-42.2 as 512 of 512; 16 requests of 1k / 4k / 8k 4% / 2% /
+ *   1.3% faster as 256 items.
  *   Chosen unless the longest item at the smallest C costs (tokens + CINFER__DECODE_ITEM_TOKENS)
  *   more than a stream lane's budget B below plus its slack (CHUNK_ALIGN + ITEM) and more than
  *   the stream's costliest lane: then, e.g. one long request among short ones filling most of a
@@ -111,8 +118,9 @@ typedef struct cinfer__decode_config {
     int heads_per_cta;  /* HPC, a divisor of group: at most 8 (CUDA cores) or 16 (tensor cores) */
     int max_ctas;       /* resident CTAs of the attention kernel, >= 1 */
     int busy_ctas;      /* items that keep the DRAM busy by themselves (one-wave chunks grow
-                           toward CINFER__DECODE_MIN_CHUNK while at least this many remain); 0:
-                           they grow to it only if half a wave of items remains, else stay */
+                           while at least this many remain: toward CINFER__DECODE_MIN_CHUNK,
+                           and past it for long requests; top of this file); 0: they grow to it
+                           only if half a wave of items remains, else stay */
     int max_batch_size; /* requests a plan may hold, >= 1 */
     int window_left;    /* -1 = off */
     bool graph;         /* CUDA-graph mode: grids fixed for max_batch_size */

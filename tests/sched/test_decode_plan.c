@@ -141,10 +141,11 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
     assert_true(ch->num_slots <= p->layout.slot_capacity);
     assert_true(ctas <= cfg->max_ctas && ctas <= n);
 
-    int64_t max_att = 0;
+    int64_t max_att = 0, total = 0;
     for (int b = 0; b < batch; b++) {
         const int64_t a = attended_len(cfg, kv_len[b]);
         max_att = a > max_att ? a : max_att;
+        total += a;
     }
     /* The one-wave chunk: the smallest that fits one wave, raised toward
      * CINFER__DECODE_MIN_CHUNK as far as busy_ctas items remain (busy_ctas 0: to it only if its
@@ -162,6 +163,20 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             want = up;
             break;
         }
+    /* Past it: the fewest items that still number busy_ctas, in the smallest chunk that makes
+     * that many, taken if they are nearly all full (their tokens within 1/8 of the attended
+     * ones). */
+    for (int64_t up = k_max_len;
+         cfg->busy_ctas > 0 && fits && !cfg->no_split && up > up_to && up > want; up -= align) {
+        const int64_t items = items_for(cfg, kv_len, batch, up);
+        if (items >= cfg->busy_ctas) {
+            while (up - align > want && items_for(cfg, kv_len, batch, up - align) == items)
+                up -= align;
+            if (up > up_to && items * up <= units * (total + total / 8))
+                want = up;
+            break;
+        }
+    }
     if (cfg->busy_ctas == 0 && fits && !cfg->no_split && fit < up_to &&
         2 * items_for(cfg, kv_len, batch, up_to) >= cfg->max_ctas)
         want = up_to;
@@ -827,11 +842,14 @@ static void mixed_batches_that_fit_one_wave_stream(void **state) {
 }
 
 /* busy_ctas: one request of 8k / 4k tokens on 528 CTAs, 256 wanted busy: chunks of 256 / 128
- * tokens (256 items), not the 128 / 64 that the most items in one wave would give. */
+ * tokens (256 items), not the 128 / 64 that the most items in one wave would give; 16k / 32k
+ * tokens and 4 x 32k: 512 / 1024 / 4096 (256 items), past CINFER__DECODE_MIN_CHUNK; a batch of
+ * one long and many short requests keeps the smallest chunk that fits (the long one's chunks
+ * would be few of the items). */
 static void one_wave_chunks_keep_busy_ctas(void **state) {
     (void)state;
     plan_t p;
-    cinfer__decode_config_t c = config(32, 8, 528, 1, -1, false);
+    cinfer__decode_config_t c = config(32, 8, 528, 64, -1, false);
     c.busy_ctas = 256;
     const int32_t eight[] = {8192}, four[] = {4096}, one[] = {1024};
     plan_and_verify(&c, eight, 1, &p);
@@ -842,6 +860,31 @@ static void one_wave_chunks_keep_busy_ctas(void **state) {
     free_plan(&p);
     plan_and_verify(&c, one, 1, &p); /* 128 items at most: the smallest chunk */
     assert_int_equal(p.chunking.chunk_size, 64);
+    free_plan(&p);
+    const int32_t sixteen[] = {16384}, long_one[] = {32768},
+                  four_long[] = {32768, 32768, 32768, 32768};
+    plan_and_verify(&c, sixteen, 1, &p);
+    assert_int_equal(p.chunking.chunk_size, 512);
+    assert_int_equal(p.chunking.num_ctas, 256);
+    free_plan(&p);
+    plan_and_verify(&c, long_one, 1, &p);
+    assert_int_equal(p.chunking.chunk_size, 1024);
+    assert_int_equal(p.chunking.num_ctas, 256);
+    free_plan(&p);
+    plan_and_verify(&c, four_long, 4, &p);
+    assert_int_equal(p.chunking.chunk_size, 4096);
+    free_plan(&p);
+    int32_t mixed[40];
+    mixed[0] = 32768;
+    for (int b = 1; b < 40; b++)
+        mixed[b] = 100;
+    plan_and_verify(&c, mixed, 40, &p); /* streamed, or in one wave of chunks up to 256 */
+    assert_true(p.chunking.stream || p.chunking.chunk_size <= 256);
+    free_plan(&p);
+    for (int b = 1; b < 40; b++)
+        mixed[b] = 3000; /* 320 slices: every chunk size keeps 256 items */
+    plan_and_verify(&c, mixed, 40, &p);
+    assert_true(p.chunking.stream || p.chunking.chunk_size <= 256);
     free_plan(&p);
 }
 
