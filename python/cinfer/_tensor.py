@@ -168,8 +168,8 @@ def stream_getter(device):
     ``device``, for hot paths: the raw accessor and the device index looked up once."""
     torch = torch_module()
     r = _raw_stream(torch, device)
-    if r is None:  # an older PyTorch; a test's CPU stand-in
-        return lambda: torch.cuda.current_stream(device).cuda_stream
+    if r is None:  # an older PyTorch; a test's CPU stand-in (which replaces stream_of)
+        return lambda: stream_of(device)
     raw, index = r
     return lambda: raw(index)
 
