@@ -8,6 +8,7 @@ first function that needs it).
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from . import _lib
@@ -172,6 +173,60 @@ def stream_getter(device):
         return lambda: stream_of(device)
     raw, index = r
     return lambda: raw(index)
+
+
+def layout_of(t) -> tuple:
+    """What a tensor argument's checks and DLTensor depend on besides its data: shape, strides,
+    dtype and device."""
+    return (t.shape, t.stride(), t.dtype, t.device)
+
+
+class CheckedCall:
+    """The checked argument layout of one call of a single-request op: its options struct, the
+    DLTensors of its tensors (``dl``, in the op's order; only their data pointers change from
+    call to call) and references to them, its packed variant arguments, and what else the op
+    keeps (``extra``, e.g. a workspace size)."""
+
+    __slots__ = ("options", "options_ref", "dl", "refs", "packed", "extra")
+
+    def __init__(self, options, dl, packed, extra=None) -> None:
+        self.options = options
+        self.options_ref = ctypes.byref(options)
+        self.dl = dl
+        self.refs = [ref(d) for d in dl]
+        self.packed = packed
+        self.extra = extra
+
+    def rebind(self, *tensors) -> list:
+        """Points the DLTensors, in order, at ``tensors`` (of the checked layouts) and returns
+        their references."""
+        for d, t in zip(self.dl, tensors):
+            d.data = t.data_ptr() or None
+        return self.refs
+
+
+class LayoutCache:
+    """:class:`CheckedCall` s by a key naming every input of the checks (the tensors'
+    :func:`layout_of` and the scalar arguments): a call whose key an earlier call of the same
+    thread put here skips the checks and rebinds that call's structs to its data (the library
+    checks the arguments again either way). Per thread, since a call rewrites the structs and the
+    C call releases the GIL; at most ``capacity`` keys per thread (emptied when full)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._local = threading.local()
+        self._capacity = capacity
+
+    def get(self, key):
+        calls = getattr(self._local, "calls", None)
+        return calls.get(key) if calls is not None else None
+
+    def put(self, key, call: CheckedCall) -> None:
+        calls = getattr(self._local, "calls", None)
+        if calls is None:
+            calls = self._local.calls = {}
+        if len(calls) >= self._capacity:
+            calls.clear()
+        calls[key] = call
 
 
 class DLSlot:

@@ -213,12 +213,43 @@ def single_decode_with_kv_cache(
     return (out, lse) if return_lse else out
 
 
+# Checked layouts of single decode calls of default attention (:func:`single_decode_impl`).
+_single_calls = T.LayoutCache(64)
+
+
 def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits_soft_cap,
                        sm_scale, return_lse, variant=None, variant_args=None, *, rope=None):
     """The eager implementation (also the ``cinfer::single_decode`` operator's, without a
     variant or RoPE): returns ``(out, lse)`` with ``lse`` None unless ``return_lse``. ``rope``:
-    :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None."""
+    :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None.
+
+    Default attention (no variant or RoPE) on tensors of a layout an earlier call of this thread
+    checked skips the checks and reuses that call's structs and workspace size: only the data
+    pointers change (the library checks the arguments again either way)."""
     torch = T.torch_module()
+    where = "single_decode_with_kv_cache"
+    key = None
+    if (variant is None and variant_args is None and rope is None
+            and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor)):
+        key = (T.layout_of(q), T.layout_of(k), T.layout_of(v), kv_layout, k_scale, v_scale,
+               window_left, logits_soft_cap, sm_scale, bool(return_lse))
+        c = _single_calls.get(key)
+        if c is not None:
+            nbytes = c.extra
+            workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=q.device)
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            lse = (torch.empty((q.shape[0],), dtype=torch.float32, device=q.device)
+                   if return_lse else None)
+            refs = c.rebind(q, k, v, out, lse) if return_lse else c.rebind(q, k, v, out)
+            _lib.check(
+                _lib.lib().cinfer_single_decode(
+                    T.context_of(q.device), c.options_ref, refs[0], refs[1], refs[2], refs[3],
+                    refs[4] if return_lse else None, c.packed.ref(), workspace.data_ptr(),
+                    nbytes, T.stream_of(q.device)),
+                where,
+            )
+            return out, lse
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
     v = T.as_tensor(v, "v")
@@ -245,15 +276,14 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
     window_left = A.window_left(window_left)
     k_scale = A.positive(k_scale, "k_scale", 1.0)
     v_scale = A.positive(v_scale, "v_scale", 1.0)
-    key = ("decode", num_qo_heads, num_kv_heads, head_dim, layout, q.dtype, k.dtype, sm_scale,
-           logits_soft_cap, window_left, k_scale, v_scale,
-           variant.handle if variant is not None else None, rope)
-    opts = _lib.cached_attention_options(key, lambda: _options(
+    options_key = ("decode", num_qo_heads, num_kv_heads, head_dim, layout, q.dtype, k.dtype,
+                   sm_scale, logits_soft_cap, window_left, k_scale, v_scale,
+                   variant.handle if variant is not None else None, rope)
+    opts = _lib.cached_attention_options(options_key, lambda: _options(
         num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         kv_layout=layout, q_dtype=q.dtype, kv_dtype=k.dtype, sm_scale=sm_scale,
         logits_soft_cap=logits_soft_cap, window_left=window_left, k_scale=k_scale,
         v_scale=v_scale, variant=variant, rope=rope))
-    where = "single_decode_with_kv_cache"
     packed = V.pack_args(variant, variant_args, where)
     lib = _lib.lib()
     ctx = T.context_of(q.device)
@@ -265,14 +295,18 @@ def single_decode_impl(q, k, v, kv_layout, k_scale, v_scale, window_left, logits
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = (torch.empty((num_qo_heads,), dtype=torch.float32, device=q.device)
            if return_lse else None)
-    dl_lse = T.to_dl(lse, "lse") if lse is not None else None
+    dl = [T.to_dl(q, "q"), T.to_dl(k, "k"), T.to_dl(v, "v"), T.to_dl(out, "out")]
+    if lse is not None:
+        dl.append(T.to_dl(lse, "lse"))
     _lib.check(
         lib.cinfer_single_decode(
-            ctx, ctypes.byref(opts), T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")),
-            T.ref(T.to_dl(v, "v")), T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(),
-            workspace.data_ptr(), nbytes.value, T.stream_of(q.device)),
+            ctx, ctypes.byref(opts), T.ref(dl[0]), T.ref(dl[1]), T.ref(dl[2]), T.ref(dl[3]),
+            T.ref(dl[4]) if lse is not None else None, packed.ref(), workspace.data_ptr(),
+            nbytes.value, T.stream_of(q.device)),
         where,
     )
+    if key is not None:  # checked and accepted: later calls of this layout reuse the structs
+        _single_calls.put(key, T.CheckedCall(opts, dl, packed, nbytes.value))
     return out, lse
 
 

@@ -261,6 +261,10 @@ def _single_options(num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dt
         k_scale=k_scale, v_scale=v_scale, variant=variant_handle, **A.rope_fields(rope)))
 
 
+# Checked layouts of single prefill calls of default attention (:func:`single_prefill_impl`).
+_single_calls = T.LayoutCache(64)
+
+
 def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap,
                         return_lse, variant=None, variant_args=None, *, custom_mask=None,
                         packed_custom_mask=None, alibi=False, rope=None, k_scale=None,
@@ -268,8 +272,33 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
     """The eager implementation (also the ``cinfer::single_prefill`` operator's, without a
     variant, mask, ALiBi or RoPE): returns ``(out, lse)`` with ``lse`` None unless
     ``return_lse``. The combination of variant, mask and ALiBi was checked by the caller;
-    ``rope`` is :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None."""
+    ``rope`` is :func:`cinfer._args.rope`'s ``(rope_scale, rope_theta)``, or None.
+
+    Default attention (no variant, mask, ALiBi or RoPE) on tensors of a layout an earlier call
+    of this thread checked skips the checks and reuses that call's structs: only the data
+    pointers change (the library checks the arguments again either way)."""
     torch = T.torch_module()
+    key = None
+    if (variant is None and variant_args is None and custom_mask is None
+            and packed_custom_mask is None and not alibi and rope is None
+            and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor)):
+        key = (T.layout_of(q), T.layout_of(k), T.layout_of(v), bool(causal), kv_layout,
+               sm_scale, window_left, logits_soft_cap, bool(return_lse), k_scale, v_scale)
+        c = _single_calls.get(key)
+        if c is not None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            lse = (torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+                   if return_lse else None)
+            refs = c.rebind(q, k, v, out, lse) if return_lse else c.rebind(q, k, v, out)
+            _lib.check(
+                _lib.lib().cinfer_single_prefill(
+                    T.context_of(q.device), c.options_ref, 1 if causal else 0, refs[0],
+                    refs[1], refs[2], refs[3], refs[4] if return_lse else None,
+                    c.packed.ref(), T.stream_of(q.device)),
+                "single_prefill_with_kv_cache",
+            )
+            return out, lse
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
     v = T.as_tensor(v, "v")
@@ -312,14 +341,18 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = (torch.empty((qo_len, num_qo_heads), dtype=torch.float32, device=q.device)
            if return_lse else None)
-    dl_lse = T.to_dl(lse, "lse") if lse is not None else None
+    dl = [T.to_dl(q, "q"), T.to_dl(k, "k"), T.to_dl(v, "v"), T.to_dl(out, "out")]
+    if lse is not None:
+        dl.append(T.to_dl(lse, "lse"))
     _lib.check(
         _lib.lib().cinfer_single_prefill(
-            T.context_of(q.device), ctypes.byref(opts), 1 if causal else 0,
-            T.ref(T.to_dl(q, "q")), T.ref(T.to_dl(k, "k")), T.ref(T.to_dl(v, "v")),
-            T.ref(T.to_dl(out, "out")), T.ref(dl_lse), packed.ref(), T.stream_of(q.device)),
+            T.context_of(q.device), ctypes.byref(opts), 1 if causal else 0, T.ref(dl[0]),
+            T.ref(dl[1]), T.ref(dl[2]), T.ref(dl[3]), T.ref(dl[4]) if lse is not None else None,
+            packed.ref(), T.stream_of(q.device)),
         "single_prefill_with_kv_cache",
     )
+    if key is not None:  # checked and accepted: later calls of this layout reuse the structs
+        _single_calls.put(key, T.CheckedCall(opts, dl, packed))
     return out, lse
 
 

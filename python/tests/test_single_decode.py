@@ -2,6 +2,7 @@
 slopes and in-kernel RoPE included)."""
 
 import math
+import threading
 
 import pytest
 
@@ -114,6 +115,40 @@ def test_single_decode_alibi(heads, kv_len):
     ref_out, ref_lse = reference.decode(q, _nhd(k, layout), _nhd(v, layout), window_left=50,
                                         alibi_slopes=reference.alibi_slopes(hq, DEV))
     _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
+def test_single_decode_reuses_checked_layouts(monkeypatch):
+    """Calls that repeat an earlier call's layout (the path that reuses its checked structs and
+    workspace size with the data pointers updated): other data, with and without the LSE,
+    another soft cap, a call that must still fail, and the same layout on another thread."""
+    f = cinfer.single_decode_with_kv_cache
+    q, k, v = _make(3000, 32, 8, 128, torch.bfloat16, torch.bfloat16, "NHD", seed=3)
+    first, first_lse = f(q, k, v, return_lse=True)
+    for seed in range(3):
+        q2, k2, v2 = _make(3000, 32, 8, 128, torch.bfloat16, torch.bfloat16, "NHD",
+                           seed=20 + seed)
+        out, lse = f(q2, k2, v2, return_lse=True)
+        _check(out, lse, *reference.decode(q2, k2, v2), torch.bfloat16)
+        assert torch.equal(f(q2, k2, v2), out)
+    again, again_lse = f(q, k, v, return_lse=True)
+    assert torch.equal(again, first) and torch.equal(again_lse, first_lse)
+    out, lse = f(q, k, v, logits_soft_cap=5.0, return_lse=True)
+    _check(out, lse, *reference.decode(q, k, v, logits_soft_cap=5.0), torch.bfloat16)
+    with pytest.raises(ValueError, match="v: dtype"):
+        f(q, k, v.float())
+    # A repeated layout builds no DLTensor: it rebinds the structs of the call that checked it.
+    built = []
+    to_dl = cinfer._tensor.to_dl
+    monkeypatch.setattr(cinfer._tensor, "to_dl",
+                        lambda *a, **kw: built.append(1) or to_dl(*a, **kw))
+    f(q2, k2, v2)
+    assert built == []
+    monkeypatch.undo()
+    result = []
+    worker = threading.Thread(target=lambda: result.append(f(q2, k2, v2)))
+    worker.start()
+    worker.join()
+    assert torch.equal(result[0], f(q2, k2, v2))
 
 
 def test_single_decode_errors():

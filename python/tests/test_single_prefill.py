@@ -6,6 +6,7 @@ RoPE, errors."""
 
 import math
 import random
+import threading
 
 import pytest
 
@@ -201,6 +202,43 @@ def test_single_prefill_alibi(lens, heads, causal):
     ref_out, ref_lse = reference.prefill(q, k, v, causal=causal,
                                          alibi_slopes=reference.alibi_slopes(hq, DEV))
     _check(out, lse, ref_out, ref_lse, torch.float16)
+
+
+def test_single_prefill_reuses_checked_layouts(monkeypatch):
+    """Calls that repeat an earlier call's layout (the path that reuses its checked structs with
+    the data pointers updated): other data, with and without the LSE, another sm_scale, q with
+    other strides, a call that must still fail, and the same layout on another thread."""
+    f = cinfer.single_prefill_with_kv_cache
+    q, k, v = _make(200, 700, 8, 2, 128, torch.bfloat16, "NHD", seed=5)
+    first, first_lse = f(q, k, v, causal=True, return_lse=True)
+    for seed in range(3):
+        q2, k2, v2 = _make(200, 700, 8, 2, 128, torch.bfloat16, "NHD", seed=10 + seed)
+        out, lse = f(q2, k2, v2, causal=True, return_lse=True)
+        _check(out, lse, *reference.prefill(q2, k2, v2, causal=True), torch.bfloat16)
+        assert torch.equal(f(q2, k2, v2, causal=True), out)
+    again, again_lse = f(q, k, v, causal=True, return_lse=True)
+    assert torch.equal(again, first) and torch.equal(again_lse, first_lse)
+    out, lse = f(q, k, v, causal=True, sm_scale=0.05, return_lse=True)
+    _check(out, lse, *reference.prefill(q, k, v, causal=True, sm_scale=0.05), torch.bfloat16)
+    wide = torch.zeros(200, 8, 256, dtype=torch.bfloat16, device=DEV)
+    wide[..., 64:192] = q
+    out, lse = f(wide[..., 64:192], k, v, causal=True, return_lse=True)
+    _check(out, lse, *reference.prefill(q, k, v, causal=True), torch.bfloat16)
+    with pytest.raises(ValueError, match="v: dtype"):
+        f(q, k, v.float(), causal=True)
+    # A repeated layout builds no DLTensor: it rebinds the structs of the call that checked it.
+    built = []
+    to_dl = cinfer._tensor.to_dl
+    monkeypatch.setattr(cinfer._tensor, "to_dl",
+                        lambda *a, **kw: built.append(1) or to_dl(*a, **kw))
+    f(q2, k2, v2, causal=True)
+    assert built == []
+    monkeypatch.undo()
+    result = []
+    worker = threading.Thread(target=lambda: result.append(f(q2, k2, v2, causal=True)))
+    worker.start()
+    worker.join()
+    assert torch.equal(result[0], f(q2, k2, v2, causal=True))
 
 
 def test_single_prefill_errors():
