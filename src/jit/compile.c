@@ -74,7 +74,9 @@ cinfer_status_t cinfer__jit_compile(const cinfer__rendered_t *r, void **cubin, s
                              cinfer__aot_process_bundle()
                                  ? "AOT bundle or the kernel cache"
                                  : "kernel cache (no AOT bundle is loaded: CINFER_AOT_PATH names "
-                                   "one, else libcinfer.aot next to libcinfer.so)");
+                                   "one; without it libcinfer.so looks for libcinfer.aot next to "
+                                   "itself, and a program linked statically, as the cinfer tool's "
+                                   "compile command, looks nowhere)");
     const cinfer__nvrtc_t *nv;
     CINFER__CHECK(cinfer__nvrtc_get(&nv));
 

@@ -637,9 +637,10 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
                              "%s: dtype_o %s is not supported (f16 or bf16)", fam->name,
                              cinfer__dtype_name(spec->dtype_o));
     if ((fam->fields & F_HD_VO) && (spec->head_dim_vo < 1 || spec->head_dim_vo > 1024))
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: head_dim_vo %d is out of range [1, 1024]", fam->name,
-                             (int)spec->head_dim_vo);
+        return cinfer__error(
+            CINFER_STATUS_UNSUPPORTED, "%s: head_dim_vo %d is out of range [1, 1024]%s", fam->name,
+            (int)spec->head_dim_vo,
+            spec->head_dim_vo == 0 ? " (not given? head_dim=N sets both head dims)" : "");
     if ((fam->fields & F_VEC) && spec->vec == 0)
         return cinfer__error(
             CINFER_STATUS_INVALID_ARGUMENT,
