@@ -253,7 +253,7 @@ class DLSlot:
         None otherwise (check ``t`` and :meth:`bind` it)."""
         if not isinstance(t, self._tensor):
             return None
-        if (t.shape, t.stride(), t.dtype, t.device) != self._key:
+        if layout_of(t) != self._key:
             return None
         self._dl.data = t.data_ptr() or None
         return self._ref
@@ -262,5 +262,5 @@ class DLSlot:
         """Builds the struct for ``t`` (a checked tensor) and returns its reference."""
         self._dl = to_dl(t, self._name)
         self._ref = ctypes.byref(self._dl)
-        self._key = (t.shape, t.stride(), t.dtype, t.device)
+        self._key = layout_of(t)
         return self._ref
