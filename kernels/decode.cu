@@ -317,8 +317,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         /* The initial state joins once per query row: in its slice's first chunk. */
         const bool first_chunk =
             item.partial < 0 ||
-            item.partial == p.requests[(long long)b * p.num_kv_heads * slices_per_head + item.slice]
-                                .partial_base;
+            item.partial ==
+                cinfer_decode_slice_request(p, b, item.slice, slices_per_head).partial_base;
 #endif
         for (int pair = threadIdx.x; pair < HPC * ROW_LANES; pair += THREADS) {
             const int g = pair / ROW_LANES, x = pair % ROW_LANES;
@@ -426,11 +426,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     CINFER_KERNEL_NAME(const cinfer_decode_params p) {
     __shared__ float sm_state[WARPS][TX][2 + VEC]; /* (m, w, o[VEC]) of warps 1.. of a pair */
     const int lane = threadIdx.x % 32, tx = lane % TX, group0 = lane / TX;
-    const int mw_plan = p.header->merge_warps;
+    const bool uniform = p.uniform.pieces > 0; /* no schedule in the workspace then */
+    const int mw_plan = uniform ? p.uniform.merge_warps : p.header->merge_warps;
     const int mw = mw_plan == 2 || mw_plan == 4 ? mw_plan : 1;
     const int warp = threadIdx.x / 32, sub = warp % mw;
     const long long pair = (long long)blockIdx.x * (WARPS / mw) + warp / mw;
-    const int batch = p.header->batch_size;
+    const int batch = uniform ? 1 : p.header->batch_size;
     /* A block that leaves still waits for the attention grid first (cinfer_pdl_wait), so this
      * grid never completes before the grid it depends on: stream order then carries the
      * attention kernel's directly written rows (requests that were not split) to whatever the
@@ -446,8 +447,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     /* Decode: one entry per (request, head slice), slots partial_base + c; batch prefill's rows:
      * one per row, slots partial_base + slice * num_chunks + c (kernels/decode_params.h). */
     const cinfer_decode_request req =
-        p.slice_infos ? p.requests[(long long)b * p.num_kv_heads * (group / hpc) + slice]
-                      : p.requests[b];
+        p.slice_infos ? cinfer_decode_slice_request(p, b, slice, group / hpc) : p.requests[b];
     if (req.num_chunks <= 1) {
         cinfer_pdl_wait();
         return;

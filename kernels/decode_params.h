@@ -51,13 +51,16 @@ typedef struct cinfer_decode_request {
  * piece i % pieces of head slice i / pieces, KV positions kv_begin + (i % pieces) * chunk .. +
  * chunk (clipped to kv_len), with partial slot i when pieces > 1 (else -1): the items the plan
  * writes, computed instead of loaded, so a CTA's first DRAM round trip is its page-table entry's
- * (cinfer_decode_uniform_work). pieces = 0: read the items from the workspace. */
+ * (cinfer_decode_uniform_work). The merge kernel takes its header and request entries from here
+ * too (cinfer_decode_uniform_request), so with these parameters no kernel reads the schedule and
+ * single decode does not copy it. pieces = 0: read the schedule from the workspace. */
 typedef struct cinfer_decode_uniform {
     int pieces; /* per head slice; 0: off */
     int chunk;
     int kv_begin; /* the attended range's start */
     int kv_len;
-    int page_begin; /* kv_indptr[0] (paged), else 0 */
+    int page_begin;  /* kv_indptr[0] (paged), else 0 */
+    int merge_warps; /* the header's merge_warps */
 } cinfer_decode_uniform;
 
 /* Written by plan into the device workspace; read by run's kernels (so a captured CUDA graph
@@ -130,6 +133,23 @@ static inline
     w.kv_len = u->kv_len;
     w.next = -1;
     return w;
+}
+
+/* The schedule's entry for head slice `slice` of a uniform plan's request (requests[slice]): a
+ * split slice's pieces take partial slots slice * pieces .. (an item's partial is its index), an
+ * unsplit one has none (-1). */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__device__ __forceinline__
+#else
+static inline
+#endif
+    cinfer_decode_request
+    cinfer_decode_uniform_request(const cinfer_decode_uniform *u, int slice) {
+    cinfer_decode_request r;
+    r.kv_len = u->kv_len;
+    r.num_chunks = u->pieces;
+    r.partial_base = u->pieces > 1 ? slice * u->pieces : -1;
+    return r;
 }
 
 #endif

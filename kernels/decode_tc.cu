@@ -481,8 +481,8 @@ extern "C" __global__ void LAUNCH_BOUNDS CINFER_KERNEL_NAME(const cinfer_decode_
         /* The initial state joins once per query row: in its slice's first chunk. */
         const bool first_chunk =
             item.partial < 0 ||
-            item.partial == p.requests[(long long)b * p.num_kv_heads * slices_per_head + item.slice]
-                                .partial_base;
+            item.partial ==
+                cinfer_decode_slice_request(p, b, item.slice, slices_per_head).partial_base;
 #endif
         for (int pair = threadIdx.x; pair < HPC * CHUNKS; pair += THREADS) {
             const int row = pair / CHUNKS, x = pair % CHUNKS;

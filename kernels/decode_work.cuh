@@ -41,6 +41,16 @@ cinfer_decode_first_work(const cinfer_decode_params &p, int *num_ctas) {
     return cinfer_decode_load_work(p.work, (int)blockIdx.x);
 }
 
+/* The schedule's entry of head slice `slice` of request b (decode's one per (request, head slice);
+ * slices_per_head = group / heads_per_cta): from a uniform plan's parameters, else the workspace.
+ */
+__device__ __forceinline__ cinfer_decode_request
+cinfer_decode_slice_request(const cinfer_decode_params &p, int b, int slice, int slices_per_head) {
+    if (p.uniform.pieces > 0)
+        return cinfer_decode_uniform_request(&p.uniform, slice);
+    return p.requests[(long long)b * p.num_kv_heads * slices_per_head + slice];
+}
+
 /* The first query head of an item's head slice, whose KV head is kv_head (slices_per_head =
  * group / heads_per_cta, kv_head = item->slice / slices_per_head). */
 __device__ __forceinline__ int cinfer_decode_item_head(const cinfer_decode_work *item, int kv_head,

@@ -74,10 +74,12 @@ def rope_llama(x, pos, rope_scale=1.0, rope_theta=1e4):
 
 
 def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_scale=1.0,
-           v_scale=1.0, alibi_slopes=None, rope=None):
+           v_scale=1.0, alibi_slopes=None, rope=None, sinks=None):
     """One request: q [Hq, D]; k, v [kv_len, Hk, D] (NHD) -> out [Hq, D], lse [Hq] (base 2).
     alibi_slopes [Hq]: adds slope_h * (j - (kv_len - 1)) to the scaled logit. rope =
-    (rope_scale, rope_theta): in-kernel RoPE, q rotated at kv_len - 1 and k_j at j."""
+    (rope_scale, rope_theta): in-kernel RoPE, q rotated at kv_len - 1 and k_j at j. sinks [Hq]:
+    the built-in "sinks" variant, one more logit per head in the softmax's denominator (no
+    value); needs kv_len >= 1."""
     q, k, v = f64(q), f64(k), f64(v)
     hq, d = q.shape
     kv_len, hk, _ = k.shape
@@ -98,6 +100,10 @@ def decode(q, k, v, *, sm_scale=None, logits_soft_cap=None, window_left=-1, k_sc
     if window_left >= 0:
         j = torch.arange(kv_len, device=q.device)
         s = s.masked_fill((j < kv_len - 1 - window_left)[None, :], -math.inf)
+    if sinks is not None:
+        full = torch.cat([s, f64(sinks)[:, None]], dim=1)
+        lse_e = torch.logsumexp(full, dim=1)
+        return torch.einsum("hl,lhd->hd", torch.exp(s - lse_e[:, None]), vv) * v_scale, lse_e / LN2
     lse = torch.logsumexp(s, dim=1) / LN2 if kv_len > 0 else torch.full(
         (hq,), -math.inf, dtype=torch.float64, device=q.device)
     if kv_len == 0:

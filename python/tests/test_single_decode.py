@@ -151,6 +151,34 @@ def test_single_decode_reuses_checked_layouts(monkeypatch):
     assert torch.equal(result[0], f(q2, k2, v2))
 
 
+@pytest.mark.parametrize("variant", [None, "sinks"])
+def test_single_decode_in_cuda_graph(variant):
+    """A call captured in a CUDA graph (split-KV: 5000 tokens, so the merge kernel is captured
+    too) replays over new contents of the same tensors."""
+    f = cinfer.single_decode_with_kv_cache
+    hq, hk, d, n, dtype = 32, 8, 128, 5000, torch.bfloat16
+    q, k, v = _make(n, hq, hk, d, dtype, dtype, "NHD", seed=31)
+    kw = {}
+    if variant is not None:
+        sinks = torch.randn(hq, generator=torch.Generator(DEV).manual_seed(5), device=DEV)
+        kw = dict(variant=variant, variant_args=[sinks])
+    f(q, k, v, return_lse=True, **kw)  # loads the kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = f(q, k, v, return_lse=True, **kw)
+    for seed in (32, 33):
+        q2, k2, v2 = _make(n, hq, hk, d, dtype, dtype, "NHD", seed=seed)
+        q.copy_(q2)
+        k.copy_(k2)
+        v.copy_(v2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = reference.decode(q, k, v, sinks=kw["variant_args"][0] if kw else None)
+        _check(out, lse, *ref, dtype)
+
+
 def test_single_decode_errors():
     q, k, v = _make(10, 8, 2, 128, torch.float16, torch.float16, "NHD", seed=17)
     with pytest.raises(TypeError, match="k"):

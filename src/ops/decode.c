@@ -705,6 +705,40 @@ static cinfer_status_t single_plan(const decode_setup_t *s, int32_t kv_len,
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Builds the schedule of a single decode plan in pageable memory and copies it into the workspace
+ * on stream (cuMemcpyHtoDAsync stages a pageable source before it returns, so the buffer is freed
+ * right after). */
+static cinfer_status_t upload_single_schedule(cinfer_context_t *ctx, const decode_setup_t *s,
+                                              int32_t kv_len,
+                                              const cinfer__decode_chunking_t *chunking,
+                                              const cinfer__decode_layout_t *layout,
+                                              void *workspace, CUstream stream) {
+    char *host = calloc(1, layout->schedule_bytes);
+    if (!host)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "single decode: out of memory for a %zu-byte schedule",
+                             layout->schedule_bytes);
+    const cinfer__decode_schedule_t dst = {
+        .header = (cinfer_decode_header *)host,
+        .infos = (cinfer_decode_request *)(host + layout->infos_offset),
+        .work = (cinfer_decode_work *)(host + layout->work_offset),
+        .info_capacity = layout->info_capacity,
+        .work_capacity = layout->work_capacity,
+        .slot_capacity = layout->slot_capacity,
+    };
+    cinfer_status_t st = cinfer__decode_plan_build(&s->cfg, &kv_len, NULL, 1, chunking, &dst);
+    if (st == CINFER_STATUS_SUCCESS)
+        st = cinfer__context_activate(ctx);
+    if (st == CINFER_STATUS_SUCCESS) {
+        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
+                                                  layout->schedule_bytes, stream);
+        if (res != CUDA_SUCCESS)
+            st = cinfer__cu_error(res, "copying the single decode schedule to the workspace");
+    }
+    free(host);
+    return st;
+}
+
 static cinfer_status_t check_kv_len(int64_t kv_len) {
     if (kv_len < 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "kv_len = %lld, expected >= 0",
@@ -783,35 +817,13 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     CINFER__CHECK(check_workspace(workspace, workspace_bytes, layout.total_bytes,
                                   "cinfer_single_decode_workspace_size"));
 
-    /* The schedule is built in pageable memory: cuMemcpyHtoDAsync stages a pageable source before
-     * it returns, so the buffer can be freed right after the call. */
-    char *host = calloc(1, layout.schedule_bytes);
-    if (!host)
-        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                             "single decode: out of memory for a %zu-byte schedule",
-                             layout.schedule_bytes);
-    const cinfer__decode_schedule_t dst = {
-        .header = (cinfer_decode_header *)host,
-        .infos = (cinfer_decode_request *)(host + layout.infos_offset),
-        .work = (cinfer_decode_work *)(host + layout.work_offset),
-        .info_capacity = layout.info_capacity,
-        .work_capacity = layout.work_capacity,
-        .slot_capacity = layout.slot_capacity,
-    };
-    cinfer_status_t st = cinfer__decode_plan_build(&s.cfg, &len, NULL, 1, &chunking, &dst);
-    if (st == CINFER_STATUS_SUCCESS)
-        st = cinfer__context_activate(ctx);
-    if (st == CINFER_STATUS_SUCCESS) {
-        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
-                                                  layout.schedule_bytes, stream);
-        if (res != CUDA_SUCCESS)
-            st = cinfer__cu_error(res, "copying the single decode schedule to the workspace");
-    }
-    free(host);
-    CINFER__CHECK(st);
-
     cinfer_decode_params p;
     memset(&p, 0, sizeof p);
+    cinfer__decode_plan_uniform(&s.cfg, &len, NULL, 1, &chunking, &p.uniform);
+    /* A uniform plan travels in the kernels' parameters, and nothing is copied (kv_len 0, or more
+     * head slices than one wave of CTAs, has none). */
+    if (p.uniform.pieces == 0)
+        CINFER__CHECK(upload_single_schedule(ctx, &s, len, &chunking, &layout, workspace, stream));
     /* One request: batch index 0 only, so the batch strides are never multiplied by anything
      * but 0. */
     p.q = cinfer__tensor_data(q);
@@ -829,7 +841,6 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         p.lse_stride_h = cinfer__tensor_stride(lse, 0);
     }
     fill_schedule(&s, &layout, workspace, &p);
-    cinfer__decode_plan_uniform(&s.cfg, &len, NULL, 1, &chunking, &p.uniform);
     return launch(
         ctx, &s, &p, variant_blob, cinfer__decode_attention_grid(&s.cfg, chunking.num_ctas),
         cinfer__decode_merge_grid(&s.cfg, s.head_dim, 1, chunking.split, chunking.merge_warps),

@@ -579,6 +579,7 @@ void cinfer__decode_plan_uniform(const cinfer__decode_config_t *cfg, const int32
     out->kv_begin = (int)(kv_len[0] - a);
     out->kv_len = kv_len[0];
     out->page_begin = kv_indptr ? kv_indptr[0] : 0;
+    out->merge_warps = chunking->merge_warps;
 }
 
 /* ---- grids ---- */

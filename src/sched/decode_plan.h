@@ -259,7 +259,9 @@ cinfer_status_t cinfer__decode_plan_build(const cinfer__decode_config_t *cfg, co
  * The plan's items as kernel parameters (cinfer_decode_uniform in decode_params.h) when
  * cinfer_decode_uniform_work reproduces them: one request, the one-wave regime, not in graph mode
  * (a captured graph keeps its parameters, so its kernels read every plan from the workspace).
- * Else pieces = 0. kv_indptr as for cinfer__decode_plan_build.
+ * Else pieces = 0. With pieces > 0 the header's merge_warps and the request entries
+ * (cinfer_decode_uniform_request) come from the parameters too, so the kernels read nothing of
+ * the schedule. kv_indptr as for cinfer__decode_plan_build.
  */
 void cinfer__decode_plan_uniform(const cinfer__decode_config_t *cfg, const int32_t *kv_len,
                                  const int32_t *kv_indptr, int batch_size,

@@ -332,6 +332,16 @@ static void verify_plan(const cinfer__decode_config_t *cfg, const int32_t *kv_le
             assert_int_equal(x.kv_len, it->kv_len);
             assert_int_equal(x.next, it->next);
         }
+        /* and what the merge kernel reads of the schedule: the header's merge_warps and the
+         * slices' entries */
+        assert_int_equal(u.merge_warps, p->header->merge_warps);
+        assert_int_equal(p->header->batch_size, 1);
+        for (int s = 0; s < units; s++) {
+            const cinfer_decode_request r = cinfer_decode_uniform_request(&u, s);
+            assert_int_equal(r.kv_len, p->infos[s].kv_len);
+            assert_int_equal(r.num_chunks, p->infos[s].num_chunks);
+            assert_int_equal(r.partial_base, p->infos[s].partial_base);
+        }
     } else {
         assert_int_equal(u.pieces, 0);
     }
