@@ -26,7 +26,9 @@
  * cinfer__batch_prefill_test_no_split), both timed in this run, with the chunk size the planner
  * chose. The first row is the cascade's shared prefix (bench/cascade.py: 64 rows over 8192 keys,
  * not causal). Then three of the shapes with a longer shortest chunk than the planner's
- * (cinfer__batch_prefill_test_min_chunk 1024, 2048, 4096).
+ * (cinfer__batch_prefill_test_min_chunk 1024, 2048, 4096). Then single prefill of such shapes
+ * (and one that fills the GPU) through cinfer_single_prefill_with_workspace against
+ * cinfer_single_prefill, per call with the host's work (the split plan's) included.
  *
  * With --pack, batch prefill of one request with GQA packing (the 4 query heads of each KV head in
  * one CTA's rows: the default for 32/8 heads) against the same object unpacked
@@ -411,6 +413,59 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     return ms;
 }
 
+/* Median milliseconds of one single prefill of qo_len rows over kv_len keys (32/8 heads, bf16),
+ * through cinfer_single_prefill_with_workspace (with the workspace its size function asks for)
+ * or cinfer_single_prefill, in back-to-back groups (so a call's host work, the split plan's
+ * included, overlaps the previous kernels unless it takes longer than them). *bytes: the
+ * workspace size (0: the call does not split). */
+static double time_single_ws(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
+                             int kv_len, int causal, int use_ws, int iters, size_t *bytes) {
+    const DLDataType bf16 = {kDLBfloat, 16, 1};
+    int dev = 0;
+    cinfer_context_get_device(ctx, &dev, NULL);
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = HQ;
+    o.num_kv_heads = HK;
+    o.head_dim = hd;
+    *bytes = 0;
+    CI(cinfer_single_prefill_workspace_size(ctx, &o, causal, qo_len, kv_len, bytes));
+    CUdeviceptr ws = 0;
+    if (*bytes)
+        CU(cuMemAlloc(&ws, *bytes));
+    int64_t q_shape[3] = {qo_len, HQ, hd}, kv_shape[3] = {kv_len, HK, hd};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    const int reps = 10;
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        for (int r = 0; r < reps; r++) {
+            if (use_ws)
+                CI(cinfer_single_prefill_with_workspace(ctx, &o, causal, &tq, &tk, &tv, &tout, NULL,
+                                                        NULL, (void *)(uintptr_t)ws, *bytes,
+                                                        stream));
+            else
+                CI(cinfer_single_prefill(ctx, &o, causal, &tq, &tk, &tv, &tout, NULL, NULL,
+                                         stream));
+        }
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double ms = times[iters / 2] / reps;
+    free(times);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    if (ws)
+        CU(cuMemFree(ws));
+    return ms;
+}
+
 /* "Q,KV,WARPS,STAGES" or "Q,KV,WARPS,STAGES,sm90" into *cfg; false when it is neither. */
 static int parse_tile(const char *text, cinfer__prefill_config_t *cfg) {
     int n = 0;
@@ -783,6 +838,27 @@ batch_tables:;
                 printf(" %.1f (%d) |", ms * 1e3, chunk);
             }
             printf("\n");
+            fflush(stdout);
+        }
+        /* Single prefill of the same shapes (and one that fills the GPU): split through a
+         * workspace against cinfer_single_prefill's one launch. */
+        static const int single[][3] = {{1, 16384, 1},   {16, 16384, 1},  {64, 8192, 0},
+                                        {128, 16384, 1}, {256, 16384, 1}, {2048, 2048, 1}};
+        printf("\nsingle prefill (%d/%d heads, D = %d, bf16): cinfer_single_prefill_with_workspace "
+               "against cinfer_single_prefill, same run (us per call, host work included)\n\n"
+               "| qo_len | kv_len | causal | workspace (KiB) | with it (us) | without (us) | "
+               "speedup |\n|---|---|---|---|---|---|---|\n",
+               HQ, HK, hd);
+        for (size_t i = 0; i < sizeof single / sizeof single[0]; i++) {
+            size_t bytes = 0;
+            const int iters = quick ? 5 : 20;
+            const double ms = time_single_ws(ctx, stream, &b, single[i][0], single[i][1],
+                                             single[i][2], 1, iters, &bytes);
+            const double ms1 = time_single_ws(ctx, stream, &b, single[i][0], single[i][1],
+                                              single[i][2], 0, iters, &bytes);
+            printf("| %d | %d | %s | %.0f | %.1f | %.1f | %.2fx |\n", single[i][0], single[i][1],
+                   single[i][2] ? "yes" : "no", (double)bytes / 1024.0, ms * 1e3, ms1 * 1e3,
+                   ms1 / ms);
             fflush(stdout);
         }
     }

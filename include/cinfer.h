@@ -640,6 +640,35 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
                                                  const DLTensor *v, DLTensor *out, DLTensor *lse,
                                                  const cinfer_args_t *args, CUstream stream);
 
+/*
+ * Single prefill that may split the KV across CTAs (split-KV) when its query tiles alone would
+ * fill well under one wave of the GPU: a short query over a long KV (a chunk of a long prompt, a
+ * few speculative tokens), where cinfer_single_prefill leaves most SMs idle. Such a call is batch
+ * prefill's plan and run of one ragged request (cinfer_batch_prefill_plan's tile and split-KV
+ * rules, its kernels): the schedule is built on the host and copied into the workspace from
+ * pageable memory (an asynchronous copy on stream), the attention kernel writes float32 partial
+ * states there, and a second kernel merges them. Any other call is cinfer_single_prefill: the
+ * grid fills the GPU, the KV is at most 512 positions, qo_len or kv_len is 0, the variant has no
+ * softmax or an output transform, the batch kernels cannot be had (not in the AOT bundle under
+ * CINFER_JIT=off, or tiles whose shared memory the device lacks), or stream is capturing a CUDA
+ * graph (which cannot take the pageable copy).
+ * cinfer_single_prefill_workspace_size gives the exact bytes for these options and lengths: 0
+ * when the call would not split, and then workspace may be NULL with workspace_bytes 0. workspace:
+ * device memory, 256-byte aligned, of at least that many bytes. Arguments, math and edge cases
+ * are cinfer_single_prefill's (the merged output may differ from the unsplit one in the last
+ * bits). The size function loads the batch kernels (JIT-compiling up to five on first use) only
+ * when a split is possible. Returns cinfer_single_prefill's statuses and WORKSPACE_TOO_SMALL; the
+ * size function returns SUCCESS, INVALID_ARGUMENT (NULL, bad options, causal, lengths),
+ * UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR.
+ */
+CINFER_API cinfer_status_t cinfer_single_prefill_workspace_size(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, int causal, int64_t qo_len,
+    int64_t kv_len, size_t *device_bytes);
+CINFER_API cinfer_status_t cinfer_single_prefill_with_workspace(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, int causal, const DLTensor *q,
+    const DLTensor *k, const DLTensor *v, DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
+    void *workspace, size_t workspace_bytes, CUstream stream);
+
 /* ---------------------------------------------------------------------------------------------
  * Batch prefill: many requests, each with qo_len query rows over its kv_len keys (plan / run)
  *

@@ -422,6 +422,15 @@ _PROTOTYPES = {
         [_vp, _p_options, ctypes.c_int, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
          _p_args, _vp],
     ),
+    "cinfer_single_prefill_workspace_size": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, _p_size],
+    ),
+    "cinfer_single_prefill_with_workspace": (
+        _c_status,
+        [_vp, _p_options, ctypes.c_int, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor,
+         _p_args, _vp, ctypes.c_size_t, _vp],
+    ),
     "cinfer_batch_prefill_workspace_size": (
         _c_status,
         [_vp, _p_options, ctypes.c_int, ctypes.c_int, ctypes.c_int64, _p_size],

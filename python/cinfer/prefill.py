@@ -179,9 +179,13 @@ def single_prefill_with_kv_cache(
     -----
     ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (GQA). Any strides with a
     contiguous last dim work (slices of a packed QKV tensor). One kernel launch on PyTorch's
-    current CUDA stream (plus, for ``custom_mask``, the packing kernel), no workspace; it
-    compiles the kernel on first use and is otherwise CUDA-graph capturable (a captured call
-    reads the mask tensor it was captured with: keep it alive and refill it in place).
+    current CUDA stream (plus, for ``custom_mask``, the packing kernel); a short query over a
+    long KV, whose query tiles alone would leave most of the GPU idle, is split across CTAs
+    instead (split-KV, as the batch prefill wrappers do: a workspace from PyTorch's caching
+    allocator, a schedule copied from host memory, a merge kernel), except while a CUDA graph is
+    being captured. It compiles its kernels on first use and is otherwise CUDA-graph capturable
+    (a captured call runs unsplit and reads the mask tensor it was captured with: keep it alive
+    and refill it in place).
     ``qo_len`` and ``kv_len`` must be below 2^30. A custom mask or ALiBi runs the library's
     built-in variant ``"custom_mask"`` or ``"alibi"`` (JIT-compiled on first use unless the
     kernel bundle has it); with a custom mask every KV tile is computed, none skipped as under
@@ -291,13 +295,8 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
             lse = (torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
                    if return_lse else None)
             refs = c.rebind(q, k, v, out, lse) if return_lse else c.rebind(q, k, v, out)
-            _lib.check(
-                _lib.lib().cinfer_single_prefill(
-                    T.context_of(q.device), c.options_ref, 1 if causal else 0, refs[0],
-                    refs[1], refs[2], refs[3], refs[4] if return_lse else None,
-                    c.packed.ref(), T.stream_of(q.device)),
-                "single_prefill_with_kv_cache",
-            )
+            _call(T.context_of(q.device), c.options_ref, causal, refs[:4],
+                  refs[4] if return_lse else None, c.packed, c.extra, q.device)
             return out, lse
     q = T.as_tensor(q, "q")
     k = T.as_tensor(k, "k")
@@ -344,16 +343,34 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
     dl = [T.to_dl(q, "q"), T.to_dl(k, "k"), T.to_dl(v, "v"), T.to_dl(out, "out")]
     if lse is not None:
         dl.append(T.to_dl(lse, "lse"))
-    _lib.check(
-        _lib.lib().cinfer_single_prefill(
-            T.context_of(q.device), ctypes.byref(opts), 1 if causal else 0, T.ref(dl[0]),
-            T.ref(dl[1]), T.ref(dl[2]), T.ref(dl[3]), T.ref(dl[4]) if lse is not None else None,
-            packed.ref(), T.stream_of(q.device)),
-        "single_prefill_with_kv_cache",
-    )
+    ctx = T.context_of(q.device)
+    # Split-KV's workspace for these lengths (0: the call does not split).
+    nbytes = ctypes.c_size_t()
+    _lib.check(_lib.lib().cinfer_single_prefill_workspace_size(
+        ctx, ctypes.byref(opts), 1 if causal else 0, int(qo_len),
+        int(k.shape[0] if nhd else k.shape[1]), ctypes.byref(nbytes)),
+        "single_prefill_with_kv_cache")
+    _call(ctx, ctypes.byref(opts), causal, [T.ref(t) for t in dl[:4]],
+          T.ref(dl[4]) if lse is not None else None, packed, nbytes.value, q.device)
     if key is not None:  # checked and accepted: later calls of this layout reuse the structs
-        _single_calls.put(key, T.CheckedCall(opts, dl, packed))
+        _single_calls.put(key, T.CheckedCall(opts, dl, packed, nbytes.value))
     return out, lse
+
+
+def _call(ctx, options_ref, causal, refs, lse_ref, packed, nbytes, device):
+    """One single prefill call: with a split-KV workspace of nbytes from PyTorch's caching
+    allocator when nbytes > 0, else without one."""
+    stream = T.stream_of(device)
+    if nbytes:
+        torch = T.torch_module()
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        status = _lib.lib().cinfer_single_prefill_with_workspace(
+            ctx, options_ref, 1 if causal else 0, *refs, lse_ref, packed.ref(),
+            workspace.data_ptr(), nbytes, stream)
+    else:
+        status = _lib.lib().cinfer_single_prefill(
+            ctx, options_ref, 1 if causal else 0, *refs, lse_ref, packed.ref(), stream)
+    _lib.check(status, "single_prefill_with_kv_cache")
 
 
 

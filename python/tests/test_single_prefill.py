@@ -241,6 +241,29 @@ def test_single_prefill_reuses_checked_layouts(monkeypatch):
     assert torch.equal(result[0], f(q2, k2, v2, causal=True))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_single_prefill_short_query_long_kv(causal):
+    """A short query over a long KV, which the library splits across CTAs (split-KV): against
+    the reference, the same output without the LSE, and in a CUDA graph (a captured call runs
+    unsplit) replayed over new contents of the same tensors."""
+    f = cinfer.single_prefill_with_kv_cache
+    q, k, v = _make(16, 16384, 32, 8, 128, torch.bfloat16, "NHD", seed=41)
+    out, lse = f(q, k, v, causal=causal, return_lse=True)
+    _check(out, lse, *reference.prefill(q, k, v, causal=causal), torch.bfloat16)
+    assert torch.equal(f(q, k, v, causal=causal), out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = f(q, k, v, causal=causal, return_lse=True)
+    q2, k2, v2 = _make(16, 16384, 32, 8, 128, torch.bfloat16, "NHD", seed=42)
+    q.copy_(q2)
+    k.copy_(k2)
+    v.copy_(v2)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(g_out, g_lse, *reference.prefill(q, k, v, causal=causal), torch.bfloat16)
+
+
 def test_single_prefill_errors():
     q, k, v = _make(16, 32, 8, 2, 128, torch.float16, "NHD", seed=17)
     f = cinfer.single_prefill_with_kv_cache

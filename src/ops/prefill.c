@@ -731,11 +731,12 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
 
 /* ---- the call ---- */
 
-cinfer_status_t
-cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
-                              int causal, const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                              DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
-                              const cinfer__prefill_config_t *tiles, CUstream stream) {
+/* Single prefill's argument checks (everything but the variant's arguments); its lengths. */
+static cinfer_status_t single_checks(const cinfer_context_t *ctx,
+                                     const cinfer_attention_options_t *o, int causal,
+                                     const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                                     const DLTensor *out, const DLTensor *lse, int64_t *qo_len_out,
+                                     int64_t *kv_len_out) {
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     CINFER__CHECK(options_check(o));
@@ -772,6 +773,21 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     CINFER__CHECK(check_aligned("k", k));
     CINFER__CHECK(check_aligned("v", v));
     CINFER__CHECK(check_aligned("out", out));
+    *qo_len_out = qo_len;
+    *kv_len_out = kv_len;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t
+cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                              int causal, const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                              DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
+                              const cinfer__prefill_config_t *tiles, CUstream stream) {
+    int64_t qo_len = 0, kv_len = 0;
+    CINFER__CHECK(single_checks(ctx, o, causal, q, k, v, out, lse, &qo_len, &kv_len));
+    const int64_t Hq = o->num_qo_heads, Hk = o->num_kv_heads;
+    const bool nhd = o->kv_layout == CINFER_KV_LAYOUT_NHD;
+    const cinfer__dtype_t kv_dtype = cinfer__dl_dtype(o->kv_dtype);
 
     cinfer__prefill_config_t cfg;
     cinfer__kernel_t kernel;
@@ -1166,21 +1182,48 @@ int cinfer__batch_prefill_group(const cinfer_batch_prefill_t *op) {
     return op ? op->setup.cfg.group : 0;
 }
 
-static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need) {
+static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
+                                       const char *size_function) {
     if (!workspace)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "workspace is NULL, expected %zu bytes of device memory "
-                             "(cinfer_batch_prefill_workspace_size)",
-                             need);
+                             "workspace is NULL, expected %zu bytes of device memory (%s)", need,
+                             size_function);
     if ((uintptr_t)workspace % CINFER__PREFILL_ALIGN != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %d-byte aligned",
                              workspace, CINFER__PREFILL_ALIGN);
     if (workspace_bytes < need)
         return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
-                             "workspace_bytes = %zu, expected at least %zu "
-                             "(cinfer_batch_prefill_workspace_size)",
-                             workspace_bytes, need);
+                             "workspace_bytes = %zu, expected at least %zu (%s)", workspace_bytes,
+                             need, size_function);
     return CINFER_STATUS_SUCCESS;
+}
+
+/* The parameters every run of op launches with (its setup's heads, options' scales and window,
+ * the workspace's schedule and partial states). */
+static void op_base(cinfer_batch_prefill_t *op, const cinfer_attention_options_t *options) {
+    const batch_setup_t *s = &op->setup;
+    cinfer_prefill_params *p = &op->base;
+    p->num_qo_heads = s->cfg.num_qo_heads;
+    p->num_kv_heads = s->cfg.num_kv_heads;
+    /* A window of 2^30 - 1 or more masks nothing (positions are below 2^30), so clamping keeps
+     * p_i - w inside an int. */
+    p->window_left = options->window_left < 0                        ? 0
+                     : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
+                                                                     : options->window_left;
+    set_scales(options, p);
+    cinfer__attention_rope_params(options, &op->rope);
+    p->page_size = s->cfg.page_size;
+    p->page_shift = -1;
+    for (int shift = 0; shift < 31; shift++)
+        if (s->cfg.page_size == 1 << shift)
+            p->page_shift = shift;
+    char *ws = op->workspace;
+    p->header = (const cinfer_prefill_header *)ws;
+    p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
+    if (s->layout.state_capacity > 0) {
+        p->partial_o = (float *)(ws + s->layout.partial_o_offset);
+        p->partial_lse = (float *)(ws + s->layout.partial_lse_offset);
+    }
 }
 
 cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
@@ -1200,43 +1243,23 @@ cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
     /* Unsplittable objects load their kernels after the workspace check (their size needs no
      * device); the others have loaded them to size the workspace. */
     if ((st = batch_setup(ctx, options, storage, causal, max_total_qo_tokens, &op->setup)) ||
-        (st = check_workspace(workspace, workspace_bytes, op->setup.layout.total_bytes)) ||
+        (st = check_workspace(workspace, workspace_bytes, op->setup.layout.total_bytes,
+                              "cinfer_batch_prefill_workspace_size")) ||
         (!splittable(&op->setup.cfg) && (st = load_kernels(ctx, options, causal, &op->setup))))
         goto out_free_op;
 
-    const batch_setup_t *s = &op->setup;
-    cinfer_prefill_params *p = &op->base;
-    p->num_qo_heads = s->cfg.num_qo_heads;
-    p->num_kv_heads = s->cfg.num_kv_heads;
-    /* A window of 2^30 - 1 or more masks nothing (positions are below 2^30), so clamping keeps
-     * p_i - w inside an int. */
-    p->window_left = options->window_left < 0                        ? 0
-                     : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
-                                                                     : options->window_left;
-    set_scales(options, p);
-    cinfer__attention_rope_params(options, &op->rope);
-    p->page_size = s->cfg.page_size;
-    p->page_shift = -1;
-    for (int shift = 0; shift < 31; shift++)
-        if (s->cfg.page_size == 1 << shift)
-            p->page_shift = shift;
-    char *ws = workspace;
-    p->header = (const cinfer_prefill_header *)ws;
-    p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
-    if (s->layout.state_capacity > 0) {
-        p->partial_o = (float *)(ws + s->layout.partial_o_offset);
-        p->partial_lse = (float *)(ws + s->layout.partial_lse_offset);
-    }
+    op_base(op, options);
 
-    op->requests = malloc(sizeof *op->requests * (size_t)s->cfg.max_batch_size);
+    op->requests = malloc(sizeof *op->requests * (size_t)op->setup.cfg.max_batch_size);
     if (!op->requests) {
         st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
-                           "batch prefill: out of memory for %d requests", s->cfg.max_batch_size);
+                           "batch prefill: out of memory for %d requests",
+                           op->setup.cfg.max_batch_size);
         goto out_free_op;
     }
     if ((st = cinfer__context_activate(ctx)))
         goto out_free_scratch;
-    if ((st = cinfer__staging_create(ctx, &op->staging, s->layout.schedule_bytes,
+    if ((st = cinfer__staging_create(ctx, &op->staging, op->setup.layout.schedule_bytes,
                                      CINFER__PREFILL_ALIGN, "batch prefill")))
         goto out_free_scratch;
     *out = op;
@@ -1600,4 +1623,189 @@ void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op) {
     }
     free(op->requests);
     free(op);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Single prefill with a workspace: split-KV through batch prefill's planner and kernels
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Whether a one-request plan of qo_len x kv_len could split with some candidate tile of s, from
+ * s's device-free part (batch_setup_smem), so that calls that cannot split load no batch kernel:
+ * a split needs a KV range longer than one minimum chunk and an unsplit grid under the tile's
+ * resident CTAs, which are at most what an SM's threads (2048) and shared memory (taken as the
+ * per-block opt-in plus 1 KiB) hold.
+ */
+static bool single_may_split(const cinfer_context_t *ctx, const batch_setup_t *s, int64_t qo_len,
+                             int64_t kv_len) {
+    if (!splittable(&s->cfg) || kv_len <= CINFER__PREFILL_CHUNK_MIN)
+        return false;
+    const int64_t cta_heads = cinfer__prefill_cta_heads(&s->cfg);
+    for (int i = 0; i < s->cfg.num_tiles; i++) {
+        const int64_t ctas = (qo_len + s->cfg.tile_q[i] - 1) / s->cfg.tile_q[i] * cta_heads;
+        const size_t smem = cinfer__prefill_kv_smem_bytes(s->head_dim, s->dtype_kv, &s->tiles[i]);
+        int64_t per_sm = 2048 / cinfer__prefill_threads(&s->tiles[i]);
+        const int64_t by_smem =
+            ((int64_t)ctx->max_smem_per_block_optin + 1024) / (int64_t)(smem > 0 ? smem : 1);
+        per_sm = by_smem < per_sm ? by_smem : per_sm;
+        if (ctas < (int64_t)ctx->num_sms * per_sm)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A single prefill of qo_len x kv_len as batch prefill's one ragged request (max_batch_size 1,
+ * not in graph mode: the batch options single prefill ignores): op's setup (its kernels loaded)
+ * and workspace, the plan's tile and chunking, and whether that plan splits the KV. Batch kernels
+ * that cannot be had (not in the AOT bundle under CINFER_JIT=off: NOT_FOUND; tiles whose shared
+ * memory the device lacks: UNSUPPORTED), like a variant whose partial states cannot be merged,
+ * leave the call unsplit (*split false, SUCCESS): single prefill's own kernel may still run.
+ * Other failures are returned.
+ */
+static cinfer_status_t single_split_plan(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
+                                         int causal, int64_t qo_len, int64_t kv_len,
+                                         cinfer_batch_prefill_t *op, cinfer__prefill_request_t *req,
+                                         cinfer__prefill_chunking_t *chunking, bool *split) {
+    *split = false;
+    if (qo_len < 1 || kv_len < 1)
+        return CINFER_STATUS_SUCCESS;
+    cinfer_attention_options_t b = *o;
+    b.max_batch_size = 1;
+    b.use_cuda_graph = 0;
+    memset(op, 0, sizeof *op);
+    op->ctx = ctx;
+    cinfer__error_mute();
+    cinfer_status_t st = batch_setup_smem(ctx->arch, ctx->max_smem_per_block_optin, &b,
+                                          CINFER_KV_STORAGE_RAGGED, causal, qo_len, &op->setup);
+    cinfer__error_unmute();
+    if (st == CINFER_STATUS_SUCCESS && !single_may_split(ctx, &op->setup, qo_len, kv_len))
+        return CINFER_STATUS_SUCCESS;
+    cinfer__error_mute();
+    st = batch_setup(ctx, &b, CINFER_KV_STORAGE_RAGGED, causal, qo_len, &op->setup);
+    cinfer__error_unmute();
+    if (st == CINFER_STATUS_NOT_FOUND || st == CINFER_STATUS_UNSUPPORTED)
+        return CINFER_STATUS_SUCCESS;
+    if (st != CINFER_STATUS_SUCCESS) /* again, for its message */
+        return batch_setup(ctx, &b, CINFER_KV_STORAGE_RAGGED, causal, qo_len, &op->setup);
+    if (!splittable(&op->setup.cfg))
+        return CINFER_STATUS_SUCCESS;
+    const int32_t qo_indptr[2] = {0, (int32_t)qo_len}, kv_indptr[2] = {0, (int32_t)kv_len};
+    CINFER__CHECK(cinfer__prefill_requests(&op->setup.cfg, qo_indptr, kv_indptr, NULL, 1, req));
+    CINFER__CHECK(cinfer__prefill_plan_tile(&op->setup.cfg, req, 1, &op->tile, chunking));
+    *split = chunking->split;
+    return CINFER_STATUS_SUCCESS;
+}
+
+static cinfer_status_t single_workspace_args(const cinfer_context_t *ctx,
+                                             const cinfer_attention_options_t *o, int causal,
+                                             int64_t qo_len, int64_t kv_len) {
+    if (!ctx)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    CINFER__CHECK(options_check(o));
+    if (causal != 0 && causal != 1)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
+                             causal);
+    CINFER__CHECK(check_len("qo_len", qo_len));
+    CINFER__CHECK(check_len("kv_len", kv_len));
+    return cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill_workspace_size");
+}
+
+cinfer_status_t cinfer_single_prefill_workspace_size(cinfer_context_t *ctx,
+                                                     const cinfer_attention_options_t *options,
+                                                     int causal, int64_t qo_len, int64_t kv_len,
+                                                     size_t *device_bytes) {
+    if (!device_bytes)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
+    *device_bytes = 0;
+    CINFER__CHECK(single_workspace_args(ctx, options, causal, qo_len, kv_len));
+    cinfer_batch_prefill_t op;
+    cinfer__prefill_request_t req;
+    cinfer__prefill_chunking_t chunking;
+    bool split = false;
+    CINFER__CHECK(
+        single_split_plan(ctx, options, causal, qo_len, kv_len, &op, &req, &chunking, &split));
+    if (split)
+        *device_bytes = op.setup.layout.total_bytes;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer_single_prefill_with_workspace(
+    cinfer_context_t *ctx, const cinfer_attention_options_t *options, int causal, const DLTensor *q,
+    const DLTensor *k, const DLTensor *v, DLTensor *out, DLTensor *lse, const cinfer_args_t *args,
+    void *workspace, size_t workspace_bytes, CUstream stream) {
+    int64_t qo_len = 0, kv_len = 0;
+    CINFER__CHECK(single_checks(ctx, options, causal, q, k, v, out, lse, &qo_len, &kv_len));
+    unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
+    size_t variant_bytes = 0;
+    CINFER__CHECK(cinfer__variant_pack(options->variant, args, ctx, "cinfer_single_prefill",
+                                       variant_blob, &variant_bytes));
+    cinfer_batch_prefill_t op;
+    cinfer__prefill_request_t req;
+    cinfer__prefill_chunking_t chunking;
+    bool split = false;
+    if (workspace || workspace_bytes)
+        CINFER__CHECK(
+            single_split_plan(ctx, options, causal, qo_len, kv_len, &op, &req, &chunking, &split));
+    /* The sm90 kernel's tensor maps need positive strides (single prefill then takes the sm80
+     * template). */
+    if (split && op.setup.tiles[op.tile].sm90 && !(tma_ok(q) && tma_ok(k) && tma_ok(v)))
+        split = false;
+    /* A stream capture cannot take the schedule's pageable copy: captured calls run unsplit (a
+     * stream whose state cannot be read is taken as capturing). */
+    if (split) {
+        CINFER__CHECK(cinfer__context_activate(ctx));
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (ctx->cu->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS ||
+            capture != CU_STREAM_CAPTURE_STATUS_NONE)
+            split = false;
+    }
+    if (!split)
+        return cinfer__single_prefill_config(ctx, options, causal, q, k, v, out, lse, args, NULL,
+                                             stream);
+    const cinfer__prefill_layout_t *l = &op.setup.layout;
+    CINFER__CHECK(check_workspace(workspace, workspace_bytes, l->total_bytes,
+                                  "cinfer_single_prefill_workspace_size"));
+    op.workspace = workspace;
+    op_base(&op, options);
+
+    /* The schedule, built in pageable memory and copied as single decode's is (cuMemcpyHtoDAsync
+     * stages a pageable source before it returns, so the buffer is freed right after). */
+    char *host = calloc(1, l->schedule_bytes);
+    if (!host)
+        return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
+                             "single prefill: out of memory for a %zu-byte schedule",
+                             l->schedule_bytes);
+    const cinfer__prefill_schedule_t dst = {
+        .header = (cinfer_prefill_header *)host,
+        .work = (cinfer_prefill_work *)(host + l->work_offset),
+        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
+        .rows = (cinfer_decode_request *)(host + l->rows_offset),
+        .work_capacity = l->work_capacity,
+        .row_capacity = l->row_capacity,
+        .state_capacity = l->state_capacity,
+    };
+    cinfer_status_t st =
+        cinfer__prefill_plan_build(&op.setup.cfg, &req, 1, op.tile, &chunking, &dst);
+    if (st == CINFER_STATUS_SUCCESS)
+        st = cinfer__context_activate(ctx);
+    if (st == CINFER_STATUS_SUCCESS) {
+        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
+                                                  l->schedule_bytes, stream);
+        if (res != CUDA_SUCCESS)
+            st = cinfer__cu_error(res, "copying the single prefill schedule to the workspace");
+    }
+    free(host);
+    CINFER__CHECK(st);
+
+    op.planned = true;
+    op.batch_size = 1;
+    op.num_work = chunking.num_work;
+    op.split = true;
+    op.chunk_size = chunking.chunk_size;
+    op.merge_rows = chunking.num_rows;
+    op.qo_first = 0;
+    op.qo_end = qo_len;
+    op.kv_end = kv_len;
+    return cinfer_batch_prefill_run(&op, q, k, v, NULL, out, lse, args, stream);
 }

@@ -49,7 +49,13 @@ typedef struct prefill_case {
     tv_kind variant;                       /* TV_NONE: default attention */
     int rope;                              /* in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA) */
     float rope_scale, rope_theta;          /* with rope; 0: the defaults 1 and 1e4 */
+    /* Through cinfer_single_prefill_with_workspace (tiles NULL), with the workspace its size
+     * function asks for: WS_SPLIT expects a split plan (a size above 0), WS_NONE none (0: NULL
+     * workspace), WS_ANY either. 0: cinfer__single_prefill_config. */
+    int workspace;
 } prefill_case;
+
+enum { WS_SPLIT = 1, WS_NONE, WS_ANY };
 
 static prefill_case base_case(const char *desc) {
     prefill_case c;
@@ -406,10 +412,37 @@ static void run_case(const prefill_case *c, uint64_t seed) {
     if (c->variant == TV_MASK)
         tv_setup_mask(&tv, &rng, 1, &c->qo_len, &c->kv_len);
     o.variant = tv.variant;
-    CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
-                                                 &t.out.t, c->no_lse ? NULL : &t.lse.t,
-                                                 tv_args(&tv), c->tiles, stream));
+    DLTensor *lse = c->no_lse ? NULL : &t.lse.t;
+    cinfer_test_buf ws;
+    memset(&ws, 0, sizeof ws);
+    if (c->workspace) {
+        size_t bytes = 0;
+        CINFER_TEST_OK(cinfer_single_prefill_workspace_size(ctx, &o, c->causal, qo, kv, &bytes));
+        if (c->workspace == WS_SPLIT && bytes == 0)
+            fail_msg("%s: expected a split plan, the workspace size is 0", c->desc);
+        if (c->workspace == WS_NONE && bytes != 0)
+            fail_msg("%s: expected no split, the workspace size is %zu", c->desc, bytes);
+        if (bytes) {
+            CINFER_TEST_OK(cinfer_test_buf_alloc(&ws, bytes));
+            /* One byte short: refused. */
+            assert_int_equal(cinfer_single_prefill_with_workspace(
+                                 ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t, &t.out.t, lse,
+                                 tv_args(&tv), (void *)(uintptr_t)ws.ptr, bytes - 1, stream),
+                             CINFER_STATUS_WORKSPACE_TOO_SMALL);
+        }
+        CINFER_TEST_OK(cinfer_single_prefill_with_workspace(
+            ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t, &t.out.t, lse, tv_args(&tv),
+            bytes ? (void *)(uintptr_t)ws.ptr : NULL, bytes, stream));
+    } else {
+        CINFER_TEST_OK(cinfer__single_prefill_config(ctx, &o, c->causal, &t.q.t, &t.k.t, &t.v.t,
+                                                     &t.out.t, lse, tv_args(&tv), c->tiles,
+                                                     stream));
+    }
     CINFER_TEST_SYNC(stream);
+    if (ws.base) {
+        CINFER_TEST_OK(cinfer_test_buf_check_canaries(&ws));
+        cinfer_test_buf_free(&ws);
+    }
     check_outputs(c, &x, &rng, seed, &tv);
     tv_free(&tv);
     free_data(&x);
@@ -1397,6 +1430,97 @@ static void run_variant(tv_kind k) {
     }
 }
 
+/* cinfer_single_prefill_with_workspace: short queries over long KV split across CTAs (batch
+ * prefill's plan and kernels for one request), against the reference; calls that do not split
+ * run single prefill's kernel without a workspace. */
+static void workspace_split(void **state) {
+    (void)state;
+    for (int shape = 0; shape < 11; shape++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "single prefill with a workspace, shape %d", shape);
+        prefill_case c = base_case(desc);
+        c.workspace = WS_SPLIT;
+        c.hq = 32;
+        c.hk = 8;
+        c.check_heads = 4;
+        switch (shape) {
+        case 0: /* a short chunk of a long prompt */
+            c.qo_len = 16;
+            c.kv_len = 16384;
+            break;
+        case 1: /* one query token, no GQA, fp16, HND, non-causal */
+            c.qo_len = 1;
+            c.kv_len = 5000;
+            c.hq = c.hk = 8;
+            c.check_heads = 0;
+            c.dtype = CINFER__DT_F16;
+            c.layout = CINFER_KV_LAYOUT_HND;
+            c.causal = 0;
+            break;
+        case 2: /* slices of a packed QKV, out and lse slices, soft cap */
+            c.qo_len = 64;
+            c.kv_len = 8192;
+            c.causal = 0;
+            c.packed = 1;
+            c.strided_out = 1;
+            c.soft_cap = 30.0f;
+            break;
+        case 3: /* a sliding window and sinks, GQA 8 */
+            c.qo_len = 100;
+            c.kv_len = 9000;
+            c.hq = 16;
+            c.hk = 2;
+            c.window_left = 3000;
+            c.variant = TV_SINKS;
+            break;
+        case 4: /* fp8 K/V */
+            c.qo_len = 8;
+            c.kv_len = 10000;
+            c.kv_dtype = CINFER__DT_E4M3;
+            c.k_scale = 0.5f;
+            c.v_scale = 2.0f;
+            break;
+        case 5: /* a custom mask */
+            c.qo_len = 40;
+            c.kv_len = 6000;
+            c.hq = 8;
+            c.hk = 2;
+            c.variant = TV_MASK;
+            break;
+        case 6: /* no LSE, one KV head */
+            c.qo_len = 24;
+            c.kv_len = 4000;
+            c.no_lse = 1;
+            c.hq = 8;
+            c.hk = 1;
+            c.workspace = WS_ANY;
+            break;
+        case 7: /* a grid that fills the GPU: no split, no workspace */
+            c.qo_len = c.kv_len = 2048;
+            c.workspace = WS_NONE;
+            break;
+        case 8: /* a KV too short to split */
+            c.qo_len = 16;
+            c.kv_len = 300;
+            c.workspace = WS_NONE;
+            break;
+        case 10: /* query tiles long enough for the sm90 kernel (where the device has it) */
+            c.qo_len = 256;
+            c.kv_len = 16384;
+            break;
+        default: /* the user variant (an output transform: never split) */
+            c.qo_len = 16;
+            c.kv_len = 8000;
+            c.hq = 8;
+            c.hk = 2;
+            c.variant = TV_USER;
+            c.workspace = WS_NONE;
+            break;
+        }
+        run_case(&c, cinfer_test_seed() + 7000 + (uint64_t)shape);
+    }
+}
+
 /* One test per variant (a failure in one still runs the others): *state is its tv_kind. */
 static void variant(void **state) {
     run_variant(*(const tv_kind *)*state);
@@ -1426,6 +1550,7 @@ int main(void) {
         cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(workspace_split, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_ALIBI, cinfer_test_teardown_buffers),
