@@ -96,6 +96,39 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/*
+ * Median milliseconds of one run: `iters` timed groups (after 3 untimed ones) of `reps` runs
+ * queued back to back between a pair of events, the host waiting for each group's end. run(arg)
+ * queues one run. Groups let a short run's host work (checks, plan, launch) overlap the runs
+ * before it, unless it takes longer than they do.
+ */
+static inline double bench_time_groups(CUstream stream, int reps, int iters, void (*run)(void *),
+                                       void *arg) {
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    float *times = malloc(sizeof(float) * (size_t)iters);
+    if (!times) {
+        fprintf(stderr, "%s: out of host memory\n", bench_name);
+        exit(1);
+    }
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        for (int r = 0; r < reps; r++)
+            run(arg);
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0)
+            CU(cuEventElapsedTime(&times[i], e0, e1));
+    }
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    const double ms = times[iters / 2] / reps;
+    free(times);
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    return ms;
+}
+
 /* Fills n bytes of device memory with random data (never zeros): a 64 MB block uploaded once and
  * copied over the range. Its bf16 values have magnitude 2^-15..1 (sign, exponent 0x70..0x7e, 6
  * random mantissa bits); read as fp8 bytes they are finite e4m3 values too, since no byte has all

@@ -258,6 +258,20 @@ static int load_trace(const char *path, int **out) {
  * or paged (page_rows rows per page; paged 1: each request's pages in a scattered order, 2: table
  * entry i is page i, so consecutive positions are consecutive in memory); FLOPs of the kept causal
  * pairs. */
+/* One batch prefill run (bench_time_groups' callback). */
+typedef struct batch_run {
+    cinfer_batch_prefill_t *op;
+    const DLTensor *q, *k, *v, *kv_indices;
+    DLTensor *out;
+    CUstream stream;
+} batch_run_t;
+
+static void run_batch(void *arg) {
+    const batch_run_t *r = arg;
+    CI(cinfer_batch_prefill_run(r->op, r->q, r->k, r->v, r->kv_indices, r->out, NULL, NULL,
+                                r->stream));
+}
+
 static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
                          const int *lens, int batch, int paged, int iters, double *flop) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
@@ -319,24 +333,8 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
     DLTensor tv =
         paged ? tensor(b->v, bf16, 4, cache_shape, dev) : tensor(b->v, bf16, 3, kv_shape, dev);
     DLTensor ti = tensor(d_indices, (DLDataType){kDLInt, 32, 1}, 1, idx_shape, dev);
-    CUevent e0, e1;
-    CU(cuEventCreate(&e0, 0));
-    CU(cuEventCreate(&e1, 0));
-    float *times = malloc(sizeof(float) * (size_t)iters);
-    for (int i = -3; i < iters; i++) {
-        CU(cuEventRecord(e0, stream));
-        CI(cinfer_batch_prefill_run(op, &tq, &tk, &tv, paged ? &ti : NULL, &tout, NULL, NULL,
-                                    stream));
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        if (i >= 0)
-            CU(cuEventElapsedTime(&times[i], e0, e1));
-    }
-    qsort(times, (size_t)iters, sizeof(float), cmp_float);
-    const double ms = times[iters / 2];
-    free(times);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
+    batch_run_t run = {op, &tq, &tk, &tv, paged ? &ti : NULL, &tout, stream};
+    const double ms = bench_time_groups(stream, 1, iters, run_batch, &run);
     cinfer_batch_prefill_destroy(op);
     CU(cuMemFree(ws));
     CU(cuMemFree(d_indices));
@@ -388,26 +386,9 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     int64_t q_shape[3] = {qo_len, HQ, hd}, kv_shape[3] = {kv_len, HK, hd};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
-    CUevent e0, e1;
-    CU(cuEventCreate(&e0, 0));
-    CU(cuEventCreate(&e1, 0));
     /* Back-to-back groups, so the host's checks and launches overlap the previous kernels. */
-    const int reps = 10;
-    float *times = malloc(sizeof(float) * (size_t)iters);
-    for (int i = -3; i < iters; i++) {
-        CU(cuEventRecord(e0, stream));
-        for (int r = 0; r < reps; r++)
-            CI(cinfer_batch_prefill_run(op, &tq, &tk, &tv, NULL, &tout, NULL, NULL, stream));
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        if (i >= 0)
-            CU(cuEventElapsedTime(&times[i], e0, e1));
-    }
-    qsort(times, (size_t)iters, sizeof(float), cmp_float);
-    const double ms = times[iters / 2] / reps;
-    free(times);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
+    batch_run_t run = {op, &tq, &tk, &tv, NULL, &tout, stream};
+    const double ms = bench_time_groups(stream, 10, iters, run_batch, &run);
     cinfer_batch_prefill_destroy(op);
     CU(cuMemFree(ws));
     return ms;
@@ -418,6 +399,29 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
  * or cinfer_single_prefill, in back-to-back groups (so a call's host work, the split plan's
  * included, overlaps the previous kernels unless it takes longer than them). *bytes: the
  * workspace size (0: the call does not split). */
+/* One single prefill call, with a workspace or without (bench_time_groups' callback). */
+typedef struct single_run {
+    cinfer_context_t *ctx;
+    const cinfer_attention_options_t *o;
+    int causal;
+    const DLTensor *q, *k, *v;
+    DLTensor *out;
+    int with_workspace; /* 0: cinfer_single_prefill */
+    void *workspace;    /* NULL when bytes is 0 */
+    size_t bytes;
+    CUstream stream;
+} single_run_t;
+
+static void run_single(void *arg) {
+    const single_run_t *r = arg;
+    if (r->with_workspace)
+        CI(cinfer_single_prefill_with_workspace(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out,
+                                                NULL, NULL, r->workspace, r->bytes, r->stream));
+    else
+        CI(cinfer_single_prefill(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out, NULL, NULL,
+                                 r->stream));
+}
+
 static double time_single_ws(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
                              int kv_len, int causal, int use_ws, int iters, size_t *bytes) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};
@@ -435,32 +439,18 @@ static double time_single_ws(cinfer_context_t *ctx, CUstream stream, const buffe
     int64_t q_shape[3] = {qo_len, HQ, hd}, kv_shape[3] = {kv_len, HK, hd};
     DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
     DLTensor tk = tensor(b->k, bf16, 3, kv_shape, dev), tv = tensor(b->v, bf16, 3, kv_shape, dev);
-    CUevent e0, e1;
-    CU(cuEventCreate(&e0, 0));
-    CU(cuEventCreate(&e1, 0));
-    const int reps = 10;
-    float *times = malloc(sizeof(float) * (size_t)iters);
-    for (int i = -3; i < iters; i++) {
-        CU(cuEventRecord(e0, stream));
-        for (int r = 0; r < reps; r++) {
-            if (use_ws)
-                CI(cinfer_single_prefill_with_workspace(ctx, &o, causal, &tq, &tk, &tv, &tout, NULL,
-                                                        NULL, (void *)(uintptr_t)ws, *bytes,
-                                                        stream));
-            else
-                CI(cinfer_single_prefill(ctx, &o, causal, &tq, &tk, &tv, &tout, NULL, NULL,
-                                         stream));
-        }
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        if (i >= 0)
-            CU(cuEventElapsedTime(&times[i], e0, e1));
-    }
-    qsort(times, (size_t)iters, sizeof(float), cmp_float);
-    const double ms = times[iters / 2] / reps;
-    free(times);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
+    single_run_t run = {.ctx = ctx,
+                        .o = &o,
+                        .causal = causal,
+                        .q = &tq,
+                        .k = &tk,
+                        .v = &tv,
+                        .out = &tout,
+                        .with_workspace = use_ws,
+                        .workspace = (void *)(uintptr_t)ws,
+                        .bytes = *bytes,
+                        .stream = stream};
+    const double ms = bench_time_groups(stream, 10, iters, run_single, &run);
     if (ws)
         CU(cuMemFree(ws));
     return ms;

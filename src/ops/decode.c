@@ -395,18 +395,8 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
 
 static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
                                        const char *size_function) {
-    if (!workspace)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "workspace is NULL, expected %zu bytes of device memory (%s)", need,
-                             size_function);
-    if ((uintptr_t)workspace % CINFER__DECODE_ALIGN != 0)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %d-byte aligned",
-                             workspace, CINFER__DECODE_ALIGN);
-    if (workspace_bytes < need)
-        return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
-                             "workspace_bytes = %zu, expected at least %zu (%s)", workspace_bytes,
-                             need, size_function);
-    return CINFER_STATUS_SUCCESS;
+    return cinfer__check_workspace(workspace, workspace_bytes, need, CINFER__DECODE_ALIGN,
+                                   size_function);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -706,8 +696,7 @@ static cinfer_status_t single_plan(const decode_setup_t *s, int32_t kv_len,
 }
 
 /* Builds the schedule of a single decode plan in pageable memory and copies it into the workspace
- * on stream (cuMemcpyHtoDAsync stages a pageable source before it returns, so the buffer is freed
- * right after). */
+ * on stream (cinfer__copy_pageable). */
 static cinfer_status_t upload_single_schedule(cinfer_context_t *ctx, const decode_setup_t *s,
                                               int32_t kv_len,
                                               const cinfer__decode_chunking_t *chunking,
@@ -728,13 +717,8 @@ static cinfer_status_t upload_single_schedule(cinfer_context_t *ctx, const decod
     };
     cinfer_status_t st = cinfer__decode_plan_build(&s->cfg, &kv_len, NULL, 1, chunking, &dst);
     if (st == CINFER_STATUS_SUCCESS)
-        st = cinfer__context_activate(ctx);
-    if (st == CINFER_STATUS_SUCCESS) {
-        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
-                                                  layout->schedule_bytes, stream);
-        if (res != CUDA_SUCCESS)
-            st = cinfer__cu_error(res, "copying the single decode schedule to the workspace");
-    }
+        st = cinfer__copy_pageable(ctx, workspace, host, layout->schedule_bytes, stream,
+                                   "copying the single decode schedule to the workspace");
     free(host);
     return st;
 }

@@ -731,18 +731,25 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
 
 /* ---- the call ---- */
 
-/* Single prefill's argument checks (everything but the variant's arguments); its lengths. */
-static cinfer_status_t single_checks(const cinfer_context_t *ctx,
-                                     const cinfer_attention_options_t *o, int causal,
-                                     const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                                     const DLTensor *out, const DLTensor *lse, int64_t *qo_len_out,
-                                     int64_t *kv_len_out) {
+/* Single prefill's checks of its context, options and causal flag. */
+static cinfer_status_t single_option_checks(const cinfer_context_t *ctx,
+                                            const cinfer_attention_options_t *o, int causal) {
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     CINFER__CHECK(options_check(o));
     if (causal != 0 && causal != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
                              causal);
+    return CINFER_STATUS_SUCCESS;
+}
+
+/* Single prefill's argument checks (everything but the variant's arguments); its lengths. */
+static cinfer_status_t single_checks(const cinfer_context_t *ctx,
+                                     const cinfer_attention_options_t *o, int causal,
+                                     const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                                     const DLTensor *out, const DLTensor *lse, int64_t *qo_len_out,
+                                     int64_t *kv_len_out) {
+    CINFER__CHECK(single_option_checks(ctx, o, causal));
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     const cinfer__dtype_t kv_dtype = cinfer__dl_dtype(o->kv_dtype);
     const int64_t Hq = o->num_qo_heads, Hk = o->num_kv_heads, D = o->head_dim;
@@ -1184,18 +1191,23 @@ int cinfer__batch_prefill_group(const cinfer_batch_prefill_t *op) {
 
 static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
                                        const char *size_function) {
-    if (!workspace)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "workspace is NULL, expected %zu bytes of device memory (%s)", need,
-                             size_function);
-    if ((uintptr_t)workspace % CINFER__PREFILL_ALIGN != 0)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %d-byte aligned",
-                             workspace, CINFER__PREFILL_ALIGN);
-    if (workspace_bytes < need)
-        return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
-                             "workspace_bytes = %zu, expected at least %zu (%s)", workspace_bytes,
-                             need, size_function);
-    return CINFER_STATUS_SUCCESS;
+    return cinfer__check_workspace(workspace, workspace_bytes, need, CINFER__PREFILL_ALIGN,
+                                   size_function);
+}
+
+/* Where plan writes a schedule of layout l into host memory (a mirror of the workspace's
+ * schedule regions). */
+static cinfer__prefill_schedule_t schedule_in(const cinfer__prefill_layout_t *l, char *host) {
+    const cinfer__prefill_schedule_t dst = {
+        .header = (cinfer_prefill_header *)host,
+        .work = (cinfer_prefill_work *)(host + l->work_offset),
+        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
+        .rows = (cinfer_decode_request *)(host + l->rows_offset),
+        .work_capacity = l->work_capacity,
+        .row_capacity = l->row_capacity,
+        .state_capacity = l->state_capacity,
+    };
+    return dst;
 }
 
 /* The parameters every run of op launches with (its setup's heads, options' scales and window,
@@ -1300,15 +1312,7 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
     CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
     const cinfer__prefill_layout_t *l = &op->setup.layout;
-    const cinfer__prefill_schedule_t dst = {
-        .header = (cinfer_prefill_header *)host,
-        .work = (cinfer_prefill_work *)(host + l->work_offset),
-        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
-        .rows = (cinfer_decode_request *)(host + l->rows_offset),
-        .work_capacity = l->work_capacity,
-        .row_capacity = l->row_capacity,
-        .state_capacity = l->state_capacity,
-    };
+    const cinfer__prefill_schedule_t dst = schedule_in(l, host);
     CINFER__CHECK(cinfer__prefill_plan_build(cfg, op->requests, batch_size, tile, &chunking, &dst));
     /* The used parts of the schedule: the merge header and rows (split plans; graph mode: the
      * header always, since every run launches the merge, which reads its row count there), then
@@ -1697,15 +1701,15 @@ static cinfer_status_t single_split_plan(cinfer_context_t *ctx, const cinfer_att
     return CINFER_STATUS_SUCCESS;
 }
 
+/* cinfer_single_prefill_workspace_size's checks: single prefill's, on lengths for tensors. */
 static cinfer_status_t single_workspace_args(const cinfer_context_t *ctx,
                                              const cinfer_attention_options_t *o, int causal,
                                              int64_t qo_len, int64_t kv_len) {
-    if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
-    CINFER__CHECK(options_check(o));
-    if (causal != 0 && causal != 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
-                             causal);
+    CINFER__CHECK(single_option_checks(ctx, o, causal));
+    if (qo_len < 0 || kv_len < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s = %lld, expected >= 0",
+                             qo_len < 0 ? "qo_len" : "kv_len",
+                             (long long)(qo_len < 0 ? qo_len : kv_len));
     CINFER__CHECK(check_len("qo_len", qo_len));
     CINFER__CHECK(check_len("kv_len", kv_len));
     return cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill_workspace_size");
@@ -1769,32 +1773,18 @@ cinfer_status_t cinfer_single_prefill_with_workspace(
     op.workspace = workspace;
     op_base(&op, options);
 
-    /* The schedule, built in pageable memory and copied as single decode's is (cuMemcpyHtoDAsync
-     * stages a pageable source before it returns, so the buffer is freed right after). */
+    /* The schedule, built in pageable memory and copied as single decode's is. */
     char *host = calloc(1, l->schedule_bytes);
     if (!host)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
                              "single prefill: out of memory for a %zu-byte schedule",
                              l->schedule_bytes);
-    const cinfer__prefill_schedule_t dst = {
-        .header = (cinfer_prefill_header *)host,
-        .work = (cinfer_prefill_work *)(host + l->work_offset),
-        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
-        .rows = (cinfer_decode_request *)(host + l->rows_offset),
-        .work_capacity = l->work_capacity,
-        .row_capacity = l->row_capacity,
-        .state_capacity = l->state_capacity,
-    };
+    const cinfer__prefill_schedule_t dst = schedule_in(l, host);
     cinfer_status_t st =
         cinfer__prefill_plan_build(&op.setup.cfg, &req, 1, op.tile, &chunking, &dst);
     if (st == CINFER_STATUS_SUCCESS)
-        st = cinfer__context_activate(ctx);
-    if (st == CINFER_STATUS_SUCCESS) {
-        CUresult res = ctx->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)workspace, host,
-                                                  l->schedule_bytes, stream);
-        if (res != CUDA_SUCCESS)
-            st = cinfer__cu_error(res, "copying the single prefill schedule to the workspace");
-    }
+        st = cinfer__copy_pageable(ctx, workspace, host, l->schedule_bytes, stream,
+                                   "copying the single prefill schedule to the workspace");
     free(host);
     CINFER__CHECK(st);
 

@@ -84,3 +84,26 @@ void cinfer__staging_destroy(const cinfer_context_t *ctx, cinfer__staging_t *s) 
     cu->cuMemFreeHost(s->host);
     memset(s, 0, sizeof *s);
 }
+
+cinfer_status_t cinfer__copy_pageable(cinfer_context_t *ctx, void *dst, const void *host,
+                                      size_t bytes, CUstream stream, const char *what) {
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    CINFER__CU(ctx->cu, cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, host, bytes, stream), what);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
+                                        size_t align, const char *size_function) {
+    if (!workspace)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "workspace is NULL, expected %zu bytes of device memory (%s)", need,
+                             size_function);
+    if ((uintptr_t)workspace % align != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "workspace %p is not %zu-byte aligned",
+                             workspace, align);
+    if (workspace_bytes < need)
+        return cinfer__error(CINFER_STATUS_WORKSPACE_TOO_SMALL,
+                             "workspace_bytes = %zu, expected at least %zu (%s)", workspace_bytes,
+                             need, size_function);
+    return CINFER_STATUS_SUCCESS;
+}

@@ -43,6 +43,19 @@ cinfer_status_t cinfer__staging_copy_range(const cinfer_context_t *ctx, const ci
 cinfer_status_t cinfer__staging_copy(const cinfer_context_t *ctx, cinfer__staging_t *s, void *dst,
                                      size_t bytes, CUstream stream, const char *what);
 
+/* A caller's device workspace for an op that needs `need` bytes aligned to `align`: NULL
+ * (INVALID_ARGUMENT), misaligned (INVALID_ARGUMENT) or smaller (WORKSPACE_TOO_SMALL) is an error
+ * whose message names size_function, the function that gives the size. */
+cinfer_status_t cinfer__check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
+                                        size_t align, const char *size_function);
+
+/* The single-request ops' copy, without mirrors: activates ctx and copies `bytes` from pageable
+ * host memory to device memory dst asynchronously on stream (cuMemcpyHtoDAsync stages a pageable
+ * source before it returns, so the caller may free it right after). `what` names the copy in the
+ * message of a CUDA error. */
+cinfer_status_t cinfer__copy_pageable(cinfer_context_t *ctx, void *dst, const void *host,
+                                      size_t bytes, CUstream stream, const char *what);
+
 /* Waits for copies in flight and frees the mirrors (the context is current). */
 void cinfer__staging_destroy(const cinfer_context_t *ctx, cinfer__staging_t *s);
 

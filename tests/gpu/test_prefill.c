@@ -1196,6 +1196,44 @@ static void bad_arguments_are_errors(void **state) {
     bad.logits_soft_cap = -1.0f;
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "logits_soft_cap",
            RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    /* The split-KV workspace: its size function's arguments; a call that would split refuses a
+     * NULL workspace; checks run before the workspace is looked at. */
+    size_t ws_bytes = 1;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes",
+           cinfer_single_prefill_workspace_size(ctx, &o, 1, 16, 8192, NULL));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "qo_len = -1",
+           cinfer_single_prefill_workspace_size(ctx, &o, 1, -1, 8192, &ws_bytes));
+    assert_int_equal(ws_bytes, 0);
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "causal",
+           cinfer_single_prefill_workspace_size(ctx, &o, 2, 16, 8192, &ws_bytes));
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "kv_len",
+           cinfer_single_prefill_workspace_size(ctx, &o, 1, 16, 1 << 30, &ws_bytes));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "ctx",
+           cinfer_single_prefill_workspace_size(NULL, &o, 1, 16, 8192, &ws_bytes));
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "causal",
+           cinfer_single_prefill_with_workspace(ctx, &o, 2, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
+                                                &t.lse.t, NULL, NULL, 0, stream));
+    {
+        /* q of 4 rows over K/V of 6000 (the errors case's buffers hold 300: K/V views of the q
+         * buffer's first rows would do, but the call must fail before it reads anything). */
+        cinfer_test_tensor q4 = t.q, k6 = t.k, v6 = t.v, o4 = t.out, l4 = t.lse;
+        cinfer_test_tensor *views[] = {&q4, &k6, &v6, &o4, &l4};
+        for (int i = 0; i < 5; i++) { /* the copies' DLTensors point at their own arrays */
+            views[i]->t.shape = views[i]->shape;
+            views[i]->t.strides = views[i]->t.strides ? views[i]->strides : NULL;
+        }
+        q4.shape[0] = o4.shape[0] = l4.shape[0] = 4;
+        k6.shape[0] = v6.shape[0] = 6000;
+        CINFER_TEST_OK(cinfer_single_prefill_workspace_size(ctx, &o, 1, 4, 6000, &ws_bytes));
+        assert_true(ws_bytes > 0);
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "workspace is NULL",
+               cinfer_single_prefill_with_workspace(ctx, &o, 1, &q4.t, &k6.t, &v6.t, &o4.t, &l4.t,
+                                                    NULL, NULL, ws_bytes, stream));
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "aligned",
+               cinfer_single_prefill_with_workspace(ctx, &o, 1, &q4.t, &k6.t, &v6.t, &o4.t, &l4.t,
+                                                    NULL, (char *)t.out.t.data + 4, ws_bytes,
+                                                    stream));
+    }
     /* Shapes: q with another head count, v shorter than k, out with other rows, lse wrong. */
     t.q.shape[1] = 8;
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "q",
