@@ -653,8 +653,10 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * CINFER_JIT=off, or tiles whose shared memory the device lacks), or stream is capturing a CUDA
  * graph (which cannot take the pageable copy).
  * cinfer_single_prefill_workspace_size gives the exact bytes for these options and lengths: 0
- * when the call would not split, and then workspace may be NULL with workspace_bytes 0. workspace:
- * device memory, 256-byte aligned, of at least that many bytes. Arguments, math and edge cases
+ * when such a call does not split, and then workspace may be NULL with workspace_bytes 0 (a call
+ * it gives bytes for may still run unsplit: under capture, or when the plan's sm90 tile meets
+ * strides TMA cannot copy). workspace: device memory, 256-byte aligned, of at least that many
+ * bytes. Arguments, math and edge cases
  * are cinfer_single_prefill's (the merged output may differ from the unsplit one in the last
  * bits). The size function loads the batch kernels (JIT-compiling up to five on first use) only
  * when a split is possible. Returns cinfer_single_prefill's statuses and WORKSPACE_TOO_SMALL; the
