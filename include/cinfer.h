@@ -589,11 +589,12 @@ CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
  * cinfer_single_decode_workspace_size(ctx, options, kv_len) bytes (exact for this kv_len and
  * these options). page_size, use_cuda_graph and max_batch_size of options are ignored.
  * Each call validates, loads the kernels (JIT-compiling on first use) and plans on the host. A
- * plan whose items fit one wave of resident CTAs (any kv_len >= 1 at the usual head counts)
- * travels in the kernels' parameters; otherwise (kv_len 0, or more KV heads than a wave holds)
- * the schedule is copied into the workspace from pageable memory (an asynchronous copy on
- * stream), which a CUDA graph cannot capture: capture batch decode instead. args: the arguments
- * of options->variant, as for cinfer_batch_decode_run.
+ * plan whose head slices fit one wave of resident CTAs (any kv_len, kv_len 0 included, at the
+ * usual head counts) travels in the kernels' parameters, and such a call can be captured in a
+ * CUDA graph (a replay repeats it at the captured kv_len and addresses); otherwise the schedule
+ * is copied into the workspace from pageable memory (an asynchronous copy on stream), which a
+ * capture refuses: capture batch decode instead. args: the arguments of options->variant, as for
+ * cinfer_batch_decode_run.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */

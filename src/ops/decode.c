@@ -804,8 +804,8 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     cinfer_decode_params p;
     memset(&p, 0, sizeof p);
     cinfer__decode_plan_uniform(&s.cfg, &len, NULL, 1, &chunking, &p.uniform);
-    /* A uniform plan travels in the kernels' parameters, and nothing is copied (kv_len 0, or more
-     * head slices than one wave of CTAs, has none). */
+    /* A uniform plan travels in the kernels' parameters, and nothing is copied (a plan of more
+     * head slices than one wave of CTAs has none). */
     if (p.uniform.pieces == 0)
         CINFER__CHECK(upload_single_schedule(ctx, &s, len, &chunking, &layout, workspace, stream));
     /* One request: batch index 0 only, so the batch strides are never multiplied by anything

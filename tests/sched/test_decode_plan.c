@@ -680,6 +680,12 @@ static void empty_requests_get_one_empty_direct_item(void **state) {
     assert_int_equal(empty, 4);
     free_plan(&p);
 
+    /* One empty request: its plan is uniform too (verify_plan checks the parameters against the
+     * items), so single decode with kv_len 0 copies no schedule either. */
+    plan_and_verify(&c, lens, 1, &p);
+    assert_int_equal(p.header->num_work, 4);
+    free_plan(&p);
+
     /* An empty batch: no items, and only graph mode launches anything. */
     plan_and_verify(&c, lens, 0, &p);
     assert_int_equal(p.header->num_work, 0);
