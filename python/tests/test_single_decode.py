@@ -177,6 +177,17 @@ def test_single_decode_in_cuda_graph(variant):
         torch.cuda.synchronize()
         ref = reference.decode(q, k, v, sinks=kw["variant_args"][0] if kw else None)
         _check(out, lse, *ref, dtype)
+    if variant is None:  # an empty KV, captured too: zeros and -inf
+        q0, k0, v0 = _make(0, hq, hk, d, dtype, dtype, "NHD", seed=34)
+        f(q0, k0, v0)
+        torch.cuda.synchronize()
+        empty = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(empty):
+            out0, lse0 = f(q0, k0, v0, return_lse=True)
+        out0.fill_(float("nan"))
+        empty.replay()
+        torch.cuda.synchronize()
+        assert (out0 == 0).all() and torch.isneginf(lse0).all()
 
 
 def test_single_decode_errors():
