@@ -7,9 +7,10 @@
  * --------
  * Every GPU kernel the library runs is described by a kernel spec, rendered to CUDA C, compiled at
  * run time with NVRTC (or ahead of time), cached on disk and loaded with the CUDA driver API.
- * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads, validates
- * arguments and compiles kernels on a machine without a GPU; there, every call that needs a device
- * returns CINFER_STATUS_NO_DEVICE.
+ * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads, compiles
+ * kernels and plans on a machine without a GPU; there, cinfer_context_create returns
+ * CINFER_STATUS_NO_DEVICE, and a call given no context returns INVALID_ARGUMENT (checked before
+ * its other arguments).
  *
  * Conventions
  * -----------
@@ -589,12 +590,13 @@ CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
  * cinfer_single_decode_workspace_size(ctx, options, kv_len) bytes (exact for this kv_len and
  * these options). page_size, use_cuda_graph and max_batch_size of options are ignored.
  * Each call validates, loads the kernels (JIT-compiling on first use) and plans on the host. A
- * plan whose head slices fit one wave of resident CTAs (any kv_len, kv_len 0 included, at the
- * usual head counts) travels in the kernels' parameters, and such a call can be captured in a
- * CUDA graph (a replay repeats it at the captured kv_len and addresses); otherwise the schedule
- * is copied into the workspace from pageable memory (an asynchronous copy on stream), which a
- * capture refuses: capture batch decode instead. args: the arguments of options->variant, as for
- * cinfer_batch_decode_run.
+ * plan whose head slices (at most num_qo_heads) fit one wave of resident CTAs (528 of the
+ * tensor-core kernel on an H200) travels in the kernels' parameters, whatever kv_len (0
+ * included), and such a call can be captured in a CUDA graph (a replay repeats it at the
+ * captured kv_len and addresses). Otherwise the schedule is copied into the workspace from
+ * pageable memory (an asynchronous copy on stream), and a call while stream is capturing returns
+ * UNSUPPORTED (capture batch decode in graph mode instead). args: the arguments of
+ * options->variant, as for cinfer_batch_decode_run.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */
@@ -613,7 +615,8 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * ------------------------------------------------------------------------------------------- */
 
 /*
- * Single-request prefill on tensor cores (mma.sync; sm_80 and later).
+ * Single-request prefill on tensor cores (sm_80 and later: the mma.sync template, or on sm_90a the
+ * wgmma/TMA kernel where it applies).
  * q: [qo_len, Hq, D] q_dtype (fp16 or bf16); k, v: [kv_len, Hk, D] (NHD) or [Hk, kv_len, D] (HND)
  * of q's dtype or fp8 (e4m3, e5m2: options->kv_dtype; the mmas then run in fp16 with q
  * multiplied by sm_scale and rounded to fp16, so |q| * sm_scale must stay below 65504, and K/V
@@ -657,12 +660,12 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * when such a call does not split, and then workspace may be NULL with workspace_bytes 0 (a call
  * it gives bytes for may still run unsplit: under capture, or when the plan's sm90 tile meets
  * strides TMA cannot copy). workspace: device memory, 256-byte aligned, of at least that many
- * bytes. Arguments, math and edge cases
- * are cinfer_single_prefill's (the merged output may differ from the unsplit one in the last
- * bits). The size function loads the batch kernels (JIT-compiling up to five on first use) only
- * when a split is possible. Returns cinfer_single_prefill's statuses and WORKSPACE_TOO_SMALL; the
- * size function returns SUCCESS, INVALID_ARGUMENT (NULL, bad options, causal, lengths),
- * UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR.
+ * bytes; NULL with workspace_bytes 0 makes the call cinfer_single_prefill's, unsplit. Arguments,
+ * math and edge cases are cinfer_single_prefill's (the merged output may differ from the unsplit
+ * one in the last bits). The size function loads the batch kernels (JIT-compiling up to five on
+ * first use) only when a split is possible. Returns cinfer_single_prefill's statuses and
+ * WORKSPACE_TOO_SMALL; the size function returns SUCCESS, INVALID_ARGUMENT (NULL, bad options,
+ * causal, lengths), UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_single_prefill_workspace_size(
     cinfer_context_t *ctx, const cinfer_attention_options_t *options, int causal, int64_t qo_len,

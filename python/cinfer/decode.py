@@ -182,11 +182,12 @@ def single_decode_with_kv_cache(
     -----
     ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (grouped-query attention). Runs on
     PyTorch's current CUDA stream; the split-KV workspace is allocated with PyTorch's caching
-    allocator for each call. A call can be captured in a CUDA graph (its plan travels in the
-    kernels' parameters, at the usual head counts; make one call before capturing, so that the
-    kernels are loaded): a replay attends over the captured tensors' current contents, at the
-    captured ``kv_len``; :class:`BatchDecodeWithPagedKVCacheWrapper` in CUDA-graph mode takes
-    any lengths up to its capacity. Calls with ALiBi or RoPE are not torch.compile operators
+    allocator for each call. A call can be captured in a CUDA graph when its head slices fit one
+    wave of CTAs, as every model's head counts do (its plan then travels in the kernels'
+    parameters; else capturing raises :class:`cinfer.UnsupportedError`); make one call before
+    capturing, so that the kernels are loaded. A replay attends over the captured tensors'
+    current contents, at the captured ``kv_len``; :class:`BatchDecodeWithPagedKVCacheWrapper` in
+    CUDA-graph mode takes any lengths up to its capacity. Calls with ALiBi or RoPE are not torch.compile operators
     (they break the graph, like calls with a variant).
     """
     where = "single_decode_with_kv_cache"

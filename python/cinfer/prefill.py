@@ -344,25 +344,29 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
     if lse is not None:
         dl.append(T.to_dl(lse, "lse"))
     ctx = T.context_of(q.device)
-    # Split-KV's workspace for these lengths (0: the call does not split).
+    # Split-KV's workspace for these lengths (0: the call does not split). A call being captured
+    # in a CUDA graph runs unsplit (the library's rule), so it asks for none and is not cached.
+    capturing = torch.cuda.is_current_stream_capturing()
     nbytes = ctypes.c_size_t()
-    _lib.check(_lib.lib().cinfer_single_prefill_workspace_size(
-        ctx, ctypes.byref(opts), 1 if causal else 0, int(qo_len),
-        int(k.shape[0] if nhd else k.shape[1]), ctypes.byref(nbytes)),
-        "single_prefill_with_kv_cache")
+    if not capturing:
+        _lib.check(_lib.lib().cinfer_single_prefill_workspace_size(
+            ctx, ctypes.byref(opts), 1 if causal else 0, int(qo_len),
+            int(k.shape[0] if nhd else k.shape[1]), ctypes.byref(nbytes)),
+            "single_prefill_with_kv_cache")
     _call(ctx, ctypes.byref(opts), causal, [T.ref(t) for t in dl[:4]],
           T.ref(dl[4]) if lse is not None else None, packed, nbytes.value, q.device)
-    if key is not None:  # checked and accepted: later calls of this layout reuse the structs
+    if key is not None and not capturing:  # later calls of this layout reuse the structs
         _single_calls.put(key, T.CheckedCall(opts, dl, packed, nbytes.value))
     return out, lse
 
 
 def _call(ctx, options_ref, causal, refs, lse_ref, packed, nbytes, device):
     """One single prefill call: with a split-KV workspace of nbytes from PyTorch's caching
-    allocator when nbytes > 0, else without one."""
+    allocator when nbytes > 0 and no CUDA graph is being captured (a captured call runs
+    unsplit), else without one."""
     stream = T.stream_of(device)
-    if nbytes:
-        torch = T.torch_module()
+    torch = T.torch_module()
+    if nbytes and not torch.cuda.is_current_stream_capturing():
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
         status = _lib.lib().cinfer_single_prefill_with_workspace(
             ctx, options_ref, 1 if causal else 0, *refs, lse_ref, packed.ref(),

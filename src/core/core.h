@@ -23,6 +23,11 @@
 cinfer_status_t cinfer__error(cinfer_status_t status, const char *fmt, ...) CINFER__PRINTF(2, 3);
 cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list ap);
 
+/* The message of a NULL context argument: where a context comes from, and why there may be none. */
+#define CINFER__NULL_CTX                                                                           \
+    "ctx is NULL (a context comes from cinfer_context_create, which returns "                      \
+    "CINFER_STATUS_NO_DEVICE on a machine without a GPU)"
+
 /* Between cinfer__error_mute() and cinfer__error_unmute() (nestable) errors return their status
  * and are logged but leave the last-error message alone: for a try whose failure the caller
  * handles (a fallback), so that a call that succeeds does not replace the message of an earlier

@@ -105,7 +105,7 @@ void cinfer_context_destroy(cinfer_context_t *ctx) {
 cinfer_status_t cinfer_context_get_device(const cinfer_context_t *ctx, int *device,
                                           int *compute_capability) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     if (device)
         *device = ctx->device;
     if (compute_capability)

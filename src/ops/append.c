@@ -21,7 +21,7 @@ _Static_assert(CINFER_APPEND_ERROR_PAGE == CINFER_APPEND_ERR_PAGE, "error bits")
 
 static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     return CINFER_STATUS_SUCCESS;
 }
 

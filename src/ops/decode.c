@@ -72,7 +72,7 @@ static cinfer_status_t choose_backend(const cinfer_attention_options_t *o, cinfe
 
 static cinfer_status_t check_ctx(const cinfer_context_t *ctx) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -806,8 +806,20 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     cinfer__decode_plan_uniform(&s.cfg, &len, NULL, 1, &chunking, &p.uniform);
     /* A uniform plan travels in the kernels' parameters, and nothing is copied (a plan of more
      * head slices than one wave of CTAs has none). */
-    if (p.uniform.pieces == 0)
+    if (p.uniform.pieces == 0) {
+        /* A capture would take the pageable copy as an error that invalidates it: refused first. */
+        CINFER__CHECK(cinfer__context_activate(ctx));
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        CINFER__CU(ctx->cu, cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+        if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "cinfer_single_decode: a plan of %d work items (more than one "
+                                 "wave of CTAs) copies its schedule from host memory, which a "
+                                 "CUDA graph capture cannot take; capture batch decode in CUDA "
+                                 "graph mode instead",
+                                 chunking.num_work);
         CINFER__CHECK(upload_single_schedule(ctx, &s, len, &chunking, &layout, workspace, stream));
+    }
     /* One request: batch index 0 only, so the batch strides are never multiplied by anything
      * but 0. */
     p.q = cinfer__tensor_data(q);

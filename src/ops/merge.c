@@ -59,7 +59,7 @@ static cinfer_status_t launch(cinfer_context_t *ctx, merge_launch_t *m, CUstream
 
 static cinfer_status_t check_ctx(cinfer_context_t *ctx) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     return CINFER_STATUS_SUCCESS;
 }
 

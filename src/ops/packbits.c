@@ -13,7 +13,7 @@
 static cinfer_status_t check_common(const cinfer_context_t *ctx, const DLTensor *x,
                                     cinfer_bitorder_t bitorder) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     if (bitorder != CINFER_BITORDER_LITTLE && bitorder != CINFER_BITORDER_BIG)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "bitorder = %d, expected CINFER_BITORDER_LITTLE (0) or "

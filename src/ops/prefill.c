@@ -735,7 +735,7 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
 static cinfer_status_t single_option_checks(const cinfer_context_t *ctx,
                                             const cinfer_attention_options_t *o, int causal) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     CINFER__CHECK(options_check(o));
     if (causal != 0 && causal != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
@@ -1092,7 +1092,7 @@ static cinfer_status_t batch_setup(cinfer_context_t *ctx, const cinfer_attention
                                    batch_setup_t *s) {
     memset(s, 0, sizeof *s);
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     CINFER__CHECK(batch_setup_smem(ctx->arch, ctx->max_smem_per_block_optin, o, storage, causal,
                                    max_total_qo, s));
     if (splittable(&s->cfg))
@@ -1132,7 +1132,7 @@ cinfer_status_t cinfer__batch_prefill_kernel_specs(const cinfer_context_t *ctx,
                                                    int64_t max_total_qo, cinfer__spec_t *specs,
                                                    int *num_specs) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     batch_setup_t s;
     CINFER__CHECK(batch_setup_smem(ctx->arch, ctx->max_smem_per_block_optin, o, storage, causal,
                                    max_total_qo, &s));

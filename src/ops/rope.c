@@ -117,7 +117,7 @@ static cinfer_status_t setup(cinfer_context_t *ctx, const DLTensor *q, const DLT
                              const char *rotary_arg, int interleave, rope_call_t *c) {
     memset(c, 0, sizeof *c);
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     CINFER__CHECK(cinfer__tensor_check(ctx, "q", q, 3, NULL, CINFER__DTS_HALF));
     c->dtype = cinfer__tensor_dtype(q);
     const int64_t nnz = q->shape[0], D = q->shape[2];
@@ -309,7 +309,7 @@ cinfer_status_t cinfer_apply_rope_with_cos_sin_cache(cinfer_context_t *ctx, cons
                                                      const DLTensor *cos_sin_cache, int interleave,
                                                      CUstream stream) {
     if (!ctx)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     if (interleave != 0 && interleave != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "interleave = %d, expected 0 (rotate halves, is_neox) or 1 "
