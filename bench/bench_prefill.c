@@ -109,6 +109,33 @@ static double flops(const workload_t *w) {
     return 4.0 * pairs * HQ * hd;
 }
 
+/* One single prefill call (bench_time_groups' callback): through
+ * cinfer_single_prefill_with_workspace, or through cinfer__single_prefill_config with tiles (NULL:
+ * the default, cinfer_single_prefill's). */
+typedef struct single_run {
+    cinfer_context_t *ctx;
+    const cinfer_attention_options_t *o;
+    int causal;
+    const DLTensor *q, *k, *v;
+    DLTensor *out;
+    const cinfer_args_t *args;
+    const cinfer__prefill_config_t *tiles; /* without a workspace only */
+    int with_workspace;
+    void *workspace; /* NULL when bytes is 0 */
+    size_t bytes;
+    CUstream stream;
+} single_run_t;
+
+static void run_single(void *arg) {
+    const single_run_t *r = arg;
+    if (r->with_workspace)
+        CI(cinfer_single_prefill_with_workspace(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out,
+                                                NULL, r->args, r->workspace, r->bytes, r->stream));
+    else
+        CI(cinfer__single_prefill_config(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out, NULL,
+                                         r->args, r->tiles, r->stream));
+}
+
 /* Median milliseconds of one prefill; tiles NULL = the default. Returns a negative value when
  * the tiles are refused (UNSUPPORTED), so a sweep can skip them. */
 static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers_t *b,
@@ -170,41 +197,38 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     if (st == CINFER_STATUS_UNSUPPORTED && tiles)
         return -1.0;
     CI(st);
-    CUevent e0, e1;
-    CU(cuEventCreate(&e0, 0));
-    CU(cuEventCreate(&e1, 0));
+    single_run_t run = {.ctx = ctx,
+                        .o = &o,
+                        .causal = w->causal,
+                        .q = &tq,
+                        .k = &tk,
+                        .v = &tv,
+                        .out = &tout,
+                        .args = run_args,
+                        .tiles = tiles,
+                        .stream = stream};
     /* Short runs are timed in back-to-back groups, so the host's argument checks and launch
      * (a few microseconds) overlap the previous kernel instead of adding to a 30 us one. */
     const int reps = w->s <= 1024 ? 20 : w->s <= 4096 ? 4 : 1;
     /* --steady: groups of runs until steady_ms of their GPU time has passed. */
-    for (float run_ms = 0.0f; run_ms < (float)steady_ms;) {
-        float ms = 0.0f;
-        CU(cuEventRecord(e0, stream));
-        for (int r = 0; r < 8 * reps; r++)
-            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL,
-                                             run_args, tiles, stream));
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        CU(cuEventElapsedTime(&ms, e0, e1));
-        run_ms += ms > 0.0f ? ms : 1.0f;
+    if (steady_ms > 0) {
+        CUevent e0, e1;
+        CU(cuEventCreate(&e0, 0));
+        CU(cuEventCreate(&e1, 0));
+        for (float run_ms = 0.0f; run_ms < (float)steady_ms;) {
+            float ms = 0.0f;
+            CU(cuEventRecord(e0, stream));
+            for (int r = 0; r < 8 * reps; r++)
+                run_single(&run);
+            CU(cuEventRecord(e1, stream));
+            CU(cuEventSynchronize(e1));
+            CU(cuEventElapsedTime(&ms, e0, e1));
+            run_ms += ms > 0.0f ? ms : 1.0f;
+        }
+        CU(cuEventDestroy(e0));
+        CU(cuEventDestroy(e1));
     }
-    float *times = malloc(sizeof(float) * (size_t)iters);
-    for (int i = -3; i < iters; i++) {
-        CU(cuEventRecord(e0, stream));
-        for (int r = 0; r < reps; r++)
-            CI(cinfer__single_prefill_config(ctx, &o, w->causal, &tq, &tk, &tv, &tout, NULL,
-                                             run_args, tiles, stream));
-        CU(cuEventRecord(e1, stream));
-        CU(cuEventSynchronize(e1));
-        if (i >= 0)
-            CU(cuEventElapsedTime(&times[i], e0, e1));
-    }
-    qsort(times, (size_t)iters, sizeof(float), cmp_float);
-    const double ms = times[iters / 2] / reps;
-    free(times);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
-    return ms;
+    return bench_time_groups(stream, reps, iters, run_single, &run);
 }
 
 /* Rounds of the variant table (odd: the median is one round's). */
@@ -399,29 +423,6 @@ static double time_rows(cinfer_context_t *ctx, CUstream stream, const buffers_t 
  * or cinfer_single_prefill, in back-to-back groups (so a call's host work, the split plan's
  * included, overlaps the previous kernels unless it takes longer than them). *bytes: the
  * workspace size (0: the call does not split). */
-/* One single prefill call, with a workspace or without (bench_time_groups' callback). */
-typedef struct single_run {
-    cinfer_context_t *ctx;
-    const cinfer_attention_options_t *o;
-    int causal;
-    const DLTensor *q, *k, *v;
-    DLTensor *out;
-    int with_workspace; /* 0: cinfer_single_prefill */
-    void *workspace;    /* NULL when bytes is 0 */
-    size_t bytes;
-    CUstream stream;
-} single_run_t;
-
-static void run_single(void *arg) {
-    const single_run_t *r = arg;
-    if (r->with_workspace)
-        CI(cinfer_single_prefill_with_workspace(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out,
-                                                NULL, NULL, r->workspace, r->bytes, r->stream));
-    else
-        CI(cinfer_single_prefill(r->ctx, r->o, r->causal, r->q, r->k, r->v, r->out, NULL, NULL,
-                                 r->stream));
-}
-
 static double time_single_ws(cinfer_context_t *ctx, CUstream stream, const buffers_t *b, int qo_len,
                              int kv_len, int causal, int use_ws, int iters, size_t *bytes) {
     const DLDataType bf16 = {kDLBfloat, 16, 1};

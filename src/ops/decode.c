@@ -393,6 +393,20 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Where plan writes a schedule of layout l into host memory (a mirror of the workspace's schedule
+ * regions). */
+static cinfer__decode_schedule_t schedule_in(const cinfer__decode_layout_t *l, char *host) {
+    const cinfer__decode_schedule_t dst = {
+        .header = (cinfer_decode_header *)host,
+        .infos = (cinfer_decode_request *)(host + l->infos_offset),
+        .work = (cinfer_decode_work *)(host + l->work_offset),
+        .info_capacity = l->info_capacity,
+        .work_capacity = l->work_capacity,
+        .slot_capacity = l->slot_capacity,
+    };
+    return dst;
+}
+
 static cinfer_status_t check_workspace(const void *workspace, size_t workspace_bytes, size_t need,
                                        const char *size_function) {
     return cinfer__check_workspace(workspace, workspace_bytes, need, CINFER__DECODE_ALIGN,
@@ -512,14 +526,7 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     char *host = NULL;
     CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
-    const cinfer__decode_schedule_t dst = {
-        .header = (cinfer_decode_header *)host,
-        .infos = (cinfer_decode_request *)(host + op->layout.infos_offset),
-        .work = (cinfer_decode_work *)(host + op->layout.work_offset),
-        .info_capacity = op->layout.info_capacity,
-        .work_capacity = op->layout.work_capacity,
-        .slot_capacity = op->layout.slot_capacity,
-    };
+    const cinfer__decode_schedule_t dst = schedule_in(&op->layout, host);
     CINFER__CHECK(
         cinfer__decode_plan_build(&s->cfg, op->kv_len, kv_indptr, batch_size, &chunking, &dst));
     const size_t bytes =
@@ -707,14 +714,7 @@ static cinfer_status_t upload_single_schedule(cinfer_context_t *ctx, const decod
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY,
                              "single decode: out of memory for a %zu-byte schedule",
                              layout->schedule_bytes);
-    const cinfer__decode_schedule_t dst = {
-        .header = (cinfer_decode_header *)host,
-        .infos = (cinfer_decode_request *)(host + layout->infos_offset),
-        .work = (cinfer_decode_work *)(host + layout->work_offset),
-        .info_capacity = layout->info_capacity,
-        .work_capacity = layout->work_capacity,
-        .slot_capacity = layout->slot_capacity,
-    };
+    const cinfer__decode_schedule_t dst = schedule_in(layout, host);
     cinfer_status_t st = cinfer__decode_plan_build(&s->cfg, &kv_len, NULL, 1, chunking, &dst);
     if (st == CINFER_STATUS_SUCCESS)
         st = cinfer__copy_pageable(ctx, workspace, host, layout->schedule_bytes, stream,
