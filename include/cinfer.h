@@ -460,7 +460,8 @@ typedef struct cinfer_attention_options {
     uint32_t version; /* CINFER_ATTENTION_OPTIONS_VERSION */
     int num_qo_heads; /* Hq, a multiple of num_kv_heads */
     int num_kv_heads; /* Hk */
-    int head_dim;     /* D of q, k and v (a multiple of 8; 64, 128, 256 are the fast paths) */
+    int head_dim;     /* D of q and k, and of v and out unless head_dim_vo is set (a multiple of
+                         8; 64, 128, 256 are the fast paths) */
     int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode) */
     cinfer_kv_layout_t kv_layout;
     DLDataType q_dtype;     /* fp16 or bf16; out has the same dtype */
@@ -485,14 +486,19 @@ typedef struct cinfer_attention_options {
     cinfer_pos_encoding_t pos_encoding_mode;
     float rope_scale; /* ROPE_LLAMA: > 0, positions are divided by it (default 1) */
     float rope_theta; /* ROPE_LLAMA: > 0, the frequency base (default 1e4) */
+    /* D of v and out when it differs from head_dim (D_qk != D_vo, e.g. 192 / 128); 0 (default) =
+     * head_dim. Single prefill only, on the mma.sync template (sm_90a included), with 16-bit K/V,
+     * no in-kernel RoPE, both dims multiples of 16 up to 256; the default sm_scale stays
+     * 1/sqrt(head_dim). Decode and batch prefill return CINFER_STATUS_UNSUPPORTED for it. */
+    int head_dim_vo;
 } cinfer_attention_options_t;
 
-#define CINFER_ATTENTION_OPTIONS_VERSION 3
+#define CINFER_ATTENTION_OPTIONS_VERSION 4
 #define CINFER_ATTENTION_OPTIONS_INIT                                                              \
     {                                                                                              \
         sizeof(cinfer_attention_options_t), CINFER_ATTENTION_OPTIONS_VERSION, 0, 0, 0, 16,         \
             CINFER_KV_LAYOUT_NHD, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0.0f, -1, 1.0f,    \
-            1.0f, 0, 1, -1, NULL, CINFER_POS_ENCODING_NONE, 1.0f, 1e4f                             \
+            1.0f, 0, 1, -1, NULL, CINFER_POS_ENCODING_NONE, 1.0f, 1e4f, 0                          \
     }
 
 /* ---------------------------------------------------------------------------------------------

@@ -89,9 +89,9 @@
  * for now) is kernels/prefill_sm90.cuh, which this file includes in place of everything below.
  *
  * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
- * (== VO), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1 RoPE), CINFER_SOFTCAP,
- * CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES, CINFER_BATCH,
- * CINFER_PAGED, CINFER_GQA_PACK, CINFER_OP_PREFILL.
+ * and CINFER_HEAD_DIM_VO (see D_QK below), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1
+ * RoPE), CINFER_SOFTCAP, CINFER_WINDOW, CINFER_TILE_Q, CINFER_TILE_KV, CINFER_WARPS, CINFER_STAGES,
+ * CINFER_BATCH, CINFER_PAGED, CINFER_GQA_PACK, CINFER_OP_PREFILL.
  */
 #include "common.cuh"
 #include "mma.cuh"
@@ -105,7 +105,17 @@
 #include "prefill_sm90.cuh"
 #elif defined(CINFER_OP_PREFILL)
 
-#define D          CINFER_HEAD_DIM_QK
+/* D_QK != D_VO (e.g. 192 / 128): the tiles and the mmas run at D = the larger of the two, Q and K
+ * copied with their columns from D_QK on zero-filled and V with its columns from D_VO on
+ * zero-filled, so Q K^T and P V are exact and O's columns from D_VO on are zero and never stored.
+ * Those kernels copy K/V chunk by chunk (KV_BY_COLUMN off), take no fp8 K/V, RoPE or GQA packing
+ * (the host's checks, src/ops/prefill.c). */
+#define D_QK       CINFER_HEAD_DIM_QK
+#define D_VO       CINFER_HEAD_DIM_VO
+#define ASYM       (D_QK != D_VO)
+#define D          (D_QK > D_VO ? D_QK : D_VO)
+#define QK_CHUNKS  (D_QK / 8) /* 16-byte chunks of a Q or K row that exist */
+#define VO_CHUNKS  (D_VO / 8) /* of a V or O row */
 #define DT         CINFER_DTYPE_Q
 #define WARPS      CINFER_WARPS
 #define THREADS    (WARPS * 32)
@@ -138,6 +148,12 @@ typedef unsigned char kv_elem;
 #define KV_AHEAD      (STAGES - 1)
 typedef cinfer_half_bits kv_elem;
 #endif
+#if ASYM && (KV_FP8 || CINFER_ROPE || CINFER_GQA_PACK || D_QK % 16 != 0 || D_VO % 16 != 0)
+#error "prefill: D_QK != D_VO takes 16-bit K/V, no RoPE, no GQA packing, multiples of 16"
+#endif
+/* K/V copies where each thread keeps one chunk column of every row (see load_kv_rows). */
+#define KV_BY_COLUMN (THREADS % KV_CHUNKS == 0 && !ASYM)
+
 #if KV_FP8 && CINFER_ROPE
 #error "prefill: in-kernel RoPE rotates 16-bit K tiles; fp8 K/V with RoPE is rejected at plan time"
 #endif
@@ -337,15 +353,16 @@ __device__ __forceinline__ unsigned kv_tile_offset(int row, int chunk) {
 
 /*
  * Issues the cp.async copies of rows [row0, row0 + rows) of a strided [len, D] matrix into the
- * tile at smem (rows is a compile-time constant after inlining). Rows >= len are zero-filled, so
- * P = 0 never meets a stale or uninitialized V value (0 * NaN would poison the output).
+ * tile at smem (rows and cols compile-time constants after inlining). Rows >= len, and chunks >=
+ * cols of each row (the columns a matrix narrower than D lacks, see D_QK), are zero-filled, so P =
+ * 0 never meets a stale or uninitialized V value (0 * NaN would poison the output).
  *
  * When the chunks of a row divide the threads (D = 64, 128, 256, ...), each thread keeps one
  * chunk column and walks rows THREADS / CHUNKS apart, so a pass costs one pointer increment;
  * other head dims map every chunk separately.
  */
 __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits *base,
-                                          long long stride, int row0, int len, int rows) {
+                                          long long stride, int row0, int len, int rows, int cols) {
 #if THREADS % CHUNKS == 0
     const int rpp = THREADS / CHUNKS; /* rows per pass */
     const int r0 = (int)threadIdx.x / CHUNKS, ch = (int)threadIdx.x % CHUNKS;
@@ -355,7 +372,7 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
     for (int it = 0; it < CINFER_CEIL_DIV(rows, rpp); it++) {
         const int r = r0 + it * rpp;
         if (rows % rpp == 0 || r < rows) {
-            const bool valid = row0 + r < len;
+            const bool valid = row0 + r < len && (cols == CHUNKS || ch < cols);
             cinfer_cp_async_16(smem + tile_offset(r, ch), valid ? src + it * step : base, valid);
         }
     }
@@ -365,9 +382,9 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
         const int c = (int)threadIdx.x + it * THREADS;
         if (c < rows * CHUNKS) {
             const int r = c / CHUNKS, ch = c % CHUNKS;
-            const bool valid = row0 + r < len;
-            const cinfer_half_bits *src =
-                base + (valid ? (long long)(row0 + r) * stride : 0) + ch * 8;
+            const bool valid = row0 + r < len && (cols == CHUNKS || ch < cols);
+            const cinfer_half_bits *src = base + (valid ? (long long)(row0 + r) * stride : 0) +
+                                          (cols == CHUNKS || ch < cols ? ch * 8 : 0);
             cinfer_cp_async_16(smem + tile_offset(r, ch), src, valid);
         }
     }
@@ -422,7 +439,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned smem, const kv_elem *base,
  * copies row r0 + it * KV_RPP (r0 = threadIdx.x / KV_CHUNKS) of the tile, at the thread's
  * destination dst (kv_dst0: its chunk of row r0 in stage 0's K tile) plus a compile-time offset.
  */
-#if THREADS % KV_CHUNKS == 0
+#if KV_BY_COLUMN
 #define KV_RPP    (THREADS / KV_CHUNKS) /* rows per pass */
 #define KV_PASSES CINFER_CEIL_DIV(TILE_KV, KV_RPP)
 
@@ -466,7 +483,7 @@ __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_param
            (long long)in_page * p.k_stride_n;
 }
 
-#if THREADS % KV_CHUNKS == 0
+#if KV_BY_COLUMN
 /*
  * A thread's rows are r0 + it * KV_RPP. Their page-table entries are read first, all of them,
  * then the copies go out: a row past len looks up the last row's entry instead (it exists; its
@@ -522,7 +539,7 @@ __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
     }
 }
 #endif
-#elif THREADS % KV_CHUNKS == 0
+#elif KV_BY_COLUMN
 /*
  * The copies of a contiguous K (or V) tile into the tile `offset` bytes after stage 0's K tile
  * (dst: kv_dst0): src points at this thread's first row of the tile (row0 + threadIdx.x /
@@ -574,7 +591,7 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
 #else
 #define KV_STEP(ptr, stride, bytes) ((const kv_elem *)((const char *)(ptr) + (bytes)))
 #endif
-#if THREADS % KV_CHUNKS != 0
+#if !KV_BY_COLUMN
 #define LOAD_KV(stage, tile, dst)                                                                  \
     LOAD_KV_GENERIC(s_k + (stage)*KV_BYTES, s_v + (stage)*KV_BYTES, (tile)*TILE_KV)
 #elif CINFER_PAGED
@@ -604,8 +621,8 @@ __device__ __forceinline__ void load_kv_rows(unsigned dst, unsigned offset, cons
 #else
 #define LOAD_KV_GENERIC(sk, sv, row0)                                                              \
     do {                                                                                           \
-        load_tile(sk, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV);                              \
-        load_tile(sv, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV);                              \
+        load_tile(sk, k_base, p.k_stride_n, row0, p.kv_len, TILE_KV, QK_CHUNKS);                   \
+        load_tile(sv, v_base, p.v_stride_n, row0, p.kv_len, TILE_KV, VO_CHUNKS);                   \
     } while (0)
 #endif
 #endif
@@ -914,7 +931,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         (const kv_elem *)p.k + (long long)kv_head * p.k_stride_h;
     [[maybe_unused]] const kv_elem *v_base =
         (const kv_elem *)p.v + (long long)kv_head * p.v_stride_h;
-#if THREADS % KV_CHUNKS == 0 && !CINFER_PAGED
+#if KV_BY_COLUMN && !CINFER_PAGED
     /* This thread's first row of the first tile (load_kv_rows). */
     const int kv_row0 = KV_TILE(0) * TILE_KV + (int)threadIdx.x / KV_CHUNKS;
     const int kv_col0 = ((int)threadIdx.x % KV_CHUNKS) * KV_CHUNK_ELEMS;
@@ -936,7 +953,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned k_lane = s_k + tile_offset((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = s_v + tile_offset(lane % 16, lane / 16);
 #endif
-#if THREADS % KV_CHUNKS == 0
+#if KV_BY_COLUMN
     const unsigned kv_dst = kv_dst0(s_k);
 #endif
     float o[MMA_Q][O_TILES][4];
@@ -1047,7 +1064,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if PACK
         load_q_packed(s_q, q_base, p.q_stride_n, p.q_stride_h, q0, q_rows);
 #else
-        load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q);
+        load_tile(s_q, q_base, p.q_stride_n, q0, p.qo_len, TILE_Q, QK_CHUNKS);
 #endif
         cinfer_cp_async_commit();
 #pragma unroll
@@ -1072,7 +1089,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
              * ldmatrix and cp.async below addresses one of them plus an immediate. */
             const unsigned ql = cinfer_opaque_u32(q_lane), kl = cinfer_opaque_u32(k_lane),
                            vl = cinfer_opaque_u32(v_lane);
-#if THREADS % KV_CHUNKS == 0
+#if KV_BY_COLUMN
             const unsigned dl = cinfer_opaque_u32(kv_dst);
 #endif
             /* Groups committed so far: Q, KV_AHEAD prologue tiles, t loop tiles; Q and tiles
@@ -1120,7 +1137,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 /* Transform the Q tile in place before any warp reads it. */
                 for (int c = (int)threadIdx.x; c < TILE_Q * CHUNKS; c += THREADS) {
                     const int row = c / CHUNKS, ch = c % CHUNKS;
-                    if (row < q_rows) {
+                    if (row < q_rows && (QK_CHUNKS == CHUNKS || ch < QK_CHUNKS)) {
                         uint4 *qp = (uint4 *)((unsigned char *)smem + tile_offset(row, ch));
                         float f[8];
                         cinfer_unpack8(f, DT, *qp);
@@ -1681,7 +1698,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 float lo = o[mq][n][2 * h] * inv, hi = o[mq][n][2 * h + 1] * inv;
-                if (row < q_rows) {
+                if (row < q_rows && n < VO_CHUNKS) {
                     const int dim = n * 8 + 2 * (e_lane % 4);
                     const int pos = q0 + row_token(row) + delta, qo_head = row_head(head, row);
                     lo = variant_output_transform(&vp, lo, batch_idx, pos, qo_head, dim);
@@ -1705,7 +1722,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int it = 0; it < WARP_ROWS * CHUNKS / 32; it++) {
         const int c = e_lane + it * 32;
         const int row = e_warp * WARP_ROWS + c / CHUNKS, ch = c % CHUNKS;
-        if (row < q_rows)
+        if (row < q_rows && (VO_CHUNKS == CHUNKS || ch < VO_CHUNKS))
             *(uint4 *)(out + (long long)(q0 + row_token(row)) * p.out_stride_n +
                        (long long)(row_head(head, row) - head) * p.out_stride_h + ch * 8) =
                 cinfer_ld_shared_v4(s_q + tile_offset(row, ch));

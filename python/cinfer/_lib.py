@@ -64,7 +64,7 @@ class DLTensor(ctypes.Structure):
 # ---------------------------------------------------------------------------------------------
 
 CONTEXT_OPTIONS_VERSION = 1
-ATTENTION_OPTIONS_VERSION = 3
+ATTENTION_OPTIONS_VERSION = 4
 # cinfer_pos_encoding_t
 POS_ENCODING_NONE = 0
 POS_ENCODING_ROPE_LLAMA = 1
@@ -114,6 +114,7 @@ class AttentionOptions(ctypes.Structure):
         ("pos_encoding_mode", ctypes.c_int),  # cinfer_pos_encoding_t: 0 none, 1 ROPE_LLAMA
         ("rope_scale", ctypes.c_float),
         ("rope_theta", ctypes.c_float),
+        ("head_dim_vo", ctypes.c_int),  # 0 = head_dim; single prefill only
     ]
 
 
@@ -308,6 +309,7 @@ def attention_options(**fields) -> AttentionOptions:
     o.pos_encoding_mode = POS_ENCODING_NONE
     o.rope_scale = 1.0
     o.rope_theta = 1e4
+    o.head_dim_vo = 0
     for name, value in fields.items():
         setattr(o, name, value)
     return o

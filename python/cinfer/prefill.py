@@ -87,7 +87,10 @@ def single_prefill_with_kv_cache(
         multiplied by ``sm_scale`` and rounded to fp16, so ``|q| * sm_scale`` must stay below
         65504).
     v : torch.Tensor
-        The values, the shape and dtype of ``k`` (strides may differ).
+        The values, the shape and dtype of ``k`` (strides may differ), except that its head dim
+        ``head_dim_vo`` may differ from ``head_dim`` (D_qk != D_vo, e.g. 192 / 128) with 16-bit
+        K/V, no in-kernel RoPE and both dims multiples of 16 up to 256 (else
+        :class:`cinfer.UnsupportedError`).
     custom_mask : Optional[torch.Tensor]
         Boolean mask, shape ``[qo_len, kv_len]`` (or flattened, ``[qo_len * kv_len]``),
         torch.bool, CUDA on q's device: ``custom_mask[i, j]`` True keeps KV position ``j`` for
@@ -154,7 +157,7 @@ def single_prefill_with_kv_cache(
     Returns
     -------
     out : torch.Tensor
-        Shape ``[qo_len, num_qo_heads, head_dim]``, the dtype of ``q``.
+        Shape ``[qo_len, num_qo_heads, head_dim_vo]`` (v's head dim), the dtype of ``q``.
     lse : torch.Tensor
         Only with ``return_lse``: shape ``[qo_len, num_qo_heads]``, float32, **base 2**
         (``log2(sum_j exp(s_ij))``); ``-inf`` for rows without any kept position.
@@ -254,12 +257,13 @@ def single_prefill_with_kv_cache_return_lse(
         variant_args=variant_args)
 
 
-def _single_options(num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale,
-                    soft_cap, window_left, k_scale, v_scale, variant_handle, rope):
-    key = ("prefill", num_qo_heads, num_kv_heads, head_dim, layout, q_dtype, kv_dtype, sm_scale,
-           soft_cap, window_left, k_scale, v_scale, variant_handle, rope)
+def _single_options(num_qo_heads, num_kv_heads, head_dim, head_dim_vo, layout, q_dtype, kv_dtype,
+                    sm_scale, soft_cap, window_left, k_scale, v_scale, variant_handle, rope):
+    key = ("prefill", num_qo_heads, num_kv_heads, head_dim, head_dim_vo, layout, q_dtype,
+           kv_dtype, sm_scale, soft_cap, window_left, k_scale, v_scale, variant_handle, rope)
     return _lib.cached_attention_options(key, lambda: _lib.attention_options(
         num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        head_dim_vo=head_dim_vo if head_dim_vo != head_dim else 0,
         kv_layout=layout, q_dtype=T.dl_dtype(q_dtype), kv_dtype=T.dl_dtype(kv_dtype),
         sm_scale=sm_scale, logits_soft_cap=soft_cap, window_left=window_left,
         k_scale=k_scale, v_scale=v_scale, variant=variant_handle, **A.rope_fields(rope)))
@@ -291,7 +295,8 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
                sm_scale, window_left, logits_soft_cap, bool(return_lse), k_scale, v_scale)
         c = _single_calls.get(key)
         if c is not None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype,
+                              device=q.device)
             lse = (torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
                    if return_lse else None)
             refs = c.rebind(q, k, v, out, lse) if return_lse else c.rebind(q, k, v, out)
@@ -328,16 +333,18 @@ def single_prefill_impl(q, k, v, causal, kv_layout, sm_scale, window_left, logit
         causal = False  # the custom mask replaces the causal one (FlashInfer's rule)
     elif alibi:
         variant, variant_args = M.alibi(num_qo_heads)
+    # v and out may have another head dim than q and k (D_qk != D_vo, e.g. 192 / 128).
+    head_dim_vo = int(v.shape[2])
     opts = _single_options(
-        int(num_qo_heads), int(k.shape[1] if nhd else k.shape[0]), int(head_dim), layout,
-        q.dtype, k.dtype,
+        int(num_qo_heads), int(k.shape[1] if nhd else k.shape[0]), int(head_dim), head_dim_vo,
+        layout, q.dtype, k.dtype,
         # 0 asks the library for its default, 1/sqrt(head_dim).
         A.positive(sm_scale, "sm_scale", 0.0), A.soft_cap(logits_soft_cap),
         A.window_left(window_left), A.positive(k_scale, "k_scale", 1.0),
         A.positive(v_scale, "v_scale", 1.0), variant.handle if variant is not None else None,
         rope)
     packed = V.pack_args(variant, variant_args, "single_prefill_with_kv_cache")
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((qo_len, num_qo_heads, head_dim_vo), dtype=q.dtype, device=q.device)
     lse = (torch.empty((qo_len, num_qo_heads), dtype=torch.float32, device=q.device)
            if return_lse else None)
     dl = [T.to_dl(q, "q"), T.to_dl(k, "k"), T.to_dl(v, "v"), T.to_dl(out, "out")]

@@ -75,7 +75,8 @@ def single_prefill(q: Tensor, k: Tensor, v: Tensor, causal: bool, kv_layout: str
 
 @single_prefill.register_fake
 def _(q, k, v, causal, kv_layout, sm_scale, window_left, logits_soft_cap, return_lse):
-    return torch.empty_like(q, memory_format=torch.contiguous_format), _no_lse(
+    # out has v's head dim (D_vo, which may differ from q's D_qk).
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[2])), _no_lse(
         q, return_lse, (q.shape[0], q.shape[1]))
 
 

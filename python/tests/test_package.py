@@ -208,7 +208,7 @@ def test_attention_options_defaults_match_init_macro():
     from cinfer import _lib
 
     o = _lib.attention_options()
-    assert o.size == 96 and o.version == 3 and o.variant is None
+    assert o.size == 96 and o.version == 4 and o.variant is None and o.head_dim_vo == 0
     assert (o.pos_encoding_mode, o.rope_scale, o.rope_theta) == (0, 1.0, 1e4)
     assert (o.page_size, o.kv_layout, o.window_left, o.max_batch_size) == (16, 0, -1, 1)
     assert (o.q_dtype.code, o.q_dtype.bits, o.q_dtype.lanes) == (_lib.KDL_BFLOAT, 16, 1)

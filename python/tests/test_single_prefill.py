@@ -1,5 +1,5 @@
 """single_prefill_with_kv_cache (and _return_lse) against a float64 reference: causal and not,
-qo_len above and below kv_len, empty sides, GQA, head dims, NHD/HND, packed QKV strides, soft
+qo_len above and below kv_len, empty sides, GQA, head dims (D_qk != D_vo too), NHD/HND, packed QKV strides, soft
 cap, sliding window, sm_scale, custom masks (bool and packed, fully masked rows, bottom-right
 alignment), ALiBi with FlashInfer's default slopes, fp8 K/V with k_scale / v_scale, in-kernel
 RoPE, errors."""
@@ -98,6 +98,34 @@ def test_single_prefill_head_dims(d):
     ref_out, _ = reference.prefill(q, k, v, causal=True)
     atol, rtol = reference.tolerance(torch.bfloat16)
     torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dims", [(192, 128), (128, 64), (64, 128)], ids=str)
+def test_single_prefill_head_dims_qk_vo(dims, layout):
+    # v (and out) with another head dim than q and k, as DeepSeek's prefill (192 / 128).
+    d_qk, d_vo = dims
+    gen = torch.Generator(DEV).manual_seed(d_qk + d_vo)
+    q = torch.randn(150, 8, d_qk, generator=gen, device=DEV).bfloat16()
+    k = torch.randn(270, 2, d_qk, generator=gen, device=DEV).bfloat16()
+    v = torch.randn(270, 2, d_vo, generator=gen, device=DEV).bfloat16()
+    for causal in (False, True):
+        ref_out, ref_lse = reference.prefill(q, k, v, causal=causal)
+        kk, vv = (k, v) if layout == "NHD" else (k.transpose(0, 1), v.transpose(0, 1))
+        out, lse = cinfer.single_prefill_with_kv_cache(q, kk, vv, causal=causal,
+                                                        kv_layout=layout, return_lse=True)
+        assert out.shape == (150, 8, d_vo)
+        _check(out, lse, ref_out, ref_lse, torch.bfloat16)
+    # A repeated layout (the checked-call cache) keeps v's head dim.
+    out = cinfer.single_prefill_with_kv_cache(q, k, v, causal=True)
+    assert out.shape == (150, 8, d_vo)
+    ref_out, _ = reference.prefill(q, k, v, causal=True)
+    atol, rtol = reference.tolerance(torch.bfloat16)
+    torch.testing.assert_close(out.double(), ref_out, atol=atol, rtol=rtol)
+    # fp8 K/V does not combine with D_qk != D_vo: refused by name.
+    with pytest.raises(cinfer.UnsupportedError, match="head_dim_vo"):
+        cinfer.single_prefill_with_kv_cache(q, k.to(torch.float8_e4m3fn),
+                                            v.to(torch.float8_e4m3fn))
 
 
 def test_single_prefill_packed_qkv():

@@ -518,14 +518,19 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
                              "dtype, f16 or bf16, and kv the same or e4m3 / e5m2",
                              fam->name, cinfer__dtype_name(spec->dtype_q),
                              cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
-    if (spec->head_dim_qk != spec->head_dim_vo)
+    if (spec->head_dim_qk % 16 != 0 || !in_range(spec->head_dim_qk, 16, 256) ||
+        spec->head_dim_vo % 16 != 0 || !in_range(spec->head_dim_vo, 16, 256))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: head_dim_qk %d != head_dim_vo %d is not supported", fam->name,
-                             (int)spec->head_dim_qk, (int)spec->head_dim_vo);
-    if (spec->head_dim_qk % 16 != 0 || !in_range(spec->head_dim_qk, 16, 256))
+                             "%s: head dims %d / %d are not supported (multiples of 16, 16..256)",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    /* D_qk != D_vo: the kernel runs at the larger dim with zero-filled columns (kernels/prefill.cu,
+     * D_QK), copying 16-bit K/V chunk by chunk; no fp8 K/V, RoPE or GQA packing. */
+    if (spec->head_dim_qk != spec->head_dim_vo &&
+        (fp8 || spec->pos != CINFER__POS_NONE || spec->gqa_pack != 0))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: head dim %d is not supported (a multiple of 16, 16..256)",
-                             fam->name, (int)spec->head_dim_qk);
+                             "%s: head_dim_qk %d != head_dim_vo %d is supported with 16-bit K/V, "
+                             "no RoPE and no GQA packing",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
@@ -558,8 +563,10 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: gqa_pack %d, expected 0, or 2..tile_q (%d) with batch 1",
                              fam->name, (int)spec->gqa_pack, (int)spec->tile_q);
-    const int64_t chunks = spec->head_dim_qk / 8 + 1;
-    const int64_t kv_chunks = fp8 ? (spec->head_dim_qk / 16) | 1 : chunks;
+    const int64_t dim =
+        spec->head_dim_qk > spec->head_dim_vo ? spec->head_dim_qk : spec->head_dim_vo;
+    const int64_t chunks = dim / 8 + 1;
+    const int64_t kv_chunks = fp8 ? (dim / 16) | 1 : chunks;
     const int64_t smem = 16 * (chunks * (spec->tile_q + (fp8 ? 2 * (int64_t)spec->tile_kv : 0)) +
                                kv_chunks * 2 * (int64_t)spec->stages * spec->tile_kv);
     if (smem > 227 * 1024)

@@ -68,6 +68,10 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
     if (o->head_dim < 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->head_dim = %d, expected >= 1", o->head_dim);
+    if (o->head_dim_vo < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->head_dim_vo = %d, expected 0 (= head_dim) or >= 1",
+                             o->head_dim_vo);
     if (o->kv_layout != CINFER_KV_LAYOUT_NHD && o->kv_layout != CINFER_KV_LAYOUT_HND)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->kv_layout = %d, expected CINFER_KV_LAYOUT_NHD (0) or "
@@ -107,6 +111,20 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
                              "options->v_scale = %g, expected a finite value > 0",
                              (double)o->v_scale);
     return rope_check(o);
+}
+
+int cinfer__attention_head_dim_vo(const cinfer_attention_options_t *o) {
+    return o->head_dim_vo > 0 ? o->head_dim_vo : o->head_dim;
+}
+
+cinfer_status_t cinfer__attention_same_head_dims(const cinfer_attention_options_t *o,
+                                                 const char *what) {
+    if (cinfer__attention_head_dim_vo(o) == o->head_dim)
+        return CINFER_STATUS_SUCCESS;
+    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                         "options->head_dim_vo = %d with head_dim = %d is not supported by %s: "
+                         "D_qk != D_vo runs in single prefill only; expected 0 or head_dim",
+                         o->head_dim_vo, o->head_dim, what);
 }
 
 bool cinfer__attention_rope(const cinfer_attention_options_t *o) {

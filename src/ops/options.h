@@ -10,14 +10,23 @@ cinfer__dtype_t cinfer__dl_dtype(DLDataType d);
 
 /*
  * The checks every attention operation shares, each failure naming the field: NULL, size and
- * version, head counts and GQA divisibility, head_dim >= 1, kv_layout, q_dtype fp16/bf16, kv_dtype
- * in kv_dtypes (a CINFER__DTS set; `kv_hint` says what the operation expects, e.g. "the q_dtype"),
- * sm_scale, logits_soft_cap, window_left, k_scale, v_scale, and pos_encoding_mode with RoPE's
- * rope_scale, rope_theta and head dim (a multiple of 16). Operation-specific limits (head dim
- * multiples, page size, batch fields) are checked by the caller afterwards.
+ * version, head counts and GQA divisibility, head_dim >= 1, head_dim_vo >= 0, kv_layout, q_dtype
+ * fp16/bf16, kv_dtype in kv_dtypes (a CINFER__DTS set; `kv_hint` says what the operation expects,
+ * e.g. "the q_dtype"), sm_scale, logits_soft_cap, window_left, k_scale, v_scale, and
+ * pos_encoding_mode with RoPE's rope_scale, rope_theta and head dim (a multiple of 16).
+ * Operation-specific limits (head dim multiples, page size, batch fields) are checked by the caller
+ * afterwards.
  */
 cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t *o,
                                                 uint32_t kv_dtypes, const char *kv_hint);
+
+/* D of v and out: options->head_dim_vo, or head_dim when it is 0. */
+int cinfer__attention_head_dim_vo(const cinfer_attention_options_t *o);
+
+/* SUCCESS when v and out have q's head dim (head_dim_vo 0 or head_dim), else UNSUPPORTED naming
+ * `what` (an operation without D_qk != D_vo, e.g. "batch decode"). */
+cinfer_status_t cinfer__attention_same_head_dims(const cinfer_attention_options_t *o,
+                                                 const char *what);
 
 /* Whether the options ask for in-kernel RoPE (pos_encoding_mode = ROPE_LLAMA). */
 bool cinfer__attention_rope(const cinfer_attention_options_t *o);

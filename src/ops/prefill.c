@@ -84,7 +84,28 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
                              "options->head_dim = %d is not supported by prefill: expected a "
                              "multiple of 16, at most 256",
                              o->head_dim);
+    const int vo = cinfer__attention_head_dim_vo(o);
+    if (vo % 16 != 0 || vo > 256)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->head_dim_vo = %d is not supported by prefill: expected a "
+                             "multiple of 16, at most 256",
+                             vo);
+    /* D_qk != D_vo: the template runs at the larger dim with zero-filled columns (kernels/
+     * prefill.cu, D_QK); its fp8 conversion and RoPE rotate whole rows of one dim. */
+    if (vo != o->head_dim && (is_fp8(cinfer__dl_dtype(o->kv_dtype)) || cinfer__attention_rope(o)))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "options->head_dim_vo = %d != head_dim = %d with %s is not "
+                             "supported: D_qk != D_vo takes fp16 or bf16 K/V and no in-kernel RoPE",
+                             vo, o->head_dim,
+                             cinfer__attention_rope(o) ? "pos_encoding_mode = ROPE_LLAMA"
+                                                       : "fp8 K/V");
     return CINFER_STATUS_SUCCESS;
+}
+
+/* The head dim the kernels' tiles are sized for: the larger of D_qk and D_vo. */
+static int tile_dim(const cinfer_attention_options_t *o) {
+    const int vo = cinfer__attention_head_dim_vo(o);
+    return o->head_dim > vo ? o->head_dim : vo;
 }
 
 /* ---- tiles ---- */
@@ -249,7 +270,8 @@ static cinfer_status_t build_spec(const cinfer_attention_options_t *o, int causa
     spec->paged = paged;
     spec->dtype_q = spec->dtype_o = dtype;
     spec->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
-    spec->head_dim_qk = spec->head_dim_vo = (int32_t)o->head_dim;
+    spec->head_dim_qk = (int32_t)o->head_dim;
+    spec->head_dim_vo = (int32_t)cinfer__attention_head_dim_vo(o);
     spec->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
     spec->pos = cinfer__attention_rope(o) ? CINFER__POS_ROPE_LLAMA : CINFER__POS_NONE;
     spec->flags = (o->logits_soft_cap > 0 ? CINFER__FLAG_SOFT_CAP : 0) |
@@ -277,7 +299,7 @@ cinfer_status_t cinfer__prefill_kernel_spec(const cinfer_attention_options_t *o,
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
                              causal);
     cinfer__prefill_config_t cfg;
-    device_config(o->head_dim, max_smem_optin, &cfg);
+    device_config(tile_dim(o), max_smem_optin, &cfg);
     return build_spec(o, causal, false, false, &cfg, 1, spec);
 }
 
@@ -344,6 +366,7 @@ static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
     const bool soft_cap = o->logits_soft_cap > 0;
     return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 &&
            (o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256) &&
+           cinfer__attention_head_dim_vo(o) == o->head_dim &&
            cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
            !cinfer__attention_rope(o) &&
            (!o->variant || (!soft_cap && (o->variant->hooks & CINFER__VARIANT_SM90)));
@@ -414,8 +437,9 @@ static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map
 }
 
 static bool takes_turns(const cinfer_attention_options_t *o) {
-    return o->head_dim == 128 && !is_fp8(cinfer__dl_dtype(o->kv_dtype)) &&
-           !cinfer__attention_rope(o) && !(o->logits_soft_cap > 0);
+    return o->head_dim == 128 && cinfer__attention_head_dim_vo(o) == 128 &&
+           !is_fp8(cinfer__dl_dtype(o->kv_dtype)) && !cinfer__attention_rope(o) &&
+           !(o->logits_soft_cap > 0);
 }
 
 /* Whether options o take the turn-taking tiles and their dynamic shared memory fits a block of a
@@ -433,7 +457,7 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
     CINFER__CHECK(cinfer__prefill_kernel_spec(o, causal, max_smem_optin, &specs[0]));
     *count = 1;
     cinfer__prefill_config_t tiles[2];
-    if (single_tiles(o->head_dim, max_smem_optin, tiles) == 2) {
+    if (single_tiles(tile_dim(o), max_smem_optin, tiles) == 2) {
         CINFER__CHECK(build_spec(o, causal, false, false, &tiles[1], 1, &specs[*count]));
         ++*count;
     }
@@ -610,7 +634,7 @@ static cinfer_status_t prepare_kernel(cinfer_context_t *ctx, const cinfer__kerne
 static cinfer_status_t load_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                    int causal, const cinfer__prefill_config_t *cfg,
                                    cinfer__kernel_t *kernel, size_t *smem) {
-    *smem = cinfer__prefill_kv_smem_bytes(o->head_dim, cinfer__dl_dtype(o->kv_dtype), cfg);
+    *smem = cinfer__prefill_kv_smem_bytes(tile_dim(o), cinfer__dl_dtype(o->kv_dtype), cfg);
     if (*smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
@@ -695,7 +719,7 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
         }
     }
     cinfer__prefill_config_t tiles[2];
-    const int n = single_tiles(o->head_dim, ctx->max_smem_per_block_optin, tiles);
+    const int n = single_tiles(tile_dim(o), ctx->max_smem_per_block_optin, tiles);
     *cfg = tiles[0];
     CINFER__CHECK(load_single(ctx, o, causal, cfg, kernel, smem));
     if (n < 2 || qo_len == 0)
@@ -767,9 +791,18 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
     const int64_t kv_len = k->shape[nhd ? 0 : 1];
     CINFER__CHECK(check_len("kv_len", kv_len));
     CINFER__CHECK(cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill"));
-    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, kv_dtype, "k's shape"));
-    const int64_t out_shape[3] = {qo_len, Hq, D};
-    CINFER__CHECK(check_tensor(ctx, "out", out, 3, out_shape, dtype, "q's shape"));
+    const int64_t Dvo = cinfer__attention_head_dim_vo(o);
+    if (Dvo == D) {
+        CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, kv_dtype, "k's shape"));
+    } else {
+        const int64_t v_shape[3] = {k->shape[0], k->shape[1], Dvo};
+        CINFER__CHECK(check_tensor(ctx, "v", v, 3, v_shape, kv_dtype,
+                                   "k's shape with head_dim_vo from the options"));
+    }
+    const int64_t out_shape[3] = {qo_len, Hq, Dvo};
+    CINFER__CHECK(
+        check_tensor(ctx, "out", out, 3, out_shape, dtype,
+                     Dvo == D ? "q's shape" : "q's shape with head_dim_vo from the options"));
     CINFER__CHECK(cinfer__variant_lse_check(o->variant, lse, "cinfer_single_prefill"));
     if (lse) {
         const int64_t lse_shape[2] = {qo_len, Hq};
@@ -952,6 +985,7 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
                                         int64_t max_total_qo, batch_setup_t *s) {
     memset(s, 0, sizeof *s);
     CINFER__CHECK(options_check(o));
+    CINFER__CHECK(cinfer__attention_same_head_dims(o, "batch prefill"));
     s->variant = o->variant;
     s->rope = cinfer__attention_rope(o);
     if (storage != CINFER_KV_STORAGE_RAGGED && storage != CINFER_KV_STORAGE_PAGED)
@@ -1672,7 +1706,8 @@ static cinfer_status_t single_split_plan(cinfer_context_t *ctx, const cinfer_att
                                          cinfer_batch_prefill_t *op, cinfer__prefill_request_t *req,
                                          cinfer__prefill_chunking_t *chunking, bool *split) {
     *split = false;
-    if (qo_len < 1 || kv_len < 1)
+    /* Batch prefill has no D_qk != D_vo (cinfer__attention_same_head_dims). */
+    if (qo_len < 1 || kv_len < 1 || cinfer__attention_head_dim_vo(o) != o->head_dim)
         return CINFER_STATUS_SUCCESS;
     cinfer_attention_options_t b = *o;
     b.max_batch_size = 1;

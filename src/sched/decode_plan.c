@@ -47,6 +47,7 @@ cinfer_status_t cinfer__decode_options_check(const cinfer_attention_options_t *o
                              "options->head_dim = %d is not supported by decode: expected a "
                              "multiple of 8, at most 256",
                              o->head_dim);
+    CINFER__CHECK(cinfer__attention_same_head_dims(o, batch ? "batch decode" : "single decode"));
     if (!batch)
         return CINFER_STATUS_SUCCESS;
     if (o->page_size < 1)

@@ -30,6 +30,7 @@ typedef struct prefill_case {
     const char *desc;
     int qo_len, kv_len;
     int hq, hk, d;
+    int dvo;                  /* head dim of v and out (options->head_dim_vo); 0 = d */
     cinfer__dtype_t dtype;    /* q and out */
     cinfer__dtype_t kv_dtype; /* k and v: CINFER__DT_NONE = dtype */
     cinfer_kv_layout_t layout;
@@ -100,6 +101,11 @@ static void free_data(prefill_data *x) {
     memset(x, 0, sizeof *x);
 }
 
+/* The head dim of v and out. */
+static int dvo_of(const prefill_case *c) {
+    return c->dvo > 0 ? c->dvo : c->d;
+}
+
 /* The dtype of k and v. */
 static cinfer__dtype_t kv_dtype_of(const prefill_case *c) {
     return c->kv_dtype != CINFER__DT_NONE ? c->kv_dtype : c->dtype;
@@ -118,13 +124,13 @@ static size_t buf_esz(const prefill_case *c, int b) {
     return cinfer__dtype_size(buf_dtype(c, b));
 }
 
-/* Fills a view's elements with uniform values in [lo, hi]. */
+/* Fills a view's elements (rows of d) with uniform values in [lo, hi]. */
 static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x, const view_t *v,
-                      double lo, double hi) {
+                      int d, double lo, double hi) {
     for (int64_t t = 0; t < v->tokens; t++)
         for (int64_t h = 0; h < v->heads; h++) {
             const int64_t base = v->off + t * v->s_tok + h * v->s_head;
-            for (int i = 0; i < c->d; i++)
+            for (int i = 0; i < d; i++)
                 cinfer_test_store(buf_dtype(c, v->buf), x->host[v->buf], base + i,
                                   cinfer_test_rng_uniform(rng, lo, hi));
         }
@@ -135,35 +141,37 @@ static void fill_view(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
 static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data *x) {
     memset(x, 0, sizeof *x);
     const int64_t qo = c->qo_len, kv = c->kv_len, hq = c->hq, hk = c->hk, d = c->d;
+    const int64_t dv = dvo_of(c);         /* v's and out's head dim */
     const int64_t pad = 19;               /* NaN tokens past the end of K/V (and Q) */
     assert_false(c->packed && is_fp8(c)); /* one buffer holds one dtype */
     if (c->packed) {
         /* One QKV buffer of n tokens: q is the last qo tokens, k and v the first kv. */
-        const int64_t n = (qo > kv ? qo : kv) + pad, w = (hq + 2 * hk) * d;
+        const int64_t n = (qo > kv ? qo : kv) + pad, w = (hq + hk) * d + hk * dv;
         x->elems[B_Q] = n * w;
         x->q = (view_t){B_Q, (n - pad - qo) * w, w, d, qo, hq};
         x->k = (view_t){B_Q, hq * d, w, d, kv, hk};
-        x->v = (view_t){B_Q, (hq + hk) * d, w, d, kv, hk};
+        x->v = (view_t){B_Q, (hq + hk) * d, w, dv, kv, hk};
     } else {
         x->elems[B_Q] = (qo + pad) * hq * d;
         x->q = (view_t){B_Q, 0, hq * d, d, qo, hq};
-        x->elems[B_K] = x->elems[B_V] = (kv + pad) * hk * d;
+        x->elems[B_K] = (kv + pad) * hk * d;
+        x->elems[B_V] = (kv + pad) * hk * dv;
         if (c->layout == CINFER_KV_LAYOUT_NHD) {
             x->k = (view_t){B_K, 0, hk * d, d, kv, hk};
-            x->v = (view_t){B_V, 0, hk * d, d, kv, hk};
+            x->v = (view_t){B_V, 0, hk * dv, dv, kv, hk};
         } else {
             x->k = (view_t){B_K, 0, d, (kv + pad) * d, kv, hk};
-            x->v = (view_t){B_V, 0, d, (kv + pad) * d, kv, hk};
+            x->v = (view_t){B_V, 0, dv, (kv + pad) * dv, kv, hk};
         }
     }
     if (c->strided_out) {
-        x->elems[B_OUT] = qo * (hq + 2) * d;
-        x->out = (view_t){B_OUT, d, (hq + 2) * d, d, qo, hq};
+        x->elems[B_OUT] = qo * (hq + 2) * dv;
+        x->out = (view_t){B_OUT, dv, (hq + 2) * dv, dv, qo, hq};
         x->elems[B_LSE] = qo * (hq + 1);
         x->lse = (view_t){B_LSE, 1, hq + 1, 1, qo, hq};
     } else {
-        x->elems[B_OUT] = qo * hq * d;
-        x->out = (view_t){B_OUT, 0, hq * d, d, qo, hq};
+        x->elems[B_OUT] = qo * hq * dv;
+        x->out = (view_t){B_OUT, 0, hq * dv, dv, qo, hq};
         x->elems[B_LSE] = qo * hq;
         x->lse = (view_t){B_LSE, 0, hq, 1, qo, hq};
     }
@@ -175,9 +183,9 @@ static void make_data(const prefill_case *c, cinfer_test_rng *rng, prefill_data 
         memset(x->host[b], 0xff, bytes); /* NaN in fp16, bf16, fp32, e4m3 and e5m2 */
     }
     const double qr = c->q_range > 0 ? c->q_range : 1.0, kvr = c->kv_range > 0 ? c->kv_range : 1.0;
-    fill_view(c, rng, x, &x->q, c->all_negative ? qr / 2 : -qr, qr);
-    fill_view(c, rng, x, &x->k, -kvr, c->all_negative ? -kvr / 2 : kvr);
-    fill_view(c, rng, x, &x->v, -kvr, kvr);
+    fill_view(c, rng, x, &x->q, c->d, c->all_negative ? qr / 2 : -qr, qr);
+    fill_view(c, rng, x, &x->k, c->d, -kvr, c->all_negative ? -kvr / 2 : kvr);
+    fill_view(c, rng, x, &x->v, dvo_of(c), -kvr, kvr);
     for (int b = 0; b < NUM_BUFS; b++) {
         if (!x->host[b])
             continue;
@@ -217,8 +225,8 @@ static void make_tensors(const prefill_case *c, const prefill_data *x, prefill_t
     const int hnd = !c->packed && c->layout == CINFER_KV_LAYOUT_HND;
     view_tensor(&t->q, x, &x->q, c->dtype, c->d, 0);
     view_tensor(&t->k, x, &x->k, kv_dtype_of(c), c->d, hnd);
-    view_tensor(&t->v, x, &x->v, kv_dtype_of(c), c->d, hnd);
-    view_tensor(&t->out, x, &x->out, c->dtype, c->d, 0);
+    view_tensor(&t->v, x, &x->v, kv_dtype_of(c), dvo_of(c), hnd);
+    view_tensor(&t->out, x, &x->out, c->dtype, dvo_of(c), 0);
     view_tensor(&t->lse, x, &x->lse, CINFER__DT_F32, 0, 0);
 }
 
@@ -227,6 +235,7 @@ static cinfer_attention_options_t options_for(const prefill_case *c) {
     o.num_qo_heads = c->hq;
     o.num_kv_heads = c->hk;
     o.head_dim = c->d;
+    o.head_dim_vo = c->dvo;
     o.kv_layout = c->packed ? CINFER_KV_LAYOUT_NHD : c->layout;
     o.q_dtype = cinfer_test_dl_dtype(c->dtype);
     o.kv_dtype = cinfer_test_dl_dtype(kv_dtype_of(c));
@@ -262,7 +271,7 @@ static cinfer__ref_strided3_t ref_view(const prefill_case *c, const prefill_data
  * output row, and the values of the checked heads against the reference. */
 static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rng *rng,
                           uint64_t seed, tv_state *tv) {
-    const int64_t qo = c->qo_len, d = c->d, group = c->hq / c->hk;
+    const int64_t qo = c->qo_len, d = c->d, dv = dvo_of(c), group = c->hq / c->hk;
     for (int b = 0; b < NUM_BUFS; b++)
         if (x->dev[b].base)
             CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->dev[b]));
@@ -279,7 +288,7 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
     for (int64_t t = 0; t < qo; t++)
         for (int64_t h = 0; h < c->hq; h++) {
             const int64_t o0 = x->out.off + t * x->out.s_tok + h * x->out.s_head;
-            memset(covered + o0, 1, (size_t)d);
+            memset(covered + o0, 1, (size_t)dv);
             lse_covered[x->lse.off + t * x->lse.s_tok + h * x->lse.s_head] = 1;
         }
     const uint16_t *out16 = (const uint16_t *)x->host[B_OUT];
@@ -310,9 +319,9 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
         for (int i = 0; i < c->check_heads && i < 64; i++)
             heads[num_heads++] = (int64_t)cinfer_test_rng_below(rng, (uint64_t)c->hq);
     }
-    double *ref_o = malloc(sizeof(double) * (size_t)(qo * d + 1));
+    double *ref_o = malloc(sizeof(double) * (size_t)(qo * dv + 1));
     double *ref_lse = malloc(sizeof(double) * (size_t)(qo + 1));
-    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)(qo * d + 1));
+    uint16_t *got = malloc(sizeof(uint16_t) * (size_t)(qo * dv + 1));
     float *got_lse = malloc(sizeof(float) * (size_t)(qo + 1));
     const int64_t kv = c->kv_len, delta = kv - qo;
     uint8_t *mask = NULL;
@@ -329,7 +338,7 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
     }
     for (int64_t hi = 0; hi < num_heads; hi++) {
         const int64_t h = heads[hi];
-        cinfer__ref_heads_t rh = {1, 1, d, d};
+        cinfer__ref_heads_t rh = {1, 1, d, dv};
         cinfer__ref_strided3_t rq = ref_view(c, x, &x->q, h);
         cinfer__ref_strided3_t rk = ref_view(c, x, &x->k, h / group);
         cinfer__ref_strided3_t rv = ref_view(c, x, &x->v, h / group);
@@ -367,15 +376,15 @@ static void check_outputs(const prefill_case *c, prefill_data *x, cinfer_test_rn
             }
         }
         for (int64_t t = 0; t < qo; t++) {
-            memcpy(got + t * d, out16 + x->out.off + t * x->out.s_tok + h * x->out.s_head,
-                   sizeof(uint16_t) * (size_t)d);
+            memcpy(got + t * dv, out16 + x->out.off + t * x->out.s_tok + h * x->out.s_head,
+                   sizeof(uint16_t) * (size_t)dv);
             memcpy(&got_lse[t], lse32 + x->lse.off + t * x->lse.s_tok + h * x->lse.s_head, 4);
         }
         char what[64];
         snprintf(what, sizeof what, "out of head %lld", (long long)h);
-        CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, got, ref_o, qo * d,
+        CINFER_TEST_ASSERT_CLOSE(cinfer_test_compare(c->dtype, got, ref_o, qo * dv,
                                                      cinfer_test_value_tolerance(c->dtype),
-                                                     tv_max_abs_tol(tv, ref_o, qo * d), 1e-3),
+                                                     tv_max_abs_tol(tv, ref_o, qo * dv), 1e-3),
                                  what, c->desc, seed);
         if (!c->no_lse) {
             /* fp8 K/V runs the mmas in fp16 with q * sm_scale rounded to fp16 (2^-11 relative
@@ -1141,6 +1150,71 @@ static void fp8_kv(void **state) {
     }
 }
 
+/*
+ * D_qk != D_vo (options->head_dim_vo): v and out narrower or wider than q and k, through
+ * cinfer_single_prefill (the template at the larger dim with zero-filled columns), its workspace
+ * variant (never split) and explicit tiles, against the reference with v's own head dim.
+ */
+static void head_dims_qk_vo(void **state) {
+    (void)state;
+    static const struct {
+        int d, dvo, causal, hq, hk, qo, kv;
+    } dims[] = {
+        {192, 128, 1, 8, 2, 300, 500}, /* DeepSeek's prefill heads (128 nope + 64 rope / 128) */
+        {192, 128, 0, 4, 4, 177, 333}, {128, 64, 1, 8, 1, 250, 250},  {64, 128, 0, 6, 2, 90, 410},
+        {96, 64, 1, 4, 2, 260, 130},   {256, 128, 1, 4, 1, 129, 257}, {128, 192, 1, 4, 2, 64, 96},
+        {32, 256, 0, 2, 1, 70, 150},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "D_qk %d D_vo %d %s", dims[i].d, dims[i].dvo,
+                 dims[i].causal ? "causal" : "non-causal");
+        prefill_case c = base_case(desc);
+        c.d = dims[i].d;
+        c.dvo = dims[i].dvo;
+        c.causal = dims[i].causal;
+        c.hq = dims[i].hq;
+        c.hk = dims[i].hk;
+        c.qo_len = dims[i].qo;
+        c.kv_len = dims[i].kv;
+        c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.layout = i % 3 == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.strided_out = i == 2;
+        c.packed = i == 4;
+        c.no_lse = i == 5;
+        c.workspace = i == 6 ? WS_NONE : 0;
+        run_case(&c, cinfer_test_seed() + 1900 + i);
+    }
+    /* Soft cap, a window and a scale on 64-row tiles; the sinks variant on 256-row tiles of 8
+     * warps in 4 stages (the turn-taking kernel's shape, here without turns: D_qk != D_vo). */
+    static const cinfer__prefill_config_t small = {64, 64, 4, 2, false},
+                                          wide = {256, 64, 8, 4, false};
+    prefill_case c = base_case("D_qk 192 D_vo 128 soft cap, window, sm_scale");
+    c.d = 192;
+    c.dvo = 128;
+    c.soft_cap = 30.0f;
+    c.window_left = 70;
+    c.sm_scale = 0.05f;
+    c.qo_len = 230;
+    c.kv_len = 410;
+    c.tiles = &small;
+    run_case(&c, cinfer_test_seed() + 1950);
+    c = base_case("D_qk 128 D_vo 64, 256-row tiles, sinks");
+    c.dvo = 64;
+    c.qo_len = c.kv_len = 700;
+    c.tiles = &wide;
+    c.variant = TV_SINKS;
+    run_case(&c, cinfer_test_seed() + 1951);
+    c = base_case("D_qk 192 D_vo 128, kv_len 0 and qo_len > kv_len");
+    c.d = 192;
+    c.dvo = 128;
+    c.kv_len = 0;
+    run_case(&c, cinfer_test_seed() + 1952);
+    c.kv_len = 40;
+    c.qo_len = 100;
+    run_case(&c, cinfer_test_seed() + 1953);
+}
+
 static void bad_arguments_are_errors(void **state) {
     (void)state;
     prefill_case c = base_case("errors");
@@ -1179,6 +1253,39 @@ static void bad_arguments_are_errors(void **state) {
     bad.head_dim = 272;
     EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim",
            RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    /* D_vo: its range, then tensors that do not have it, then what it does not combine with. */
+    bad = o;
+    bad.head_dim_vo = -1;
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "head_dim_vo = -1",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad.head_dim_vo = 72;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim_vo = 72",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad.head_dim_vo = 64; /* v and out still have 128 */
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "v",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "head_dim_vo = 64",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.head_dim_vo = 64;
+    bad.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+    EXPECT(CINFER_STATUS_UNSUPPORTED, "ROPE_LLAMA",
+           RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    bad = o;
+    bad.head_dim_vo = 64;
+    {
+        size_t bytes = 0;
+        EXPECT(CINFER_STATUS_UNSUPPORTED, "batch prefill",
+               cinfer_batch_prefill_workspace_size(ctx, &bad, CINFER_KV_STORAGE_RAGGED, 1, 64,
+                                                   &bytes));
+        EXPECT(CINFER_STATUS_UNSUPPORTED, "batch decode",
+               cinfer_batch_decode_workspace_size(ctx, &bad, &bytes));
+    }
+    /* head_dim_vo equal to head_dim is D_vo given explicitly: accepted. */
+    bad.head_dim_vo = 128;
+    CINFER_TEST_OK(RUN(&bad, 1, &t.q.t, &t.k.t, &t.v.t, &t.out.t, &t.lse.t));
+    CINFER_TEST_SYNC(stream);
     bad = o;
     bad.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_F32);
     EXPECT(CINFER_STATUS_UNSUPPORTED, "kv_dtype",
@@ -1589,6 +1696,7 @@ int main(void) {
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(rope, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(workspace_split, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(head_dims_qk_vo, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SIGMOID, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_SINKS, cinfer_test_teardown_buffers),
         TV_CMOCKA_TEST(variant, TV_ALIBI, cinfer_test_teardown_buffers),

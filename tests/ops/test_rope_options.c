@@ -49,8 +49,11 @@ static void expect_error(cinfer_status_t got, cinfer_status_t want, const char *
 static void init_macro_defaults(void **state) {
     (void)state;
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
-    assert_int_equal(o.version, 3);
+    assert_int_equal(o.version, 4);
     assert_int_equal(o.size, sizeof o);
+    assert_int_equal(o.head_dim_vo, 0);
+    o.head_dim = 96;
+    assert_int_equal(cinfer__attention_head_dim_vo(&o), 96);
     assert_int_equal(o.pos_encoding_mode, CINFER_POS_ENCODING_NONE);
     assert_true(o.rope_scale == 1.0f && o.rope_theta == 1e4f);
     assert_false(cinfer__attention_rope(&o));
@@ -175,6 +178,54 @@ static void prefill_specs_carry_rope(void **state) {
                  (const char *const[]){"options->rope_theta = -1", NULL});
 }
 
+/* options->head_dim_vo (D_vo != D_qk): single prefill's specs carry it; every other operation,
+ * and prefill with RoPE or fp8 K/V, refuses it by name. */
+static void head_dim_vo_options(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = rope_options();
+    o.pos_encoding_mode = CINFER_POS_ENCODING_NONE;
+    o.head_dim = 192;
+    o.head_dim_vo = 128;
+    cinfer__spec_t s;
+    assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_SUCCESS);
+    assert_int_equal(s.head_dim_qk, 192);
+    assert_int_equal(s.head_dim_vo, 128);
+    assert_int_equal(s.backend, CINFER__BACKEND_SM80);
+    /* Every kernel single prefill may load on sm_90a: the template only (no sm90 kernel). */
+    cinfer__spec_t specs[8];
+    int n = 0;
+    o.head_dim = 128;
+    o.head_dim_vo = 64;
+    assert_int_equal(cinfer__prefill_single_specs(&o, 1, "sm_90a", 227 * 1024, specs, &n),
+                     CINFER_STATUS_SUCCESS);
+    assert_true(n >= 1);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(specs[i].backend, CINFER__BACKEND_SM80);
+        assert_int_equal(specs[i].head_dim_vo, 64);
+        assert_false(specs[i].tile_q == 256); /* no turn-taking tiles */
+    }
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_UNSUPPORTED,
+                 (const char *const[]){"head_dim_vo = 64", "batch decode", NULL});
+    expect_error(cinfer__batch_prefill_aot_specs(&o, CINFER_KV_STORAGE_RAGGED, 1, "sm_90a",
+                                                 227 * 1024, specs, &n),
+                 CINFER_STATUS_UNSUPPORTED,
+                 (const char *const[]){"head_dim_vo = 64", "batch prefill", NULL});
+    o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+    expect_error(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_UNSUPPORTED,
+                 (const char *const[]){"head_dim_vo = 64", "ROPE_LLAMA", NULL});
+    o.pos_encoding_mode = CINFER_POS_ENCODING_NONE;
+    o.kv_dtype = (DLDataType){10, 8, 1} /* float8_e4m3fn */;
+    expect_error(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_UNSUPPORTED,
+                 (const char *const[]){"head_dim_vo = 64", "fp8", NULL});
+    o.kv_dtype = o.q_dtype;
+    o.head_dim_vo = 40;
+    expect_error(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_UNSUPPORTED,
+                 (const char *const[]){"head_dim_vo = 40", "multiple of 16", NULL});
+    o.head_dim_vo = -3;
+    expect_error(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"head_dim_vo = -3", NULL});
+}
+
 static void lengths_are_limited(void **state) {
     (void)state;
     cinfer_attention_options_t o = rope_options();
@@ -258,6 +309,7 @@ int main(void) {
         cmocka_unit_test(bad_fields_are_named),
         cmocka_unit_test(decode_runs_rope_on_cuda_cores),
         cmocka_unit_test(prefill_specs_carry_rope),
+        cmocka_unit_test(head_dim_vo_options),
         cmocka_unit_test(lengths_are_limited),
         cmocka_unit_test(frequency_table_matches_float64),
     };
