@@ -628,7 +628,10 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * multiplied by sm_scale and rounded to fp16, so |q| * sm_scale must stay below 65504, and K/V
  * decode exactly; an e4m3 NaN byte reads as +-480); out: [qo_len, Hq, D] q_dtype;
  * lse: NULL or [qo_len, Hq] float32 (base 2). Any strides with a contiguous last dim (slices of a
- * packed QKV work). D: a multiple of 16 up to 256 (UNSUPPORTED otherwise).
+ * packed QKV work). D: a multiple of 16 up to 256 (UNSUPPORTED otherwise). With
+ * options->head_dim_vo = D_vo != D (D_qk != D_vo, e.g. 192 / 128; 16-bit K/V, no RoPE, a multiple
+ * of 16 up to 256), v is [kv_len, Hk, D_vo] (NHD) or [Hk, kv_len, D_vo] (HND) and out [qo_len, Hq,
+ * D_vo]; the template then runs at the larger dim with the narrower matrices' columns zero-filled.
  * causal: 1 keeps KV position j for query row i only if j <= i + kv_len - qo_len (bottom-right
  * alignment); window_left, logits_soft_cap, sm_scale and the GQA ratio come from options (its
  * page_size, use_cuda_graph, max_batch_size and use_tensor_cores are ignored). Rows with no kept
