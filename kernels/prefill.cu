@@ -382,9 +382,10 @@ __device__ __forceinline__ void load_tile(unsigned smem, const cinfer_half_bits 
         const int c = (int)threadIdx.x + it * THREADS;
         if (c < rows * CHUNKS) {
             const int r = c / CHUNKS, ch = c % CHUNKS;
-            const bool valid = row0 + r < len && (cols == CHUNKS || ch < cols);
-            const cinfer_half_bits *src = base + (valid ? (long long)(row0 + r) * stride : 0) +
-                                          (cols == CHUNKS || ch < cols ? ch * 8 : 0);
+            const bool col = cols == CHUNKS || ch < cols; /* a column the matrix has */
+            const bool valid = row0 + r < len && col;
+            const cinfer_half_bits *src =
+                base + (valid ? (long long)(row0 + r) * stride : 0) + (col ? ch * 8 : 0);
             cinfer_cp_async_16(smem + tile_offset(r, ch), src, valid);
         }
     }

@@ -792,13 +792,10 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
     CINFER__CHECK(check_len("kv_len", kv_len));
     CINFER__CHECK(cinfer__attention_rope_lens(o, qo_len, kv_len, "cinfer_single_prefill"));
     const int64_t Dvo = cinfer__attention_head_dim_vo(o);
-    if (Dvo == D) {
-        CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, kv_dtype, "k's shape"));
-    } else {
-        const int64_t v_shape[3] = {k->shape[0], k->shape[1], Dvo};
-        CINFER__CHECK(check_tensor(ctx, "v", v, 3, v_shape, kv_dtype,
-                                   "k's shape with head_dim_vo from the options"));
-    }
+    const int64_t v_shape[3] = {k->shape[0], k->shape[1], Dvo}; /* k's, but for D_vo */
+    CINFER__CHECK(
+        check_tensor(ctx, "v", v, 3, v_shape, kv_dtype,
+                     Dvo == D ? "k's shape" : "k's shape with head_dim_vo from the options"));
     const int64_t out_shape[3] = {qo_len, Hq, Dvo};
     CINFER__CHECK(
         check_tensor(ctx, "out", out, 3, out_shape, dtype,
