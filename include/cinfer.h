@@ -487,9 +487,9 @@ typedef struct cinfer_attention_options {
     float rope_scale; /* ROPE_LLAMA: > 0, positions are divided by it (default 1) */
     float rope_theta; /* ROPE_LLAMA: > 0, the frequency base (default 1e4) */
     /* D of v and out when it differs from head_dim (D_qk != D_vo, e.g. 192 / 128); 0 (default) =
-     * head_dim. Single prefill only, on the mma.sync template (sm_90a included), with 16-bit K/V,
-     * no in-kernel RoPE, both dims multiples of 16 up to 256; the default sm_scale stays
-     * 1/sqrt(head_dim). Decode and batch prefill return CINFER_STATUS_UNSUPPORTED for it. */
+     * head_dim. Single and batch prefill, on the mma.sync template (sm_90a included), with 16-bit
+     * K/V, no in-kernel RoPE, both dims multiples of 16 up to 256; the default sm_scale stays
+     * 1/sqrt(head_dim). Decode returns CINFER_STATUS_UNSUPPORTED for it. */
     int head_dim_vo;
 } cinfer_attention_options_t;
 
@@ -704,7 +704,8 @@ CINFER_API cinfer_status_t cinfer_single_prefill_with_workspace(
  * The math is SEMANTICS.md's: sm_scale, k_scale, v_scale, logits_soft_cap and window_left from
  * the options, rows with no kept position give 0 and lse -inf. The tensor-core kernel of single
  * prefill runs it (sm_80 and later; fp16/bf16 q and out of one dtype, K/V of that dtype or fp8
- * e4m3/e5m2 as in cinfer_single_prefill; head_dim a multiple of 16 up to 256). Split-KV: when the
+ * e4m3/e5m2 as in cinfer_single_prefill; head_dim a multiple of 16 up to 256; head_dim_vo as in
+ * cinfer_single_prefill, with separate K and V arrays or caches). Split-KV: when the
  * query tiles of a step alone would fill well under one wave of the GPU (few query rows over a long
  * KV: a cascade's shared prefix, a long context with a short chunk), plan splits their KV into
  * chunks of 512 positions or more so the step fills one wave, and run merges the chunks' float32
@@ -740,7 +741,8 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * Creates a batch prefill object over a caller-owned device workspace of workspace_bytes bytes
  * (device memory of the context's device, at least cinfer_batch_prefill_workspace_size, 256-byte
  * aligned; it must outlive the object).
- * options: heads, head_dim (a multiple of 16, at most 256), q_dtype (fp16 or bf16), kv_dtype
+ * options: heads, head_dim (a multiple of 16, at most 256), head_dim_vo (0, or D_vo as in
+ *   cinfer_single_prefill), q_dtype (fp16 or bf16), kv_dtype
  *   (q_dtype, or fp8 e4m3 / e5m2 with k_scale and v_scale; split-KV works for every dtype),
  *   kv_layout, sm_scale, logits_soft_cap, window_left, k_scale, v_scale, max_batch_size (>= 1),
  *   use_cuda_graph; page_size (1..256) for a paged KV (ignored for a ragged one);
@@ -815,6 +817,9 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  *   (HND) with the same shape and strides; or k = the combined cache [max_pages, 2, ...] (index
  *   0 = K, 1 = V) and v = NULL. kv_indices: int32 on the device, at least the planned
  *   kv_indptr[batch_size] entries, each in [0, max_pages) (not range-checked).
+ * With options->head_dim_vo = D_vo != D, v and out have D_vo in place of D (v: [total_kv, Hk,
+ *   D_vo] or its HND form; the V cache [max_pages, page_size, Hk, D_vo] or its HND form, with
+ *   strides of its own; no combined cache: v NULL is INVALID_ARGUMENT).
  * Any strides with a contiguous last dim (slices of a packed QKV work); rows move in 16-byte
  * pieces: data addresses and every stride of a dim longer than 1 must keep rows 16-byte aligned.
  * args: the variant's arguments (options->variant; NULL for default attention). batch_idx of

@@ -453,9 +453,10 @@ __device__ __forceinline__ unsigned kv_dst0(unsigned s_k) {
 /*
  * The copies of K and V rows [row0, row0 + TILE_KV) of a paged request into the stage whose K
  * tile is `offset` bytes after stage 0's (dst: kv_dst0): row t is slot t % page_size of
- * page table[t / page_size] (table = the request's first page-table entry). Both caches share
- * their strides, so each row's address is computed once for K and V; rows >= len are
- * zero-filled and look up a row < len (entries past the request's pages may not exist).
+ * page table[t / page_size] (table = the request's first page-table entry). With D_QK == D_VO
+ * both caches share their strides, so each row's address is computed once for K and V; rows >=
+ * len are zero-filled and never read an entry of their own (entries past the request's pages
+ * may not exist).
  */
 /* The page-table slot and the slot within its page of rows t[0 .. n), under one test of the page
  * size's form (n a compile-time constant after inlining: the arrays stay in registers). */
@@ -476,12 +477,13 @@ __device__ __forceinline__ void paged_rows(const cinfer_prefill_params &p, const
     }
 }
 
+/* The element offset of row t in a cache of page stride stride_page and slot stride stride_n. */
 __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_params &p,
-                                                      const int *table, int t) {
+                                                      const int *table, int t,
+                                                      long long stride_page, long long stride_n) {
     int page_slot, in_page;
     paged_rows(p, &t, 1, &page_slot, &in_page);
-    return (long long)__ldg(table + page_slot) * p.kv_stride_page +
-           (long long)in_page * p.k_stride_n;
+    return (long long)__ldg(table + page_slot) * stride_page + (long long)in_page * stride_n;
 }
 
 #if KV_BY_COLUMN
@@ -490,7 +492,7 @@ __device__ __forceinline__ long long paged_row_offset(const cinfer_prefill_param
  * then the copies go out: a row past len looks up the last row's entry instead (it exists; its
  * copy is zero-filled), so no branch separates the reads and they are in flight together rather
  * than one round trip per row before that row's copies. K and V share every stride (the host
- * checks), so one element offset serves both: page * kv_stride_page + slot * stride_n + the
+ * checks), so one element offset serves both: page * k_stride_page + slot * stride_n + the
  * thread's head and chunk, products of the nonnegative page and slot (zero-extended) with the
  * signed strides as 64-bit integers.
  */
@@ -513,7 +515,7 @@ __device__ __forceinline__ void load_kv_paged(unsigned dst, unsigned offset,
         const int r = r0 + it * KV_RPP;
         if (TILE_KV % KV_RPP == 0 || r < TILE_KV) {
             const bool valid = row0 + r < len;
-            const long long off = (long long)(unsigned)page[it] * p.kv_stride_page +
+            const long long off = (long long)(unsigned)page[it] * p.k_stride_page +
                                   (long long)(unsigned)in_page[it] * p.k_stride_n + head_chunk;
             const unsigned to = dst + offset + it * KV_RPP * KV_ROW_BYTES;
             cinfer_cp_async_16(to, (const kv_elem *)p.k + off, valid);
@@ -532,10 +534,27 @@ __device__ __forceinline__ void load_kv_paged(unsigned s_k, unsigned s_v,
         if (c < TILE_KV * KV_CHUNKS) {
             const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
             const bool valid = row0 + r < len;
+#if ASYM
+            /* V has strides of its own; chunks past a matrix's own columns are zero-filled from
+             * its base (see D_QK). */
+            const bool k_ok = valid && ch < QK_CHUNKS, v_ok = valid && ch < VO_CHUNKS;
+            const long long k_off =
+                k_ok ? paged_row_offset(p, table, row0 + r, p.k_stride_page, p.k_stride_n) +
+                           ch * KV_CHUNK_ELEMS
+                     : 0;
+            const long long v_off =
+                v_ok ? paged_row_offset(p, table, row0 + r, p.v_stride_page, p.v_stride_n) +
+                           ch * KV_CHUNK_ELEMS
+                     : 0;
+            cinfer_cp_async_16(s_k + kv_tile_offset(r, ch), k_base + k_off, k_ok);
+            cinfer_cp_async_16(s_v + kv_tile_offset(r, ch), v_base + v_off, v_ok);
+#else
             const long long off =
-                (valid ? paged_row_offset(p, table, row0 + r) : 0) + ch * KV_CHUNK_ELEMS;
+                (valid ? paged_row_offset(p, table, row0 + r, p.k_stride_page, p.k_stride_n) : 0) +
+                ch * KV_CHUNK_ELEMS;
             cinfer_cp_async_16(s_k + kv_tile_offset(r, ch), k_base + off, valid);
             cinfer_cp_async_16(s_v + kv_tile_offset(r, ch), v_base + off, valid);
+#endif
         }
     }
 }
@@ -1657,9 +1676,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     (long long)w.partial +
                     ((long long)row_token(row) * p.num_qo_heads + row_head(head, row)) *
                         (long long)w.num_chunks;
-                float *po = p.partial_o + slot * D + 2 * (lane % 4);
+                float *po = p.partial_o + slot * D_VO + 2 * (lane % 4);
 #pragma unroll
-                for (int n = 0; n < O_TILES; n++)
+                for (int n = 0; n < VO_CHUNKS; n++) /* O's n8 tiles that exist (see D_QK) */
                     *(float2 *)(po + n * 8) =
                         make_float2(o[mq][n][2 * h] * inv, o[mq][n][2 * h + 1] * inv);
                 if (lane % 4 == 0)

@@ -69,17 +69,17 @@ typedef struct cinfer_prefill_header {
 } cinfer_prefill_header;
 
 typedef struct cinfer_prefill_params {
-    /* q: [qo_len, Hq, D] */
+    /* q: [qo_len, Hq, D_qk] */
     const void *q;
     long long q_stride_n, q_stride_h;
-    /* k, v: [kv_len, Hk, D] through strides (NHD or HND are just different strides); paged: the
-     * caches, stride_n steps a slot within a page and kv_stride_page a page (K and V share
-     * strides) */
+    /* k: [kv_len, Hk, D_qk], v: [kv_len, Hk, D_vo] through strides (NHD or HND are just
+     * different strides); paged: the caches, stride_n steps a slot within a page and stride_page
+     * a page (K and V share strides when D_qk == D_vo: those kernels read K's) */
     const void *k;
     const void *v;
     long long k_stride_n, k_stride_h;
     long long v_stride_n, v_stride_h;
-    long long kv_stride_page;
+    long long k_stride_page, v_stride_page;
     /* ragged (not paged) K/V: bytes from one KV tile's first row to the next's, tile_kv *
      * stride_n * element size (set by the host at launch, so the kernel's copy cursors step by a
      * parameter and no register has to be loaded and shifted each tile) */
@@ -87,13 +87,13 @@ typedef struct cinfer_prefill_params {
     const int *kv_indices; /* paged: the page table's page indices */
     int page_size;         /* paged: tokens per page */
     int page_shift;        /* paged: log2(page_size) when it is a power of two, else -1 */
-    /* batch: the schedule in the workspace, and the split-KV partial states: [slots, D] outputs
+    /* batch: the schedule in the workspace, and the split-KV partial states: [slots, D_vo] outputs
      * and [slots] base-2 LSEs (float32) */
     const cinfer_prefill_header *header;
     const cinfer_prefill_work *work;
     float *partial_o;
     float *partial_lse;
-    /* out: [qo_len, Hq, D]; lse: [qo_len, Hq] float32 base 2, may be NULL */
+    /* out: [qo_len, Hq, D_vo]; lse: [qo_len, Hq] float32 base 2, may be NULL */
     void *out;
     long long out_stride_n, out_stride_h;
     float *lse;

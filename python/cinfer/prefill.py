@@ -404,23 +404,18 @@ class _PrefillPlan:
     # builtin_args: the packed arguments of the built-in variant of a custom mask or ALiBi
     # (feature names which), filled at plan and given to every run; None otherwise.
     __slots__ = ("op", "batch_size", "qo_end", "num_qo_heads", "num_kv_heads", "head_dim",
-                 "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale", "logits_soft_cap",
-                 "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices",
+                 "head_dim_vo", "page_size", "q_dtype", "kv_dtype", "causal", "sm_scale",
+                 "logits_soft_cap", "window_left", "k_scale", "v_scale", "variant", "kv_indices", "dl_kv_indices",
                  "pos_encoding_mode", "feature", "builtin_args", "rope", "kv_indices_ref",
                  "run_fn")
 
 
-def _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo, extras) -> None:
+def _check_plan_unsupported(use_fp16_qk_reduction, extras) -> None:
     """The FlashInfer plan arguments cinfer's batch prefill cannot honour."""
     if use_fp16_qk_reduction:
         raise UnsupportedError(
             "use_fp16_qk_reduction = True is not supported: cinfer always accumulates q . k in "
             "float32; pass False"
-        )
-    if head_dim_vo is not None and int(head_dim_vo) != int(head_dim_qk):
-        raise UnsupportedError(
-            f"head_dim_vo = {head_dim_vo} differs from head_dim_qk = {head_dim_qk}: batch "
-            "prefill supports one head dim for q, k and v"
         )
     for name, value in extras.items():
         if value:
@@ -538,7 +533,8 @@ class _BatchPrefillBase:
             raise ArgumentError("float_workspace_buffer: must be contiguous")
 
     def _common_plan(self, *, qo_indptr, kv_indptr, last_page_len, num_qo_heads, num_kv_heads,
-                     head_dim, page_size, causal, sm_scale, window_left, logits_soft_cap,
+                     head_dim, head_dim_vo, page_size, causal, sm_scale, window_left,
+                     logits_soft_cap,
                      q_data_type, kv_data_type, o_data_type, k_scale, v_scale, variant,
                      custom_mask, packed_custom_mask, pos_encoding_mode, non_blocking,
                      check_kv_end=None, rope_scale=None, rope_theta=None):
@@ -618,12 +614,15 @@ class _BatchPrefillBase:
                     "mask (sum over requests of ceil(qo_len * kv_len / 8) bytes)"
                 )
 
-        key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
-               self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
+        # head_dim_vo: None or head_dim_qk for one head dim (FlashInfer's default).
+        vo = int(head_dim) if head_dim_vo is None else int(head_dim_vo)
+        key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), vo,
+               int(page_size), self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
                variant.handle if variant is not None else None, rope)
         options = functools.partial(
             _lib.attention_options, num_qo_heads=int(num_qo_heads),
-            num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), page_size=int(page_size),
+            num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
+            head_dim_vo=vo if vo != int(head_dim) else 0, page_size=int(page_size),
             kv_layout=self._kv_layout_code, q_dtype=T.dl_dtype(q_dtype),
             kv_dtype=T.dl_dtype(kv_dtype), sm_scale=0.0 if sm is None else sm,
             logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
@@ -651,6 +650,7 @@ class _BatchPrefillBase:
         p.num_qo_heads = int(num_qo_heads)
         p.num_kv_heads = int(num_kv_heads)
         p.head_dim = int(head_dim)
+        p.head_dim_vo = vo
         p.page_size = int(page_size)
         p.q_dtype = q_dtype
         p.kv_dtype = kv_dtype
@@ -860,7 +860,8 @@ class _BatchPrefillBase:
                 "they cover every later plan"
             )
         if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            out = torch.empty((q.shape[0], q.shape[1], p.head_dim_vo), dtype=q.dtype,
+                              device=q.device)
         out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
         lse_ref = None
         if lse is None:
@@ -925,7 +926,8 @@ _WRAPPER_NOTES = """
     change it before the next plan). ``pos_encoding_mode="ROPE_LLAMA"`` (in-kernel RoPE) is a
     create-time option too, with ``rope_scale`` / ``rope_theta`` part of the object's options.
     fp8 K/V (``kv_data_type``) with ``k_scale`` / ``v_scale`` is supported, not together with
-    RoPE. ``use_fp16_qk_reduction`` and ``head_dim_vo != head_dim_qk`` raise
+    RoPE. ``head_dim_vo != head_dim_qk`` (e.g. 192 / 128) takes 16-bit K/V, no RoPE and, paged,
+    a ``(k_cache, v_cache)`` pair. ``use_fp16_qk_reduction`` raises
     :class:`cinfer.UnsupportedError`. Two wrappers must
     not share one workspace buffer (each plan writes its schedule there). A plan that raises
     leaves no runnable plan. The wrapper is not thread-safe.
@@ -1091,11 +1093,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         num_qo_heads, num_kv_heads : int
             Query and KV heads (``num_qo_heads`` a multiple of ``num_kv_heads``).
         head_dim_qk : int
-            Head dim of q, k and v: a multiple of 16, at most 256.
+            Head dim of q and k (and of v and out unless ``head_dim_vo`` differs): a multiple
+            of 16, at most 256.
         page_size : int
             Tokens per page, 1..256.
         head_dim_vo : Optional[int]
-            None or ``head_dim_qk`` (other values: :class:`cinfer.UnsupportedError`).
+            Head dim of v and out: None (= ``head_dim_qk``) or a multiple of 16 up to 256
+            (D_qk != D_vo, e.g. 192 / 128: 16-bit K/V, no RoPE, separate K and V caches; else
+            :class:`cinfer.UnsupportedError`). The default ``sm_scale`` stays
+            ``1 / sqrt(head_dim_qk)``.
         custom_mask : Optional[torch.Tensor]
             FlashInfer's flattened boolean mask: the ``[qo_len, kv_len]`` row-major matrices of
             all requests concatenated in request order,
@@ -1181,7 +1187,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         host copy, which synchronizes, for CUDA tensors: pass CPU tensors to avoid it). The
         schedule and the page indices are copied to the device on PyTorch's current stream.
         """
-        _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo,
+        _check_plan_unsupported(use_fp16_qk_reduction,
                                 {"prefix_len_ptr": prefix_len_ptr is not None,
                                  "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
                                  "token_pos_in_items_len": token_pos_in_items_len,
@@ -1205,6 +1211,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         p, (qo_indptr, kv_indptr, last_page_len), kv_host = self._common_plan(
             qo_indptr=qo_indptr, kv_indptr=paged_kv_indptr, last_page_len=paged_kv_last_page_len,
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
+            head_dim_vo=head_dim_vo,
             page_size=page_size, causal=causal, sm_scale=sm_scale, window_left=window_left,
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
@@ -1259,7 +1266,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         paged_kv_cache : tuple of two torch.Tensor, or torch.Tensor
             ``(k_cache, v_cache)``, each ``[max_num_pages, page_size, num_kv_heads, head_dim]``
             (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]`` (HND) with the same
-            strides; or one combined ``[max_num_pages, 2, ...]`` tensor.
+            strides; or one combined ``[max_num_pages, 2, ...]`` tensor. With ``head_dim_vo``
+            planned apart from ``head_dim_qk``: the pair only, ``v_cache`` with ``head_dim_vo``
+            as its last dim and strides of its own.
         *args
             The planned variant's arguments in declaration order (FlashInfer's way of passing a
             custom kernel's arguments); or use ``variant_args``. None after a plan with a custom
@@ -1269,7 +1278,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         k_scale, v_scale : Optional[float]
             None (the planned values) or the planned values.
         out : Optional[torch.Tensor]
-            Output buffer of q's shape and dtype; allocated if None.
+            Output buffer ``[q.shape[0], num_qo_heads, head_dim_vo]`` (q's shape unless
+            ``head_dim_vo`` differs) in q's dtype; allocated if None.
         lse : Optional[torch.Tensor]
             ``[q.shape[0], num_qo_heads]`` float32; written when given, allocated when None and
             ``return_lse``.
@@ -1283,7 +1293,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         Returns
         -------
         out : torch.Tensor
-            q's shape and dtype (0 for rows with nothing to attend).
+            ``out``'s shape, q's dtype (0 for rows with nothing to attend).
         lse : torch.Tensor
             Only with ``return_lse``: ``[q.shape[0], num_qo_heads]`` float32, **base 2**
             (``-inf`` for rows with nothing to attend).
@@ -1462,7 +1472,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         TypeError, ValueError, cinfer.CinferError
             As :meth:`BatchPrefillWithPagedKVCacheWrapper.plan`.
         """
-        _check_plan_unsupported(use_fp16_qk_reduction, head_dim_qk, head_dim_vo,
+        _check_plan_unsupported(use_fp16_qk_reduction,
                                 {"prefix_len_ptr": prefix_len_ptr is not None,
                                  "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
                                  "token_pos_in_items_len": token_pos_in_items_len,
@@ -1470,6 +1480,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         p, (qo_indptr, kv_indptr, _), _ = self._common_plan(
             qo_indptr=qo_indptr, kv_indptr=kv_indptr, last_page_len=None,
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim_qk,
+            head_dim_vo=head_dim_vo,
             page_size=16, causal=causal, sm_scale=sm_scale, window_left=window_left,
             logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
@@ -1505,15 +1516,16 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             ``[>= qo_indptr[-1], num_qo_heads, head_dim]`` in the planned dtype.
         k, v : torch.Tensor
             ``[>= kv_indptr[-1], num_kv_heads, head_dim]`` (NHD) or
-            ``[num_kv_heads, >= kv_indptr[-1], head_dim]`` (HND), q's dtype, the same shape;
-            any strides with a contiguous last dim (slices of a packed QKV work).
+            ``[num_kv_heads, >= kv_indptr[-1], head_dim]`` (HND), q's dtype, the same shape
+            (v's last dim ``head_dim_vo`` when planned apart from ``head_dim_qk``); any strides
+            with a contiguous last dim (slices of a packed QKV work).
         *args, out, lse, return_lse, enable_pdl, variant_args
             As :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
 
         Returns
         -------
         out : torch.Tensor
-            q's shape and dtype.
+            ``[q.shape[0], num_qo_heads, head_dim_vo]``, q's dtype.
         lse : torch.Tensor
             Only with ``return_lse``: ``[q.shape[0], num_qo_heads]`` float32, **base 2**.
 

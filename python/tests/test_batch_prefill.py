@@ -551,3 +551,57 @@ def test_batch_prefill_rope(workspace, storage):
     with pytest.raises(ValueError, match="rope_scale"):
         w.forward(*args, causal=True, pos_encoding_mode="ROPE_LLAMA", rope_scale=3.0,
                   rope_theta=rope[1])
+
+
+@pytest.mark.parametrize("storage,layout", [("paged", "NHD"), ("paged", "HND"),
+                                            ("ragged", "NHD"), ("ragged", "HND")])
+def test_batch_prefill_head_dims_qk_vo(workspace, storage, layout):
+    # D_qk 192 / D_vo 128 (DeepSeek's prefill heads): v and out of their own head dim, paged K
+    # and V caches with different strides, and a long request that splits the KV.
+    hq, hk, dqk, dvo, page_size = 8, 2, 192, 128, 16
+    dtype = torch.bfloat16
+    qo_lens, kv_lens = [5, 0, 30, 12], [300, 17, 20, 5000]
+    g = torch.Generator(DEV).manual_seed(7)
+    qo_indptr = indptr(qo_lens)
+    q = torch.randn(int(qo_indptr[-1]), hq, dqk, generator=g, device=DEV).to(dtype)
+    per_request = [(torch.randn(n, hk, dqk, generator=g, device=DEV).to(dtype),
+                    torch.randn(n, hk, dvo, generator=g, device=DEV).to(dtype)) for n in kv_lens]
+    w = wrapper(storage, workspace, layout)
+    if storage == "paged":
+        pages = [math.ceil(n / page_size) for n in kv_lens]
+        num_pages = sum(pages) + 3
+        caches = []
+        for d, which in ((dqk, 0), (dvo, 1)):
+            c = torch.zeros(num_pages, page_size, hk, d, device=DEV, dtype=dtype)
+            at = 0
+            for (k, v), p in zip(per_request, pages):
+                x = (k, v)[which]
+                c.view(-1, hk, d)[at * page_size: at * page_size + x.shape[0]] = x
+                at += p
+            caches.append(c if layout == "NHD" else c.transpose(1, 2).contiguous())
+        w.plan(qo_indptr, indptr(pages), torch.arange(sum(pages), dtype=torch.int32),
+               torch.tensor([n - (p - 1) * page_size if p else 1 for n, p in zip(kv_lens, pages)],
+                            dtype=torch.int32),
+               hq, hk, dqk, page_size, head_dim_vo=dvo, causal=True, q_data_type=dtype)
+        out, lse = w.run(q, tuple(caches), return_lse=True)
+        with pytest.raises(ValueError, match="separate caches"):
+            w.run(q, torch.zeros(num_pages, 2, page_size, hk, dqk, device=DEV, dtype=dtype))
+    else:
+        k = torch.cat([k for k, _ in per_request])
+        v = torch.cat([v for _, v in per_request])
+        if layout == "HND":
+            k, v = k.transpose(0, 1), v.transpose(0, 1)
+        w.plan(qo_indptr, indptr(kv_lens), hq, hk, dqk, head_dim_vo=dvo, causal=True,
+               q_data_type=dtype)
+        out, lse = w.run(q, k, v, return_lse=True)
+        with pytest.raises(ValueError, match="head_dim_vo"):
+            w.run(q, k, k)
+    assert out.shape == (q.shape[0], hq, dvo)
+    atol, rtol = reference.tolerance(dtype)
+    for b, ((k, v), s, e) in enumerate(zip(per_request, qo_indptr[:-1], qo_indptr[1:])):
+        s, e = int(s), int(e)
+        if e == s:
+            continue
+        ref_out, ref_lse = reference.prefill(q[s:e], k, v, causal=True)
+        torch.testing.assert_close(out[s:e].double(), ref_out, atol=atol, rtol=rtol)
+        torch.testing.assert_close(lse[s:e].double(), ref_lse, atol=2e-3, rtol=1e-4)

@@ -63,6 +63,8 @@ class StandIn:
         self.calls = []
         self.decode_graph = []  # use_cuda_graph of each batch decode create
         self.decode_rows = []  # rows of q, out and lse (None) of each batch decode run
+        self.prefill_dims = []  # (head_dim, head_dim_vo) of each batch prefill create
+        self.out_shapes = []  # out's shape at each batch prefill run
         self.live = set()
         self.next_handle = 1000
         self.size_extra = 0
@@ -77,6 +79,7 @@ class StandIn:
         self.calls.append(("create", self.next_handle, storage, causal, max_qo,
                            o.max_batch_size, o.use_cuda_graph, o.sm_scale, o.variant,
                            o.pos_encoding_mode, o.rope_scale, o.rope_theta))
+        self.prefill_dims.append((o.head_dim, o.head_dim_vo))
         self.live.add(self.next_handle)
         out._obj.value = self.next_handle
         return 0
@@ -96,6 +99,7 @@ class StandIn:
         self.run_views.append((q._obj.data, out._obj.data, _strides(out._obj),
                                lse._obj.data if lse else None,
                                _strides(lse._obj) if lse else None))
+        self.out_shapes.append(tuple(out._obj.shape[i] for i in range(out._obj.ndim)))
         return 0
 
     def cinfer_batch_decode_workspace_size(self, ctx, opts, out):
@@ -244,6 +248,27 @@ def test_late_collection_destroys_with_the_creating_library(fake, monkeypatch):
     assert fake.of("decode_destroy")[-1][1] == decode_create[1]
 
 
+def test_head_dim_vo_reaches_the_options_and_sizes_out(fake):
+    # D_qk != D_vo is a create-time option (head_dim_vo, 0 when equal) and out defaults to
+    # [rows, Hq, D_vo]; the library checks the rest (tests/gpu/test_batch_prefill.c).
+    w = cinfer.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    qo, kv = _i32([0, 3, 10]), _i32([0, 5, 20])
+    q = torch.zeros(10, 8, 192, dtype=torch.float16)
+    k = torch.zeros(20, 2, 192, dtype=torch.float16)
+    v = torch.zeros(20, 2, 128, dtype=torch.float16)
+    w.plan(qo, kv, 8, 2, 192, head_dim_vo=128, causal=True)
+    assert fake.prefill_dims == [(192, 128)]
+    w.run(q, k, v)
+    assert fake.out_shapes[-1] == (10, 8, 128)
+    # The same dims planned again reuse the object; head_dim_vo = head_dim_qk is one head dim.
+    w.plan(qo, kv, 8, 2, 192, head_dim_vo=128, causal=True)
+    w.plan(qo, kv, 8, 2, 192, head_dim_vo=192, causal=True)
+    w.plan(qo, kv, 8, 2, 192, causal=True)
+    assert fake.prefill_dims == [(192, 128), (192, 0)]
+    w.run(q, k, k)
+    assert fake.out_shapes[-1] == (10, 8, 192)
+
+
 def test_paged_plan_and_run_errors(fake):
     w = cinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
     args = _paged_args([0, 3, 10], [1, 2], [5, 16])
@@ -252,7 +277,6 @@ def test_paged_plan_and_run_errors(fake):
     with pytest.raises(ValueError, match="plan"):
         w.run(q, cache)
     for kw, cls, match in [
-        (dict(head_dim_vo=64), cinfer.UnsupportedError, "head_dim_vo"),
         (dict(pos_encoding_mode="ROPE"), ValueError, "pos_encoding_mode"),
         (dict(pos_encoding_mode="ROPE_LLAMA", rope_scale=0.0), ValueError, "rope_scale"),
         (dict(use_fp16_qk_reduction=True), cinfer.UnsupportedError, "fp16_qk"),

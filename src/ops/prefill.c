@@ -920,7 +920,9 @@ typedef struct batch_setup {
     cinfer__prefill_layout_t layout;
     cinfer__dtype_t dtype;    /* q and out */
     cinfer__dtype_t dtype_kv; /* K/V: dtype or fp8 */
-    int head_dim;
+    int head_dim;             /* D_qk: q and K */
+    int head_dim_vo;          /* D_vo: V, out and the partial states */
+    int tile_dim;             /* the larger, which the tiles are sized for (tile_dim) */
     cinfer_kv_layout_t kv_layout;
     const cinfer_variant_t *variant; /* NULL = default attention */
     bool rope;                       /* in-kernel RoPE: plan checks the lengths */
@@ -961,11 +963,12 @@ void cinfer__batch_prefill_test_pack(int mode) {
  * G >= 2 divides every candidate tile's rows (then a plan never does more work packed than
  * unpacked, and K/V is loaded once per group), else 1. Every variant packs: the kernel gives each
  * hook its row's own token and query head. cinfer__batch_prefill_test_pack forces either way.
+ * D_qk != D_vo never packs (kernels/prefill.cu, D_QK: its packed Q copy takes whole rows).
  */
 static int pack_group(const cinfer_attention_options_t *o, const cinfer__prefill_config_t *tiles,
                       int num_tiles) {
     const int g = o->num_qo_heads / o->num_kv_heads;
-    if (g < 2 || test_pack < 0)
+    if (g < 2 || test_pack < 0 || cinfer__attention_head_dim_vo(o) != o->head_dim)
         return 1;
     for (int i = 0; i < num_tiles; i++)
         if (tiles[i].tile_q < g || (test_pack == 0 && tiles[i].tile_q % g != 0))
@@ -982,7 +985,6 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
                                         int64_t max_total_qo, batch_setup_t *s) {
     memset(s, 0, sizeof *s);
     CINFER__CHECK(options_check(o));
-    CINFER__CHECK(cinfer__attention_same_head_dims(o, "batch prefill"));
     s->variant = o->variant;
     s->rope = cinfer__attention_rope(o);
     if (storage != CINFER_KV_STORAGE_RAGGED && storage != CINFER_KV_STORAGE_PAGED)
@@ -1016,7 +1018,7 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     cinfer__prefill_plan_config_t *c = &s->cfg;
     c->num_qo_heads = o->num_qo_heads;
     c->num_kv_heads = o->num_kv_heads;
-    c->head_dim = o->head_dim;
+    c->head_dim = cinfer__attention_head_dim_vo(o); /* the partial states' */
     c->causal = causal;
     c->window_left = o->window_left;
     c->paged = paged;
@@ -1028,7 +1030,7 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     c->no_split = test_no_split ||
                   (o->variant && (o->variant->hooks &
                                   (CINFER__VARIANT_NO_SOFTMAX | CINFER__VARIANT_OUTPUT_TRANSFORM)));
-    cinfer__prefill_batch_configs(o->head_dim, max_smem_optin - STATIC_SMEM_RESERVE, s->tiles,
+    cinfer__prefill_batch_configs(tile_dim(o), max_smem_optin - STATIC_SMEM_RESERVE, s->tiles,
                                   &c->num_tiles);
     /* The largest candidate, for batches whose query tiles are long on average (a long prompt's
      * chunks, a cascade's shared prefix with its GQA groups packed): on sm_90a where the options
@@ -1071,6 +1073,8 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     s->dtype = cinfer__dl_dtype(o->q_dtype);
     s->dtype_kv = cinfer__dl_dtype(o->kv_dtype);
     s->head_dim = o->head_dim;
+    s->head_dim_vo = cinfer__attention_head_dim_vo(o);
+    s->tile_dim = tile_dim(o);
     s->kv_layout = o->kv_layout;
     return cinfer__prefill_batch_layout(c, &s->layout);
 }
@@ -1088,7 +1092,7 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
         if (fixed >= 0 && i != fixed)
             continue;
         const cinfer__prefill_config_t *t = &s->tiles[i];
-        s->smem[i] = cinfer__prefill_kv_smem_bytes(s->head_dim, s->dtype_kv, t);
+        s->smem[i] = cinfer__prefill_kv_smem_bytes(s->tile_dim, s->dtype_kv, t);
         if (s->smem[i] > (size_t)ctx->max_smem_per_block_optin)
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
@@ -1107,7 +1111,7 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
     if (!splittable(&s->cfg))
         return CINFER_STATUS_SUCCESS;
     cinfer__spec_t merge;
-    CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim, &merge));
+    CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim_vo, &merge));
     CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
     if (s->merge.max_threads < CINFER__DECODE_WARPS * 32)
         return cinfer__error(CINFER_STATUS_INTERNAL,
@@ -1142,7 +1146,7 @@ static cinfer_status_t setup_specs(const cinfer_attention_options_t *o, int caus
             CINFER__CHECK(
                 build_spec(o, causal, true, s->cfg.paged, &s->tiles[i], s->cfg.group, &specs[n++]));
     if (splittable(&s->cfg))
-        CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim, &specs[n++]));
+        CINFER__CHECK(cinfer__decode_merge_spec(s->dtype, s->head_dim_vo, &specs[n++]));
     *num_specs = n;
     return CINFER_STATUS_SUCCESS;
 }
@@ -1425,7 +1429,10 @@ static cinfer_status_t ragged_kv(const cinfer_batch_prefill_t *op, const DLTenso
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "v is NULL; a ragged K/V needs both k and v (only a paged cache may "
                              "be combined)");
-    CINFER__CHECK(check_planned(op->ctx, "v", v, 3, k->shape, s->dtype_kv, "k's shape"));
+    const int64_t v_shape[3] = {k->shape[0], k->shape[1], s->head_dim_vo}; /* k's, but for D_vo */
+    CINFER__CHECK(check_planned(
+        op->ctx, "v", v, 3, v_shape, s->dtype_kv,
+        s->head_dim_vo == D ? "k's shape" : "k's shape with head_dim_vo from the options"));
     CINFER__CHECK(check_aligned("k", k));
     CINFER__CHECK(check_aligned("v", v));
     p->k = cinfer__tensor_data(k);
@@ -1446,18 +1453,27 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
     const int64_t P = s->cfg.page_size, Hk = s->cfg.num_kv_heads, D = s->head_dim;
     const int64_t a = nhd ? P : Hk, b = nhd ? Hk : P;
+    const bool asym = s->head_dim_vo != D;
     int first; /* the dim of k after the page (and K/V) dims */
+    if (!v && asym)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "v is NULL (a combined [max_pages, 2, ...] cache) with head_dim = %d "
+                             "!= head_dim_vo = %d: K and V of two head dims need separate caches",
+                             (int)D, s->head_dim_vo);
     if (v) {
         const int64_t shape[4] = {-1, a, b, D};
         CINFER__CHECK(check_planned(
             ctx, "k", k, 4, shape, s->dtype_kv,
             nhd ? "NHD [max_pages, page_size, num_kv_heads, head_dim] from the options"
                 : "HND [max_pages, num_kv_heads, page_size, head_dim] from the options"));
-        const int64_t v_shape[4] = {k->shape[0], a, b, D};
-        CINFER__CHECK(check_planned(ctx, "v", v, 4, v_shape, s->dtype_kv, "k's shape"));
+        const int64_t v_shape[4] = {k->shape[0], a, b, s->head_dim_vo};
+        CINFER__CHECK(
+            check_planned(ctx, "v", v, 4, v_shape, s->dtype_kv,
+                          asym ? "k's shape with head_dim_vo from the options" : "k's shape"));
         CINFER__CHECK(check_aligned("k", k));
         CINFER__CHECK(check_aligned("v", v));
-        CINFER__CHECK(check_same_strides(k, v));
+        if (!asym) /* D_qk != D_vo kernels take V's own strides */
+            CINFER__CHECK(check_same_strides(k, v));
         p->k = cinfer__tensor_data(k);
         p->v = cinfer__tensor_data(v);
         first = 1;
@@ -1477,9 +1493,14 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     }
     /* Every stride is taken as is (a dim of one index is never stepped along except the page
      * dim, whose stride only ever multiplies a page index). */
-    p->kv_stride_page = cinfer__tensor_stride(k, 0);
+    p->k_stride_page = p->v_stride_page = cinfer__tensor_stride(k, 0);
     p->k_stride_n = p->v_stride_n = cinfer__tensor_stride(k, nhd ? first : first + 1);
     p->k_stride_h = p->v_stride_h = cinfer__tensor_stride(k, nhd ? first + 1 : first);
+    if (asym) {
+        p->v_stride_page = cinfer__tensor_stride(v, 0);
+        p->v_stride_n = cinfer__tensor_stride(v, nhd ? 1 : 2);
+        p->v_stride_h = cinfer__tensor_stride(v, nhd ? 2 : 1);
+    }
 
     const int64_t any[1] = {-1};
     CINFER__CHECK(check_tensor(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
@@ -1522,7 +1543,7 @@ static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTenso
     if (s->cfg.paged) {
         const int64_t P = s->cfg.page_size;
         const int64_t dims[4] = {D, P, Hk, k->shape[0]};
-        const int64_t strides[3] = {p->k_stride_n, p->k_stride_h, p->kv_stride_page};
+        const int64_t strides[3] = {p->k_stride_n, p->k_stride_h, p->k_stride_page};
         const uint32_t box[4] = {64, (uint32_t)(P < tile_kv ? P : tile_kv), 1, 1};
         CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 4, dims, strides, box,
                                  "encoding k's tensor map"));
@@ -1563,8 +1584,10 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     CINFER__CHECK(check_planned(ctx, "q", q, 3, q_shape, s->dtype, q_origin));
     CINFER__CHECK(check_rows("q", q, 0, op->qo_end, "query rows: qo_indptr[batch_size]"));
     CINFER__CHECK(check_aligned("q", q));
-    const int64_t out_shape[3] = {q->shape[0], Hq, D};
-    CINFER__CHECK(check_planned(ctx, "out", out, 3, out_shape, s->dtype, "q's shape"));
+    const int64_t out_shape[3] = {q->shape[0], Hq, s->head_dim_vo};
+    CINFER__CHECK(check_planned(
+        ctx, "out", out, 3, out_shape, s->dtype,
+        s->head_dim_vo == D ? "q's shape" : "q's shape with head_dim_vo from the options"));
     CINFER__CHECK(check_aligned("out", out));
     if (lse) {
         const int64_t lse_shape[2] = {q->shape[0], Hq};
@@ -1678,7 +1701,7 @@ static bool single_may_split(const cinfer_context_t *ctx, const batch_setup_t *s
     const int64_t cta_heads = cinfer__prefill_cta_heads(&s->cfg);
     for (int i = 0; i < s->cfg.num_tiles; i++) {
         const int64_t ctas = (qo_len + s->cfg.tile_q[i] - 1) / s->cfg.tile_q[i] * cta_heads;
-        const size_t smem = cinfer__prefill_kv_smem_bytes(s->head_dim, s->dtype_kv, &s->tiles[i]);
+        const size_t smem = cinfer__prefill_kv_smem_bytes(s->tile_dim, s->dtype_kv, &s->tiles[i]);
         int64_t per_sm = 2048 / cinfer__prefill_threads(&s->tiles[i]);
         const int64_t by_smem =
             ((int64_t)ctx->max_smem_per_block_optin + 1024) / (int64_t)(smem > 0 ? smem : 1);
@@ -1703,8 +1726,7 @@ static cinfer_status_t single_split_plan(cinfer_context_t *ctx, const cinfer_att
                                          cinfer_batch_prefill_t *op, cinfer__prefill_request_t *req,
                                          cinfer__prefill_chunking_t *chunking, bool *split) {
     *split = false;
-    /* Batch prefill has no D_qk != D_vo (cinfer__attention_same_head_dims). */
-    if (qo_len < 1 || kv_len < 1 || cinfer__attention_head_dim_vo(o) != o->head_dim)
+    if (qo_len < 1 || kv_len < 1)
         return CINFER_STATUS_SUCCESS;
     cinfer_attention_options_t b = *o;
     b.max_batch_size = 1;

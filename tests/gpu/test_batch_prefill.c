@@ -44,6 +44,7 @@ typedef struct bp_case {
     int max_qo, max_kv;           /* random lengths in [0, max] (or [1, max] for qo) */
     const int *qo_lens, *kv_lens; /* or fixed lengths */
     int hq, hk, d;
+    int dvo;                  /* D of v and out (head_dim_vo); 0 = d */
     cinfer__dtype_t dtype;    /* q and out */
     cinfer__dtype_t kv_dtype; /* K/V: CINFER__DT_NONE = dtype */
     cinfer_kv_layout_t layout;
@@ -86,6 +87,10 @@ static cinfer__dtype_t kv_dtype_of(const bp_case *c) {
     return c->kv_dtype != CINFER__DT_NONE ? c->kv_dtype : c->dtype;
 }
 
+static int dvo_of(const bp_case *c) {
+    return c->dvo ? c->dvo : c->d;
+}
+
 static int is_fp8(const bp_case *c) {
     return kv_dtype_of(c) == CINFER__DT_E4M3 || kv_dtype_of(c) == CINFER__DT_E5M2;
 }
@@ -100,8 +105,9 @@ typedef struct bp_data {
     int64_t q_rows;  /* rows of q, out and lse */
     int64_t kv_rows; /* ragged: rows of K/V; paged: max_pages */
     int64_t num_indices;
-    size_t q_bytes, kv_bytes; /* kv_bytes: one of K, V (the combined cache holds both) */
-    unsigned char *q, *k, *v; /* host; combined: k holds the whole cache, v is NULL */
+    size_t q_bytes, out_bytes; /* q (D_qk), out (D_vo) */
+    size_t kv_bytes, v_bytes;  /* K; V (the combined cache holds both in k: 2 kv_bytes) */
+    unsigned char *q, *k, *v;  /* host; combined: k holds the whole cache, v is NULL */
     cinfer_test_buf d_q, d_k, d_v, d_out, d_lse, d_indices, d_ws;
 } bp_data;
 
@@ -129,15 +135,16 @@ static void free_data(bp_data *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Element strides of K (and V) rows: token, head, page (paged), and where V starts relative to
+/* Element strides of K (or V) rows: token, head, page (paged), and where V starts relative to
  * the K data of the same host/device buffer (combined cache) or 0. */
 typedef struct kv_strides {
     int64_t token, head, page, v_offset;
 } kv_strides;
 
-static kv_strides strides_of(const bp_case *c, const bp_data *x) {
+/* K's strides (d = c->d) or V's (d = dvo_of(c): they differ when the head dims do). */
+static kv_strides strides_of(const bp_case *c, const bp_data *x, int64_t d) {
     kv_strides s = {0, 0, 0, 0};
-    const int64_t d = c->d, hk = c->hk;
+    const int64_t hk = c->hk;
     if (!c->paged) {
         s.token = c->layout == CINFER_KV_LAYOUT_NHD ? hk * d : d;
         s.head = c->layout == CINFER_KV_LAYOUT_NHD ? d : x->kv_rows * d;
@@ -235,8 +242,9 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
                             : c->page_runs == 2 ? (int32_t)((i / 5 * 7 + i % 5) % x->kv_rows)
                                                 : perm[i % x->kv_rows];
         free(perm);
-        const int64_t page = (int64_t)c->page_size * c->hk * c->d;
-        x->kv_bytes = (size_t)(x->kv_rows * page * kv_esz);
+        const int64_t page = (int64_t)c->page_size * c->hk;
+        x->kv_bytes = (size_t)(x->kv_rows * page * c->d * kv_esz);
+        x->v_bytes = (size_t)(x->kv_rows * page * dvo_of(c) * kv_esz);
     } else {
         x->kv_rows = x->kv_indptr[B] + KV_BACK;
         if (kv_cap) {
@@ -244,8 +252,11 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
             x->kv_rows = kv_cap;
         }
         x->kv_bytes = (size_t)(x->kv_rows * c->hk * c->d * kv_esz);
+        x->v_bytes = (size_t)(x->kv_rows * c->hk * dvo_of(c) * kv_esz);
     }
+    assert_true(!c->combined || dvo_of(c) == c->d);
     x->q_bytes = (size_t)(x->q_rows * c->hq * c->d * esz);
+    x->out_bytes = (size_t)(x->q_rows * c->hq * dvo_of(c) * esz);
     x->q = malloc(x->q_bytes + 1);
     memset(x->q, 0xff, x->q_bytes);
     for (int64_t r = x->qo_indptr[0]; r < x->qo_indptr[B]; r++)
@@ -256,19 +267,22 @@ static void make_data(const bp_case *c, cinfer_test_rng *rng, bp_data *x, int64_
     x->k = malloc(k_bytes + 1);
     memset(x->k, 0xff, k_bytes); /* NaN in every dtype (e4m3 and e5m2: 0xff is NaN) */
     if (!c->combined) {
-        x->v = malloc(x->kv_bytes + 1);
-        memset(x->v, 0xff, x->kv_bytes);
+        x->v = malloc(x->v_bytes + 1);
+        memset(x->v, 0xff, x->v_bytes);
     }
-    const kv_strides s = strides_of(c, x);
+    const kv_strides s = strides_of(c, x, c->d), sv = strides_of(c, x, dvo_of(c));
     for (int b = 0; b < B; b++)
         for (int t = 0; t < x->kv_len[b]; t++)
             for (int h = 0; h < c->hk; h++) {
-                const int64_t row = kv_row(c, x, &s, b, t, h);
-                for (int i = 0; i < c->d; i++) {
-                    cinfer_test_store(kv_dtype_of(c), x->k, row + i,
-                                      cinfer_test_rng_uniform(rng, -1, 1));
-                    cinfer_test_store(kv_dtype_of(c), c->combined ? x->k : x->v,
-                                      row + s.v_offset + i, cinfer_test_rng_uniform(rng, -1, 1));
+                const int64_t row = kv_row(c, x, &s, b, t, h), v_row = kv_row(c, x, &sv, b, t, h);
+                for (int i = 0; i < c->d || i < dvo_of(c); i++) {
+                    if (i < c->d)
+                        cinfer_test_store(kv_dtype_of(c), x->k, row + i,
+                                          cinfer_test_rng_uniform(rng, -1, 1));
+                    if (i < dvo_of(c))
+                        cinfer_test_store(kv_dtype_of(c), c->combined ? x->k : x->v,
+                                          v_row + sv.v_offset + i,
+                                          cinfer_test_rng_uniform(rng, -1, 1));
                 }
             }
 }
@@ -278,8 +292,8 @@ static void alloc_device(const bp_case *c, bp_data *x) {
     CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_q, x->q_bytes));
     CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_k, c->combined ? 2 * x->kv_bytes : x->kv_bytes));
     if (!c->combined)
-        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_v, x->kv_bytes));
-    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_out, x->q_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_v, x->v_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_out, x->out_bytes));
     CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_lse, (size_t)(x->q_rows * c->hq) * 4));
     if (c->paged)
         CINFER_TEST_OK(cinfer_test_buf_alloc(&x->d_indices, (size_t)x->num_indices * 4));
@@ -291,7 +305,7 @@ static void upload(const bp_case *c, bp_data *x) {
     CINFER_TEST_OK(
         cinfer_test_buf_upload(&x->d_k, 0, x->k, c->combined ? 2 * x->kv_bytes : x->kv_bytes));
     if (!c->combined)
-        CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_v, 0, x->v, x->kv_bytes));
+        CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_v, 0, x->v, x->v_bytes));
     if (c->paged)
         CINFER_TEST_OK(
             cinfer_test_buf_upload(&x->d_indices, 0, x->indices, (size_t)x->num_indices * 4));
@@ -305,14 +319,16 @@ typedef struct bp_tensors {
 
 static void make_tensors(const bp_case *c, const bp_data *x, bp_tensors *t) {
     const int64_t q_shape[3] = {x->q_rows, c->hq, c->d}, lse_shape[2] = {x->q_rows, c->hq};
+    const int64_t out_shape[3] = {x->q_rows, c->hq, dvo_of(c)};
     cinfer_test_tensor_init(&t->q, &x->d_q, 0, 0, c->dtype, 3, q_shape, NULL);
-    cinfer_test_tensor_init(&t->out, &x->d_out, 0, 0, c->dtype, 3, q_shape, NULL);
+    cinfer_test_tensor_init(&t->out, &x->d_out, 0, 0, c->dtype, 3, out_shape, NULL);
     cinfer_test_tensor_init(&t->lse, &x->d_lse, 0, 0, CINFER__DT_F32, 2, lse_shape, NULL);
     const bool nhd = c->layout == CINFER_KV_LAYOUT_NHD;
     if (!c->paged) {
         const int64_t shape[3] = {nhd ? x->kv_rows : c->hk, nhd ? c->hk : x->kv_rows, c->d};
+        const int64_t v_shape[3] = {shape[0], shape[1], dvo_of(c)};
         cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 3, shape, NULL);
-        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 3, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 3, v_shape, NULL);
         return;
     }
     const int64_t a = nhd ? c->page_size : c->hk, b = nhd ? c->hk : c->page_size;
@@ -320,9 +336,10 @@ static void make_tensors(const bp_case *c, const bp_data *x, bp_tensors *t) {
         const int64_t shape[5] = {x->kv_rows, 2, a, b, c->d};
         cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 5, shape, NULL);
     } else {
-        const int64_t shape[4] = {x->kv_rows, a, b, c->d};
+        const int64_t shape[4] = {x->kv_rows, a, b, c->d},
+                      v_shape[4] = {x->kv_rows, a, b, dvo_of(c)};
         cinfer_test_tensor_init(&t->k, &x->d_k, 0, 0, kv_dtype_of(c), 4, shape, NULL);
-        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 4, shape, NULL);
+        cinfer_test_tensor_init(&t->v, &x->d_v, 0, 0, kv_dtype_of(c), 4, v_shape, NULL);
     }
     const int64_t i_shape[1] = {x->num_indices};
     cinfer_test_tensor_init(&t->indices, &x->d_indices, 0, 0, CINFER__DT_I32, 1, i_shape, NULL);
@@ -333,6 +350,7 @@ static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
     o.num_qo_heads = c->hq;
     o.num_kv_heads = c->hk;
     o.head_dim = c->d;
+    o.head_dim_vo = c->dvo;
     o.page_size = c->page_size;
     o.kv_layout = c->layout;
     o.q_dtype = cinfer_test_dl_dtype(c->dtype);
@@ -355,7 +373,7 @@ static cinfer_attention_options_t options_for(const bp_case *c, int max_batch) {
 
 /* The reference for every row of q (rows outside the requests stay 0 and are not compared). */
 static void reference(const bp_case *c, const bp_data *x, double *o, double *lse) {
-    cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, c->d};
+    cinfer__ref_heads_t heads = {c->hq, c->hk, c->d, dvo_of(c)};
     cinfer__ref_strided3_t q;
     cinfer__ref_strided3_packed(&q, x->q, cinfer_test_ref_dtype_of(c->dtype),
                                 CINFER__REF_LAYOUT_NHD, x->q_rows, c->hq, c->d);
@@ -389,12 +407,12 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
                         mask[at++] = (uint8_t)tv_user_keep(i + x->kv_len[b] - x->qo_len[b], j);
         }
     }
-    const kv_strides s = strides_of(c, x);
+    const kv_strides s = strides_of(c, x, c->d), sv = strides_of(c, x, dvo_of(c));
     int rc;
     if (!c->paged) {
         const cinfer__ref_dtype_t kvd = cinfer_test_ref_dtype_of(kv_dtype_of(c));
         cinfer__ref_strided3_t k = {x->k, kvd, s.token, s.head, 1};
-        cinfer__ref_strided3_t v = {x->v, kvd, s.token, s.head, 1};
+        cinfer__ref_strided3_t v = {x->v, kvd, sv.token, sv.head, 1};
         rc = cinfer__ref_batch_ragged(&heads, c->batch, &q, x->qo_indptr, &k, &v, x->kv_indptr,
                                       g_tv && g_tv->kind == TV_MASK ? g_tv->mask : mask, NULL,
                                       &opts, o, lse);
@@ -402,8 +420,10 @@ static void reference(const bp_case *c, const bp_data *x, double *o, double *lse
         const size_t esz = cinfer__dtype_size(kv_dtype_of(c));
         cinfer__ref_paged_t k = {
             x->k, cinfer_test_ref_dtype_of(kv_dtype_of(c)), s.page, s.token, s.head, 1};
-        cinfer__ref_paged_t v = k;
-        v.data = c->combined ? (const void *)(x->k + (size_t)s.v_offset * esz) : x->v;
+        cinfer__ref_paged_t v = {
+            x->v, cinfer_test_ref_dtype_of(kv_dtype_of(c)), sv.page, sv.token, sv.head, 1};
+        if (c->combined)
+            v.data = x->k + (size_t)s.v_offset * esz;
         cinfer__ref_page_table_t table = {c->batch,     c->page_size, x->kv_rows,
                                           x->kv_indptr, x->indices,   x->last};
         rc = cinfer__ref_batch_paged(&heads, &q, x->qo_indptr, &k, &v, &table,
@@ -421,10 +441,10 @@ static void check_outputs(const bp_case *c, bp_data *x, uint64_t seed) {
     CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_lse));
     CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_q));
     CINFER_TEST_OK(cinfer_test_buf_check_canaries(&x->d_k));
-    const int64_t row_elems = (int64_t)c->hq * c->d;
-    uint16_t *out = malloc(x->q_bytes + 2);
+    const int64_t row_elems = (int64_t)c->hq * dvo_of(c);
+    uint16_t *out = malloc(x->out_bytes + 2);
     float *lse = malloc((size_t)(x->q_rows * c->hq) * 4 + 4);
-    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_download(&x->d_out, 0, out, x->out_bytes));
     CINFER_TEST_OK(cinfer_test_buf_download(&x->d_lse, 0, lse, (size_t)(x->q_rows * c->hq) * 4));
     const int64_t r0 = x->qo_indptr[0], r1 = x->qo_indptr[x->batch];
     for (int64_t r = 0; r < x->q_rows; r++) {
@@ -1533,7 +1553,7 @@ static void bad_arguments_are_errors(void **state) {
            RUN(&t.q.t, &t.k.t, &v2.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
     CINFER_TEST_SYNC(stream);
     /* Nothing was written by the failed calls. */
-    CINFER_TEST_OK(cinfer_test_buf_check_poisoned(&x.d_out, x.q_bytes));
+    CINFER_TEST_OK(cinfer_test_buf_check_poisoned(&x.d_out, x.out_bytes));
     /* And the arguments, restored, work. */
     CINFER_TEST_OK(RUN(&t.q.t, &t.k.t, &t.v.t, &t.indices.t, &t.out.t, &t.lse.t, NULL));
     CINFER_TEST_SYNC(stream);
@@ -1551,6 +1571,144 @@ static void bad_arguments_are_errors(void **state) {
     free_data(&x);
 #undef RUN
 #undef EXPECT
+}
+
+/*
+ * D_qk != D_vo (options->head_dim_vo): v and out of another head dim than q and k, ragged and paged
+ * (V's cache with strides of its own; odd and power-of-two pages), both layouts, GQA (unpacked),
+ * windows, soft cap, variants and split-KV (partial states and merge at D_vo); then the arguments
+ * that contradict it.
+ */
+static void head_dims_qk_vo(void **state) {
+    (void)state;
+    static const struct {
+        int d, dvo, paged, page_size, hnd, causal, hq, hk;
+    } dims[] = {
+        {192, 128, 0, 0, 0, 1, 8, 8}, /* DeepSeek's prefill heads (128 nope + 64 rope / 128) */
+        {192, 128, 1, 16, 0, 1, 8, 2}, {64, 128, 1, 7, 1, 0, 4, 4}, {128, 64, 0, 0, 1, 1, 8, 2},
+        {256, 128, 1, 32, 0, 1, 4, 1}, {96, 256, 1, 1, 0, 0, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "D_qk %d D_vo %d, %s page %d, %s, causal %d", dims[i].d,
+                 dims[i].dvo, dims[i].paged ? "paged" : "ragged", dims[i].page_size,
+                 dims[i].hnd ? "HND" : "NHD", dims[i].causal);
+        bp_case c = base_case(desc);
+        c.d = dims[i].d;
+        c.dvo = dims[i].dvo;
+        c.paged = dims[i].paged;
+        c.page_size = dims[i].paged ? dims[i].page_size : 16;
+        c.layout = dims[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.causal = dims[i].causal;
+        c.hq = dims[i].hq;
+        c.hk = dims[i].hk;
+        c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.expect_group = 1; /* never packed */
+        c.expect_sm90 = -1;
+        run_case(&c, cinfer_test_seed() + 4000 + i);
+    }
+    {
+        bp_case c = base_case("D_qk 192 D_vo 128, window 100, soft cap 30, no lse");
+        c.d = 192;
+        c.dvo = 128;
+        c.hq = 8;
+        c.hk = 2;
+        c.paged = 0;
+        c.window_left = 100;
+        c.soft_cap = 30.0f;
+        c.lse = 0;
+        run_case(&c, cinfer_test_seed() + 4010);
+    }
+    /* Split-KV: few rows over long KV, ragged and paged (an odd page size). */
+    static const int qo_s[] = {17, 40, 1}, kv_s[] = {9000, 5000, 6000};
+    for (int paged = 0; paged < 2; paged++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "D_qk 192 D_vo 128, split-KV, %s", paged ? "paged" : "ragged");
+        bp_case c = base_case(desc);
+        c.d = 192;
+        c.dvo = 128;
+        c.batch = 3;
+        c.qo_lens = qo_s;
+        c.kv_lens = kv_s;
+        c.hq = 4;
+        c.hk = 2;
+        c.paged = paged;
+        c.page_size = 13;
+        c.causal = paged;
+        c.expect_split = 1;
+        run_case(&c, cinfer_test_seed() + 4020 + (uint64_t)paged);
+    }
+    /* Variants: sinks join the state once per row (split here), ALiBi and the user variant see
+     * absolute positions; the user variant's output transform sees D_vo columns. */
+    static const tv_kind kinds[] = {TV_SINKS, TV_ALIBI, TV_USER};
+    static const int qo_v[] = {40, 3, 200}, kv_v[] = {6000, 9000, 300};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "D_qk 192 D_vo 128, variant %s", tv_name(kinds[k]));
+        bp_case c = base_case(desc);
+        c.d = 192;
+        c.dvo = 128;
+        c.batch = 3;
+        c.qo_lens = qo_v;
+        c.kv_lens = kv_v;
+        c.hq = 8;
+        c.hk = 2;
+        c.paged = (int)(k % 2);
+        c.lse = tv_has_lse(kinds[k]);
+        run_variant_case(&c, kinds[k], cinfer_test_seed() + 4030 + k);
+    }
+
+    /* Errors: v or out of D_qk, a combined cache, and options D_qk != D_vo does not take. */
+    bp_case c = base_case("D_qk 192 D_vo 128 errors");
+    c.d = 192;
+    c.dvo = 128;
+    c.hq = 8;
+    c.hk = 2;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, cinfer_test_seed() + 4040);
+    bp_data x;
+    make_data(&c, &rng, &x, 0, 0);
+    alloc_device(&c, &x);
+    upload(&c, &x);
+    bp_tensors t;
+    make_tensors(&c, &x, &t);
+    const int64_t total = x.qo_indptr[c.batch] - x.qo_indptr[0];
+    cinfer_batch_prefill_t *op = make_op(&c, &x, c.batch, total > 0 ? total : 1, 0);
+    CINFER_TEST_OK(
+        cinfer_batch_prefill_plan(op, x.qo_indptr, x.kv_indptr, x.last, c.batch, stream));
+#define RUN(k, v, out)                                                                             \
+    cinfer_batch_prefill_run(op, &t.q.t, (k), (v), &t.indices.t, (out), &t.lse.t, NULL, stream)
+    t.v.shape[3] = c.d;
+    assert_int_equal(RUN(&t.k.t, &t.v.t, &t.out.t), CINFER_STATUS_PLAN_MISMATCH);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_vo"));
+    t.v.shape[3] = c.dvo;
+    t.out.shape[2] = c.d;
+    assert_int_equal(RUN(&t.k.t, &t.v.t, &t.out.t), CINFER_STATUS_PLAN_MISMATCH);
+    assert_non_null(strstr(cinfer_last_error(), "out"));
+    t.out.shape[2] = c.dvo;
+    assert_int_equal(RUN(&t.k.t, NULL, &t.out.t), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "separate caches"));
+    CINFER_TEST_SYNC(stream);
+    CINFER_TEST_OK(cinfer_test_buf_check_poisoned(&x.d_out, x.out_bytes));
+    CINFER_TEST_OK(RUN(&t.k.t, &t.v.t, &t.out.t));
+    CINFER_TEST_SYNC(stream);
+    check_outputs(&c, &x, cinfer_test_seed() + 4040);
+#undef RUN
+    cinfer_batch_prefill_destroy(op);
+    cinfer_attention_options_t o = options_for(&c, 4);
+    size_t bytes = 0;
+    o.kv_dtype = cinfer_test_dl_dtype(CINFER__DT_E4M3);
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_PAGED, 1, 100, &bytes),
+        CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_vo"));
+    o = options_for(&c, 4);
+    o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 100, &bytes),
+        CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_vo"));
+    free_data(&x);
 }
 
 /* The built-in variants (but dump_logits, whose layout single prefill and decode test) and the
@@ -1738,6 +1896,7 @@ int main(void) {
         cmocka_unit_test_teardown(cuda_graph_split_kv, teardown_case),
         cmocka_unit_test_teardown(bad_arguments_are_errors, teardown_case),
         cmocka_unit_test_teardown(variants, teardown_case),
+        cmocka_unit_test_teardown(head_dims_qk_vo, teardown_case),
         cmocka_unit_test_teardown(gqa_packing, teardown_pack),
     };
     rc = cinfer_test_run_suite("gpu_test_batch_prefill", tests, sizeof tests / sizeof tests[0]);

@@ -1153,7 +1153,8 @@ static void fp8_kv(void **state) {
 /*
  * D_qk != D_vo (options->head_dim_vo): v and out narrower or wider than q and k, through
  * cinfer_single_prefill (the template at the larger dim with zero-filled columns), its workspace
- * variant (never split) and explicit tiles, against the reference with v's own head dim.
+ * variant (unsplit, and split by batch prefill's plan and kernels with partial states of D_vo)
+ * and explicit tiles, against the reference with v's own head dim.
  */
 static void head_dims_qk_vo(void **state) {
     (void)state;
@@ -1213,6 +1214,24 @@ static void head_dims_qk_vo(void **state) {
     c.kv_len = 40;
     c.qo_len = 100;
     run_case(&c, cinfer_test_seed() + 1953);
+    c = base_case("D_qk 192 D_vo 128, 16 rows over 12000 positions, split");
+    c.d = 192;
+    c.dvo = 128;
+    c.hq = c.hk = 8;
+    c.qo_len = 16;
+    c.kv_len = 12000;
+    c.workspace = WS_SPLIT;
+    run_case(&c, cinfer_test_seed() + 1954);
+    c = base_case("D_qk 64 D_vo 256, 40 rows over 7000 positions, HND, window, split");
+    c.d = 64;
+    c.dvo = 256;
+    c.qo_len = 40;
+    c.kv_len = 7000;
+    c.causal = 0;
+    c.window_left = 2500;
+    c.layout = CINFER_KV_LAYOUT_HND;
+    c.workspace = WS_SPLIT;
+    run_case(&c, cinfer_test_seed() + 1955);
 }
 
 static void bad_arguments_are_errors(void **state) {

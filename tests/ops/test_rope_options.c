@@ -178,8 +178,9 @@ static void prefill_specs_carry_rope(void **state) {
                  (const char *const[]){"options->rope_theta = -1", NULL});
 }
 
-/* options->head_dim_vo (D_vo != D_qk): single prefill's specs carry it; every other operation,
- * and prefill with RoPE or fp8 K/V, refuses it by name. */
+/* options->head_dim_vo (D_vo != D_qk): single and batch prefill's specs carry it (batch prefill's
+ * tiles unpacked, on the template, its merge at D_vo); decode, and prefill with RoPE or fp8 K/V,
+ * refuse it by name. */
 static void head_dim_vo_options(void **state) {
     (void)state;
     cinfer_attention_options_t o = rope_options();
@@ -206,10 +207,26 @@ static void head_dim_vo_options(void **state) {
     }
     expect_error(decode_specs(&o, &s), CINFER_STATUS_UNSUPPORTED,
                  (const char *const[]){"head_dim_vo = 64", "batch decode", NULL});
-    expect_error(cinfer__batch_prefill_aot_specs(&o, CINFER_KV_STORAGE_RAGGED, 1, "sm_90a",
-                                                 227 * 1024, specs, &n),
-                 CINFER_STATUS_UNSUPPORTED,
-                 (const char *const[]){"head_dim_vo = 64", "batch prefill", NULL});
+    o.num_qo_heads = 32;
+    o.num_kv_heads = 8;
+    for (int storage = 0; storage < 2; storage++) {
+        assert_int_equal(cinfer__batch_prefill_aot_specs(&o, (cinfer_kv_storage_t)storage, 1,
+                                                         "sm_90a", 227 * 1024, specs, &n),
+                         CINFER_STATUS_SUCCESS);
+        assert_true(n >= 2);
+        for (int i = 0; i < n - 1; i++) {
+            assert_int_equal(specs[i].op, CINFER__OP_PREFILL);
+            assert_int_equal(specs[i].backend, CINFER__BACKEND_SM80);
+            assert_int_equal(specs[i].head_dim_qk, 128);
+            assert_int_equal(specs[i].head_dim_vo, 64);
+            assert_int_equal(specs[i].gqa_pack, 0);
+            assert_int_equal(specs[i].paged, storage);
+            assert_false(specs[i].tile_q == 256);
+            assert_int_equal(cinfer__spec_validate(&specs[i]), CINFER_STATUS_SUCCESS);
+        }
+        assert_int_equal(specs[n - 1].op, CINFER__OP_DECODE_MERGE);
+        assert_int_equal(specs[n - 1].head_dim_vo, 64);
+    }
     o.pos_encoding_mode = CINFER_POS_ENCODING_ROPE_LLAMA;
     expect_error(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &s), CINFER_STATUS_UNSUPPORTED,
                  (const char *const[]){"head_dim_vo = 64", "ROPE_LLAMA", NULL});
