@@ -840,6 +840,96 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, 
 CINFER_API void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op);
 
 /* ---------------------------------------------------------------------------------------------
+ * MLA: multi-head latent attention (DeepSeek-V2/V3) over a paged latent cache
+ *
+ * Every query head h of token i attends over one latent KV that all heads share (the weight-
+ * absorbed form of MLA): with q_nope [rows, H, 512], q_pe [rows, H, 64] and, per KV position j,
+ * ckv[j] (512 elements) and kpe[j] (64),
+ *   s_ij = (q_nope[i, h] . ckv[j] + q_pe[i, h] . kpe[j]) * sm_scale,
+ *   out[i, h] = sum_j softmax_j(s_ij) ckv[j],  lse[i, h] = log2(sum_j exp(s_ij)) (base 2),
+ * i.e. attention with D_qk = 576, D_vo = 512 and one KV head (FlashInfer's
+ * BatchMLAPagedAttentionWrapper). The caches are paged without a head dim: ckv
+ * [max_pages, page_size, 512] and kpe [max_pages, page_size, 64], position t of request b in slot
+ * t % page_size of page kv_indices[kv_indptr[b] + t / page_size]. Requests are batch prefill's:
+ * query rows [qo_indptr[b], qo_indptr[b+1]) are the last qo_len of the request's kv_len positions
+ * (decode: one row each), causal masking bottom-right aligned, rows with no kept position give 0
+ * and lse -inf. The same create / plan / run cycle as batch prefill, with its split-KV (few rows
+ * over long KV: float32 partial states of 512 per (row, head), merged by a second kernel) and its
+ * CUDA-graph mode. The kernel (tensor cores, sm_80 and later) computes 16 rows per CTA: G =
+ * min(H, 16) heads of 16 / G tokens.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct cinfer_mla_options {
+    size_t size;         /* sizeof(cinfer_mla_options_t) */
+    uint32_t version;    /* CINFER_MLA_OPTIONS_VERSION */
+    int num_heads;       /* H query heads: a multiple of 16, or 1, 2, 4 or 8 */
+    int head_dim_ckv;    /* 512 (the only one supported) */
+    int head_dim_kpe;    /* 64 (the only one supported) */
+    int page_size;       /* tokens per page, 1..256 */
+    DLDataType q_dtype;  /* fp16 or bf16; out has the same dtype */
+    DLDataType kv_dtype; /* q_dtype */
+    float sm_scale;      /* > 0: no default (DeepSeek's folds the rope and YaRN factors in) */
+    int use_cuda_graph;  /* 1 = fixed grids and buffers for up to max_batch_size requests */
+    int max_batch_size;  /* the most requests one plan may hold, >= 1 */
+} cinfer_mla_options_t;
+
+#define CINFER_MLA_OPTIONS_VERSION 1
+#define CINFER_MLA_OPTIONS_INIT                                                                    \
+    {                                                                                              \
+        sizeof(cinfer_mla_options_t), CINFER_MLA_OPTIONS_VERSION, 0, 512, 64, 64,                  \
+            {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 0.0f, 0, 1                                     \
+    }
+
+typedef struct cinfer_batch_mla cinfer_batch_mla_t;
+
+/* The device workspace (bytes) of an MLA object for these options, causal flag (0 or 1) and
+ * max_total_qo_tokens (as cinfer_batch_prefill_workspace_size: the schedule and, since plans may
+ * split, the partial states; loads the kernels, JIT-compiling them on first use). Exact. Returns
+ * SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (naming the option), NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR, NOT_FOUND; *device_bytes is 0 on failure. */
+CINFER_API cinfer_status_t cinfer_batch_mla_workspace_size(cinfer_context_t *ctx,
+                                                           const cinfer_mla_options_t *options,
+                                                           int causal, int64_t max_total_qo_tokens,
+                                                           size_t *device_bytes);
+
+/* Creates an MLA object over a caller-owned device workspace (at least the size above, 256-byte
+ * aligned, outliving the object); loads the attention and merge kernels. Returns as
+ * cinfer_batch_prefill_create. */
+CINFER_API cinfer_status_t cinfer_batch_mla_create(cinfer_context_t *ctx,
+                                                   const cinfer_mla_options_t *options, int causal,
+                                                   int64_t max_total_qo_tokens, void *workspace,
+                                                   size_t workspace_bytes,
+                                                   cinfer_batch_mla_t **out);
+
+/* Plans one step from host int32 arrays, as cinfer_batch_prefill_plan for a paged KV: qo_indptr
+ * [batch_size + 1], kv_indptr [batch_size + 1] (page-table entries), kv_last_page_len
+ * [batch_size]. Returns as cinfer_batch_prefill_plan. */
+CINFER_API cinfer_status_t cinfer_batch_mla_plan(cinfer_batch_mla_t *op, const int32_t *qo_indptr,
+                                                 const int32_t *kv_indptr,
+                                                 const int32_t *kv_last_page_len, int batch_size,
+                                                 CUstream stream);
+
+/*
+ * Runs the planned step on stream (capturable in a CUDA graph, as cinfer_batch_prefill_run):
+ * q_nope [total_q, H, 512] and q_pe [total_q, H, 64] of q_dtype (total_q >= the planned
+ * qo_indptr[batch_size]); ckv_cache [max_pages, page_size, 512] and kpe_cache [max_pages,
+ * page_size, 64] of kv_dtype; kv_indices int32 on the device, at least kv_indptr[batch_size]
+ * entries in [0, max_pages) (not range-checked); out [total_q, H, 512] of q_dtype; lse NULL or
+ * [total_q, H] float32. Any strides with a contiguous last dim whose rows stay 16-byte aligned.
+ * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim or dtype, non-contiguous last
+ * dim, not on the context's device); PLAN_MISMATCH (shapes that contradict the options or the
+ * plan); UNSUPPORTED (misaligned rows); CUDA_ERROR.
+ */
+CINFER_API cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_nope,
+                                                const DLTensor *q_pe, const DLTensor *ckv_cache,
+                                                const DLTensor *kpe_cache,
+                                                const DLTensor *kv_indices, DLTensor *out,
+                                                DLTensor *lse, CUstream stream);
+
+/* Destroys the object (not the workspace). NULL is a no-op. */
+CINFER_API void cinfer_batch_mla_destroy(cinfer_batch_mla_t *op);
+
+/* ---------------------------------------------------------------------------------------------
  * KV-cache and position utilities: appending to a paged KV cache, page-table helpers, rotary
  * position embeddings (RoPE) and bit packing of boolean masks. Every function returns a status
  * (SUCCESS; INVALID_ARGUMENT for a NULL, a wrong shape, dtype, device or stride, a bad option;

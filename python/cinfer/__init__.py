@@ -8,7 +8,8 @@ Implemented so far: :func:`single_decode_with_kv_cache`,
 :class:`BatchDecodeWithPagedKVCacheWrapper` (and its CUDA-graph variant),
 :func:`single_prefill_with_kv_cache` (and ``_return_lse``),
 :class:`BatchPrefillWithPagedKVCacheWrapper`, :class:`BatchPrefillWithRaggedKVCacheWrapper`,
-:class:`MultiLevelCascadeAttentionWrapper`, :func:`merge_state`,
+:class:`MultiLevelCascadeAttentionWrapper`, :class:`BatchMLAPagedAttentionWrapper` (MLA),
+:func:`merge_state`,
 :func:`merge_state_in_place`, :func:`merge_states`, :func:`append_paged_kv_cache`,
 :func:`get_batch_indices_positions`, :func:`get_seq_lens`, the ``apply_rope*`` and
 ``apply_llama31_rope*`` family, :func:`apply_rope_with_cos_sin_cache` (and ``_inplace``),
@@ -28,7 +29,7 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, Union
 
-from . import _dispatch, cascade, decode, page, prefill, quantization, rope, variant
+from . import _dispatch, cascade, decode, mla, page, prefill, quantization, rope, variant
 from .cascade import (
     MultiLevelCascadeAttentionWrapper,
     merge_state,
@@ -40,6 +41,7 @@ from .decode import (
     CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
     single_decode_with_kv_cache,
 )
+from .mla import BatchMLAPagedAttentionWrapper
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .prefill import (
     BatchPrefillWithPagedKVCacheWrapper,
@@ -114,6 +116,7 @@ _dispatch.ensure_registered()
 __all__ = [
     "ArgumentError",
     "BatchDecodeWithPagedKVCacheWrapper",
+    "BatchMLAPagedAttentionWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",
     "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
@@ -145,6 +148,7 @@ __all__ = [
     "merge_state",
     "merge_state_in_place",
     "merge_states",
+    "mla",
     "packbits",
     "page",
     "prefill",

@@ -65,6 +65,7 @@ class DLTensor(ctypes.Structure):
 
 CONTEXT_OPTIONS_VERSION = 1
 ATTENTION_OPTIONS_VERSION = 4
+MLA_OPTIONS_VERSION = 1
 # cinfer_pos_encoding_t
 POS_ENCODING_NONE = 0
 POS_ENCODING_ROPE_LLAMA = 1
@@ -115,6 +116,24 @@ class AttentionOptions(ctypes.Structure):
         ("rope_scale", ctypes.c_float),
         ("rope_theta", ctypes.c_float),
         ("head_dim_vo", ctypes.c_int),  # 0 = head_dim; single prefill only
+    ]
+
+
+class MlaOptions(ctypes.Structure):
+    """cinfer_mla_options_t; :func:`mla_options` fills it like CINFER_MLA_OPTIONS_INIT."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_uint32),
+        ("num_heads", ctypes.c_int),
+        ("head_dim_ckv", ctypes.c_int),
+        ("head_dim_kpe", ctypes.c_int),
+        ("page_size", ctypes.c_int),
+        ("q_dtype", DLDataType),
+        ("kv_dtype", DLDataType),
+        ("sm_scale", ctypes.c_float),
+        ("use_cuda_graph", ctypes.c_int),
+        ("max_batch_size", ctypes.c_int),
     ]
 
 
@@ -221,6 +240,10 @@ LAYOUT = {
     "cinfer_attention_options_t.pos_encoding_mode": 80,
     "cinfer_attention_options_t.rope_theta": 88,
     "cinfer_jit_stats_t": 72,
+    "cinfer_mla_options_t": 48,
+    "cinfer_mla_options_t.q_dtype": 28,
+    "cinfer_mla_options_t.sm_scale": 36,
+    "cinfer_mla_options_t.max_batch_size": 44,
     "cinfer_append_options_t": 32,
     "cinfer_append_options_t.kv_layout": 12,
     "cinfer_append_options_t.k_scale": 20,
@@ -259,6 +282,10 @@ def _layout_of_ctypes() -> dict:
         "cinfer_attention_options_t.pos_encoding_mode": AttentionOptions.pos_encoding_mode.offset,
         "cinfer_attention_options_t.rope_theta": AttentionOptions.rope_theta.offset,
         "cinfer_jit_stats_t": ctypes.sizeof(JitStats),
+        "cinfer_mla_options_t": ctypes.sizeof(MlaOptions),
+        "cinfer_mla_options_t.q_dtype": MlaOptions.q_dtype.offset,
+        "cinfer_mla_options_t.sm_scale": MlaOptions.sm_scale.offset,
+        "cinfer_mla_options_t.max_batch_size": MlaOptions.max_batch_size.offset,
         "cinfer_append_options_t": ctypes.sizeof(AppendOptions),
         "cinfer_append_options_t.kv_layout": AppendOptions.kv_layout.offset,
         "cinfer_append_options_t.k_scale": AppendOptions.k_scale.offset,
@@ -285,6 +312,16 @@ if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_long) == 8:
             f"cinfer: ctypes struct layout differs from include/cinfer.h: {_mismatch} "
             f"(expected {LAYOUT})"
         )
+
+
+def mla_options(**fields) -> MlaOptions:
+    """A cinfer_mla_options_t with CINFER_MLA_OPTIONS_INIT's defaults, then ``fields`` set on
+    it."""
+    o = MlaOptions(ctypes.sizeof(MlaOptions), MLA_OPTIONS_VERSION, 0, 512, 64, 64,
+                   DLDataType(KDL_BFLOAT, 16, 1), DLDataType(KDL_BFLOAT, 16, 1), 0.0, 0, 1)
+    for name, value in fields.items():
+        setattr(o, name, value)
+    return o
 
 
 def attention_options(**fields) -> AttentionOptions:
@@ -370,6 +407,7 @@ _p_vp = ctypes.POINTER(ctypes.c_void_p)
 _p_size = ctypes.POINTER(ctypes.c_size_t)
 _p_i32 = ctypes.POINTER(ctypes.c_int32)
 _p_append = ctypes.POINTER(AppendOptions)
+_p_mla = ctypes.POINTER(MlaOptions)
 _p_rope = ctypes.POINTER(RopeOptions)
 _p_args = ctypes.POINTER(Args)
 _p_param = ctypes.POINTER(Param)
@@ -448,6 +486,20 @@ _PROTOTYPES = {
         [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_args, _vp],
     ),
     "cinfer_batch_prefill_destroy": (None, [_vp]),
+    "cinfer_batch_mla_workspace_size": (
+        _c_status,
+        [_vp, _p_mla, ctypes.c_int, ctypes.c_int64, _p_size],
+    ),
+    "cinfer_batch_mla_create": (
+        _c_status,
+        [_vp, _p_mla, ctypes.c_int, ctypes.c_int64, _vp, ctypes.c_size_t, _p_vp],
+    ),
+    "cinfer_batch_mla_plan": (_c_status, [_vp, _p_i32, _p_i32, _p_i32, ctypes.c_int, _vp]),
+    "cinfer_batch_mla_run": (
+        _c_status,
+        [_vp, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _p_tensor, _vp],
+    ),
+    "cinfer_batch_mla_destroy": (None, [_vp]),
     "cinfer_variant_create": (
         _c_status,
         [ctypes.c_char_p, ctypes.c_char_p, _p_param, ctypes.c_int, _p_vp],

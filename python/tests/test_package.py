@@ -119,6 +119,10 @@ int main(void) {
       pos_encoding_mode);
     O("cinfer_attention_options_t.rope_theta", cinfer_attention_options_t, rope_theta);
     S("cinfer_jit_stats_t", cinfer_jit_stats_t);
+    S("cinfer_mla_options_t", cinfer_mla_options_t);
+    O("cinfer_mla_options_t.q_dtype", cinfer_mla_options_t, q_dtype);
+    O("cinfer_mla_options_t.sm_scale", cinfer_mla_options_t, sm_scale);
+    O("cinfer_mla_options_t.max_batch_size", cinfer_mla_options_t, max_batch_size);
     S("cinfer_append_options_t", cinfer_append_options_t);
     O("cinfer_append_options_t.kv_layout", cinfer_append_options_t, kv_layout);
     O("cinfer_append_options_t.k_scale", cinfer_append_options_t, k_scale);
@@ -146,6 +150,10 @@ int main(void) {
     printf("JIT_STATS_VERSION %d\n", CINFER_JIT_STATS_VERSION);
     printf("APPEND_OPTIONS_VERSION %d\n", CINFER_APPEND_OPTIONS_VERSION);
     printf("ROPE_OPTIONS_VERSION %d\n", CINFER_ROPE_OPTIONS_VERSION);
+    printf("MLA_OPTIONS_VERSION %d\n", CINFER_MLA_OPTIONS_VERSION);
+    cinfer_mla_options_t m = CINFER_MLA_OPTIONS_INIT;
+    printf("MLA_INIT %d %d %d %d %d %d\n", m.head_dim_ckv, m.head_dim_kpe, m.page_size,
+           m.q_dtype.code, m.use_cuda_graph, m.max_batch_size);
     cinfer_attention_options_t ao = CINFER_ATTENTION_OPTIONS_INIT;
     printf("ATTENTION_ROPE_INIT %d %d %d %d\n", (int)ao.pos_encoding_mode, (int)ao.rope_scale,
            (int)ao.rope_theta, (int)CINFER_POS_ENCODING_ROPE_LLAMA);
@@ -187,6 +195,10 @@ def test_struct_layout_matches_header(tmp_path):
     assert probe["JIT_STATS_VERSION"] == _lib.JIT_STATS_VERSION
     assert probe["APPEND_OPTIONS_VERSION"] == _lib.APPEND_OPTIONS_VERSION
     assert probe["ROPE_OPTIONS_VERSION"] == _lib.ROPE_OPTIONS_VERSION
+    assert probe["MLA_OPTIONS_VERSION"] == _lib.MLA_OPTIONS_VERSION
+    m = _lib.mla_options()
+    assert probe["MLA_INIT"] == [m.head_dim_ckv, m.head_dim_kpe, m.page_size, m.q_dtype.code,
+                                 m.use_cuda_graph, m.max_batch_size]
     o = _lib.attention_options()
     assert probe["ATTENTION_ROPE_INIT"] == [o.pos_encoding_mode, int(o.rope_scale),
                                             int(o.rope_theta), _lib.POS_ENCODING_ROPE_LLAMA]

@@ -145,6 +145,11 @@ static const family_t families[CINFER__OP_COUNT] = {
                                             "CINFER_OP_SEGMENT_PACKBITS_INDPTR", 0, 0},
     [CINFER__OP_SEGMENT_PACKBITS] = {"segment_packbits", "packbits.cu",
                                      "CINFER_OP_SEGMENT_PACKBITS", 0, 0},
+    [CINFER__OP_MLA] = {"mla", "mla.cu", "CINFER_OP_MLA",
+                        F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_MASK | F_TILE |
+                            F_GQA_PACK,
+                        0},
+    [CINFER__OP_MLA_MERGE] = {"mla_merge", "mla.cu", "CINFER_OP_MLA_MERGE", F_DTYPE_O | F_HD_VO, 0},
 };
 
 const char *cinfer__op_name(cinfer__op_t op) {
@@ -576,6 +581,42 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     return CINFER_STATUS_SUCCESS;
 }
 
+/* Limits of the MLA kernels (kernels/mla.cu): q, the latent cache and out of one 16-bit dtype,
+ * head dims 576 (512 ckv + 64 kpe) and 512, 16 rows on 4 warps over KV tiles of 32 positions in 2
+ * or 3 stages, G query heads per token a power of two up to 16 (0 = 1). */
+static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *fam) {
+    if (spec->head_dim_vo != 512 || (spec->op == CINFER__OP_MLA && spec->head_dim_qk != 576))
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head dims %d / %d, expected 576 (512 ckv + 64 kpe) / 512",
+                             fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
+    if (spec->op == CINFER__OP_MLA_MERGE)
+        return CINFER_STATUS_SUCCESS;
+    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
+        spec->dtype_o != spec->dtype_q)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: dtype_q %s / dtype_kv %s / dtype_o %s: expected one of f16 or "
+                             "bf16 for all three",
+                             fam->name, cinfer__dtype_name(spec->dtype_q),
+                             cinfer__dtype_name(spec->dtype_kv), cinfer__dtype_name(spec->dtype_o));
+    if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: mask %s is not supported (none, causal)", fam->name,
+                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+    if (spec->tile_q != 16 || spec->tile_kv != 32 || spec->warps != 4 ||
+        !in_range(spec->stages, 2, 3))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: tile_q %d / tile_kv %d / warps %d / stages %d, expected 16 / 32 "
+                             "/ 4 / 2..3",
+                             fam->name, (int)spec->tile_q, (int)spec->tile_kv, (int)spec->warps,
+                             (int)spec->stages);
+    const int32_t g = spec->gqa_pack;
+    if (g < 0 || g > 16 || (g & (g - 1)) != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: gqa_pack %d, expected 0 or a power of two up to 16", fam->name,
+                             (int)g);
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* Limits of the tensor-core decode kernel (kernels/decode_tc.cu): q and K/V of one 16-bit type
  * (they meet in one mma), or fp8 K/V converted to fp16 mma fragments in registers; rows of 4..32
  * swizzled 16-byte chunks, at most 16 heads as mma rows. */
@@ -670,6 +711,8 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         CINFER__CHECK(validate_prefill(spec, fam));
     if (spec->op == CINFER__OP_APPEND_PAGED_KV_CACHE)
         CINFER__CHECK(validate_append(spec, fam));
+    if (spec->op == CINFER__OP_MLA || spec->op == CINFER__OP_MLA_MERGE)
+        CINFER__CHECK(validate_mla(spec, fam));
     if (fam->fields & F_POS)
         CINFER__CHECK(validate_pos(spec, fam));
     if (spec->variant && spec->variant_id != cinfer__variant_id(spec->variant))

@@ -46,6 +46,8 @@ typedef enum cinfer__op {
     CINFER__OP_PACKBITS,
     CINFER__OP_SEGMENT_PACKBITS_INDPTR,
     CINFER__OP_SEGMENT_PACKBITS,
+    CINFER__OP_MLA,
+    CINFER__OP_MLA_MERGE,
     CINFER__OP_COUNT
 } cinfer__op_t;
 

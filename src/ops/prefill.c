@@ -511,7 +511,7 @@ static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg
  * The kernel moves rows in 16-byte pieces (cp.async, vector stores): the data address and the
  * byte stride of every dim that has more than one index must keep rows on 16-byte boundaries.
  */
-static cinfer_status_t check_aligned(const char *arg, const DLTensor *t) {
+cinfer_status_t cinfer__prefill_check_aligned(const char *arg, const DLTensor *t) {
     const int64_t esz = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
     const uintptr_t addr = (uintptr_t)cinfer__tensor_data(t);
     if (addr % 16 != 0)
@@ -806,10 +806,10 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
         CINFER__CHECK(check_tensor(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
                                    "[qo_len, num_qo_heads] from q"));
     }
-    CINFER__CHECK(check_aligned("q", q));
-    CINFER__CHECK(check_aligned("k", k));
-    CINFER__CHECK(check_aligned("v", v));
-    CINFER__CHECK(check_aligned("out", out));
+    CINFER__CHECK(cinfer__prefill_check_aligned("q", q));
+    CINFER__CHECK(cinfer__prefill_check_aligned("k", k));
+    CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
+    CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
     *qo_len_out = qo_len;
     *kv_len_out = kv_len;
     return CINFER_STATUS_SUCCESS;
@@ -1378,9 +1378,9 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
 
 /* check_tensor with PLAN_MISMATCH for a shape that contradicts the options or the plan; NULL,
  * ndim, dtype and device errors stay INVALID_ARGUMENT. */
-static cinfer_status_t check_planned(const cinfer_context_t *ctx, const char *arg,
-                                     const DLTensor *t, int ndim, const int64_t *shape,
-                                     cinfer__dtype_t dtype, const char *origin) {
+cinfer_status_t cinfer__prefill_check_planned(const cinfer_context_t *ctx, const char *arg,
+                                              const DLTensor *t, int ndim, const int64_t *shape,
+                                              cinfer__dtype_t dtype, const char *origin) {
     cinfer_status_t st = check_tensor(ctx, arg, t, ndim, shape, dtype, origin);
     if (st != CINFER_STATUS_SUCCESS && t && t->ndim == ndim && cinfer__tensor_dtype(t) == dtype) {
         bool shape_differs = false;
@@ -1393,8 +1393,8 @@ static cinfer_status_t check_planned(const cinfer_context_t *ctx, const char *ar
 }
 
 /* A tensor needs at least `rows` indices along dim. */
-static cinfer_status_t check_rows(const char *arg, const DLTensor *t, int dim, int64_t rows,
-                                  const char *what) {
+cinfer_status_t cinfer__prefill_check_rows(const char *arg, const DLTensor *t, int dim,
+                                           int64_t rows, const char *what) {
     if (t->shape[dim] < rows)
         return cinfer__error(CINFER_STATUS_PLAN_MISMATCH,
                              "%s: dim %d has %lld entries, but the plan needs %lld (%s)", arg, dim,
@@ -1423,18 +1423,19 @@ static cinfer_status_t ragged_kv(const cinfer_batch_prefill_t *op, const DLTenso
     const int64_t shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
     const char *origin = nhd ? "NHD [total_kv, num_kv_heads, head_dim] from the options"
                              : "HND [num_kv_heads, total_kv, head_dim] from the options";
-    CINFER__CHECK(check_planned(op->ctx, "k", k, 3, shape, s->dtype_kv, origin));
-    CINFER__CHECK(check_rows("k", k, nhd ? 0 : 1, op->kv_end, "K/V rows: kv_indptr[batch_size]"));
+    CINFER__CHECK(cinfer__prefill_check_planned(op->ctx, "k", k, 3, shape, s->dtype_kv, origin));
+    CINFER__CHECK(cinfer__prefill_check_rows("k", k, nhd ? 0 : 1, op->kv_end,
+                                             "K/V rows: kv_indptr[batch_size]"));
     if (!v)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "v is NULL; a ragged K/V needs both k and v (only a paged cache may "
                              "be combined)");
     const int64_t v_shape[3] = {k->shape[0], k->shape[1], s->head_dim_vo}; /* k's, but for D_vo */
-    CINFER__CHECK(check_planned(
+    CINFER__CHECK(cinfer__prefill_check_planned(
         op->ctx, "v", v, 3, v_shape, s->dtype_kv,
         s->head_dim_vo == D ? "k's shape" : "k's shape with head_dim_vo from the options"));
-    CINFER__CHECK(check_aligned("k", k));
-    CINFER__CHECK(check_aligned("v", v));
+    CINFER__CHECK(cinfer__prefill_check_aligned("k", k));
+    CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
     p->k = cinfer__tensor_data(k);
     p->v = cinfer__tensor_data(v);
     p->k_stride_n = stride_of(k, nhd ? 0 : 1);
@@ -1462,16 +1463,16 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
                              (int)D, s->head_dim_vo);
     if (v) {
         const int64_t shape[4] = {-1, a, b, D};
-        CINFER__CHECK(check_planned(
+        CINFER__CHECK(cinfer__prefill_check_planned(
             ctx, "k", k, 4, shape, s->dtype_kv,
             nhd ? "NHD [max_pages, page_size, num_kv_heads, head_dim] from the options"
                 : "HND [max_pages, num_kv_heads, page_size, head_dim] from the options"));
         const int64_t v_shape[4] = {k->shape[0], a, b, s->head_dim_vo};
-        CINFER__CHECK(
-            check_planned(ctx, "v", v, 4, v_shape, s->dtype_kv,
-                          asym ? "k's shape with head_dim_vo from the options" : "k's shape"));
-        CINFER__CHECK(check_aligned("k", k));
-        CINFER__CHECK(check_aligned("v", v));
+        CINFER__CHECK(cinfer__prefill_check_planned(
+            ctx, "v", v, 4, v_shape, s->dtype_kv,
+            asym ? "k's shape with head_dim_vo from the options" : "k's shape"));
+        CINFER__CHECK(cinfer__prefill_check_aligned("k", k));
+        CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
         if (!asym) /* D_qk != D_vo kernels take V's own strides */
             CINFER__CHECK(check_same_strides(k, v));
         p->k = cinfer__tensor_data(k);
@@ -1479,13 +1480,13 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
         first = 1;
     } else {
         const int64_t shape[5] = {-1, 2, a, b, D};
-        CINFER__CHECK(check_planned(
+        CINFER__CHECK(cinfer__prefill_check_planned(
             ctx, "k", k, 5, shape, s->dtype_kv,
             nhd ? "combined NHD [max_pages, 2, page_size, num_kv_heads, head_dim] from the "
                   "options (v is NULL)"
                 : "combined HND [max_pages, 2, num_kv_heads, page_size, head_dim] from the "
                   "options (v is NULL)"));
-        CINFER__CHECK(check_aligned("k", k));
+        CINFER__CHECK(cinfer__prefill_check_aligned("k", k));
         p->k = cinfer__tensor_data(k);
         p->v = (const char *)p->k +
                cinfer__tensor_stride(k, 1) * (int64_t)cinfer__dtype_size(s->dtype_kv);
@@ -1505,8 +1506,8 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     const int64_t any[1] = {-1};
     CINFER__CHECK(check_tensor(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
                                "[kv_indptr[batch_size]] page indices"));
-    CINFER__CHECK(check_rows("kv_indices", kv_indices, 0, op->kv_end,
-                             "page-table entries: kv_indptr[batch_size]"));
+    CINFER__CHECK(cinfer__prefill_check_rows("kv_indices", kv_indices, 0, op->kv_end,
+                                             "page-table entries: kv_indptr[batch_size]"));
     if ((uintptr_t)cinfer__tensor_data(kv_indices) % sizeof(int32_t) != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "kv_indices: data address %p is not 4-byte aligned (int32)",
@@ -1581,18 +1582,19 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     const int64_t Hq = s->cfg.num_qo_heads, D = s->head_dim;
     const int64_t q_shape[3] = {-1, Hq, D};
     const char *q_origin = "[total_q, num_qo_heads, head_dim] from the options";
-    CINFER__CHECK(check_planned(ctx, "q", q, 3, q_shape, s->dtype, q_origin));
-    CINFER__CHECK(check_rows("q", q, 0, op->qo_end, "query rows: qo_indptr[batch_size]"));
-    CINFER__CHECK(check_aligned("q", q));
+    CINFER__CHECK(cinfer__prefill_check_planned(ctx, "q", q, 3, q_shape, s->dtype, q_origin));
+    CINFER__CHECK(
+        cinfer__prefill_check_rows("q", q, 0, op->qo_end, "query rows: qo_indptr[batch_size]"));
+    CINFER__CHECK(cinfer__prefill_check_aligned("q", q));
     const int64_t out_shape[3] = {q->shape[0], Hq, s->head_dim_vo};
-    CINFER__CHECK(check_planned(
+    CINFER__CHECK(cinfer__prefill_check_planned(
         ctx, "out", out, 3, out_shape, s->dtype,
         s->head_dim_vo == D ? "q's shape" : "q's shape with head_dim_vo from the options"));
-    CINFER__CHECK(check_aligned("out", out));
+    CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
     if (lse) {
         const int64_t lse_shape[2] = {q->shape[0], Hq};
-        CINFER__CHECK(check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
-                                    "[total_q, num_qo_heads] from q"));
+        CINFER__CHECK(cinfer__prefill_check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
+                                                    "[total_q, num_qo_heads] from q"));
         if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "lse: data address %p is not 4-byte aligned (float32)",

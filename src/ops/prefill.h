@@ -156,4 +156,16 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
                                              const char *arch, int max_smem_optin,
                                              cinfer__spec_t *specs, int *count);
 
+/* Tensor checks of the prefill-family run functions (ops/prefill.c), shared with MLA: */
+/* shape and dtype (INVALID_ARGUMENT), PLAN_MISMATCH for a shape that contradicts the options or
+ * the plan (origin: where the expected shape comes from); */
+cinfer_status_t cinfer__prefill_check_planned(const cinfer_context_t *ctx, const char *arg,
+                                              const DLTensor *t, int ndim, const int64_t *shape,
+                                              cinfer__dtype_t dtype, const char *origin);
+/* at least `rows` indices along dim (PLAN_MISMATCH, naming what needs them); */
+cinfer_status_t cinfer__prefill_check_rows(const char *arg, const DLTensor *t, int dim,
+                                           int64_t rows, const char *what);
+/* 16-byte aligned data and row strides (UNSUPPORTED). */
+cinfer_status_t cinfer__prefill_check_aligned(const char *arg, const DLTensor *t);
+
 #endif
