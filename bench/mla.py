@@ -77,8 +77,8 @@ def bench_case(batch: int, kv_len: int, heads: int, iters: int, ws) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--cases", default="1:32768:16,64:4096:16,128:2048:16,64:4096:128,"
-                                        "128:1024:128")
+    ap.add_argument("--cases", default="1:32768:16,64:4096:16,128:2048:16,512:1024:16,"
+                                        "64:4096:128,128:1024:128")
     args = ap.parse_args()
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     ceiling = copy_ceiling()

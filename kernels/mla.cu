@@ -3,23 +3,26 @@
  * later): kernels/mla_params.h says what is computed and how the work is laid out.
  *
  * CINFER_OP_MLA: one CTA of 4 warps per (work item, group of G query heads): 16 rows, row r being
- * query head head0 + r % G of the item's token q0 + r / G. Per KV tile of TILE_KV = 32 positions
- * (their 512 ckv and 64 kpe elements in one shared row of 576, the Q tile likewise):
- *   S = Q K^T   warp w computes the 16 x 8 logits of positions 8 w .. 8 w + 7 over all 576 dims;
- *   softmax     each row's tile maximum goes through shared memory, so all warps hold one running
- *               maximum per row; P (16 x 32, q's dtype) is written to shared memory;
+ * query head head0 + r % G of the item's token q0 + r / G. Per KV tile of TILE_KV = 16 or 32
+ * positions (their 512 ckv and 64 kpe elements in one shared row of 576, the Q tile likewise):
+ *   S = Q K^T   warp w computes the partial logits of all 16 x TILE_KV over its 144 of 576 dims,
+ *               its Q slice held in registers as mma fragments for the whole KV range, four
+ *               independent accumulators; the partials meet in shared memory and every warp
+ *               sums all four (in one order, so all warps hold the same logits);
+ *   softmax     per warp, on whole rows: the same running maximum and denominator in every warp;
+ *               P stays in registers as the A fragments of the next product;
  *   O += P V    warp w owns output columns 128 w .. 128 w + 127 of all 16 rows (64 floats per
  *               thread), V being the ckv part of the same K tile.
- * Each warp keeps its own part of the denominator (its 8 positions per tile, rescaled with the
- * shared maximum); the parts are summed at the end. K/V tiles are copied with cp.async, STAGES
- * deep. A split work item (partial >= 0) writes float32 partial states instead of out and lse.
+ * Two barriers per tile (the stage landed; the partial logits written). K/V tiles are copied with
+ * cp.async, STAGES deep, each thread one row's page-table read and its chunks. A split work item
+ * (partial >= 0) writes float32 partial states instead of out and lse.
  *
  * CINFER_OP_MLA_MERGE: one CTA of 128 threads (4 columns each) per (merge row, head) folds the
  * row's chunks into out and lse, as the decode merge does for D <= 256.
  *
  * Prelude: CINFER_DTYPE_Q (== KV == O, fp16 or bf16), CINFER_HEAD_DIM_QK (576),
  * CINFER_HEAD_DIM_VO (512), CINFER_MASK (0 none, 1 causal), CINFER_TILE_Q (16), CINFER_TILE_KV
- * (32), CINFER_WARPS (4), CINFER_STAGES, CINFER_GQA_PACK (G; 0 = 1), CINFER_OP_MLA; or
+ * (16 or 32), CINFER_WARPS (4), CINFER_STAGES, CINFER_GQA_PACK (G; 0 = 1), CINFER_OP_MLA; or
  * CINFER_DTYPE_O, CINFER_HEAD_DIM_VO, CINFER_OP_MLA_MERGE.
  */
 #include "common.cuh"
@@ -50,46 +53,54 @@
 #define CKV_CHUNKS (D_CKV / 8)
 #define ROW_BYTES  ((CHUNKS + 1) * 16) /* padded by a chunk: ldmatrix rows hit other banks */
 #define KV_BYTES   (TILE_KV * ROW_BYTES)
-#define K_STEPS    ((D_CKV + D_KPE) / 16) /* k16 steps of Q K^T */
-#define WARP_COLS  (D_CKV / WARPS)        /* output columns per warp */
+#define WARP_STEPS ((D_CKV + D_KPE) / 16 / WARPS) /* k16 steps of Q K^T per warp */
+#define WARP_COLS  (D_CKV / WARPS)                /* output columns per warp */
 #define O_TILES    (WARP_COLS / 8)
-#define P_ROW_BYTES ((TILE_KV / 8 + 1) * 16)
-#if ROWS != 16 || WARPS != 4 || TILE_KV != 8 * WARPS || ROWS % G != 0 || K_STEPS % 2 != 0
-#error "mla: 16 rows, 4 warps, one n8 tile of logits per warp, G dividing the rows"
+#define S_TILES    (TILE_KV / 8)    /* n8 tiles of logits */
+#define S_STRIDE   (TILE_KV + 8)    /* floats per row of a partial-logits buffer (no conflicts) */
+#define Q_THREADS  (THREADS / ROWS) /* threads per Q row in the copies */
+#define KV_THREADS (THREADS / TILE_KV) /* threads per K/V row */
+#if ROWS != 16 || WARPS != 4 || (TILE_KV != 16 && TILE_KV != 32) || ROWS % G != 0 ||               \
+    CHUNKS % Q_THREADS != 0 || CHUNKS % KV_THREADS != 0 || (D_CKV + D_KPE) % (16 * WARPS) != 0
+#error "mla: 16 rows, 4 warps, KV tiles of 16 or 32 positions, G dividing the rows"
 #endif
 
-/* The cp.async copies of KV tile `tile` (positions tile * TILE_KV ..) into the stage at dst: row j
- * is position t = tile * TILE_KV + j, its ckv chunks then its kpe chunks; rows past kv_len are
- * zero-filled (their logits are masked, and 0 * V stays 0). */
+/* The cp.async copies of KV tile `tile` (positions tile * TILE_KV ..) into the stage at dst: this
+ * thread copies row j = threadIdx.x / KV_THREADS (position t = tile * TILE_KV + j: one page-table
+ * read), chunks threadIdx.x % KV_THREADS + KV_THREADS i, the ckv chunks then the kpe ones; a row
+ * past kv_len is zero-filled (its logits are masked, and 0 * V stays 0). */
 __device__ __forceinline__ void load_kv(unsigned dst, const cinfer_mla_params &p, const int *table,
                                         int tile, int kv_len) {
-#pragma unroll 2
-    for (int c = (int)threadIdx.x; c < TILE_KV * CHUNKS; c += THREADS) {
-        const int j = c / CHUNKS, ch = c % CHUNKS;
-        const int t = tile * TILE_KV + j;
-        const bool valid = t < kv_len;
-        const cinfer_half_bits *src = (const cinfer_half_bits *)p.ckv;
-        if (valid) {
-            const int slot = p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
-            const int in_page = t - slot * p.page_size;
-            const long long page = (long long)(unsigned)__ldg(table + slot);
-            src = ch < CKV_CHUNKS ? (const cinfer_half_bits *)p.ckv + page * p.ckv_stride_page +
-                                        (long long)in_page * p.ckv_stride_n + ch * 8
-                                  : (const cinfer_half_bits *)p.kpe + page * p.kpe_stride_page +
-                                        (long long)in_page * p.kpe_stride_n +
-                                        (ch - CKV_CHUNKS) * 8;
-        }
-        cinfer_cp_async_16(dst + (unsigned)(j * ROW_BYTES + ch * 16), src, valid);
+    const int j = (int)threadIdx.x / KV_THREADS, c0 = (int)threadIdx.x % KV_THREADS;
+    const int t = tile * TILE_KV + j;
+    const bool valid = t < kv_len;
+    const cinfer_half_bits *ckv = (const cinfer_half_bits *)p.ckv;
+    const cinfer_half_bits *kpe = (const cinfer_half_bits *)p.kpe;
+    if (valid) {
+        const int slot = p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
+        const int in_page = t - slot * p.page_size;
+        const long long page = (long long)(unsigned)__ldg(table + slot);
+        ckv += page * p.ckv_stride_page + (long long)in_page * p.ckv_stride_n;
+        kpe += page * p.kpe_stride_page + (long long)in_page * p.kpe_stride_n;
+    }
+    const unsigned to = dst + (unsigned)(j * ROW_BYTES + c0 * 16);
+#pragma unroll
+    for (int i = 0; i < CHUNKS / KV_THREADS; i++) {
+        const int ch = c0 + i * KV_THREADS;
+        const cinfer_half_bits *src = !valid            ? ckv
+                                      : ch < CKV_CHUNKS ? ckv + ch * 8
+                                                        : kpe + (ch - CKV_CHUNKS) * 8;
+        cinfer_cp_async_16(to + i * KV_THREADS * 16, src, valid);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const cinfer_mla_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS)
+    CINFER_KERNEL_NAME(const cinfer_mla_params p) {
     extern __shared__ uint4 smem[];
     const unsigned s_q = cinfer_smem_addr(smem);
     const unsigned s_kv = s_q + ROWS * ROW_BYTES;
-    const unsigned s_p = s_kv + STAGES * KV_BYTES;
-    /* [WARPS][ROWS] floats: the warps' row maxima, then their denominators */
-    float *red = (float *)((char *)smem + ROWS * ROW_BYTES + STAGES * KV_BYTES + ROWS * P_ROW_BYTES);
+    /* [WARPS][ROWS][S_STRIDE] floats: each warp's partial logits of a tile (its dims) */
+    float *s_part = (float *)((char *)smem + ROWS * ROW_BYTES + STAGES * KV_BYTES);
 
     const int cta_heads = p.num_heads / G;
     const unsigned item = blockIdx.x / (unsigned)cta_heads;
@@ -107,19 +118,27 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
     const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, q_span, delta, w.kv_len, 0,
                                                   w.chunk_begin, w.chunk_end, &tile_begin);
 
-    /* The Q tile: row r's q_nope then q_pe; rows past the tile's tokens are zero-filled. */
-    for (int c = (int)threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
-        const int r = c / CHUNKS, ch = c % CHUNKS;
+    /* The Q tile: row r (thread's: threadIdx.x / Q_THREADS) is q_nope then q_pe of head
+     * head0 + r % G of token q0 + r / G; rows past the tile's tokens are zero-filled. */
+    {
+        const int r = (int)threadIdx.x / Q_THREADS, c0 = (int)threadIdx.x % Q_THREADS;
         const bool valid = r < q_rows;
         const long long token = (long long)w.qo_begin + q0 + r / G;
         const int head = head0 + r % G;
-        const cinfer_half_bits *src = (const cinfer_half_bits *)p.q_nope;
-        if (valid)
-            src = ch < CKV_CHUNKS ? (const cinfer_half_bits *)p.q_nope + token * p.q_nope_stride_n +
-                                        (long long)head * p.q_nope_stride_h + ch * 8
-                                  : (const cinfer_half_bits *)p.q_pe + token * p.q_pe_stride_n +
-                                        (long long)head * p.q_pe_stride_h + (ch - CKV_CHUNKS) * 8;
-        cinfer_cp_async_16(s_q + (unsigned)(r * ROW_BYTES + ch * 16), src, valid);
+        const cinfer_half_bits *qn = (const cinfer_half_bits *)p.q_nope;
+        const cinfer_half_bits *qp = (const cinfer_half_bits *)p.q_pe;
+        if (valid) {
+            qn += token * p.q_nope_stride_n + (long long)head * p.q_nope_stride_h;
+            qp += token * p.q_pe_stride_n + (long long)head * p.q_pe_stride_h;
+        }
+#pragma unroll
+        for (int i = 0; i < CHUNKS / Q_THREADS; i++) {
+            const int ch = c0 + i * Q_THREADS;
+            const cinfer_half_bits *src = !valid            ? qn
+                                          : ch < CKV_CHUNKS ? qn + ch * 8
+                                                            : qp + (ch - CKV_CHUNKS) * 8;
+            cinfer_cp_async_16(s_q + (unsigned)(r * ROW_BYTES + ch * 16), src, valid);
+        }
     }
     cinfer_cp_async_commit();
 #pragma unroll
@@ -129,9 +148,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
         cinfer_cp_async_commit();
     }
 
+    /* This warp's slice of Q (dims WARP_STEPS * 16 warp ..) as mma A fragments, kept in
+     * registers for every tile: matrices rows lane % 16, chunk lane / 16 of each k16 step. */
+    CINFER_CP_ASYNC_WAIT(STAGES - 1);
+    __syncthreads();
+    unsigned qf[WARP_STEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < WARP_STEPS; kk++)
+        cinfer_ldmatrix_x4(qf[kk],
+                           s_q + (unsigned)((lane % 16) * ROW_BYTES +
+                                            (warp * WARP_STEPS * 2 + 2 * kk + lane / 16) * 16));
+
     /* This lane's rows of every fragment: row_a = lane / 4 and row_b = row_a + 8; its logits
-     * columns 2 (lane % 4) and + 1 of the warp's 8, its output columns 2 (lane % 4) and + 1 of
-     * each of the warp's n8 tiles. */
+     * columns 8 n + 2 (lane % 4) and + 1, its output columns 2 (lane % 4) and + 1 of each of the
+     * warp's n8 tiles. Every warp holds the whole rows' logits (the partials summed in one
+     * order), so all keep the same running maximum and denominator. */
     const int row_a = lane / 4, row_b = row_a + 8;
     const int pos_a = q0 + row_a / G + delta, pos_b = q0 + row_b / G + delta;
     float o[O_TILES][4];
@@ -141,11 +172,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
         for (int e = 0; e < 4; e++)
             o[n][e] = 0.0f;
     float m[2] = {-CINFER_INF, -CINFER_INF}, d[2] = {0.0f, 0.0f};
-    const unsigned q_lane = s_q + (unsigned)((lane % 16) * ROW_BYTES + (lane / 16) * 16);
-    const unsigned p_lane = s_p + (unsigned)((lane % 16) * P_ROW_BYTES + (lane / 16) * 16);
+    /* K matrices: rows np * 16 + (lane / 16) * 8 + lane % 8, chunk (lane / 8) % 2 of the warp's
+     * k16 steps (b[0..1] for n tile 2 np, b[2..3] for 2 np + 1). V matrices (transposed):
+     * positions kk * 16 + lane % 16, chunk lane / 16 of the warp's column tiles. */
+    const unsigned k_lane = (unsigned)((((lane / 16) * 8 + lane % 8)) * ROW_BYTES +
+                                       (warp * WARP_STEPS * 2 + (lane / 8) % 2) * 16);
+    const unsigned v_lane =
+        (unsigned)((lane % 16) * ROW_BYTES + (warp * (WARP_COLS / 8) + lane / 16) * 16);
+    float *my_part = s_part + warp * ROWS * S_STRIDE;
 
     for (int it = 0; it < num_tiles; it++) {
-        /* Tile it has landed, and every warp is done with tile it - 1 (its stage, P, red). */
+        /* Tile it has landed, and every warp is done with tile it - 1 (its stage, the partial
+         * logits). */
         CINFER_CP_ASYNC_WAIT(STAGES - 2);
         __syncthreads();
         if (it + STAGES - 1 < num_tiles)
@@ -155,77 +193,98 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
         const unsigned stage = s_kv + (it % STAGES) * KV_BYTES;
         const int kv0 = (tile_begin + it) * TILE_KV;
 
-        /* S: 16 rows x this warp's 8 positions. K matrices: rows lane % 8 of the warp's 8,
-         * chunks 2 kk + lane / 8 (b[0..1] for step kk, b[2..3] for kk + 1). */
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const unsigned k_lane = stage + (unsigned)((warp * 8 + lane % 8) * ROW_BYTES + (lane / 8) * 16);
-#pragma unroll 6
-        for (int kk = 0; kk < K_STEPS; kk += 2) {
-            unsigned a0[4], a1[4], b[4];
-            cinfer_ldmatrix_x4(a0, q_lane + kk * 32);
-            cinfer_ldmatrix_x4(a1, q_lane + kk * 32 + 32);
-            cinfer_ldmatrix_x4(b, k_lane + kk * 32);
-            cinfer_mma(DT, s, a0, b);
-            cinfer_mma(DT, s, a1, b + 2);
-        }
-        /* Scale to base 2 and mask (past kv_len; causal: past the row's position). */
-        const int j0 = kv0 + warp * 8 + 2 * (lane % 4);
+        /* Partial logits over this warp's dims: 16 rows x 32 positions, 4 independent
+         * accumulators. */
+        float acc[S_TILES][4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int j = j0 + (e & 1);
-            const int pos = e < 2 ? pos_a : pos_b;
-            const bool keep = j < w.kv_len && (CINFER_MASK != 1 || j <= pos);
-            s[e] = keep ? s[e] * p.q_scale : -CINFER_INF;
-        }
-        float mx[2] = {fmaxf(s[0], s[1]), fmaxf(s[2], s[3])};
+        for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            for (int e = 0; e < 4; e++)
+                acc[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < WARP_STEPS; kk++) {
+#pragma unroll
+            for (int np = 0; np < S_TILES / 2; np++) {
+                unsigned b[4];
+                cinfer_ldmatrix_x4(b, stage + k_lane + (unsigned)(np * 16 * ROW_BYTES + kk * 32));
+                cinfer_mma(DT, acc[2 * np], qf[kk], b);
+                cinfer_mma(DT, acc[2 * np + 1], qf[kk], b + 2);
+            }
         }
-        if (lane % 4 == 0) {
-            red[warp * ROWS + row_a] = mx[0];
-            red[warp * ROWS + row_b] = mx[1];
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++) {
+            const int col = n * 8 + 2 * (lane % 4);
+            *(float2 *)(my_part + row_a * S_STRIDE + col) = make_float2(acc[n][0], acc[n][1]);
+            *(float2 *)(my_part + row_b * S_STRIDE + col) = make_float2(acc[n][2], acc[n][3]);
         }
         __syncthreads();
-        float pv[4];
+
+        /* The logits: the warps' partials summed (in warp order), scaled to base 2, masked
+         * (past kv_len; causal: past the row's position). */
+        float s[S_TILES][4];
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++) {
+            const int col = n * 8 + 2 * (lane % 4);
+            float2 a = *(const float2 *)(s_part + row_a * S_STRIDE + col);
+            float2 b = *(const float2 *)(s_part + row_b * S_STRIDE + col);
+#pragma unroll
+            for (int x = 1; x < WARPS; x++) {
+                const float2 ax = *(const float2 *)(s_part + (x * ROWS + row_a) * S_STRIDE + col);
+                const float2 bx = *(const float2 *)(s_part + (x * ROWS + row_b) * S_STRIDE + col);
+                a.x += ax.x;
+                a.y += ax.y;
+                b.x += bx.x;
+                b.y += bx.y;
+            }
+            const float v[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = kv0 + col + (e & 1);
+                const bool keep =
+                    j < w.kv_len && (CINFER_MASK != 1 || j <= (e < 2 ? pos_a : pos_b));
+                s[n][e] = keep ? v[e] * p.q_scale : -CINFER_INF;
+            }
+        }
+        /* Online softmax; P (q's dtype) becomes the A fragments of P V in registers. */
+        unsigned pf[S_TILES][2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int row = h ? row_b : row_a;
-            float m_new = m[h];
+            float mx = m[h];
 #pragma unroll
-            for (int x = 0; x < WARPS; x++)
-                m_new = fmaxf(m_new, red[x * ROWS + row]);
+            for (int n = 0; n < S_TILES; n++)
+                mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             /* Nothing kept yet: subtract 0, so every exponential is of -inf and gives 0. */
-            const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
+            const float m_use = mx == -CINFER_INF ? 0.0f : mx;
             const float alpha = cinfer_fast_exp2(m[h] - m_use);
-            pv[2 * h] = cinfer_fast_exp2(s[2 * h] - m_use);
-            pv[2 * h + 1] = cinfer_fast_exp2(s[2 * h + 1] - m_use);
-            d[h] = d[h] * alpha + pv[2 * h] + pv[2 * h + 1];
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++) {
+                const float p0 = cinfer_fast_exp2(s[n][2 * h] - m_use);
+                const float p1 = cinfer_fast_exp2(s[n][2 * h + 1] - m_use);
+                sum += p0 + p1;
+                pf[n][h] = cinfer_pack_half2(DT, p0, p1);
+            }
+            d[h] = d[h] * alpha + sum;
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 o[n][2 * h] *= alpha;
                 o[n][2 * h + 1] *= alpha;
             }
-            m[h] = m_new;
+            m[h] = mx;
         }
-        const unsigned p_col = (unsigned)((warp * 8 + 2 * (lane % 4)) * 2);
-        cinfer_st_shared_u32(s_p + row_a * P_ROW_BYTES + p_col, cinfer_pack_half2(DT, pv[0], pv[1]));
-        cinfer_st_shared_u32(s_p + row_b * P_ROW_BYTES + p_col, cinfer_pack_half2(DT, pv[2], pv[3]));
-        __syncthreads();
 
-        /* O += P V over this warp's columns. V matrices (transposed): positions kk * 16 + lane %
-         * 16, chunk of column tile 2 dp + lane / 16 of the warp's. */
-        const unsigned v_lane = stage + (unsigned)((lane % 16) * ROW_BYTES +
-                                                   (warp * (WARP_COLS / 8) + lane / 16) * 16);
+        /* O += P V over this warp's columns. */
 #pragma unroll
         for (int kk = 0; kk < TILE_KV / 16; kk++) {
-            unsigned pa[4];
-            cinfer_ldmatrix_x4(pa, p_lane + kk * 32);
+            const unsigned pa[4] = {pf[2 * kk][0], pf[2 * kk][1], pf[2 * kk + 1][0],
+                                    pf[2 * kk + 1][1]};
 #pragma unroll
             for (int dp = 0; dp < O_TILES / 2; dp++) {
                 unsigned b[4];
-                cinfer_ldmatrix_x4_trans(b, v_lane + kk * 16 * ROW_BYTES + dp * 32);
+                cinfer_ldmatrix_x4_trans(b, stage + v_lane +
+                                                (unsigned)(kk * 16 * ROW_BYTES + dp * 32));
                 cinfer_mma(DT, o[2 * dp], pa, b);
                 cinfer_mma(DT, o[2 * dp + 1], pa, b + 2);
             }
@@ -233,34 +292,25 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
     }
     CINFER_CP_ASYNC_WAIT(0);
 
-    /* The denominators: each warp's part (its lanes' quads summed), added through red. */
+    /* Each lane holds a quarter of its rows' denominators. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         d[h] += __shfl_xor_sync(0xffffffffu, d[h], 1);
         d[h] += __shfl_xor_sync(0xffffffffu, d[h], 2);
     }
-    __syncthreads();
-    if (lane % 4 == 0) {
-        red[warp * ROWS + row_a] = d[0];
-        red[warp * ROWS + row_b] = d[1];
-    }
-    __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = h ? row_b : row_a;
         if (row >= q_rows)
             continue;
-        float sum = 0.0f;
-#pragma unroll
-        for (int x = 0; x < WARPS; x++)
-            sum += red[x * ROWS + row];
+        const float sum = d[h];
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
         const int token = q0 + row / G, head = head0 + row % G;
         const int col = warp * WARP_COLS + 2 * (lane % 4);
         if (w.partial >= 0) {
-            const long long slot = (long long)w.partial +
-                                   ((long long)(row / G) * p.num_heads + head) * w.num_chunks;
+            const long long slot =
+                (long long)w.partial + ((long long)(row / G) * p.num_heads + head) * w.num_chunks;
             float *po = p.partial_o + slot * D_CKV + col;
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
@@ -270,8 +320,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
             continue;
         }
         const long long r = (long long)w.qo_begin + token;
-        cinfer_half_bits *out = (cinfer_half_bits *)p.out + r * p.out_stride_n +
-                                (long long)head * p.out_stride_h + col;
+        cinfer_half_bits *out =
+            (cinfer_half_bits *)p.out + r * p.out_stride_n + (long long)head * p.out_stride_h + col;
 #pragma unroll
         for (int n = 0; n < O_TILES; n++)
             *(unsigned *)(out + n * 8) =
@@ -287,31 +337,74 @@ extern "C" __global__ void __launch_bounds__(THREADS) CINFER_KERNEL_NAME(const c
 #error "mla merge: head dim 512"
 #endif
 #define MERGE_THREADS (D_CKV / 4)
+#define MERGE_WARPS   (MERGE_THREADS / 32)
+#define MERGE_UNROLL  8
 
+/* The block's maximum (max) or sum of v, every thread getting it. */
+__device__ __forceinline__ float block_reduce(float v, bool max, float *scratch) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads(); /* scratch's previous use is over */
+    if (threadIdx.x % 32 == 0)
+        scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = scratch[0];
+#pragma unroll
+    for (int x = 1; x < MERGE_WARPS; x++)
+        v = max ? fmaxf(v, scratch[x]) : v + scratch[x];
+    return v;
+}
+
+/* Two passes over a (row, head)'s chunks: the threads reduce the LSEs to their maximum M and the
+ * weight sum W = sum 2^(lse - M); then each thread folds 4 columns of the chunks' outputs,
+ * MERGE_UNROLL chunks' loads in flight at a time, and writes sum 2^(lse - M) o / W. */
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
     CINFER_KERNEL_NAME(const cinfer_mla_params p) {
+    __shared__ float scratch[MERGE_WARPS];
     const long long pair = blockIdx.x;
     const int b = (int)(pair / p.num_heads), head = (int)(pair % p.num_heads);
     if (b >= p.merge_header->batch_size)
         return; /* a spare CTA of a CUDA-graph grid, or a plan that did not split */
     const cinfer_decode_request row = p.merge_rows[b];
-    if (row.num_chunks <= 1)
+    const int n = row.num_chunks;
+    if (n <= 1)
         return; /* written by the attention kernel */
-    const long long slot0 = (long long)row.partial_base + (long long)head * row.num_chunks;
+    const long long slot0 = (long long)row.partial_base + (long long)head * n;
+    const float *lse = p.partial_lse + slot0;
+    float m = -CINFER_INF;
+    for (int c = (int)threadIdx.x; c < n; c += MERGE_THREADS)
+        m = fmaxf(m, lse[c]);
+    m = block_reduce(m, true, scratch);
+    /* Nothing kept in any chunk: subtract 0, so every weight is 2^-inf = 0. */
+    const float m_use = m == -CINFER_INF ? 0.0f : m;
+    float wsum = 0.0f;
+    for (int c = (int)threadIdx.x; c < n; c += MERGE_THREADS)
+        wsum += exp2f(lse[c] - m_use);
+    wsum = block_reduce(wsum, false, scratch);
+
     const int col = (int)threadIdx.x * 4;
-    float m = -CINFER_INF, wsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < row.num_chunks; c++) {
-        const float lse = p.partial_lse[slot0 + c];
-        const float4 v = *(const float4 *)(p.partial_o + (slot0 + c) * D_CKV + col);
-        const float m_new = fmaxf(m, lse);
-        const float m_use = m_new == -CINFER_INF ? 0.0f : m_new;
-        const float scale = exp2f(m - m_use), wu = exp2f(lse - m_use);
-        wsum = wsum * scale + wu;
-        o[0] = o[0] * scale + wu * v.x;
-        o[1] = o[1] * scale + wu * v.y;
-        o[2] = o[2] * scale + wu * v.z;
-        o[3] = o[3] * scale + wu * v.w;
-        m = m_new;
+    const float *po = p.partial_o + slot0 * D_CKV + col;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c0 = 0; c0 < n; c0 += MERGE_UNROLL) {
+        float wu[MERGE_UNROLL];
+        float4 v[MERGE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MERGE_UNROLL; u++) {
+            const bool in = c0 + u < n;
+            wu[u] = in ? exp2f(lse[c0 + u] - m_use) : 0.0f;
+            v[u] = in ? *(const float4 *)(po + (long long)(c0 + u) * D_CKV)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < MERGE_UNROLL; u++) {
+            o[0] = fmaf(wu[u], v[u].x, o[0]);
+            o[1] = fmaf(wu[u], v[u].y, o[1]);
+            o[2] = fmaf(wu[u], v[u].z, o[2]);
+            o[3] = fmaf(wu[u], v[u].w, o[3]);
+        }
     }
     const float inv = m == -CINFER_INF ? 0.0f : 1.0f / wsum;
     cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)b * p.out_stride_n +

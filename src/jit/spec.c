@@ -582,8 +582,8 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
 }
 
 /* Limits of the MLA kernels (kernels/mla.cu): q, the latent cache and out of one 16-bit dtype,
- * head dims 576 (512 ckv + 64 kpe) and 512, 16 rows on 4 warps over KV tiles of 32 positions in 2
- * or 3 stages, G query heads per token a power of two up to 16 (0 = 1). */
+ * head dims 576 (512 ckv + 64 kpe) and 512, 16 rows on 4 warps over KV tiles of 16 or 32 positions
+ * in 2 to 4 stages, G query heads per token a power of two up to 16 (0 = 1). */
 static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *fam) {
     if (spec->head_dim_vo != 512 || (spec->op == CINFER__OP_MLA && spec->head_dim_qk != 576))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -602,11 +602,11 @@ static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
                              mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
-    if (spec->tile_q != 16 || spec->tile_kv != 32 || spec->warps != 4 ||
-        !in_range(spec->stages, 2, 3))
+    if (spec->tile_q != 16 || (spec->tile_kv != 16 && spec->tile_kv != 32) || spec->warps != 4 ||
+        !in_range(spec->stages, 2, 4))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "%s: tile_q %d / tile_kv %d / warps %d / stages %d, expected 16 / 32 "
-                             "/ 4 / 2..3",
+                             "%s: tile_q %d / tile_kv %d / warps %d / stages %d, expected 16 / 16 "
+                             "or 32 / 4 / 2..4",
                              fam->name, (int)spec->tile_q, (int)spec->tile_kv, (int)spec->warps,
                              (int)spec->stages);
     const int32_t g = spec->gqa_pack;

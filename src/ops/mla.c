@@ -17,24 +17,33 @@
 #include "ops/tensor.h"
 #include "sched/prefill_plan.h"
 
-/* The kernel's fixed shape (kernels/mla.cu). */
+/* The kernel's shape (kernels/mla.cu): KV tiles of 16 positions in 4 stages (97 KiB of shared
+ * memory, 2 CTAs per SM). H200, bench/mla.py, 2026-12-01, against tiles of 32 in 2 stages / 32 in
+ * 3 / 16 in 2: 64 x 4096 at H 16, 2.99-3.12 TB/s against 3.03-3.04 / 2.91 / 3.23-3.25; 512 x
+ * 1024, 3.49 against 3.37-3.38 / 3.04 / 2.72; H 128 within 2% but 16 in 2 (10-15% slower). */
 enum {
     MLA_CKV = 512,
     MLA_KPE = 64,
     MLA_ROWS = 16,
-    MLA_TILE_KV = 32,
+    MLA_TILE_KV = 16,
     MLA_WARPS = 4,
-    MLA_STAGES = 2,
+    MLA_STAGES = 4,
     MLA_MERGE_THREADS = MLA_CKV / 4,
+    /* Split-KV chunks down to 128 positions (8 KV tiles; batch prefill's floor is 512): such a
+     * chunk reads 147 KB of latent cache against the 18 KB Q tile and the 32 KB partial state its
+     * CTA adds, and one 32k request fills a wave (256 chunks for 264 CTA slots on the H200) where
+     * 512-position chunks would leave three quarters of the slots empty. Measured with 512: 64 x
+     * 4096 at H 16 ran at 2.51-3.02 TB/s against 2.97-3.04 (tiles of 32 in 2 stages both). */
+    MLA_CHUNK_FLOOR = 128,
 };
 
 /* Dynamic shared memory of the attention kernel: the Q tile and the KV stages (rows of 576
- * elements padded by 16 bytes), P (rows of 32 elements padded by 16 bytes) and the warps' row
- * values. */
+ * elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of 32 floats
+ * padded by 8). */
 static size_t mla_smem(void) {
     const size_t row = (size_t)(MLA_CKV + MLA_KPE) * 2 + 16;
     return row * (MLA_ROWS + (size_t)MLA_STAGES * MLA_TILE_KV) +
-           (size_t)MLA_ROWS * (MLA_TILE_KV * 2 + 16) + (size_t)MLA_WARPS * MLA_ROWS * 4;
+           (size_t)MLA_WARPS * MLA_ROWS * (MLA_TILE_KV + 8) * 4;
 }
 
 /* The query heads a CTA's rows pack per token: min(H, 16); 0 when H is neither a multiple of 16
@@ -55,8 +64,8 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
                              "from CINFER_MLA_OPTIONS_INIT)",
                              o->size, o->version, sizeof *o, CINFER_MLA_OPTIONS_VERSION);
     if (o->num_heads < 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "options->num_heads = %d, expected >= 1",
-                             o->num_heads);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->num_heads = %d, expected >= 1", o->num_heads);
     if (mla_group(o->num_heads) == 0)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->num_heads = %d is not supported by MLA: expected a multiple "
@@ -97,10 +106,9 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "causal = %d, expected 0 or 1",
                              causal);
     if (max_total_qo < 1 || max_total_qo > INT32_MAX)
-        return cinfer__error(max_total_qo < 1 ? CINFER_STATUS_INVALID_ARGUMENT
-                                              : CINFER_STATUS_UNSUPPORTED,
-                             "max_total_qo_tokens = %lld, expected 1 .. 2^31 - 1",
-                             (long long)max_total_qo);
+        return cinfer__error(
+            max_total_qo < 1 ? CINFER_STATUS_INVALID_ARGUMENT : CINFER_STATUS_UNSUPPORTED,
+            "max_total_qo_tokens = %lld, expected 1 .. 2^31 - 1", (long long)max_total_qo);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -167,6 +175,7 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     c->max_total_qo = max_total_qo;
     c->graph = o->use_cuda_graph;
     c->group = g;
+    c->chunk_floor = MLA_CHUNK_FLOOR;
     c->num_tiles = 1;
     c->tile_q[0] = MLA_ROWS / g;
     c->tile_kv[0] = MLA_TILE_KV;
@@ -177,8 +186,7 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
 
 cinfer_status_t cinfer_batch_mla_workspace_size(cinfer_context_t *ctx,
                                                 const cinfer_mla_options_t *options, int causal,
-                                                int64_t max_total_qo_tokens,
-                                                size_t *device_bytes) {
+                                                int64_t max_total_qo_tokens, size_t *device_bytes) {
     if (!device_bytes)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "device_bytes is NULL");
     *device_bytes = 0;
@@ -225,10 +233,10 @@ cinfer_status_t cinfer_batch_mla_create(cinfer_context_t *ctx, const cinfer_mla_
     p->work = (const cinfer_prefill_work *)(ws + l->work_offset);
     p->partial_o = l->state_capacity > 0 ? (float *)(ws + l->partial_o_offset) : NULL;
     p->partial_lse = l->state_capacity > 0 ? (float *)(ws + l->partial_lse_offset) : NULL;
-    p->merge_header = l->row_capacity > 0 ? (const cinfer_decode_header *)(ws + l->merge_offset)
-                                          : NULL;
-    p->merge_rows = l->row_capacity > 0 ? (const cinfer_decode_request *)(ws + l->rows_offset)
-                                        : NULL;
+    p->merge_header =
+        l->row_capacity > 0 ? (const cinfer_decode_header *)(ws + l->merge_offset) : NULL;
+    p->merge_rows =
+        l->row_capacity > 0 ? (const cinfer_decode_request *)(ws + l->rows_offset) : NULL;
     p->num_heads = options->num_heads;
     p->q_scale = (float)((double)options->sm_scale * 1.4426950408889634);
     p->page_size = options->page_size;
@@ -335,20 +343,17 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     CINFER__CHECK(cinfer__prefill_check_planned(ctx, "q_pe", q_pe, 3, qp_shape, s->dtype,
                                                 "[total_q, num_heads, 64]: q_nope's rows"));
     const int64_t ckv_shape[3] = {-1, P, MLA_CKV};
-    CINFER__CHECK(cinfer__prefill_check_planned(
-        ctx, "ckv_cache", ckv_cache, 3, ckv_shape, s->dtype,
-        "[max_pages, page_size, 512] from the options"));
+    CINFER__CHECK(cinfer__prefill_check_planned(ctx, "ckv_cache", ckv_cache, 3, ckv_shape, s->dtype,
+                                                "[max_pages, page_size, 512] from the options"));
     const int64_t kpe_shape[3] = {ckv_cache->shape[0], P, MLA_KPE};
-    CINFER__CHECK(cinfer__prefill_check_planned(ctx, "kpe_cache", kpe_cache, 3, kpe_shape,
-                                                s->dtype,
+    CINFER__CHECK(cinfer__prefill_check_planned(ctx, "kpe_cache", kpe_cache, 3, kpe_shape, s->dtype,
                                                 "[max_pages, page_size, 64]: ckv_cache's pages"));
     const int64_t out_shape[3] = {q_nope->shape[0], H, MLA_CKV};
-    CINFER__CHECK(cinfer__prefill_check_planned(ctx, "out", out, 3, out_shape, s->dtype,
-                                                "q_nope's shape"));
+    CINFER__CHECK(
+        cinfer__prefill_check_planned(ctx, "out", out, 3, out_shape, s->dtype, "q_nope's shape"));
     if (lse) {
         const int64_t lse_shape[2] = {q_nope->shape[0], H};
-        CINFER__CHECK(cinfer__prefill_check_planned(ctx, "lse", lse, 2, lse_shape,
-                                                    CINFER__DT_F32,
+        CINFER__CHECK(cinfer__prefill_check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
                                                     "[total_q, num_heads] from q_nope"));
         if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -420,8 +425,8 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     if (merge_blocks == 0)
         return CINFER_STATUS_SUCCESS;
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(s->merge.function, (unsigned)merge_blocks, 1, 1, MLA_MERGE_THREADS,
-                              1, 1, 0, stream, params, NULL),
+               cuLaunchKernel(s->merge.function, (unsigned)merge_blocks, 1, 1, MLA_MERGE_THREADS, 1,
+                              1, 0, stream, params, NULL),
                "launching the MLA merge kernel");
     return CINFER_STATUS_SUCCESS;
 }

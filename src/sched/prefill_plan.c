@@ -306,7 +306,8 @@ cinfer_status_t cinfer__prefill_plan_chunks(const cinfer__prefill_plan_config_t 
         /* Candidates C = k * align, k in [lo, hi]; at hi every tile is one chunk, so
          * items(hi * align) x cta_heads = unsplit x cta_heads <= max_ctas holds throughout the
          * search. */
-        const int64_t min_chunk = max64(cfg->min_chunk, CINFER__PREFILL_CHUNK_MIN);
+        const int64_t min_chunk = max64(
+            cfg->min_chunk, cfg->chunk_floor > 0 ? cfg->chunk_floor : CINFER__PREFILL_CHUNK_MIN);
         int64_t lo = (min_chunk + align - 1) / align;
         const int64_t k_max = (max_len + align - 1) / align;
         int64_t hi = k_max;

@@ -165,6 +165,9 @@ typedef struct cinfer__prefill_plan_config {
     int min_chunk;        /* the shortest split chunk in KV positions; 0 or below
                              CINFER__PREFILL_CHUNK_MIN: that minimum (a longer one only ever
                              splits less, within the same layout) */
+    int chunk_floor;      /* the object's own shortest chunk in place of CINFER__PREFILL_CHUNK_MIN
+                             (0: that constant), a multiple of CINFER__PREFILL_CHUNK_ALIGN
+                             (MLA's: src/ops/mla.c) */
     int group;            /* GQA packing: the G = Hq / Hk query heads each CTA packs into its tile
                              rows (Hk CTAs per work item), or 0 or 1: none (Hq CTAs per item) */
     int num_tiles;        /* candidate tiles, 1..CINFER__PREFILL_MAX_TILES */

@@ -88,8 +88,8 @@ static void make_data(const mla_case *c, cinfer_test_rng *rng, mla_data *x, int6
     for (;;) {
         double cost = 0;
         for (int b = 0; b < B; b++) {
-            x->qo_len[b] = c->qo_lens ? c->qo_lens[b]
-                                      : 1 + (int)cinfer_test_rng_below(rng, (uint64_t)max_qo);
+            x->qo_len[b] =
+                c->qo_lens ? c->qo_lens[b] : 1 + (int)cinfer_test_rng_below(rng, (uint64_t)max_qo);
             x->kv_len[b] =
                 c->kv_lens ? c->kv_lens[b] : (int)cinfer_test_rng_below(rng, (uint64_t)max_kv + 1);
             cost += (double)x->qo_len[b] * x->kv_len[b] * H * DQK;
@@ -182,7 +182,8 @@ static void upload(mla_data *x) {
     CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_qp, 0, x->qp, x->qp_bytes));
     CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_ckv, 0, x->ckv, x->ckv_bytes));
     CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_kpe, 0, x->kpe, x->kpe_bytes));
-    CINFER_TEST_OK(cinfer_test_buf_upload(&x->d_indices, 0, x->indices, (size_t)x->num_indices * 4));
+    CINFER_TEST_OK(
+        cinfer_test_buf_upload(&x->d_indices, 0, x->indices, (size_t)x->num_indices * 4));
     CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_out));
     CINFER_TEST_OK(cinfer_test_buf_poison(&x->d_lse));
 }
@@ -238,15 +239,13 @@ static void reference(const mla_case *c, const mla_data *x, double *o, double *l
     cinfer__ref_strided3_t qs = {q, rd, (int64_t)H * DQK, DQK, 1};
     cinfer__ref_paged_t ks = {k, rd, (int64_t)P * DQK, DQK, 0, 1};
     cinfer__ref_paged_t vs = {x->ckv, rd, (int64_t)P * CKV, CKV, 0, 1};
-    cinfer__ref_page_table_t table = {c->batch,     P,          x->pages,
-                                      x->kv_indptr, x->indices, x->last};
+    cinfer__ref_page_table_t table = {c->batch, P, x->pages, x->kv_indptr, x->indices, x->last};
     cinfer__ref_attn_opts_t opts;
     cinfer__ref_attn_opts_init(&opts, DQK);
     opts.sm_scale = sm_scale_of();
     opts.causal = c->causal != 0;
-    const int rc =
-        cinfer__ref_batch_paged(&heads, &qs, x->qo_indptr, &ks, &vs, &table, NULL, NULL, &opts, o,
-                                lse);
+    const int rc = cinfer__ref_batch_paged(&heads, &qs, x->qo_indptr, &ks, &vs, &table, NULL, NULL,
+                                           &opts, o, lse);
     free(q);
     free(k);
     if (rc != 0)
@@ -329,8 +328,7 @@ static void run_case(const mla_case *c, uint64_t seed) {
     make_tensors(c, &x, &t);
     const int64_t total = x.qo_indptr[c->batch] - x.qo_indptr[0];
     cinfer_batch_mla_t *op = make_op(c, &x, c->batch > 0 ? c->batch : 1, total > 0 ? total : 1, 0);
-    CINFER_TEST_OK(
-        cinfer_batch_mla_plan(op, x.qo_indptr, x.kv_indptr, x.last, c->batch, stream));
+    CINFER_TEST_OK(cinfer_batch_mla_plan(op, x.qo_indptr, x.kv_indptr, x.last, c->batch, stream));
     const bool split = cinfer__batch_mla_split(op);
     if ((c->expect_split > 0 && !split) || (c->expect_split < 0 && split))
         fail_msg("%s: the plan %s the KV", c->desc, split ? "split" : "did not split");
@@ -368,8 +366,10 @@ static void decode_batches(void **state) {
         int heads, page_size, batch, max_kv;
         cinfer__dtype_t dtype;
     } cases[] = {
-        {16, 64, 12, 2000, CINFER__DT_BF16}, {128, 16, 4, 700, CINFER__DT_F16},
-        {32, 1, 6, 500, CINFER__DT_BF16},    {16, 7, 20, 300, CINFER__DT_F16},
+        {16, 64, 12, 2000, CINFER__DT_BF16},
+        {128, 16, 4, 700, CINFER__DT_F16},
+        {32, 1, 6, 500, CINFER__DT_BF16},
+        {16, 7, 20, 300, CINFER__DT_F16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char desc[96];
@@ -399,7 +399,7 @@ static void prefill_chunks(void **state) {
     static const struct {
         int heads, page_size, causal, max_qo, max_kv;
     } cases[] = {
-        {8, 7, 1, 30, 400}, {1, 32, 0, 100, 300}, {2, 16, 1, 50, 200},
+        {8, 7, 1, 30, 400},  {1, 32, 0, 100, 300}, {2, 16, 1, 50, 200},
         {4, 64, 0, 40, 300}, {16, 16, 1, 20, 300},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
