@@ -13,11 +13,14 @@ the cache rotate so the reads come from HBM, not L2.
 """
 import argparse
 import math
+import os
 import statistics
+import sys
 
 import torch
 
-import cinfer
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import cinfer  # noqa: E402
 
 CKV, KPE = 512, 64
 

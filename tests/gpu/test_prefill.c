@@ -1294,10 +1294,12 @@ static void bad_arguments_are_errors(void **state) {
     bad = o;
     bad.head_dim_vo = 64;
     {
+        /* Batch prefill takes it (tests/gpu/test_batch_prefill.c, head_dims_qk_vo); decode
+         * refuses it by name. */
         size_t bytes = 0;
-        EXPECT(CINFER_STATUS_UNSUPPORTED, "batch prefill",
-               cinfer_batch_prefill_workspace_size(ctx, &bad, CINFER_KV_STORAGE_RAGGED, 1, 64,
-                                                   &bytes));
+        CINFER_TEST_OK(cinfer_batch_prefill_workspace_size(ctx, &bad, CINFER_KV_STORAGE_RAGGED, 1,
+                                                           64, &bytes));
+        assert_true(bytes > 0);
         EXPECT(CINFER_STATUS_UNSUPPORTED, "batch decode",
                cinfer_batch_decode_workspace_size(ctx, &bad, &bytes));
     }
