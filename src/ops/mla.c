@@ -38,8 +38,8 @@ enum {
 };
 
 /* Dynamic shared memory of the attention kernel: the Q tile and the KV stages (rows of 576
- * elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of 32 floats
- * padded by 8). */
+ * elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of MLA_TILE_KV
+ * floats padded by 8). */
 static size_t mla_smem(void) {
     const size_t row = (size_t)(MLA_CKV + MLA_KPE) * 2 + 16;
     return row * (MLA_ROWS + (size_t)MLA_STAGES * MLA_TILE_KV) +
@@ -276,34 +276,10 @@ cinfer_status_t cinfer_batch_mla_plan(cinfer_batch_mla_t *op, const int32_t *qo_
     int tile;
     cinfer__prefill_chunking_t chunking;
     CINFER__CHECK(cinfer__prefill_plan_tile(cfg, op->requests, batch_size, &tile, &chunking));
-    cinfer_context_t *ctx = op->ctx;
-    CINFER__CHECK(cinfer__context_activate(ctx));
-    char *host = NULL;
-    CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
-    const cinfer__prefill_layout_t *l = &op->setup.layout;
-    const cinfer__prefill_schedule_t dst = {
-        .header = (cinfer_prefill_header *)host,
-        .work = (cinfer_prefill_work *)(host + l->work_offset),
-        .merge = l->row_capacity > 0 ? (cinfer_decode_header *)(host + l->merge_offset) : NULL,
-        .rows = (cinfer_decode_request *)(host + l->rows_offset),
-        .work_capacity = l->work_capacity,
-        .row_capacity = l->row_capacity,
-        .state_capacity = l->state_capacity,
-    };
-    CINFER__CHECK(cinfer__prefill_plan_build(cfg, op->requests, batch_size, tile, &chunking, &dst));
-    /* The merge header and rows (split plans; graph mode: the header always), then the header
-     * and work list, whose copy finishes the plan (as batch prefill's). */
-    if (chunking.split || (cfg->graph && dst.merge))
-        CINFER__CHECK(cinfer__staging_copy_range(
-            ctx, &op->staging, op->workspace, l->merge_offset,
-            chunking.split ? l->rows_offset - l->merge_offset +
-                                 (size_t)chunking.num_rows * sizeof(cinfer_decode_request)
-                           : sizeof(cinfer_decode_header),
-            stream, "copying the MLA merge rows to the workspace"));
-    const size_t bytes = l->work_offset + (size_t)chunking.num_work * sizeof(cinfer_prefill_work);
-    CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
-                                       "copying the MLA schedule to the workspace"));
+    CINFER__CHECK(cinfer__prefill_stage_schedule(op->ctx, &op->staging, op->workspace,
+                                                 &op->setup.layout, cfg, op->requests, batch_size,
+                                                 tile, &chunking, stream, "MLA"));
     op->planned = true;
     op->num_work = chunking.num_work;
     op->split = chunking.split;

@@ -1245,6 +1245,35 @@ static cinfer__prefill_schedule_t schedule_in(const cinfer__prefill_layout_t *l,
     return dst;
 }
 
+cinfer_status_t cinfer__prefill_stage_schedule(cinfer_context_t *ctx, cinfer__staging_t *staging,
+                                               void *workspace, const cinfer__prefill_layout_t *l,
+                                               const cinfer__prefill_plan_config_t *cfg,
+                                               const cinfer__prefill_request_t *req, int batch_size,
+                                               int tile, const cinfer__prefill_chunking_t *chunking,
+                                               CUstream stream, const char *what) {
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    char *host = NULL;
+    CINFER__CHECK(cinfer__staging_next(ctx, staging, &host));
+    const cinfer__prefill_schedule_t dst = schedule_in(l, host);
+    CINFER__CHECK(cinfer__prefill_plan_build(cfg, req, batch_size, tile, chunking, &dst));
+    /* The used parts of the schedule: the merge header and rows (split plans; graph mode: the
+     * header always, since every run launches the merge, which reads its row count there), then
+     * the header and the work list, whose copy finishes the plan. */
+    char msg[96];
+    if (chunking->split || (cfg->graph && dst.merge)) {
+        cinfer__fmt(msg, sizeof msg, "copying the %s merge rows to the workspace", what);
+        CINFER__CHECK(cinfer__staging_copy_range(
+            ctx, staging, workspace, l->merge_offset,
+            chunking->split ? l->rows_offset - l->merge_offset +
+                                  (size_t)chunking->num_rows * sizeof(cinfer_decode_request)
+                            : sizeof(cinfer_decode_header),
+            stream, msg));
+    }
+    const size_t bytes = l->work_offset + (size_t)chunking->num_work * sizeof(cinfer_prefill_work);
+    cinfer__fmt(msg, sizeof msg, "copying the %s schedule to the workspace", what);
+    return cinfer__staging_copy(ctx, staging, workspace, bytes, stream, msg);
+}
+
 /* The parameters every run of op launches with (its setup's heads, options' scales and window,
  * the workspace's schedule and partial states). */
 static void op_base(cinfer_batch_prefill_t *op, const cinfer_attention_options_t *options) {
@@ -1341,28 +1370,10 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
     cinfer__prefill_chunking_t chunking;
     CINFER__CHECK(cinfer__prefill_plan_tile(cfg, op->requests, batch_size, &tile, &chunking));
 
-    cinfer_context_t *ctx = op->ctx;
-    CINFER__CHECK(cinfer__context_activate(ctx));
-    char *host = NULL;
-    CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;
-    const cinfer__prefill_layout_t *l = &op->setup.layout;
-    const cinfer__prefill_schedule_t dst = schedule_in(l, host);
-    CINFER__CHECK(cinfer__prefill_plan_build(cfg, op->requests, batch_size, tile, &chunking, &dst));
-    /* The used parts of the schedule: the merge header and rows (split plans; graph mode: the
-     * header always, since every run launches the merge, which reads its row count there), then
-     * the header and the work list, whose copy finishes the plan. */
-    if (chunking.split || (cfg->graph && dst.merge))
-        CINFER__CHECK(cinfer__staging_copy_range(
-            ctx, &op->staging, op->workspace, l->merge_offset,
-            chunking.split ? l->rows_offset - l->merge_offset +
-                                 (size_t)chunking.num_rows * sizeof(cinfer_decode_request)
-                           : sizeof(cinfer_decode_header),
-            stream, "copying the batch prefill merge rows to the workspace"));
-    const size_t bytes = l->work_offset + (size_t)chunking.num_work * sizeof(cinfer_prefill_work);
-    CINFER__CHECK(cinfer__staging_copy(ctx, &op->staging, op->workspace, bytes, stream,
-                                       "copying the batch prefill schedule to the workspace"));
-
+    CINFER__CHECK(cinfer__prefill_stage_schedule(op->ctx, &op->staging, op->workspace,
+                                                 &op->setup.layout, cfg, op->requests, batch_size,
+                                                 tile, &chunking, stream, "batch prefill"));
     op->planned = true;
     op->batch_size = batch_size;
     op->num_work = chunking.num_work;

@@ -11,6 +11,8 @@
 #include "cinfer.h"
 #include "cuda/context.h"
 #include "jit/spec.h"
+#include "ops/staging.h"
+#include "sched/prefill_plan.h"
 
 /* Tiles of a prefill kernel (the spec's tile_q, tile_kv, warps and stages) and its backend. */
 typedef struct cinfer__prefill_config {
@@ -155,6 +157,18 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg);
 cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o, int causal,
                                              const char *arch, int max_smem_optin,
                                              cinfer__spec_t *specs, int *count);
+
+/* Writes the schedule of a plan (req, tile and chunking as cinfer__prefill_plan_tile chose them)
+ * into staging's next pinned mirror and copies its used parts into the device workspace (layout
+ * l) on stream: the merge header and rows of a split plan (graph mode: the header always), then
+ * the header and the work list. `what` names the operation in messages. Shared by batch prefill
+ * and MLA (ops/mla.c). */
+cinfer_status_t cinfer__prefill_stage_schedule(cinfer_context_t *ctx, cinfer__staging_t *staging,
+                                               void *workspace, const cinfer__prefill_layout_t *l,
+                                               const cinfer__prefill_plan_config_t *cfg,
+                                               const cinfer__prefill_request_t *req, int batch_size,
+                                               int tile, const cinfer__prefill_chunking_t *chunking,
+                                               CUstream stream, const char *what);
 
 /* Tensor checks of the prefill-family run functions (ops/prefill.c), shared with MLA: */
 /* shape and dtype (INVALID_ARGUMENT), PLAN_MISMATCH for a shape that contradicts the options or
