@@ -6,6 +6,8 @@
  * the operation itself calls when it is created, so a set cannot drift from what the library
  * loads: a change of tiles or kernel choice changes the bundle with it.
  *
+ * MLA (DeepSeek-V2/V3's latent attention, its own options) has a short table of its own below.
+ *
  * Not covered: in-kernel RoPE (pos = rope) and custom variants (whose source is the user's); both
  * are compiled on first use. A new operation adds one row to
  * `operations`; a new model family adds rows to `default_layers`. The public merge operations
@@ -17,6 +19,7 @@
 
 #include "jit/aot.h"
 #include "ops/decode.h"
+#include "ops/mla.h"
 #include "ops/prefill.h"
 
 /* ---- the layers ---- */
@@ -130,6 +133,13 @@ static const operation_t operations[] = {
      batch_prefill_paged},
 };
 
+/* MLA layers: the kernel depends on the query heads a CTA packs per token (min(H, 16)), the
+ * dtype and the causal flag (decode rows, and prefill chunks). */
+static const int mla_heads[] = {
+    16,  /* DeepSeek-V3 / R1 at tensor parallel 8 (128 heads / 8), and every H a multiple of 16 */
+    128, /* one GPU (the same kernel as 16; kept for the reader) */
+};
+
 /* ---- the sets ---- */
 
 typedef struct set {
@@ -137,6 +147,7 @@ typedef struct set {
     const layer_t *layers;
     size_t num_layers;
     const cinfer__dtype_t *dtypes; /* q = kv = out; ends with CINFER__DT_NONE */
+    bool mla;                      /* the MLA kernels of mla_heads, causal and not */
 } set_t;
 
 static const cinfer__dtype_t half_dtypes[] = {CINFER__DT_F16, CINFER__DT_BF16, CINFER__DT_NONE};
@@ -144,8 +155,8 @@ static const cinfer__dtype_t bf16_only[] = {CINFER__DT_BF16, CINFER__DT_NONE};
 
 #define LAYERS(table) table, sizeof table / sizeof table[0]
 static const set_t sets[] = {
-    {"default", LAYERS(default_layers), half_dtypes},
-    {"ci", LAYERS(ci_layers), bf16_only},
+    {"default", LAYERS(default_layers), half_dtypes, true},
+    {"ci", LAYERS(ci_layers), bf16_only, false},
 };
 #define NUM_SETS (sizeof sets / sizeof sets[0])
 
@@ -216,8 +227,9 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
     while (set->dtypes[num_dtypes] != CINFER__DT_NONE)
         num_dtypes++;
     const size_t num_ops = sizeof operations / sizeof operations[0];
-    cinfer__spec_t *list =
-        malloc(set->num_layers * num_dtypes * num_ops * MAX_OP_SPECS * sizeof *list);
+    const size_t num_mla = sizeof mla_heads / sizeof mla_heads[0];
+    cinfer__spec_t *list = malloc((set->num_layers * num_ops * MAX_OP_SPECS + num_mla * 2 * 2) *
+                                  num_dtypes * sizeof *list);
     if (!list)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "kernel set %s: out of memory", name);
     const int max_smem = arch_max_smem_optin(arch);
@@ -244,6 +256,25 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
             }
         }
     }
+    for (size_t h = 0; set->mla && h < num_mla; h++)
+        for (size_t d = 0; d < num_dtypes; d++)
+            for (int causal = 0; causal < 2; causal++) {
+                cinfer_mla_options_t o = CINFER_MLA_OPTIONS_INIT;
+                o.num_heads = mla_heads[h];
+                o.q_dtype = o.kv_dtype = dl_dtype(set->dtypes[d]);
+                o.sm_scale = 1.0f; /* any valid value: not part of the kernel */
+                cinfer__spec_t attention, merge;
+                cinfer_status_t st = cinfer__batch_mla_specs(&o, causal, &attention, &merge);
+                if (st != CINFER_STATUS_SUCCESS) {
+                    char why[1024];
+                    cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());
+                    free(list);
+                    return cinfer__error(st, "kernel set %s, MLA with %d heads (%s): %s", name,
+                                         mla_heads[h], cinfer__dtype_name(set->dtypes[d]), why);
+                }
+                add_unique(list, &n, &attention);
+                add_unique(list, &n, &merge);
+            }
     *specs = list;
     *count = n;
     return CINFER_STATUS_SUCCESS;

@@ -113,6 +113,28 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
 }
 
 /* What the options and the device decide (shared by workspace_size and create). */
+cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causal,
+                                        cinfer__spec_t *attention, cinfer__spec_t *merge) {
+    CINFER__CHECK(options_check(o, causal, 1));
+    const int g = mla_group(o->num_heads);
+    const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
+    cinfer__spec_init(attention, CINFER__OP_MLA);
+    attention->dtype_q = attention->dtype_kv = attention->dtype_o = dtype;
+    attention->head_dim_qk = MLA_CKV + MLA_KPE;
+    attention->head_dim_vo = MLA_CKV;
+    attention->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
+    attention->tile_q = MLA_ROWS;
+    attention->tile_kv = MLA_TILE_KV;
+    attention->warps = MLA_WARPS;
+    attention->stages = MLA_STAGES;
+    attention->gqa_pack = g > 1 ? g : 0;
+    cinfer__spec_init(merge, CINFER__OP_MLA_MERGE);
+    merge->dtype_o = dtype;
+    merge->head_dim_vo = MLA_CKV;
+    CINFER__CHECK(cinfer__spec_validate(attention));
+    return cinfer__spec_validate(merge);
+}
+
 typedef struct mla_setup {
     cinfer__prefill_plan_config_t cfg;
     cinfer__prefill_layout_t layout;
@@ -129,17 +151,8 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     CINFER__CHECK(options_check(o, causal, max_total_qo));
     const int g = mla_group(o->num_heads);
     s->dtype = cinfer__dl_dtype(o->q_dtype);
-    cinfer__spec_t spec;
-    cinfer__spec_init(&spec, CINFER__OP_MLA);
-    spec.dtype_q = spec.dtype_kv = spec.dtype_o = s->dtype;
-    spec.head_dim_qk = MLA_CKV + MLA_KPE;
-    spec.head_dim_vo = MLA_CKV;
-    spec.mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
-    spec.tile_q = MLA_ROWS;
-    spec.tile_kv = MLA_TILE_KV;
-    spec.warps = MLA_WARPS;
-    spec.stages = MLA_STAGES;
-    spec.gqa_pack = g > 1 ? g : 0;
+    cinfer__spec_t spec, merge;
+    CINFER__CHECK(cinfer__batch_mla_specs(o, causal, &spec, &merge));
     s->smem = mla_smem();
     if (s->smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -157,10 +170,6 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
                cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernel.function,
                                                            MLA_WARPS * 32, s->smem),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor (MLA kernel)");
-    cinfer__spec_t merge;
-    cinfer__spec_init(&merge, CINFER__OP_MLA_MERGE);
-    merge.dtype_o = s->dtype;
-    merge.head_dim_vo = MLA_CKV;
     CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
 
     cinfer__prefill_plan_config_t *c = &s->cfg;
