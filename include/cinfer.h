@@ -461,7 +461,7 @@ typedef struct cinfer_attention_options {
     int num_qo_heads; /* Hq, a multiple of num_kv_heads */
     int num_kv_heads; /* Hk */
     int head_dim;     /* D of q and k, and of v and out unless head_dim_vo is set (a multiple of
-                         8; 64, 128, 256 are the fast paths) */
+                         8 for decode, of 16 for prefill; 64, 128, 256 are the fast paths) */
     int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode) */
     cinfer_kv_layout_t kv_layout;
     DLDataType q_dtype;     /* fp16 or bf16; out has the same dtype */
@@ -818,8 +818,9 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  *   0 = K, 1 = V) and v = NULL. kv_indices: int32 on the device, at least the planned
  *   kv_indptr[batch_size] entries, each in [0, max_pages) (not range-checked).
  * With options->head_dim_vo = D_vo != D, v and out have D_vo in place of D (v: [total_kv, Hk,
- *   D_vo] or its HND form; the V cache [max_pages, page_size, Hk, D_vo] or its HND form, with
- *   strides of its own; no combined cache: v NULL is INVALID_ARGUMENT).
+ *   D_vo] or its HND form; the V cache [max_pages, page_size, Hk, D_vo] or its HND form, whose
+ *   strides may then differ from the K cache's (the same-strides rule above is for D_vo = D); no
+ *   combined cache: v NULL is INVALID_ARGUMENT).
  * Any strides with a contiguous last dim (slices of a packed QKV work); rows move in 16-byte
  * pieces: data addresses and every stride of a dim longer than 1 must keep rows 16-byte aligned.
  * args: the variant's arguments (options->variant; NULL for default attention). batch_idx of
@@ -867,7 +868,7 @@ typedef struct cinfer_mla_options {
     int head_dim_kpe;    /* 64 (the only one supported) */
     int page_size;       /* tokens per page, 1..256 */
     DLDataType q_dtype;  /* fp16 or bf16; out has the same dtype */
-    DLDataType kv_dtype; /* q_dtype */
+    DLDataType kv_dtype; /* the latent cache's: the same as q_dtype */
     float sm_scale;      /* > 0: no default (DeepSeek's folds the rope and YaRN factors in) */
     int use_cuda_graph;  /* 1 = fixed grids and buffers for up to max_batch_size requests */
     int max_batch_size;  /* the most requests one plan may hold, >= 1 */

@@ -115,7 +115,7 @@ class AttentionOptions(ctypes.Structure):
         ("pos_encoding_mode", ctypes.c_int),  # cinfer_pos_encoding_t: 0 none, 1 ROPE_LLAMA
         ("rope_scale", ctypes.c_float),
         ("rope_theta", ctypes.c_float),
-        ("head_dim_vo", ctypes.c_int),  # 0 = head_dim; single prefill only
+        ("head_dim_vo", ctypes.c_int),  # 0 = head_dim; single and batch prefill
     ]
 
 

@@ -123,7 +123,7 @@ cinfer_status_t cinfer__attention_same_head_dims(const cinfer_attention_options_
         return CINFER_STATUS_SUCCESS;
     return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                          "options->head_dim_vo = %d with head_dim = %d is not supported by %s: "
-                         "D_qk != D_vo runs in single prefill only; expected 0 or head_dim",
+                         "D_qk != D_vo runs in single and batch prefill; expected 0 or head_dim",
                          o->head_dim_vo, o->head_dim, what);
 }
 
