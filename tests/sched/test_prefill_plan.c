@@ -166,7 +166,9 @@ static void verify_plan(const cinfer__prefill_plan_config_t *cfg, const int32_t 
         assert_false(cfg->no_split);
         assert_true((int64_t)n * cta_heads <= cfg->max_ctas[p->tile]);
         assert_true(n <= cinfer__prefill_split_items(cfg, p->tile));
-        assert_true(ch->chunk_size >= CINFER__PREFILL_CHUNK_MIN && ch->chunk_size % align == 0);
+        assert_true(ch->chunk_size >=
+                        (cfg->chunk_floor > 0 ? cfg->chunk_floor : CINFER__PREFILL_CHUNK_MIN) &&
+                    ch->chunk_size % align == 0);
         assert_true(ch->chunk_size >= cfg->min_chunk);
         assert_true(ch->num_rows <= p->layout.row_capacity);
         assert_true(ch->num_states <= p->layout.state_capacity);
@@ -856,6 +858,17 @@ static void chunk_size_is_the_smallest_that_fits(void **state) {
     assert_int_equal(p.chunking.chunk_size, CINFER__PREFILL_CHUNK_MIN);
     assert_int_equal(p.chunking.num_work, 8);
     free_plan(&p);
+    /* An object's own floor (MLA's chunk_floor, 128) in place of the minimum: the smallest
+     * multiple of 64 from it whose chunks fit a wave, 320 (2 chunks a request: 8 items x 32
+     * heads = 256 CTAs; 256 would take 3, 384 CTAs). */
+    c.chunk_floor = 128;
+    assert_true(c.max_ctas[1] >= 256 && c.max_ctas[1] < 384);
+    assert_int_equal(make_plan(&c, qo, kv_600, NULL, 4, &p), CINFER_STATUS_SUCCESS);
+    verify_plan(&c, qo, kv_600, NULL, 4, &p);
+    assert_int_equal(p.chunking.chunk_size, 320);
+    assert_int_equal(p.chunking.num_work, 8);
+    free_plan(&p);
+    c.chunk_floor = 0;
     /* Nine 64-row tiles x 32 heads = 288 CTAs: more than a wave of 264, not split. */
     const int32_t qo9[] = {0, 64, 128, 192, 256, 320, 384, 448, 512, 576};
     const int32_t kv9[] = {0,         16384,     2 * 16384, 3 * 16384, 4 * 16384,
