@@ -430,6 +430,54 @@ static void sm90_prefill_specs(void **state) {
  * (a "Potential Performance Loss", e.g. wgmma serialized, would be one): the ci AOT set for sm_80
  * and sm_90a (every kernel family, both prefill backends).
  */
+/* The MLA family (kernels/mla.cu): its limits, and its kernels (attention for packed heads 16 and
+ * none, both tile shapes, and the merge) compiling without a note from NVRTC for sm_80 and
+ * sm_90a. */
+static void mla_specs(void **state) {
+    (void)state;
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"mla:dtype=bf16,head_dim_qk=512,head_dim_vo=512,tile_q=16,tile_kv=16,warps=4,stages=4",
+         "head dims 512 / 512"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=16,tile_kv=64,warps=4,stages=2",
+         "tile_kv 64"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=16,tile_kv=16,warps=4,stages=4,"
+         "gqa_pack=3",
+         "gqa_pack 3"},
+        {"mla:dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=16,"
+         "tile_kv=16,warps=4,stages=4",
+         "dtype_kv e4m3"},
+        {"mla_merge:dtype_o=f16,head_dim_vo=256", "head dims"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cinfer__spec_t s = parse(bad[i].text);
+        if (cinfer__spec_validate(&s) == CINFER_STATUS_SUCCESS)
+            fail_msg("%s: accepted", bad[i].text);
+        if (!strstr(cinfer_last_error(), bad[i].why))
+            fail_msg("%s: message \"%s\" does not name \"%s\"", bad[i].text, cinfer_last_error(),
+                     bad[i].why);
+    }
+    static const char *const good[] = {
+        "mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,mask=causal,tile_q=16,tile_kv=16,warps=4,"
+        "stages=4,gqa_pack=16",
+        "mla:dtype=f16,head_dim_qk=576,head_dim_vo=512,mask=none,tile_q=16,tile_kv=32,warps=4,"
+        "stages=2",
+        "mla_merge:dtype_o=bf16,head_dim_vo=512",
+    };
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        for (int a = 0; a < 2; a++) {
+            cinfer__spec_t s = parse(good[i]);
+            cinfer__rendered_t r;
+            render(&s, archs[a], &r);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s)", r.name, archs[a]);
+            compile_quietly(&r, what);
+            cinfer__rendered_free(&r);
+        }
+}
+
 static void library_kernels_compile_quietly(void **state) {
     (void)state;
     static const char *const archs[] = {"sm_80", "sm_90a"};
@@ -554,6 +602,7 @@ int main(void) {
         cmocka_unit_test(fp8_tensor_core_decode_compiles),
         cmocka_unit_test(rope_specs_render_and_compile),
         cmocka_unit_test(sm90_prefill_specs),
+        cmocka_unit_test(mla_specs),
         cmocka_unit_test(library_kernels_compile_quietly),
         cmocka_unit_test(real_kernels_compile_and_cache),
     };
