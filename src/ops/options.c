@@ -121,10 +121,12 @@ cinfer_status_t cinfer__attention_same_head_dims(const cinfer_attention_options_
                                                  const char *what) {
     if (cinfer__attention_head_dim_vo(o) == o->head_dim)
         return CINFER_STATUS_SUCCESS;
-    return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                         "options->head_dim_vo = %d with head_dim = %d is not supported by %s: "
-                         "D_qk != D_vo runs in single and batch prefill; expected 0 or head_dim",
-                         o->head_dim_vo, o->head_dim, what);
+    return cinfer__error(
+        CINFER_STATUS_UNSUPPORTED,
+        "options->head_dim_vo = %d with head_dim = %d is not supported by %s: "
+        "D_qk != D_vo runs in single and batch prefill (decode steps too, as one query "
+        "row per request); expected 0 or head_dim",
+        o->head_dim_vo, o->head_dim, what);
 }
 
 bool cinfer__attention_rope(const cinfer_attention_options_t *o) {
