@@ -32,12 +32,6 @@ static cinfer_status_t check_index(const cinfer_context_t *ctx, const char *arg,
     return cinfer__tensor_check(ctx, arg, t, 1, shape, CINFER__DTS(CINFER__DT_I32));
 }
 
-/* The stride of dim i, or 0 when the dim has at most one index (the kernel never moves along it,
- * so an arbitrary stride there must not matter). */
-static long long stride_of(const DLTensor *t, int i) {
-    return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
-}
-
 /* True if every row of t starts on an `align`-byte boundary: the data address and the byte
  * stride of every dim with more than one index. */
 static bool rows_aligned(const DLTensor *t, int64_t align) {
@@ -218,19 +212,19 @@ cinfer_status_t cinfer_append_paged_kv_cache(
     memset(&p, 0, sizeof p);
     p.src[0] = cinfer__tensor_data(append_k);
     p.src[1] = cinfer__tensor_data(append_v);
-    p.src_stride[0][0] = stride_of(append_k, 0);
-    p.src_stride[0][1] = stride_of(append_k, 1);
-    p.src_stride[1][0] = stride_of(append_v, 0);
-    p.src_stride[1][1] = stride_of(append_v, 1);
+    p.src_stride[0][0] = cinfer__tensor_step(append_k, 0);
+    p.src_stride[0][1] = cinfer__tensor_step(append_k, 1);
+    p.src_stride[1][0] = cinfer__tensor_step(append_v, 0);
+    p.src_stride[1][1] = cinfer__tensor_step(append_v, 1);
     /* The dims after the page (and K/V) dims: slot and head, in the layout's order. */
     const int first = combined ? 2 : 1;
     const int slot_dim = nhd ? first : first + 1, head_dim = nhd ? first + 1 : first;
     const DLTensor *caches[2] = {k_cache, combined ? k_cache : v_cache};
     for (int i = 0; i < 2; i++) {
         p.cache[i] = cinfer__tensor_data(caches[i]);
-        p.cache_stride[i][0] = stride_of(caches[i], 0);
-        p.cache_stride[i][1] = stride_of(caches[i], slot_dim);
-        p.cache_stride[i][2] = stride_of(caches[i], head_dim);
+        p.cache_stride[i][0] = cinfer__tensor_step(caches[i], 0);
+        p.cache_stride[i][1] = cinfer__tensor_step(caches[i], slot_dim);
+        p.cache_stride[i][2] = cinfer__tensor_step(caches[i], head_dim);
     }
     if (combined)
         p.cache[1] = (char *)p.cache[0] +
@@ -246,10 +240,7 @@ cinfer_status_t cinfer_append_paged_kv_cache(
     p.batch_size = (int)batch_size;
     p.num_heads = (int)Hk;
     p.page_size = o->page_size;
-    p.page_shift = -1;
-    for (int s = 0; s < 9; s++)
-        if (o->page_size == 1 << s)
-            p.page_shift = s;
+    p.page_shift = cinfer__page_shift(o->page_size);
     p.inv_scale[0] = (float)(1.0 / o->k_scale);
     p.inv_scale[1] = (float)(1.0 / o->v_scale);
 

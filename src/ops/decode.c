@@ -657,10 +657,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     p.kv_indices = cinfer__tensor_data(kv_indices);
     p.kv_last_page_len = cinfer__tensor_data(kv_last_page_len);
     p.page_size = s->page_size;
-    p.page_shift = -1;
-    for (int shift = 0; shift < 31; shift++)
-        if (s->page_size == 1 << shift)
-            p.page_shift = shift;
+    p.page_shift = cinfer__page_shift(s->page_size);
     p.out = cinfer__tensor_data(out);
     p.out_stride_n = cinfer__tensor_stride(out, 0);
     p.out_stride_h = cinfer__tensor_stride(out, 1);

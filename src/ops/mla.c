@@ -249,10 +249,7 @@ cinfer_status_t cinfer_batch_mla_create(cinfer_context_t *ctx, const cinfer_mla_
     p->num_heads = options->num_heads;
     p->q_scale = (float)((double)options->sm_scale * 1.4426950408889634);
     p->page_size = options->page_size;
-    p->page_shift = -1;
-    for (int b = 0; b < 9; b++)
-        if (options->page_size == 1 << b)
-            p->page_shift = b;
+    p->page_shift = cinfer__page_shift(options->page_size);
     op->requests = malloc(sizeof *op->requests * (size_t)options->max_batch_size);
     if (!op->requests) {
         st = cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "MLA: out of memory for %d requests",
@@ -301,10 +298,6 @@ cinfer_status_t cinfer_batch_mla_plan(cinfer_batch_mla_t *op, const int32_t *qo_
 
 bool cinfer__batch_mla_split(const cinfer_batch_mla_t *op) {
     return op && op->planned && op->split;
-}
-
-static long long stride_of(const DLTensor *t, int i) {
-    return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
 }
 
 cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_nope,
@@ -363,26 +356,26 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
 
     cinfer_mla_params p = op->base;
     p.q_nope = cinfer__tensor_data(q_nope);
-    p.q_nope_stride_n = stride_of(q_nope, 0);
-    p.q_nope_stride_h = stride_of(q_nope, 1);
+    p.q_nope_stride_n = cinfer__tensor_step(q_nope, 0);
+    p.q_nope_stride_h = cinfer__tensor_step(q_nope, 1);
     p.q_pe = cinfer__tensor_data(q_pe);
-    p.q_pe_stride_n = stride_of(q_pe, 0);
-    p.q_pe_stride_h = stride_of(q_pe, 1);
+    p.q_pe_stride_n = cinfer__tensor_step(q_pe, 0);
+    p.q_pe_stride_h = cinfer__tensor_step(q_pe, 1);
     /* A page's stride multiplies page indices only: taken as is. */
     p.ckv = cinfer__tensor_data(ckv_cache);
     p.ckv_stride_page = cinfer__tensor_stride(ckv_cache, 0);
-    p.ckv_stride_n = stride_of(ckv_cache, 1);
+    p.ckv_stride_n = cinfer__tensor_step(ckv_cache, 1);
     p.kpe = cinfer__tensor_data(kpe_cache);
     p.kpe_stride_page = cinfer__tensor_stride(kpe_cache, 0);
-    p.kpe_stride_n = stride_of(kpe_cache, 1);
+    p.kpe_stride_n = cinfer__tensor_step(kpe_cache, 1);
     p.kv_indices = cinfer__tensor_data(kv_indices);
     p.out = cinfer__tensor_data(out);
-    p.out_stride_n = stride_of(out, 0);
-    p.out_stride_h = stride_of(out, 1);
+    p.out_stride_n = cinfer__tensor_step(out, 0);
+    p.out_stride_h = cinfer__tensor_step(out, 1);
     if (lse) {
         p.lse = cinfer__tensor_data(lse);
-        p.lse_stride_n = stride_of(lse, 0);
-        p.lse_stride_h = stride_of(lse, 1);
+        p.lse_stride_n = cinfer__tensor_step(lse, 0);
+        p.lse_stride_h = cinfer__tensor_step(lse, 1);
     }
     const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[0], op->num_work);
     if (blocks > INT32_MAX)

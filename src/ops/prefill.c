@@ -538,25 +538,19 @@ static cinfer_status_t check_len(const char *what, int64_t len) {
     return CINFER_STATUS_SUCCESS;
 }
 
-/* The stride of dim i, or 0 when the dim has at most one index (the kernel then never moves
- * along it, and a caller's arbitrary stride there must not matter). */
-static long long stride_of(const DLTensor *t, int i) {
-    return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
-}
-
 /* The kernel parameters of q [n, Hq, D], out (same shape) and lse [n, Hq] (NULL: not written). */
 static void set_q_out_lse(cinfer_prefill_params *p, const DLTensor *q, const DLTensor *out,
                           const DLTensor *lse) {
     p->q = cinfer__tensor_data(q);
-    p->q_stride_n = stride_of(q, 0);
-    p->q_stride_h = stride_of(q, 1);
+    p->q_stride_n = cinfer__tensor_step(q, 0);
+    p->q_stride_h = cinfer__tensor_step(q, 1);
     p->out = cinfer__tensor_data(out);
-    p->out_stride_n = stride_of(out, 0);
-    p->out_stride_h = stride_of(out, 1);
+    p->out_stride_n = cinfer__tensor_step(out, 0);
+    p->out_stride_h = cinfer__tensor_step(out, 1);
     if (lse) {
         p->lse = cinfer__tensor_data(lse);
-        p->lse_stride_n = stride_of(lse, 0);
-        p->lse_stride_h = stride_of(lse, 1);
+        p->lse_stride_n = cinfer__tensor_step(lse, 0);
+        p->lse_stride_h = cinfer__tensor_step(lse, 1);
     }
 }
 
@@ -859,10 +853,10 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     set_q_out_lse(&p, q, out, lse);
     p.k = cinfer__tensor_data(k);
     p.v = cinfer__tensor_data(v);
-    p.k_stride_n = stride_of(k, nhd ? 0 : 1);
-    p.k_stride_h = stride_of(k, nhd ? 1 : 0);
-    p.v_stride_n = stride_of(v, nhd ? 0 : 1);
-    p.v_stride_h = stride_of(v, nhd ? 1 : 0);
+    p.k_stride_n = cinfer__tensor_step(k, nhd ? 0 : 1);
+    p.k_stride_h = cinfer__tensor_step(k, nhd ? 1 : 0);
+    p.v_stride_n = cinfer__tensor_step(v, nhd ? 0 : 1);
+    p.v_stride_h = cinfer__tensor_step(v, nhd ? 1 : 0);
     p.qo_len = (int)qo_len;
     p.kv_len = (int)kv_len;
     p.num_qo_heads = (int)Hq;
@@ -1289,10 +1283,7 @@ static void op_base(cinfer_batch_prefill_t *op, const cinfer_attention_options_t
     set_scales(options, p);
     cinfer__attention_rope_params(options, &op->rope);
     p->page_size = s->cfg.page_size;
-    p->page_shift = -1;
-    for (int shift = 0; shift < 31; shift++)
-        if (s->cfg.page_size == 1 << shift)
-            p->page_shift = shift;
+    p->page_shift = cinfer__page_shift(s->cfg.page_size);
     char *ws = op->workspace;
     p->header = (const cinfer_prefill_header *)ws;
     p->work = (const cinfer_prefill_work *)(ws + s->layout.work_offset);
@@ -1449,10 +1440,10 @@ static cinfer_status_t ragged_kv(const cinfer_batch_prefill_t *op, const DLTenso
     CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
     p->k = cinfer__tensor_data(k);
     p->v = cinfer__tensor_data(v);
-    p->k_stride_n = stride_of(k, nhd ? 0 : 1);
-    p->k_stride_h = stride_of(k, nhd ? 1 : 0);
-    p->v_stride_n = stride_of(v, nhd ? 0 : 1);
-    p->v_stride_h = stride_of(v, nhd ? 1 : 0);
+    p->k_stride_n = cinfer__tensor_step(k, nhd ? 0 : 1);
+    p->k_stride_h = cinfer__tensor_step(k, nhd ? 1 : 0);
+    p->v_stride_n = cinfer__tensor_step(v, nhd ? 0 : 1);
+    p->v_stride_h = cinfer__tensor_step(v, nhd ? 1 : 0);
     return CINFER_STATUS_SUCCESS;
 }
 

@@ -14,11 +14,6 @@
 #define MAX_HEAD_DIM 1024
 #define INT32_LIMIT  2147483647ll
 
-/* The stride of dim i, or 0 when the dim has at most one index. */
-static long long stride_of(const DLTensor *t, int i) {
-    return t->shape[i] > 1 ? (long long)cinfer__tensor_stride(t, i) : 0;
-}
-
 /* True if every row of t starts on a 16-byte boundary. */
 static bool rows_aligned16(const DLTensor *t) {
     const int64_t elem = (int64_t)cinfer__dtype_size(cinfer__tensor_dtype(t));
@@ -35,7 +30,7 @@ static bool same_view(const DLTensor *a, const DLTensor *b) {
     if (cinfer__tensor_data(a) != cinfer__tensor_data(b))
         return false;
     for (int i = 0; i < a->ndim; i++)
-        if (stride_of(a, i) != stride_of(b, i))
+        if (cinfer__tensor_step(a, i) != cinfer__tensor_step(b, i))
             return false;
     return true;
 }
@@ -149,10 +144,10 @@ static cinfer_status_t setup(cinfer_context_t *ctx, const DLTensor *q, const DLT
     for (int i = 0; i < 2; i++) {
         p->in[i] = cinfer__tensor_data(ins[i]);
         p->out[i] = cinfer__tensor_data(outs[i]);
-        p->in_stride[i][0] = stride_of(ins[i], 0);
-        p->in_stride[i][1] = stride_of(ins[i], 1);
-        p->out_stride[i][0] = stride_of(outs[i], 0);
-        p->out_stride[i][1] = stride_of(outs[i], 1);
+        p->in_stride[i][0] = cinfer__tensor_step(ins[i], 0);
+        p->in_stride[i][1] = cinfer__tensor_step(ins[i], 1);
+        p->out_stride[i][0] = cinfer__tensor_step(outs[i], 0);
+        p->out_stride[i][1] = cinfer__tensor_step(outs[i], 1);
         p->num_heads[i] = (int)ins[i]->shape[1];
     }
     p->nnz = nnz;
@@ -331,7 +326,7 @@ cinfer_status_t cinfer_apply_rope_with_cos_sin_cache(cinfer_context_t *ctx, cons
         cinfer__tensor_check(ctx, "positions", positions, 1, shape, CINFER__DTS(CINFER__DT_I32)));
     c.p.pos_ids = cinfer__tensor_data(positions);
     c.p.cos_sin_cache = cinfer__tensor_data(cos_sin_cache);
-    c.p.cache_stride = stride_of(cos_sin_cache, 0);
+    c.p.cache_stride = cinfer__tensor_step(cos_sin_cache, 0);
     c.p.cache_rows = cos_sin_cache->shape[0];
     return launch(ctx, CINFER__OP_ROPE_COS_SIN_CACHE, &c, stream);
 }

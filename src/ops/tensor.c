@@ -113,3 +113,14 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
     }
     return CINFER_STATUS_SUCCESS;
 }
+
+long long cinfer__tensor_step(const DLTensor *t, int dim) {
+    return t->shape[dim] > 1 ? (long long)cinfer__tensor_stride(t, dim) : 0;
+}
+
+int cinfer__page_shift(int page_size) {
+    for (int shift = 0; shift < 31; shift++)
+        if (page_size == 1 << shift)
+            return shift;
+    return -1;
+}

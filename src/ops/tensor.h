@@ -24,6 +24,14 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
 /* Stride of dim in elements (compact strides when t->strides is NULL). */
 int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
 
+/* The stride a kernel steps dim by: cinfer__tensor_stride, or 0 when the dim has at most one
+ * index (the kernel never moves along it, so an arbitrary stride there must not matter). */
+long long cinfer__tensor_step(const DLTensor *t, int dim);
+
+/* log2(page_size) when a paged cache's page size is a power of two (kernels then shift and mask),
+ * else -1 (they divide). */
+int cinfer__page_shift(int page_size);
+
 /* data + byte_offset. */
 static inline void *cinfer__tensor_data(const DLTensor *t) {
     return (char *)t->data + t->byte_offset;
