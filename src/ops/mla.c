@@ -113,9 +113,9 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
 }
 
 /* What the options and the device decide (shared by workspace_size and create). */
-cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causal,
-                                        cinfer__spec_t *attention, cinfer__spec_t *merge) {
-    CINFER__CHECK(options_check(o, causal, 1));
+/* The kernels' specs for checked options. */
+static cinfer_status_t build_specs(const cinfer_mla_options_t *o, int causal,
+                                   cinfer__spec_t *attention, cinfer__spec_t *merge) {
     const int g = mla_group(o->num_heads);
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_init(attention, CINFER__OP_MLA);
@@ -135,6 +135,12 @@ cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causa
     return cinfer__spec_validate(merge);
 }
 
+cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causal,
+                                        cinfer__spec_t *attention, cinfer__spec_t *merge) {
+    CINFER__CHECK(options_check(o, causal, 1));
+    return build_specs(o, causal, attention, merge);
+}
+
 typedef struct mla_setup {
     cinfer__prefill_plan_config_t cfg;
     cinfer__prefill_layout_t layout;
@@ -152,7 +158,7 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     const int g = mla_group(o->num_heads);
     s->dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_t spec, merge;
-    CINFER__CHECK(cinfer__batch_mla_specs(o, causal, &spec, &merge));
+    CINFER__CHECK(build_specs(o, causal, &spec, &merge));
     s->smem = mla_smem();
     if (s->smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
