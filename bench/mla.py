@@ -8,8 +8,9 @@ per request: Q K^T over 576 dims, P V over 512).
 
     python3 bench/mla.py [--iters 50] [--cases 64:4096:16,...]
 
-Times are medians of CUDA-event timings of back-to-back runs after warm-up; several copies of
-the cache rotate so the reads come from HBM, not L2.
+Times are medians of CUDA-event timings of back-to-back runs after warm-up, queued behind a
+~30 ms sleep kernel so that the GPU, not the Python calls, sets their pace; several copies of the
+cache rotate so the reads come from HBM, not L2.
 """
 import argparse
 import math
@@ -66,6 +67,8 @@ def bench_case(batch: int, kv_len: int, heads: int, iters: int, ws) -> tuple:
         w.run(q_nope, q_pe, ckvs[i % caches], kpes[i % caches], out=out)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(iters)]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(60_000_000)  # ~30 ms: the host queues every timed run meanwhile
     for i, (s, e) in enumerate(events):
         s.record()
         w.run(q_nope, q_pe, ckvs[i % caches], kpes[i % caches], out=out)

@@ -17,8 +17,9 @@
  * cp.async, STAGES deep, each thread one row's page-table read and its chunks. A split work item
  * (partial >= 0) writes float32 partial states instead of out and lse.
  *
- * CINFER_OP_MLA_MERGE: one CTA of 128 threads (4 columns each) per (merge row, head) folds the
- * row's chunks into out and lse, as the decode merge does for D <= 256.
+ * CINFER_OP_MLA_MERGE: one CTA of 128 threads per (merge row, head, slice of 512 / C columns)
+ * folds the row's chunks into out (and slice 0 into lse), C groups of threads taking every C-th
+ * chunk (C = merge_groups, chosen by the host).
  *
  * Prelude: CINFER_DTYPE_Q (== KV == O, fp16 or bf16), CINFER_HEAD_DIM_QK (576),
  * CINFER_HEAD_DIM_VO (512), CINFER_MASK (0 none, 1 causal), CINFER_TILE_Q (16), CINFER_TILE_KV
@@ -107,6 +108,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     if (item >= (unsigned)p.header->num_work)
         return; /* a spare CTA of a CUDA-graph grid */
     const cinfer_prefill_work w = p.work[item];
+    /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
+     * for this grid to finish before they read a partial state. */
+    cinfer_pdl_launch_dependents();
     const int head0 = (int)(blockIdx.x % (unsigned)cta_heads) * G;
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int q0 = w.q_begin; /* the tile's first token within the request */
@@ -336,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #if CINFER_HEAD_DIM_VO != D_CKV
 #error "mla merge: head dim 512"
 #endif
-#define MERGE_THREADS (D_CKV / 4)
+#define MERGE_THREADS 128
 #define MERGE_WARPS   (MERGE_THREADS / 32)
 #define MERGE_UNROLL  8
 
@@ -358,18 +362,59 @@ __device__ __forceinline__ float block_reduce(float v, bool max, float *scratch)
     return v;
 }
 
-/* Two passes over a (row, head)'s chunks: the threads reduce the LSEs to their maximum M and the
- * weight sum W = sum 2^(lse - M); then each thread folds 4 columns of the chunks' outputs,
- * MERGE_UNROLL chunks' loads in flight at a time, and writes sum 2^(lse - M) o / W. */
+/* The sum over chunks c = first, first + step, ... < n of 2^(lse[c] - m) times the 4 floats of
+ * chunk c at po, MERGE_UNROLL chunks' loads in flight. */
+__device__ __forceinline__ float4 merge_fold(const float *po, const float *lse, float m, int n,
+                                             int first, int step) {
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c0 = first; c0 < n; c0 += MERGE_UNROLL * step) {
+        float wu[MERGE_UNROLL];
+        float4 v[MERGE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MERGE_UNROLL; u++) {
+            const int c = c0 + u * step;
+            const bool in = c < n;
+            wu[u] = in ? exp2f(lse[c] - m) : 0.0f;
+            v[u] = in ? *(const float4 *)(po + (long long)c * D_CKV)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < MERGE_UNROLL; u++) {
+            o.x = fmaf(wu[u], v[u].x, o.x);
+            o.y = fmaf(wu[u], v[u].y, o.y);
+            o.z = fmaf(wu[u], v[u].z, o.z);
+            o.w = fmaf(wu[u], v[u].w, o.w);
+        }
+    }
+    return o;
+}
+
+/* One CTA per (row, head, slice): C = p.merge_groups (1, 2, 4, 8 or 16) slices of 512 / C
+ * columns. The threads reduce the row's chunk LSEs to their maximum M and the weight sum W =
+ * sum 2^(lse - M); then the CTA's threads form C groups of 128 / C, group g folding chunks g,
+ * g + C, ... of the slice (each thread 4 columns, MERGE_UNROLL chunks' loads in flight), the
+ * groups' sums meet in shared memory, and group 0 writes sum 2^(lse - M) o / W (slice 0 the
+ * LSE too). The host picks C so that rows x heads x C CTAs fill the GPU: a long request's many
+ * chunks are then read by many CTAs. */
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
     CINFER_KERNEL_NAME(const cinfer_mla_params p) {
     __shared__ float scratch[MERGE_WARPS];
-    const long long pair = blockIdx.x;
+    __shared__ float4 sums[MERGE_THREADS];
+    const int groups = p.merge_groups;
+    const long long pair = blockIdx.x / groups;
+    const int slice = (int)(blockIdx.x % groups);
     const int b = (int)(pair / p.num_heads), head = (int)(pair % p.num_heads);
-    if (b >= p.merge_header->batch_size)
+    /* The schedule was in place before the attention kernel started; its partial states are
+     * not until it has finished (this kernel is its programmatic dependent). A block that leaves
+     * early waits too, so this grid never completes before that one: stream order then carries
+     * the rows the attention kernel wrote directly to whatever the caller launches next. */
+    if (b >= p.merge_header->batch_size) {
+        cinfer_pdl_wait();
         return; /* a spare CTA of a CUDA-graph grid, or a plan that did not split */
+    }
     const cinfer_decode_request row = p.merge_rows[b];
     const int n = row.num_chunks;
+    cinfer_pdl_wait();
     if (n <= 1)
         return; /* written by the attention kernel */
     const long long slot0 = (long long)row.partial_base + (long long)head * n;
@@ -385,33 +430,32 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
         wsum += exp2f(lse[c] - m_use);
     wsum = block_reduce(wsum, false, scratch);
 
-    const int col = (int)threadIdx.x * 4;
+    const int width = MERGE_THREADS / groups; /* threads per group */
+    const int group = (int)threadIdx.x / width, lane = (int)threadIdx.x % width;
+    const int col = slice * (D_CKV / groups) + lane * 4;
     const float *po = p.partial_o + slot0 * D_CKV + col;
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c0 = 0; c0 < n; c0 += MERGE_UNROLL) {
-        float wu[MERGE_UNROLL];
-        float4 v[MERGE_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MERGE_UNROLL; u++) {
-            const bool in = c0 + u < n;
-            wu[u] = in ? exp2f(lse[c0 + u] - m_use) : 0.0f;
-            v[u] = in ? *(const float4 *)(po + (long long)(c0 + u) * D_CKV)
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll
-        for (int u = 0; u < MERGE_UNROLL; u++) {
-            o[0] = fmaf(wu[u], v[u].x, o[0]);
-            o[1] = fmaf(wu[u], v[u].y, o[1]);
-            o[2] = fmaf(wu[u], v[u].z, o[2]);
-            o[3] = fmaf(wu[u], v[u].w, o[3]);
+    /* One group (the common case of many rows) with its chunk stride a constant. */
+    float4 o = groups == 1 ? merge_fold(po, lse, m_use, n, 0, 1)
+                           : merge_fold(po, lse, m_use, n, group, groups);
+    if (groups > 1) {
+        sums[threadIdx.x] = o;
+        __syncthreads();
+        if (group != 0)
+            return;
+        for (int g = 1; g < groups; g++) {
+            const float4 x = sums[g * width + lane];
+            o.x += x.x;
+            o.y += x.y;
+            o.z += x.z;
+            o.w += x.w;
         }
     }
     const float inv = m == -CINFER_INF ? 0.0f : 1.0f / wsum;
     cinfer_half_bits *out = (cinfer_half_bits *)p.out + (long long)b * p.out_stride_n +
                             (long long)head * p.out_stride_h + col;
-    *(uint2 *)out = make_uint2(cinfer_pack_half2(CINFER_DTYPE_O, o[0] * inv, o[1] * inv),
-                               cinfer_pack_half2(CINFER_DTYPE_O, o[2] * inv, o[3] * inv));
-    if (p.lse && threadIdx.x == 0)
+    *(uint2 *)out = make_uint2(cinfer_pack_half2(CINFER_DTYPE_O, o.x * inv, o.y * inv),
+                               cinfer_pack_half2(CINFER_DTYPE_O, o.z * inv, o.w * inv));
+    if (p.lse && slice == 0 && lane == 0)
         p.lse[(long long)b * p.lse_stride_n + (long long)head * p.lse_stride_h] =
             m == -CINFER_INF ? -CINFER_INF : m + log2f(wsum);
 }

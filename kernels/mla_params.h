@@ -12,7 +12,7 @@
  * hold G query heads of 16 / G tokens, G = min(H, 16), and the grid multiplies the work items by
  * H / G), and so are the split-KV partial states (row i of a tile, head h, chunk c: slot
  * partial + (i H + h) num_chunks, 512 floats and a base-2 LSE each) and the merge rows, which the
- * MLA merge kernel folds (one CTA per (row, head)).
+ * MLA merge kernel folds (merge_groups CTAs per (row, head), each a slice of the columns).
  *
  * Strides are in elements; every address is computed in 64 bits.
  */
@@ -52,7 +52,8 @@ typedef struct cinfer_mla_params {
     float *lse;
     long long lse_stride_n, lse_stride_h;
     int num_heads;
-    float q_scale; /* sm_scale * log2(e): logits in base-2 units */
+    float q_scale;    /* sm_scale * log2(e): logits in base-2 units */
+    int merge_groups; /* the merge kernel's column slices per (row, head): 1, 2, 4, 8 or 16 */
 } cinfer_mla_params;
 
 #endif

@@ -62,6 +62,11 @@ class BatchMLAPagedAttentionWrapper:
         self._key = None
         self._lib = None
         self._plan = None
+        # run()'s argument structs, reused while a tensor keeps its layout (not thread-safe,
+        # as the wrappers of batch decode and prefill)
+        self._slots = {n: T.DLSlot(n) for n in ("q_nope", "q_pe", "ckv_cache", "kpe_cache",
+                                                 "out", "lse")}
+        self._stream = T.stream_getter(self.device)
 
     # ---- plan ----
 
@@ -260,23 +265,25 @@ class BatchMLAPagedAttentionWrapper:
             raise ArgumentError("run() before plan(): call plan() first (again after a failed "
                                 "plan)")
         heads, qo_end, q_dtype, _indices, dl_indices = self._plan
+        slots = self._slots
+        q_nope, q_nope_ref = A.slot_ref(slots["q_nope"], q_nope, "q_nope", self.device)
+        q_pe, q_pe_ref = A.slot_ref(slots["q_pe"], q_pe, "q_pe", self.device)
+        _, ckv_ref = A.slot_ref(slots["ckv_cache"], ckv_cache, "ckv_cache", self.device)
+        _, kpe_ref = A.slot_ref(slots["kpe_cache"], kpe_cache, "kpe_cache", self.device)
         torch = T.torch_module()
-        for name, t in (("q_nope", q_nope), ("q_pe", q_pe), ("ckv_cache", ckv_cache),
-                        ("kpe_cache", kpe_cache)):
-            T.check_cuda(T.as_tensor(t, name), name, self.device)
         if out is None:
             out = torch.empty(q_nope.shape, dtype=q_nope.dtype, device=q_nope.device)
+        out, out_ref = A.slot_ref(slots["out"], out, "out", self.device)
         if lse is None and (return_lse or return_lse_base_on_e):
             lse = torch.empty((q_nope.shape[0], heads), dtype=torch.float32,
                               device=q_nope.device)
+        lse_ref = None
+        if lse is not None:
+            lse, lse_ref = A.slot_ref(slots["lse"], lse, "lse", self.device)
         if q_nope.shape[0] > 0 or qo_end > 0:
-            dls = [T.to_dl(t, n) for t, n in ((q_nope, "q_nope"), (q_pe, "q_pe"),
-                                                (ckv_cache, "ckv_cache"),
-                                                (kpe_cache, "kpe_cache"), (out, "out"))]
-            dl_lse = T.to_dl(lse, "lse") if lse is not None else None
             _lib.check(self._lib.cinfer_batch_mla_run(
-                self._op, *[ctypes.byref(d) for d in dls[:4]], ctypes.byref(dl_indices),
-                ctypes.byref(dls[4]), T.ref(dl_lse), T.stream_of(self.device)),
+                self._op, q_nope_ref, q_pe_ref, ckv_ref, kpe_ref, ctypes.byref(dl_indices),
+                out_ref, lse_ref, self._stream()),
                 "BatchMLAPagedAttentionWrapper.run")
         if lse is not None and return_lse_base_on_e:
             lse.mul_(math.log(2.0))

@@ -353,16 +353,16 @@ static void fill_schedule(const decode_setup_t *s, const cinfer__decode_layout_t
     p->q_in_scale = s->q_in_scale;
 }
 
-cinfer_status_t cinfer__decode_launch_merge(const cinfer_context_t *ctx, CUfunction merge,
-                                            int64_t grid, cinfer_decode_params *params,
-                                            CUstream stream, const char *what) {
+cinfer_status_t cinfer__launch_merge(const cinfer_context_t *ctx, CUfunction merge, int64_t grid,
+                                     unsigned threads, void *params, CUstream stream,
+                                     const char *what) {
     void *args[] = {params};
     CUlaunchAttribute pdl = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
     pdl.value.programmaticStreamSerializationAllowed = 1;
     const CUlaunchConfig config = {.gridDimX = (unsigned)grid,
                                    .gridDimY = 1,
                                    .gridDimZ = 1,
-                                   .blockDimX = CINFER__DECODE_WARPS * 32,
+                                   .blockDimX = threads,
                                    .blockDimY = 1,
                                    .blockDimZ = 1,
                                    .sharedMemBytes = 0,
@@ -388,8 +388,9 @@ static cinfer_status_t launch(cinfer_context_t *ctx, const decode_setup_t *s,
                                   1, s->attention_smem, stream, attention_args, NULL),
                    "launching the decode kernel");
     if (merge_grid > 0)
-        CINFER__CHECK(cinfer__decode_launch_merge(ctx, s->merge.function, merge_grid, p, stream,
-                                                  "launching the decode merge kernel"));
+        CINFER__CHECK(cinfer__launch_merge(ctx, s->merge.function, merge_grid,
+                                           CINFER__DECODE_WARPS * 32, p, stream,
+                                           "launching the decode merge kernel"));
     return CINFER_STATUS_SUCCESS;
 }
 

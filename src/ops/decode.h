@@ -24,15 +24,16 @@ cinfer_status_t cinfer__decode_merge_spec(cinfer__dtype_t dtype, int head_dim,
                                           cinfer__spec_t *spec);
 
 /*
- * Launches that merge kernel (`merge`, loaded on ctx's current context) over `grid` blocks with
- * params on stream. On sm_90 and later it is a programmatic dependent launch of the kernel before
- * it on the stream: its blocks start while that kernel runs, read their schedule, then wait in
- * griddepcontrol.wait until it has finished and its partial states are visible (the kernel
- * before it lets them start with griddepcontrol.launch_dependents, or by finishing). `what`
- * names the launch in the error message.
+ * Launches a merge kernel (`merge`, loaded on ctx's current context, taking one parameter struct
+ * at `params`) over `grid` blocks of `threads` on stream. On sm_90 and later it is a programmatic
+ * dependent launch of the kernel before it on the stream: its blocks start while that kernel
+ * runs, read their schedule, then wait in griddepcontrol.wait until it has finished and its
+ * partial states are visible (the kernel before it lets them start with
+ * griddepcontrol.launch_dependents, or by finishing). `what` names the launch in the error
+ * message. Decode's, batch prefill's and MLA's merges launch through it.
  */
-cinfer_status_t cinfer__decode_launch_merge(const cinfer_context_t *ctx, CUfunction merge,
-                                            int64_t grid, cinfer_decode_params *params,
-                                            CUstream stream, const char *what);
+cinfer_status_t cinfer__launch_merge(const cinfer_context_t *ctx, CUfunction merge, int64_t grid,
+                                     unsigned threads, void *params, CUstream stream,
+                                     const char *what);
 
 #endif

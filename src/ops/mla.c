@@ -10,6 +10,7 @@
 
 #include "jit/jit.h"
 #include "mla_params.h"
+#include "ops/decode.h"
 #include "ops/mla.h"
 #include "ops/options.h"
 #include "ops/prefill.h"
@@ -28,7 +29,11 @@ enum {
     MLA_TILE_KV = 16,
     MLA_WARPS = 4,
     MLA_STAGES = 4,
-    MLA_MERGE_THREADS = MLA_CKV / 4,
+    /* The merge kernel: a CTA of 128 threads per (row, head, slice of the columns), with up to
+     * 16 slices so that rows x heads x slices reaches MLA_MERGE_CTAS. */
+    MLA_MERGE_THREADS = 128,
+    MLA_MERGE_MAX_GROUPS = 16,
+    MLA_MERGE_CTAS = 1024,
     /* Split-KV chunks down to 128 positions (8 KV tiles; batch prefill's floor is 512): such a
      * chunk reads 147 KB of latent cache against the 18 KB Q tile and the 32 KB partial state its
      * CTA adds, and one 32k request fills a wave (256 chunks for 264 CTA slots on the H200) where
@@ -389,30 +394,35 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
                              (long long)blocks);
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
+    /* Graph mode launches the merge whenever plans may split (a fixed grid over R rows from row
+     * 0, reading the plan's row count), other plans when split (rows from qo_indptr[0]). Its
+     * grid is checked before anything is launched. */
+    const bool merge = op->split || (s->cfg.graph && s->layout.row_capacity > 0);
+    const int64_t row0 = s->cfg.graph ? 0 : op->qo_first;
+    const int64_t rows = s->cfg.graph ? cinfer__prefill_row_bound(&s->cfg) : op->merge_rows;
+    /* Column slices per (row, head): one when the pairs alone make MLA_MERGE_CTAS CTAs (each
+     * CTA then reads its LSEs once for all 512 columns), up to 16 for a few long rows. */
+    int groups = 1;
+    while (groups < MLA_MERGE_MAX_GROUPS && rows * H * groups < MLA_MERGE_CTAS)
+        groups *= 2;
+    p.merge_groups = groups;
+    const int64_t merge_blocks = merge ? rows * H * groups : 0;
+    if (merge_blocks > INT32_MAX)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "MLA: a merge grid of %lld CTAs",
+                             (long long)merge_blocks);
     CINFER__CHECK(cinfer__context_activate(op->ctx));
     void *params[] = {&p};
     CINFER__CU(ctx->cu,
                cuLaunchKernel(s->kernel.function, (unsigned)blocks, 1, 1, MLA_WARPS * 32, 1, 1,
                               (unsigned)s->smem, stream, params, NULL),
                "launching the MLA kernel");
-    /* Graph mode launches the merge whenever plans may split (a fixed grid over R rows from row
-     * 0, reading the plan's row count), other plans when split (rows from qo_indptr[0]). */
-    const bool graph_merge = s->cfg.graph && s->layout.row_capacity > 0;
-    if (!op->split && !graph_merge)
+    if (merge_blocks == 0)
         return CINFER_STATUS_SUCCESS;
-    const int64_t row0 = s->cfg.graph ? 0 : op->qo_first;
-    const int64_t rows = s->cfg.graph ? cinfer__prefill_row_bound(&s->cfg) : op->merge_rows;
     p.out = (char *)p.out + (size_t)(row0 * p.out_stride_n) * cinfer__dtype_size(s->dtype);
     if (p.lse)
         p.lse += row0 * p.lse_stride_n;
-    const int64_t merge_blocks = rows * H;
-    if (merge_blocks == 0)
-        return CINFER_STATUS_SUCCESS;
-    CINFER__CU(ctx->cu,
-               cuLaunchKernel(s->merge.function, (unsigned)merge_blocks, 1, 1, MLA_MERGE_THREADS, 1,
-                              1, 0, stream, params, NULL),
-               "launching the MLA merge kernel");
-    return CINFER_STATUS_SUCCESS;
+    return cinfer__launch_merge(ctx, s->merge.function, merge_blocks, MLA_MERGE_THREADS, &p, stream,
+                                "launching the MLA merge kernel");
 }
 
 void cinfer_batch_mla_destroy(cinfer_batch_mla_t *op) {

@@ -1672,8 +1672,8 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     m.num_kv_heads = s->cfg.num_kv_heads;
     m.heads_per_cta = 1;
     const int64_t merge_blocks = cinfer__prefill_merge_grid(&s->cfg, op->merge_rows);
-    return cinfer__decode_launch_merge(ctx, s->merge.function, merge_blocks, &m, stream,
-                                       "launching the batch prefill merge kernel");
+    return cinfer__launch_merge(ctx, s->merge.function, merge_blocks, CINFER__DECODE_WARPS * 32, &m,
+                                stream, "launching the batch prefill merge kernel");
 }
 
 void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op) {

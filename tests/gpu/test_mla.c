@@ -455,6 +455,24 @@ static void split_kv(void **state) {
     c.lse = 0;
     c.expect_split = 1;
     run_case(&c, cinfer_test_seed() + 302);
+    /* 8 split rows at H 16, 32, 64 and 128: 128 to 1024 (row, head) pairs, so the merge runs
+     * with 8, 4, 2 and 1 column slices per pair (src/ops/mla.c). */
+    static const int qo4[] = {1, 1, 1, 1, 1, 1, 1, 1},
+                     kv4[] = {1500, 2100, 1800, 2500, 1300, 3000, 1700, 2200};
+    static const int heads4[] = {16, 32, 64, 128};
+    for (int i = 0; i < 4; i++) {
+        char desc[96];
+        snprintf(desc, sizeof desc, "split-KV: 8 decode rows, H %d", heads4[i]);
+        c = base_case(desc);
+        c.batch = 8;
+        c.qo_lens = qo4;
+        c.kv_lens = kv4;
+        c.heads = heads4[i];
+        c.page_size = 32;
+        c.expect_split = 1;
+        c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        run_case(&c, cinfer_test_seed() + 303 + i);
+    }
 }
 
 /* CUDA graphs: one capture, then plans of other batch sizes and lengths (split and not)
