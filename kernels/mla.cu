@@ -17,6 +17,9 @@
  * cp.async, STAGES deep, each thread one row's page-table read and its chunks. A split work item
  * (partial >= 0) writes float32 partial states instead of out and lse.
  *
+ * With 64 rows (CINFER_TILE_Q 64, sm_90a), CINFER_OP_MLA is the warpgroup kernel of
+ * kernels/mla_sm90.cuh instead: 64 heads of a token per CTA, for H a multiple of 64.
+ *
  * CINFER_OP_MLA_MERGE: one CTA of 128 threads per (merge row, head, slice of 512 / C columns)
  * folds the row's chunks into out (and slice 0 into lse), C groups of threads taking every C-th
  * chunk (C = merge_groups, chosen by the host).
@@ -37,7 +40,9 @@
 #define D_CKV 512
 #define D_KPE 64
 
-#if defined(CINFER_OP_MLA)
+#if defined(CINFER_OP_MLA) && CINFER_TILE_Q == 64
+#include "mla_sm90.cuh"
+#elif defined(CINFER_OP_MLA)
 
 #if CINFER_HEAD_DIM_QK != D_CKV + D_KPE || CINFER_HEAD_DIM_VO != D_CKV
 #error "mla: head dims 576 (512 ckv + 64 kpe) and 512"

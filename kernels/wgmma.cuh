@@ -1,9 +1,10 @@
 /*
  * Warpgroup tensor-core fragments of the sm90 backend (sm_90a only): wgmma.mma_async m64n128k16
- * (and m64n64k16: S of 64-row K tiles, P V at D = 64) with fp16/bf16 inputs and fp32 accumulators,
- * shared-memory matrix descriptors of the 128-byte swizzled layout, bulk tensor copies (TMA) that
- * complete on an mbarrier, and the mbarrier operations the pipeline uses. PTX ISA: "Asynchronous
- * Warpgroup Level Matrix Multiply-Accumulate Instructions", "Tensor Copy Instructions", "mbarrier".
+ * (and m64n64k16: S of 64-row K tiles, P V at D = 64; m64n32k16: MLA's logits) with fp16/bf16
+ * inputs and fp32 accumulators, shared-memory matrix descriptors of the 128-byte swizzled layout,
+ * bulk tensor copies (TMA) that complete on an mbarrier, and the mbarrier operations the pipeline
+ * uses. PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions", "Tensor
+ * Copy Instructions", "mbarrier".
  *
  * Layouts (a warpgroup is 4 consecutive warps, the first at a warp index divisible by 4; w = warp
  * % 4, g = lane / 4, t = lane % 4):
@@ -131,6 +132,23 @@ __device__ __forceinline__ void cinfer_wgmma_rs_tb_n64(float *d, const unsigned 
                  ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
                  : CINFER__WGMMA_D32_OPS(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+#define CINFER__WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define CINFER__WGMMA_D16_OPS(d)                                                                   \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15])
+
+/* cinfer_wgmma_ss for B of 16 x 32 (d: 64 x 32 fp32, 16 registers per thread, d[4 j + e] as
+ * above for j = 0..3; the MLA kernel's logits of 32-position tiles). */
+__device__ __forceinline__ void cinfer_wgmma_ss_n32(float *d, unsigned long long a_desc,
+                                                    unsigned long long b_desc, int accumulate) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n32k16" CINFER__WGMMA_TYPES " " CINFER__WGMMA_D16
+                 ", %16, %17, p, 1, 1, 0, 0;\n\t}"
+                 : CINFER__WGMMA_D16_OPS(d)
+                 : "l"(a_desc), "l"(b_desc), "r"(accumulate));
 }
 
 /* Makes mbarrier initializations visible to the async proxy (TMA's completions). */

@@ -133,11 +133,11 @@ static const operation_t operations[] = {
      batch_prefill_paged},
 };
 
-/* MLA layers: the kernel depends on the query heads a CTA packs per token (min(H, 16)), the
- * dtype and the causal flag (decode rows, and prefill chunks). */
+/* MLA layers: the kernel depends on the query heads a CTA packs per token (min(H, 16); on sm_90a
+ * 64 for H a multiple of 64), the dtype and the causal flag (decode rows, and prefill chunks). */
 static const int mla_heads[] = {
     16,  /* DeepSeek-V3 / R1 at tensor parallel 8 (128 heads / 8), and every H a multiple of 16 */
-    128, /* one GPU (the same kernel as 16; kept for the reader) */
+    128, /* one GPU: the warpgroup kernel on sm_90a (H a multiple of 64), else the same as 16 */
 };
 
 /* ---- the sets ---- */
@@ -264,7 +264,7 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
                 o.q_dtype = o.kv_dtype = dl_dtype(set->dtypes[d]);
                 o.sm_scale = 1.0f; /* any valid value: not part of the kernel */
                 cinfer__spec_t attention, merge;
-                cinfer_status_t st = cinfer__batch_mla_specs(&o, causal, &attention, &merge);
+                cinfer_status_t st = cinfer__batch_mla_specs(&o, causal, arch, &attention, &merge);
                 if (st != CINFER_STATUS_SUCCESS) {
                     char why[1024];
                     cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());

@@ -583,7 +583,8 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
 
 /* Limits of the MLA kernels (kernels/mla.cu): q, the latent cache and out of one 16-bit dtype,
  * head dims 576 (512 ckv + 64 kpe) and 512, 16 rows on 4 warps over KV tiles of 16 or 32 positions
- * in 2 to 4 stages, G query heads per token a power of two up to 16 (0 = 1). */
+ * in 2 to 4 stages, G query heads per token a power of two up to 16 (0 = 1); or the warpgroup
+ * kernel (sm_90a): 64 rows (G = 64) on 8 warps over tiles of 32 in 2 or 3 stages. */
 static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *fam) {
     if (spec->head_dim_vo != 512 || (spec->op == CINFER__OP_MLA && spec->head_dim_qk != 576))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -602,14 +603,24 @@ static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
                              mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+    const int32_t g = spec->gqa_pack;
+    if (spec->tile_q == 64) {
+        /* the warpgroup kernel (kernels/mla_sm90.cuh, sm_90a): 64 heads of one token */
+        if (spec->tile_kv != 32 || spec->warps != 8 || !in_range(spec->stages, 2, 3) || g != 64)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: tile_q 64 / tile_kv %d / warps %d / stages %d / gqa_pack "
+                                 "%d, expected 32 / 8 / 2..3 / 64",
+                                 fam->name, (int)spec->tile_kv, (int)spec->warps, (int)spec->stages,
+                                 (int)g);
+        return CINFER_STATUS_SUCCESS;
+    }
     if (spec->tile_q != 16 || (spec->tile_kv != 16 && spec->tile_kv != 32) || spec->warps != 4 ||
         !in_range(spec->stages, 2, 4))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: tile_q %d / tile_kv %d / warps %d / stages %d, expected 16 / 16 "
-                             "or 32 / 4 / 2..4",
+                             "or 32 / 4 / 2..4 (or 64 / 32 / 8 / 2..3)",
                              fam->name, (int)spec->tile_q, (int)spec->tile_kv, (int)spec->warps,
                              (int)spec->stages);
-    const int32_t g = spec->gqa_pack;
     if (g < 0 || g > 16 || (g & (g - 1)) != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: gqa_pack %d, expected 0 or a power of two up to 16", fam->name,

@@ -42,21 +42,50 @@ enum {
     MLA_CHUNK_FLOOR = 128,
 };
 
-/* Dynamic shared memory of the attention kernel: the Q tile and the KV stages (rows of 576
- * elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of MLA_TILE_KV
- * floats padded by 8). */
-static size_t mla_smem(void) {
-    const size_t row = (size_t)(MLA_CKV + MLA_KPE) * 2 + 16;
-    return row * (MLA_ROWS + (size_t)MLA_STAGES * MLA_TILE_KV) +
-           (size_t)MLA_WARPS * MLA_ROWS * (MLA_TILE_KV + 8) * 4;
+/* The attention kernel an object loads: the mma.sync kernel (16 rows: G = min(H, 16) heads of
+ * 16 / G tokens), or on sm_90a for H a multiple of 64 the warpgroup kernel (kernels/mla_sm90.cuh:
+ * 64 heads of one token, so the latent cache is read once per 64 heads, not per 16). */
+typedef struct mla_shape {
+    int rows, tile_kv, warps, stages, group;
+} mla_shape_t;
+
+/* The warpgroup kernel's shape: KV tiles of 32 positions in 3 stages, 8 warps. */
+enum { MLA_WIDE_ROWS = 64, MLA_WIDE_TILE_KV = 32, MLA_WIDE_WARPS = 8, MLA_WIDE_STAGES = 3 };
+
+static bool test_no_sm90;
+
+void cinfer__mla_test_no_sm90(bool on) {
+    test_no_sm90 = on;
 }
 
-/* The query heads a CTA's rows pack per token: min(H, 16); 0 when H is neither a multiple of 16
- * nor a divisor of it. */
+/* The query heads a CTA's rows pack per token in the mma.sync kernel: min(H, 16); 0 when H is
+ * neither a multiple of 16 nor a divisor of it. */
 static int mla_group(int num_heads) {
     if (num_heads >= MLA_ROWS)
         return num_heads % MLA_ROWS == 0 ? MLA_ROWS : 0;
     return num_heads >= 1 && MLA_ROWS % num_heads == 0 ? num_heads : 0;
+}
+
+/* The shape for num_heads (checked by options_check) on a device of arch. */
+static mla_shape_t mla_shape(int num_heads, const char *arch) {
+    if (!test_no_sm90 && strcmp(arch, "sm_90a") == 0 && num_heads % MLA_WIDE_ROWS == 0)
+        return (mla_shape_t){MLA_WIDE_ROWS, MLA_WIDE_TILE_KV, MLA_WIDE_WARPS, MLA_WIDE_STAGES,
+                             MLA_WIDE_ROWS};
+    return (mla_shape_t){MLA_ROWS, MLA_TILE_KV, MLA_WARPS, MLA_STAGES, mla_group(num_heads)};
+}
+
+/* Dynamic shared memory of the attention kernel. mma.sync: the Q tile and the KV stages (rows of
+ * 576 elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of TILE_KV
+ * floats padded by 8). Warpgroup: 1 KiB of alignment, the Q tile and the stages as blocks of 64
+ * columns (128 bytes a row), and two warpgroups' partial logits (64 x TILE_KV floats each). */
+static size_t mla_smem(const mla_shape_t *sh) {
+    const size_t dims = MLA_CKV + MLA_KPE;
+    if (sh->rows == MLA_WIDE_ROWS)
+        return 1024 + dims * 2 * ((size_t)sh->rows + (size_t)sh->stages * sh->tile_kv) +
+               2 * (size_t)sh->rows * sh->tile_kv * 4;
+    const size_t row = dims * 2 + 16;
+    return row * ((size_t)sh->rows + (size_t)sh->stages * sh->tile_kv) +
+           (size_t)sh->warps * sh->rows * (sh->tile_kv + 8) * 4;
 }
 
 static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
@@ -117,22 +146,20 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
     return CINFER_STATUS_SUCCESS;
 }
 
-/* What the options and the device decide (shared by workspace_size and create). */
-/* The kernels' specs for checked options. */
-static cinfer_status_t build_specs(const cinfer_mla_options_t *o, int causal,
+/* The kernels' specs for checked options and the kernel shape. */
+static cinfer_status_t build_specs(const cinfer_mla_options_t *o, int causal, const mla_shape_t *sh,
                                    cinfer__spec_t *attention, cinfer__spec_t *merge) {
-    const int g = mla_group(o->num_heads);
     const cinfer__dtype_t dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_init(attention, CINFER__OP_MLA);
     attention->dtype_q = attention->dtype_kv = attention->dtype_o = dtype;
     attention->head_dim_qk = MLA_CKV + MLA_KPE;
     attention->head_dim_vo = MLA_CKV;
     attention->mask = causal ? CINFER__MASK_CAUSAL : CINFER__MASK_NONE;
-    attention->tile_q = MLA_ROWS;
-    attention->tile_kv = MLA_TILE_KV;
-    attention->warps = MLA_WARPS;
-    attention->stages = MLA_STAGES;
-    attention->gqa_pack = g > 1 ? g : 0;
+    attention->tile_q = sh->rows;
+    attention->tile_kv = sh->tile_kv;
+    attention->warps = sh->warps;
+    attention->stages = sh->stages;
+    attention->gqa_pack = sh->group > 1 ? sh->group : 0;
     cinfer__spec_init(merge, CINFER__OP_MLA_MERGE);
     merge->dtype_o = dtype;
     merge->head_dim_vo = MLA_CKV;
@@ -140,10 +167,11 @@ static cinfer_status_t build_specs(const cinfer_mla_options_t *o, int causal,
     return cinfer__spec_validate(merge);
 }
 
-cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causal,
+cinfer_status_t cinfer__batch_mla_specs(const cinfer_mla_options_t *o, int causal, const char *arch,
                                         cinfer__spec_t *attention, cinfer__spec_t *merge) {
     CINFER__CHECK(options_check(o, causal, 1));
-    return build_specs(o, causal, attention, merge);
+    const mla_shape_t sh = mla_shape(o->num_heads, arch);
+    return build_specs(o, causal, &sh, attention, merge);
 }
 
 typedef struct mla_setup {
@@ -151,6 +179,7 @@ typedef struct mla_setup {
     cinfer__prefill_layout_t layout;
     cinfer__dtype_t dtype;
     cinfer__kernel_t kernel, merge;
+    mla_shape_t shape;
     size_t smem;
 } mla_setup_t;
 
@@ -160,11 +189,13 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     if (!ctx)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, CINFER__NULL_CTX);
     CINFER__CHECK(options_check(o, causal, max_total_qo));
-    const int g = mla_group(o->num_heads);
+    s->shape = mla_shape(o->num_heads, ctx->arch);
+    const mla_shape_t *sh = &s->shape;
+    const int g = sh->group;
     s->dtype = cinfer__dl_dtype(o->q_dtype);
     cinfer__spec_t spec, merge;
-    CINFER__CHECK(build_specs(o, causal, &spec, &merge));
-    s->smem = mla_smem();
+    CINFER__CHECK(build_specs(o, causal, sh, &spec, &merge));
+    s->smem = mla_smem(sh);
     if (s->smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "the MLA kernel needs %zu bytes of shared memory; the device allows "
@@ -179,7 +210,7 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     int per_sm = 0;
     CINFER__CU(ctx->cu,
                cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s->kernel.function,
-                                                           MLA_WARPS * 32, s->smem),
+                                                           sh->warps * 32, s->smem),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor (MLA kernel)");
     CINFER__CHECK(cinfer__jit_kernel(ctx, &merge, &s->merge));
 
@@ -197,8 +228,8 @@ static cinfer_status_t mla_setup(cinfer_context_t *ctx, const cinfer_mla_options
     c->group = g;
     c->chunk_floor = MLA_CHUNK_FLOOR;
     c->num_tiles = 1;
-    c->tile_q[0] = MLA_ROWS / g;
-    c->tile_kv[0] = MLA_TILE_KV;
+    c->tile_q[0] = sh->rows / g;
+    c->tile_kv[0] = sh->tile_kv;
     const int64_t ctas = (int64_t)ctx->num_sms * per_sm;
     c->max_ctas[0] = ctas > INT32_MAX ? INT32_MAX : (int)ctas;
     return cinfer__prefill_batch_layout(c, &s->layout);
@@ -413,8 +444,9 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     CINFER__CHECK(cinfer__context_activate(op->ctx));
     void *params[] = {&p};
     CINFER__CU(ctx->cu,
-               cuLaunchKernel(s->kernel.function, (unsigned)blocks, 1, 1, MLA_WARPS * 32, 1, 1,
-                              (unsigned)s->smem, stream, params, NULL),
+               cuLaunchKernel(s->kernel.function, (unsigned)blocks, 1, 1,
+                              (unsigned)s->shape.warps * 32, 1, 1, (unsigned)s->smem, stream,
+                              params, NULL),
                "launching the MLA kernel");
     if (merge_blocks == 0)
         return CINFER_STATUS_SUCCESS;

@@ -2,13 +2,16 @@
  * MLA (cinfer_batch_mla_*) against the float64 CPU reference (cinfer__ref_batch_paged with one
  * KV head, D_qk = 576 and D_vo = 512: K = ckv | kpe and V = ckv of each position, q = q_nope |
  * q_pe): decode batches and prefill chunks, H = 1..128 (the kernel's rows packing 16 / H tokens
- * or 16 of H heads), fp16 / bf16, page sizes 1..64 (odd ones included), causal on and off, empty
- * requests, qo_len > kv_len, split-KV (few rows over long KV: partial states merged by the MLA
- * merge kernel), CUDA-graph capture and replay after re-planning, and argument errors.
+ * or 16 of H heads; on sm_90a for H a multiple of 64 the warpgroup kernel's 64 heads, and the
+ * mma.sync kernel there too through cinfer__mla_test_no_sm90), fp16 / bf16, page sizes 1..64 (odd
+ * ones included), causal on and off, empty requests, qo_len > kv_len, split-KV (few rows over long
+ * KV: partial states merged by the MLA merge kernel), CUDA-graph capture and replay after
+ * re-planning, and argument errors.
  *
  * Outputs are poisoned (NaN) inside canaries; q rows no request owns keep the poison in out and
  * lse; every cache slot no request owns holds NaN, so a read of a wrong page or slot shows up.
  */
+#include "cuda/context.h"
 #include "ops/mla.h"
 #include "support/gpu.h"
 
@@ -477,17 +480,19 @@ static void split_kv(void **state) {
 
 /* CUDA graphs: one capture, then plans of other batch sizes and lengths (split and not)
  * replayed through the captured launches. */
-static void cuda_graph_replays(void **state) {
-    (void)state;
+static void graph_replays(int heads, uint64_t seed) {
     const int max_batch = 8;
     const int64_t max_total = 8, rows_cap = max_total + Q_FRONT + Q_BACK, pages_cap = 400;
     static const int qo_a[] = {1, 1, 1, 1, 1, 1, 1, 1}, kv_a[] = {300, 20, 0, 900, 5, 64, 1, 700};
-    mla_case c = base_case("graph capture");
+    char name[64];
+    snprintf(name, sizeof name, "graph capture, H %d", heads);
+    mla_case c = base_case(name);
     c.batch = max_batch;
     c.qo_lens = qo_a;
     c.kv_lens = kv_a;
+    c.heads = heads;
     cinfer_test_rng rng;
-    cinfer_test_rng_init(&rng, cinfer_test_seed() + 400);
+    cinfer_test_rng_init(&rng, seed);
     mla_data x;
     make_data(&c, &rng, &x, rows_cap, pages_cap);
     alloc_device(&x);
@@ -506,7 +511,7 @@ static void cuda_graph_replays(void **state) {
     assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
     assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
     CINFER_TEST_SYNC(stream);
-    check_outputs(&c, &x, cinfer_test_seed() + 400);
+    check_outputs(&c, &x, seed);
     static const int qo_b[] = {1}, kv_b[] = {20000};
     static const int qo_c[] = {1, 1, 1}, kv_c[] = {3000, 0, 4000};
     const struct {
@@ -515,13 +520,13 @@ static void cuda_graph_replays(void **state) {
     } steps[] = {{1, qo_b, kv_b}, {3, qo_c, kv_c}, {8, qo_a, kv_a}, {0, qo_a, kv_a}};
     for (int s = 0; s < 4; s++) {
         char desc[64];
-        snprintf(desc, sizeof desc, "graph replay %d (batch %d)", s, steps[s].batch);
+        snprintf(desc, sizeof desc, "graph replay %d (batch %d, H %d)", s, steps[s].batch, heads);
         mla_case r = c;
         r.desc = desc;
         r.batch = steps[s].batch;
         r.qo_lens = steps[s].qo;
         r.kv_lens = steps[s].kv;
-        cinfer_test_rng_init(&rng, cinfer_test_seed() + 410 + (uint64_t)s);
+        cinfer_test_rng_init(&rng, seed + 10 + (uint64_t)s);
         mla_data y;
         make_data(&r, &rng, &y, rows_cap, pages_cap);
         y.d_qn = x.d_qn, y.d_qp = x.d_qp, y.d_ckv = x.d_ckv, y.d_kpe = x.d_kpe;
@@ -531,13 +536,68 @@ static void cuda_graph_replays(void **state) {
             cinfer_batch_mla_plan(op, y.qo_indptr, y.kv_indptr, y.last, r.batch, stream));
         assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
         CINFER_TEST_SYNC(stream);
-        check_outputs(&r, &y, cinfer_test_seed() + 410 + (uint64_t)s);
+        check_outputs(&r, &y, seed + 10 + (uint64_t)s);
         free_host(&y);
     }
     cu->cuGraphExecDestroy(exec);
     cu->cuGraphDestroy(graph);
     cinfer_batch_mla_destroy(op);
     free_data(&x);
+}
+
+/* CUDA graphs at H 16 (mma.sync kernel) and H 64 (the warpgroup kernel on sm_90a). */
+static void cuda_graph_replays(void **state) {
+    (void)state;
+    graph_replays(16, cinfer_test_seed() + 400);
+    graph_replays(64, cinfer_test_seed() + 420);
+}
+
+/* H a multiple of 64: on sm_90a the warpgroup kernel (64 heads of a token per CTA), checked to be
+ * the one loaded, then the same cases on the mma.sync kernel (16 heads per CTA), which other
+ * devices run. Decode rows, prefill chunks causal and not, a split row. */
+static void wide_heads(void **state) {
+    (void)state;
+    static const int qo_p[] = {7, 1, 12}, kv_p[] = {300, 64, 11};
+    static const int qo_s[] = {1, 2}, kv_s[] = {9000, 4000};
+    for (int narrow = 0; narrow < 2; narrow++) {
+        cinfer__mla_test_no_sm90(narrow);
+        for (int i = 0; i < 5; i++) {
+            char desc[128];
+            mla_case c = base_case("");
+            c.heads = i % 2 ? 64 : 128;
+            c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
+            if (i < 2) { /* decode rows */
+                c.batch = 6;
+                c.max_kv = 900;
+                c.page_size = i ? 1 : 64;
+            } else if (i < 4) { /* prefill chunks; one token with qo_len > kv_len */
+                c.batch = 3;
+                c.qo_lens = qo_p;
+                c.kv_lens = kv_p;
+                c.causal = i == 2;
+                c.page_size = 13;
+            } else { /* split rows */
+                c.batch = 2;
+                c.qo_lens = qo_s;
+                c.kv_lens = kv_s;
+                c.causal = 1;
+                c.expect_split = 1;
+            }
+            snprintf(desc, sizeof desc, "H %d, case %d, %s kernel", c.heads, i,
+                     narrow ? "mma.sync" : "default");
+            c.desc = desc;
+            run_case(&c, cinfer_test_seed() + 500 + (uint64_t)(10 * narrow + i));
+        }
+        cinfer_mla_options_t o = CINFER_MLA_OPTIONS_INIT;
+        o.num_heads = 128;
+        o.sm_scale = 0.1f;
+        o.q_dtype = o.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+        cinfer__spec_t attention, merge;
+        CINFER_TEST_OK(cinfer__batch_mla_specs(&o, 1, ctx->arch, &attention, &merge));
+        const int want = !narrow && strcmp(ctx->arch, "sm_90a") == 0 ? 64 : 16;
+        assert_int_equal(attention.tile_q, want);
+    }
+    cinfer__mla_test_no_sm90(false);
 }
 
 static void bad_arguments_are_errors(void **state) {
@@ -636,6 +696,7 @@ int main(void) {
         cmocka_unit_test_teardown(prefill_chunks, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(split_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(cuda_graph_replays, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(wide_heads, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
     };
     rc = cinfer_test_run_suite("gpu_test_mla", tests, sizeof tests / sizeof tests[0]);

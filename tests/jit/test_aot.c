@@ -383,17 +383,21 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
         const uint32_t all = 1u << 0 | 1u << CINFER__FLAG_SOFT_CAP | 1u << CINFER__FLAG_WINDOW |
                              1u << (CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW);
         assert_int_equal(prefill_flags & all, all);
-        /* MLA: the attention kernel of 16 heads per token, causal and not, and the merge. */
-        int mla = 0, mla_merge = 0;
+        /* MLA: the attention kernels of 16 heads per token (mma.sync) and of 64 (the warpgroup
+         * kernel, sm_90a), causal and not, and the merge. */
+        int mla = 0, mla_wide = 0, mla_merge = 0;
         for (size_t i = 0; i < num_def; i++) {
             const cinfer__spec_t *s = &def[i];
             if (s->dtype_o != dtypes[d])
                 continue;
-            if (s->op == CINFER__OP_MLA && s->gqa_pack == 16)
+            if (s->op == CINFER__OP_MLA && s->gqa_pack == 16 && s->tile_q == 16)
                 mla += s->mask == CINFER__MASK_CAUSAL ? 2 : 1;
+            if (s->op == CINFER__OP_MLA && s->gqa_pack == 64 && s->tile_q == 64)
+                mla_wide += s->mask == CINFER__MASK_CAUSAL ? 2 : 1;
             mla_merge += s->op == CINFER__OP_MLA_MERGE;
         }
         assert_int_equal(mla, 3);
+        assert_int_equal(mla_wide, 3);
         assert_int_equal(mla_merge, 1);
     }
     for (size_t i = 0; i < num_ci; i++)

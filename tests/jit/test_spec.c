@@ -432,7 +432,7 @@ static void sm90_prefill_specs(void **state) {
  */
 /* The MLA family (kernels/mla.cu): its limits, and its kernels (attention for packed heads 16 and
  * none, both tile shapes, and the merge) compiling without a note from NVRTC for sm_80 and
- * sm_90a. */
+ * sm_90a; the warpgroup kernel (64 heads) for sm_90a. */
 static void mla_specs(void **state) {
     (void)state;
     static const struct {
@@ -449,6 +449,12 @@ static void mla_specs(void **state) {
          "tile_kv=16,warps=4,stages=4",
          "dtype_kv e4m3"},
         {"mla_merge:dtype_o=f16,head_dim_vo=256", "head dims"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=4,stages=3,"
+         "gqa_pack=64",
+         "warps 4"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=8,stages=3,"
+         "gqa_pack=16",
+         "gqa_pack 16"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cinfer__spec_t s = parse(bad[i].text);
@@ -476,6 +482,13 @@ static void mla_specs(void **state) {
             compile_quietly(&r, what);
             cinfer__rendered_free(&r);
         }
+    /* The warpgroup kernel (64 heads of a token per CTA): sm_90a only. */
+    cinfer__spec_t s = parse("mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,mask=causal,"
+                             "tile_q=64,tile_kv=32,warps=8,stages=3,gqa_pack=64");
+    cinfer__rendered_t r;
+    render(&s, "sm_90a", &r);
+    compile_quietly(&r, "the MLA warpgroup kernel (sm_90a)");
+    cinfer__rendered_free(&r);
 }
 
 static void library_kernels_compile_quietly(void **state) {
