@@ -857,7 +857,9 @@ CINFER_API void cinfer_batch_prefill_destroy(cinfer_batch_prefill_t *op);
  * and lse -inf. The same create / plan / run cycle as batch prefill, with its split-KV (few rows
  * over long KV: float32 partial states of 512 per (row, head), merged by a second kernel) and its
  * CUDA-graph mode. The kernel (tensor cores, sm_80 and later) computes 16 rows per CTA: G =
- * min(H, 16) heads of 16 / G tokens.
+ * min(H, 16) heads of 16 / G tokens; on sm_90a (Hopper) for H a multiple of 64 a warpgroup
+ * (wgmma) kernel computes 64 heads of one token per CTA instead, reading the latent cache once
+ * per 64 heads. A split row's merge spreads its columns over up to 16 CTAs per (row, head).
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct cinfer_mla_options {
