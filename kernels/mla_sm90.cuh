@@ -43,11 +43,11 @@
 #define KV_BLOCK_BYTES (TILE_KV * 128)
 #define Q_BYTES        (BLOCKS * Q_BLOCK_BYTES)
 #define KV_BYTES       (BLOCKS * KV_BLOCK_BYTES)
-#define S_REGS         (TILE_KV / 2)            /* m64nTILE_KV fp32 accumulators per thread */
-#define HALF_STEPS     ((D_CKV + D_KPE) / 32)   /* k16 steps of Q K^T per warpgroup */
-#define O_REGS         128                      /* 256 columns of 64 rows per warpgroup */
-#define Q_THREADS      (THREADS / ROWS)         /* threads per Q row in the copies */
-#define KV_THREADS     (THREADS / TILE_KV)      /* threads per K/V row: one chunk of each block */
+#define S_REGS         (TILE_KV / 2)          /* m64nTILE_KV fp32 accumulators per thread */
+#define HALF_STEPS     ((D_CKV + D_KPE) / 32) /* k16 steps of Q K^T per warpgroup */
+#define O_REGS         128                    /* 256 columns of 64 rows per warpgroup */
+#define Q_THREADS      (THREADS / ROWS)       /* threads per Q row in the copies */
+#define KV_THREADS     (THREADS / TILE_KV)    /* threads per K/V row: one chunk of each block */
 #if ROWS != 64 || TILE_KV != 32 || THREADS != 256 || G != 64 || KV_THREADS != 8 ||                 \
     (BLOCKS * 8) % Q_THREADS != 0 || STAGES < 2
 #error "mla (64 rows): 64 heads of one token, 8 warps, KV tiles of 32 positions"
@@ -76,8 +76,9 @@ __device__ __forceinline__ void load_kv(unsigned dst, const cinfer_mla_params &p
     const unsigned to = dst + SWZ(j, cb);
 #pragma unroll
     for (int b = 0; b < BLOCKS; b++) {
-        const cinfer_half_bits *src =
-            !valid ? ckv : b < CKV_BLOCKS ? ckv + (b * 8 + cb) * 8 : kpe + cb * 8;
+        const cinfer_half_bits *src = !valid           ? ckv
+                                      : b < CKV_BLOCKS ? ckv + (b * 8 + cb) * 8
+                                                       : kpe + cb * 8;
         cinfer_cp_async_16(to + b * KV_BLOCK_BYTES, src, valid);
     }
 }
@@ -88,8 +89,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned s_q = (cinfer_smem_addr(smem) + 1023u) & ~1023u;
     const unsigned s_kv = s_q + Q_BYTES;
     /* [2][S_REGS][128] floats: each warpgroup's partial logits, by register and thread */
-    float *s_part = (float *)((char *)smem + (s_q - cinfer_smem_addr(smem)) + Q_BYTES +
-                              STAGES * KV_BYTES);
+    float *s_part =
+        (float *)((char *)smem + (s_q - cinfer_smem_addr(smem)) + Q_BYTES + STAGES * KV_BYTES);
 
     const int cta_heads = p.num_heads / G;
     const unsigned item = blockIdx.x / (unsigned)cta_heads;
@@ -108,8 +109,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int pos = q0 + delta;
     const int *table = p.kv_indices + w.kv_begin;
     int tile_begin;
-    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, 1, delta, w.kv_len, 0,
-                                                  w.chunk_begin, w.chunk_end, &tile_begin);
+    const int num_tiles = cinfer_prefill_kv_tiles(TILE_KV, q0, 1, delta, w.kv_len, 0, w.chunk_begin,
+                                                  w.chunk_end, &tile_begin);
 
     /* The Q tile: row r = threadIdx.x / Q_THREADS is q_nope then q_pe of head head0 + r; rows
      * past the tile (none while H is a multiple of 64 and the token exists) are zero-filled. */
@@ -126,8 +127,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int i = 0; i < BLOCKS * 8 / Q_THREADS; i++) {
             const int ch = c0 + i * Q_THREADS; /* chunk of the 72 in the row */
-            const cinfer_half_bits *src =
-                !valid ? qn : ch < CKV_BLOCKS * 8 ? qn + ch * 8 : qp + (ch - CKV_BLOCKS * 8) * 8;
+            const cinfer_half_bits *src = !valid                ? qn
+                                          : ch < CKV_BLOCKS * 8 ? qn + ch * 8
+                                                                : qp + (ch - CKV_BLOCKS * 8) * 8;
             cinfer_cp_async_16(s_q + (unsigned)((ch / 8) * Q_BLOCK_BYTES) + SWZ(r, ch % 8), src,
                                valid);
         }
