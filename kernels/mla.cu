@@ -40,6 +40,36 @@
 #define D_CKV 512
 #define D_KPE 64
 
+#if defined(CINFER_OP_MLA)
+/* The ckv and kpe rows of position t through the page table when valid (t < kv_len); the caches'
+ * starts otherwise (a zero-filling copy reads nothing from them). */
+__device__ __forceinline__ void mla_kv_row(const cinfer_mla_params &p, const int *table, int t,
+                                           bool valid, const cinfer_half_bits **ckv,
+                                           const cinfer_half_bits **kpe) {
+    *ckv = (const cinfer_half_bits *)p.ckv;
+    *kpe = (const cinfer_half_bits *)p.kpe;
+    if (valid) {
+        const int slot = p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
+        const int in_page = t - slot * p.page_size;
+        const long long page = (long long)(unsigned)__ldg(table + slot);
+        *ckv += page * p.ckv_stride_page + (long long)in_page * p.ckv_stride_n;
+        *kpe += page * p.kpe_stride_page + (long long)in_page * p.kpe_stride_n;
+    }
+}
+
+/* The q_nope and q_pe rows of (token, head) when valid; the tensors' starts otherwise. */
+__device__ __forceinline__ void mla_q_row(const cinfer_mla_params &p, long long token, int head,
+                                          bool valid, const cinfer_half_bits **qn,
+                                          const cinfer_half_bits **qp) {
+    *qn = (const cinfer_half_bits *)p.q_nope;
+    *qp = (const cinfer_half_bits *)p.q_pe;
+    if (valid) {
+        *qn += token * p.q_nope_stride_n + (long long)head * p.q_nope_stride_h;
+        *qp += token * p.q_pe_stride_n + (long long)head * p.q_pe_stride_h;
+    }
+}
+#endif
+
 #if defined(CINFER_OP_MLA) && CINFER_TILE_Q == 64
 #include "mla_sm90.cuh"
 #elif defined(CINFER_OP_MLA)
@@ -80,15 +110,8 @@ __device__ __forceinline__ void load_kv(unsigned dst, const cinfer_mla_params &p
     const int j = (int)threadIdx.x / KV_THREADS, c0 = (int)threadIdx.x % KV_THREADS;
     const int t = tile * TILE_KV + j;
     const bool valid = t < kv_len;
-    const cinfer_half_bits *ckv = (const cinfer_half_bits *)p.ckv;
-    const cinfer_half_bits *kpe = (const cinfer_half_bits *)p.kpe;
-    if (valid) {
-        const int slot = p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
-        const int in_page = t - slot * p.page_size;
-        const long long page = (long long)(unsigned)__ldg(table + slot);
-        ckv += page * p.ckv_stride_page + (long long)in_page * p.ckv_stride_n;
-        kpe += page * p.kpe_stride_page + (long long)in_page * p.kpe_stride_n;
-    }
+    const cinfer_half_bits *ckv, *kpe;
+    mla_kv_row(p, table, t, valid, &ckv, &kpe);
     const unsigned to = dst + (unsigned)(j * ROW_BYTES + c0 * 16);
 #pragma unroll
     for (int i = 0; i < CHUNKS / KV_THREADS; i++) {
@@ -133,13 +156,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const int r = (int)threadIdx.x / Q_THREADS, c0 = (int)threadIdx.x % Q_THREADS;
         const bool valid = r < q_rows;
         const long long token = (long long)w.qo_begin + q0 + r / G;
-        const int head = head0 + r % G;
-        const cinfer_half_bits *qn = (const cinfer_half_bits *)p.q_nope;
-        const cinfer_half_bits *qp = (const cinfer_half_bits *)p.q_pe;
-        if (valid) {
-            qn += token * p.q_nope_stride_n + (long long)head * p.q_nope_stride_h;
-            qp += token * p.q_pe_stride_n + (long long)head * p.q_pe_stride_h;
-        }
+        const cinfer_half_bits *qn, *qp;
+        mla_q_row(p, token, head0 + r % G, valid, &qn, &qp);
 #pragma unroll
         for (int i = 0; i < CHUNKS / Q_THREADS; i++) {
             const int ch = c0 + i * Q_THREADS;

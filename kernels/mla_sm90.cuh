@@ -64,15 +64,8 @@ __device__ __forceinline__ void load_kv(unsigned dst, const cinfer_mla_params &p
     const int j = (int)threadIdx.x / KV_THREADS, cb = (int)threadIdx.x % KV_THREADS;
     const int t = tile * TILE_KV + j;
     const bool valid = t < kv_len;
-    const cinfer_half_bits *ckv = (const cinfer_half_bits *)p.ckv;
-    const cinfer_half_bits *kpe = (const cinfer_half_bits *)p.kpe;
-    if (valid) {
-        const int slot = p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
-        const int in_page = t - slot * p.page_size;
-        const long long page = (long long)(unsigned)__ldg(table + slot);
-        ckv += page * p.ckv_stride_page + (long long)in_page * p.ckv_stride_n;
-        kpe += page * p.kpe_stride_page + (long long)in_page * p.kpe_stride_n;
-    }
+    const cinfer_half_bits *ckv, *kpe;
+    mla_kv_row(p, table, t, valid, &ckv, &kpe);
     const unsigned to = dst + SWZ(j, cb);
 #pragma unroll
     for (int b = 0; b < BLOCKS; b++) {
@@ -118,12 +111,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int r = (int)threadIdx.x / Q_THREADS, c0 = (int)threadIdx.x % Q_THREADS;
         const bool valid = r < q_rows;
         const long long token = (long long)w.qo_begin + q0;
-        const cinfer_half_bits *qn = (const cinfer_half_bits *)p.q_nope;
-        const cinfer_half_bits *qp = (const cinfer_half_bits *)p.q_pe;
-        if (valid) {
-            qn += token * p.q_nope_stride_n + (long long)(head0 + r) * p.q_nope_stride_h;
-            qp += token * p.q_pe_stride_n + (long long)(head0 + r) * p.q_pe_stride_h;
-        }
+        const cinfer_half_bits *qn, *qp;
+        mla_q_row(p, token, head0 + r, valid, &qn, &qp);
 #pragma unroll
         for (int i = 0; i < BLOCKS * 8 / Q_THREADS; i++) {
             const int ch = c0 + i * Q_THREADS; /* chunk of the 72 in the row */
