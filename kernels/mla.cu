@@ -57,6 +57,34 @@ __device__ __forceinline__ void mla_kv_row(const cinfer_mla_params &p, const int
     }
 }
 
+/* The CTA's work item and first query head (H / g CTAs per item, g heads each); false for a
+ * spare CTA of a CUDA-graph grid. Then lets the split-KV merge (a programmatic dependent launch)
+ * start its blocks: they wait for this grid to finish before they read a partial state. */
+__device__ __forceinline__ bool mla_cta_work(const cinfer_mla_params &p, int g,
+                                             cinfer_prefill_work *w, int *head0) {
+    const int cta_heads = p.num_heads / g;
+    const unsigned item = blockIdx.x / (unsigned)cta_heads;
+    if (item >= (unsigned)p.header->num_work)
+        return false;
+    *w = p.work[item];
+    *head0 = (int)(blockIdx.x % (unsigned)cta_heads) * g;
+    cinfer_pdl_launch_dependents();
+    return true;
+}
+
+/* A lane's two rows (h = 0, 1) at the end: their denominators d (a quarter of each per lane of
+ * the quad) summed over the quad, then 1 / d (0 for a row that kept nothing) and the base-2 LSE
+ * m + log2(d) (-inf then). */
+__device__ __forceinline__ void mla_row_ends(float *d, const float *m, float *inv, float *lse) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 1);
+        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 2);
+        inv[h] = d[h] > 0.0f ? 1.0f / d[h] : 0.0f;
+        lse[h] = d[h] > 0.0f ? m[h] + log2f(d[h]) : -CINFER_INF;
+    }
+}
+
 /* The q_nope and q_pe rows of (token, head) when valid; the tensors' starts otherwise. */
 __device__ __forceinline__ void mla_q_row(const cinfer_mla_params &p, long long token, int head,
                                           bool valid, const cinfer_half_bits **qn,
@@ -131,15 +159,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     /* [WARPS][ROWS][S_STRIDE] floats: each warp's partial logits of a tile (its dims) */
     float *s_part = (float *)((char *)smem + ROWS * ROW_BYTES + STAGES * KV_BYTES);
 
-    const int cta_heads = p.num_heads / G;
-    const unsigned item = blockIdx.x / (unsigned)cta_heads;
-    if (item >= (unsigned)p.header->num_work)
+    cinfer_prefill_work w;
+    int head0;
+    if (!mla_cta_work(p, G, &w, &head0))
         return; /* a spare CTA of a CUDA-graph grid */
-    const cinfer_prefill_work w = p.work[item];
-    /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
-     * for this grid to finish before they read a partial state. */
-    cinfer_pdl_launch_dependents();
-    const int head0 = (int)(blockIdx.x % (unsigned)cta_heads) * G;
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int q0 = w.q_begin; /* the tile's first token within the request */
     const int q_span = CINFER_MIN(TOKENS, w.qo_len - q0);
@@ -319,20 +342,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     }
     CINFER_CP_ASYNC_WAIT(0);
 
-    /* Each lane holds a quarter of its rows' denominators. */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 1);
-        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 2);
-    }
+    float inv2[2], lse2[2];
+    mla_row_ends(d, m, inv2, lse2);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = h ? row_b : row_a;
         if (row >= q_rows)
             continue;
-        const float sum = d[h];
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+        const float inv = inv2[h], lse = lse2[h];
         const int token = q0 + row / G, head = head0 + row % G;
         const int col = warp * WARP_COLS + 2 * (lane % 4);
         if (w.partial >= 0) {

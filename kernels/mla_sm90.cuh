@@ -85,15 +85,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     float *s_part =
         (float *)((char *)smem + (s_q - cinfer_smem_addr(smem)) + Q_BYTES + STAGES * KV_BYTES);
 
-    const int cta_heads = p.num_heads / G;
-    const unsigned item = blockIdx.x / (unsigned)cta_heads;
-    if (item >= (unsigned)p.header->num_work)
+    cinfer_prefill_work w;
+    int head0;
+    if (!mla_cta_work(p, G, &w, &head0))
         return; /* a spare CTA of a CUDA-graph grid */
-    const cinfer_prefill_work w = p.work[item];
-    /* The split-KV merge (a programmatic dependent launch) may start its blocks now: they wait
-     * for this grid to finish before they read a partial state. */
-    cinfer_pdl_launch_dependents();
-    const int head0 = (int)(blockIdx.x % (unsigned)cta_heads) * G;
     const int wg = (int)threadIdx.x / 128, tid = (int)threadIdx.x % 128;
     const int wq = tid / 32, lane = tid % 32;
     const int q0 = w.q_begin; /* the tile's token within the request */
@@ -229,20 +224,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
     CINFER_CP_ASYNC_WAIT(0);
 
-    /* Each lane holds a quarter of its rows' denominators. */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 1);
-        d[h] += __shfl_xor_sync(0xffffffffu, d[h], 2);
-    }
+    float inv2[2], lse2[2];
+    mla_row_ends(d, m, inv2, lse2);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = 16 * wq + lane / 4 + 8 * h;
         if (row >= q_rows)
             continue;
-        const float sum = d[h];
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const float lse = sum > 0.0f ? m[h] + log2f(sum) : -CINFER_INF;
+        const float inv = inv2[h], lse = lse2[h];
         const int head = head0 + row;
         const int col = 256 * wg + 2 * (lane % 4);
         if (w.partial >= 0) {
