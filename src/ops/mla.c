@@ -421,7 +421,8 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     }
     const int64_t blocks = cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[0], op->num_work);
     if (blocks > INT32_MAX)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "MLA: a grid of %lld CTAs",
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "MLA: a grid of %lld CTAs, more than one launch allows (2^31 - 1)",
                              (long long)blocks);
     if (blocks == 0)
         return CINFER_STATUS_SUCCESS;
@@ -439,8 +440,10 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     p.merge_groups = groups;
     const int64_t merge_blocks = merge ? rows * H * groups : 0;
     if (merge_blocks > INT32_MAX)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED, "MLA: a merge grid of %lld CTAs",
-                             (long long)merge_blocks);
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "MLA: a merge grid of %lld CTAs (rows x heads x %d column slices), "
+                             "more than one launch allows (2^31 - 1)",
+                             (long long)merge_blocks, groups);
     CINFER__CHECK(cinfer__context_activate(op->ctx));
     void *params[] = {&p};
     CINFER__CU(ctx->cu,
