@@ -243,8 +243,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const unsigned stage = s_kv + (it % STAGES) * KV_BYTES;
         const int kv0 = (tile_begin + it) * TILE_KV;
 
-        /* Partial logits over this warp's dims: 16 rows x 32 positions, 4 independent
-         * accumulators. */
+        /* Partial logits over this warp's dims: 16 rows x TILE_KV positions, S_TILES
+         * independent accumulators. */
         float acc[S_TILES][4];
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)

@@ -175,7 +175,8 @@ static int list_ops(void) {
         "  rope, alibi (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
         "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers; gqa_pack 0 or the\n"
-        "  query heads per KV head a batch prefill CTA packs into its rows. A field left out is\n"
+        "  query heads per KV head a batch prefill CTA packs into its rows (mla: query heads per\n"
+        "  token, a power of two up to 16, or 64 with tile_q 64). A field left out is\n"
         "  0, or the first name of its list (none, simt): give every field the family's limits\n"
         "  need (an error names the one that is missing or out of range).\n");
     return CLI_EXIT_OK;

@@ -39,7 +39,9 @@ class BatchMLAPagedAttentionWrapper:
         capacity. cinfer keeps the page indices in a buffer of its own (``kv_indices``, when
         given, is filled too).
     backend : str
-        Accepted and ignored (``"auto"``, ``"fa2"``, ``"fa3"``): cinfer has one MLA kernel.
+        Accepted and ignored (``"auto"``, ``"fa2"``, ``"fa3"``): the library picks the kernel
+        (on Hopper, sm_90a, a warpgroup kernel for ``num_heads`` a multiple of 64; a 16-row
+        tensor-core kernel otherwise).
 
     Differences from FlashInfer: ``num_heads`` must be a multiple of 16 or 1, 2, 4 or 8;
     ``head_dim_ckv`` 512 and ``head_dim_kpe`` 64 (other values: :class:`cinfer.UnsupportedError`);

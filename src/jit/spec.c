@@ -586,12 +586,17 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
  * in 2 to 4 stages, G query heads per token a power of two up to 16 (0 = 1); or the warpgroup
  * kernel (sm_90a): 64 rows (G = 64) on 8 warps over tiles of 32 in 2 or 3 stages. */
 static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *fam) {
-    if (spec->head_dim_vo != 512 || (spec->op == CINFER__OP_MLA && spec->head_dim_qk != 576))
+    if (spec->op == CINFER__OP_MLA_MERGE) {
+        if (spec->head_dim_vo != 512)
+            return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                                 "%s: head_dim_vo %d, expected 512 (the ckv part)", fam->name,
+                                 (int)spec->head_dim_vo);
+        return CINFER_STATUS_SUCCESS;
+    }
+    if (spec->head_dim_vo != 512 || spec->head_dim_qk != 576)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: head dims %d / %d, expected 576 (512 ckv + 64 kpe) / 512",
                              fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
-    if (spec->op == CINFER__OP_MLA_MERGE)
-        return CINFER_STATUS_SUCCESS;
     if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
         spec->dtype_o != spec->dtype_q)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -850,6 +855,14 @@ cinfer_status_t cinfer__spec_render(const cinfer__spec_t *in, const char *arch, 
                              "arch \"%s\" is not of the form sm_XY (e.g. sm_80, sm_90a)",
                              arch ? arch : "(null)");
     const family_t *fam = &families[spec.op];
+    /* Kernels of warpgroup instructions (wgmma) exist in the sm_90a target alone. */
+    const bool wgmma = (spec.op == CINFER__OP_PREFILL && spec.backend == CINFER__BACKEND_SM90) ||
+                       (spec.op == CINFER__OP_MLA && spec.tile_q == 64);
+    if (wgmma && strcmp(arch, "sm_90a") != 0)
+        return cinfer__error(
+            CINFER_STATUS_UNSUPPORTED, "%s: %s uses wgmma, which needs arch sm_90a, not %s",
+            fam->name,
+            spec.op == CINFER__OP_MLA ? "tile_q 64 (the warpgroup kernel)" : "backend sm90", arch);
 
     /* The name: op, then one token per used field, then the arch-independent backend. */
     size_t n = 0;

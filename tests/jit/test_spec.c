@@ -448,7 +448,7 @@ static void mla_specs(void **state) {
         {"mla:dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=16,"
          "tile_kv=16,warps=4,stages=4",
          "dtype_kv e4m3"},
-        {"mla_merge:dtype_o=f16,head_dim_vo=256", "head dims"},
+        {"mla_merge:dtype_o=f16,head_dim_vo=256", "head_dim_vo 256"},
         {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=4,stages=3,"
          "gqa_pack=64",
          "warps 4"},
@@ -482,12 +482,22 @@ static void mla_specs(void **state) {
             compile_quietly(&r, what);
             cinfer__rendered_free(&r);
         }
-    /* The warpgroup kernel (64 heads of a token per CTA): sm_90a only. */
+    /* The warpgroup kernel (64 heads of a token per CTA): sm_90a only; another arch is refused
+     * before NVRTC runs. */
     cinfer__spec_t s = parse("mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,mask=causal,"
                              "tile_q=64,tile_kv=32,warps=8,stages=3,gqa_pack=64");
     cinfer__rendered_t r;
     render(&s, "sm_90a", &r);
     compile_quietly(&r, "the MLA warpgroup kernel (sm_90a)");
+    cinfer__rendered_free(&r);
+    assert_int_equal(cinfer__spec_render(&s, "sm_80", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "needs arch sm_90a, not sm_80"));
+    cinfer__rendered_free(&r);
+    /* The same for the sm90 prefill kernel. */
+    s = parse("prefill:dtype=bf16,head_dim=128,backend=sm90,tile_q=128,tile_kv=128,warps=8,"
+              "stages=3");
+    assert_int_equal(cinfer__spec_render(&s, "sm_86", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "backend sm90 uses wgmma"));
     cinfer__rendered_free(&r);
 }
 
