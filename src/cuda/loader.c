@@ -65,13 +65,28 @@ static void load_cuda(void) {
     if (res == CUDA_SUCCESS)
         res = t.cuDeviceGetCount(&t.device_count);
     if (res != CUDA_SUCCESS || t.device_count == 0) {
-        const char *name = "";
-        if (res != CUDA_SUCCESS)
-            t.cuGetErrorName(res, &name);
         cuda_status = CINFER_STATUS_NO_DEVICE;
+        if (res == CUDA_SUCCESS) {
+            cinfer__fmt(cuda_message, sizeof cuda_message,
+                        "no CUDA device: the driver at \"%s\" (version %d) loaded but reports 0 "
+                        "devices",
+                        path, version);
+            return;
+        }
+        /* The toolkit's stub libcuda (lib64/stubs, for linking only) fails every call, naming
+         * its errors included: the code and a hint then say what was loaded. */
+        const char *name = NULL;
+        if (t.cuGetErrorName(res, &name) != CUDA_SUCCESS || !name || !name[0])
+            name = "an unnamed error";
         cinfer__fmt(cuda_message, sizeof cuda_message,
-                    "no CUDA device: the driver (version %d) loaded but %s", version,
-                    res != CUDA_SUCCESS ? name : "reports 0 devices");
+                    "no CUDA device: the driver at \"%s\" (version %d) loaded but failed with %s "
+                    "(CUresult %d)%s",
+                    path, version, name, (int)res,
+                    res == CUDA_ERROR_STUB_LIBRARY
+                        ? ": it is the CUDA toolkit's stub library (lib64/stubs, for linking "
+                          "only); install the NVIDIA driver, or point CINFER_CUDA_PATH at the "
+                          "driver's libcuda.so.1"
+                        : "");
         return;
     }
     cuda_table = t;

@@ -334,6 +334,27 @@ static void info_without_driver_still_succeeds(void **state) {
     result_free(&r);
 }
 
+/* The toolkit's stub libcuda loads but fails every call, cuGetErrorName included: the message
+ * still says what failed (the CUresult) and what was loaded. */
+static void info_with_the_stub_driver_names_it(void **state) {
+    fixture_t *f = *state;
+    struct stat st;
+    if (stat(CINFER_TEST_CUDA_STUB, &st) != 0) {
+        printf("no stub libcuda at %s: nothing to check\n", CINFER_TEST_CUDA_STUB);
+        return;
+    }
+    result_t r =
+        RUN_ENV(f, ENV("CINFER_CUDA_PATH=" CINFER_TEST_CUDA_STUB, "CINFER_JIT=off"), "info");
+    assert_int_equal(r.status, 0);
+    char *driver = line_starting(r.out, "CUDA driver:");
+    assert_non_null(driver);
+    assert_non_null(strstr(driver, "loaded but failed with"));
+    assert_non_null(strstr(driver, "(CUresult 34): it is the CUDA toolkit's stub library"));
+    assert_non_null(strstr(driver, "CINFER_CUDA_PATH"));
+    free(driver);
+    result_free(&r);
+}
+
 /* ---- cache ---- */
 
 static void cache_ls_on_empty_and_missing_folders(void **state) {
@@ -795,6 +816,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(usage_errors_exit_2, setup, teardown),
         cmocka_unit_test_setup_teardown(info_reports_library_driver_nvrtc_devices_and_cache, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(info_with_the_stub_driver_names_it, setup, teardown),
         cmocka_unit_test_setup_teardown(info_without_driver_still_succeeds, setup, teardown),
         cmocka_unit_test_setup_teardown(cache_ls_on_empty_and_missing_folders, setup, teardown),
         cmocka_unit_test_setup_teardown(cache_ls_flags_a_corrupt_entry, setup, teardown),
