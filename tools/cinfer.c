@@ -88,7 +88,11 @@ static void print_usage(FILE *out) {
 
 int cli_fail(void) {
     const char *message = cinfer_last_error();
-    fprintf(stderr, "cinfer: error: %s\n", message[0] ? message : "unknown failure");
+    if (message[0])
+        fprintf(stderr, "cinfer: error: %s [%s]\n", message,
+                cinfer_status_name(cinfer__last_status()));
+    else
+        fprintf(stderr, "cinfer: error: unknown failure\n");
     return CLI_EXIT_FAILED;
 }
 

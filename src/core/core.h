@@ -22,6 +22,8 @@
  * `return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "q: ...")`. */
 cinfer_status_t cinfer__error(cinfer_status_t status, const char *fmt, ...) CINFER__PRINTF(2, 3);
 cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list ap);
+/* The status that goes with cinfer_last_error()'s message (SUCCESS before any error). */
+cinfer_status_t cinfer__last_status(void);
 
 /* The message of a NULL context argument: where a context comes from, and why there may be none. */
 #define CINFER__NULL_CTX                                                                           \

@@ -7,6 +7,7 @@
 #define CINFER__ERROR_CAP 16384
 
 static _Thread_local char last_error[CINFER__ERROR_CAP];
+static _Thread_local cinfer_status_t last_status;
 static _Thread_local int muted; /* cinfer__error_mute depth */
 
 const char *cinfer_status_string(cinfer_status_t status) {
@@ -35,6 +36,10 @@ const char *cinfer_last_error(void) {
     return last_error;
 }
 
+cinfer_status_t cinfer__last_status(void) {
+    return last_status;
+}
+
 cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list ap) {
     if (muted > 0) {
         char message[512];
@@ -44,6 +49,7 @@ cinfer_status_t cinfer__verror(cinfer_status_t status, const char *fmt, va_list 
         return status;
     }
     vsnprintf(last_error, sizeof last_error, fmt, ap);
+    last_status = status;
     cinfer__log(CINFER__LOG_DEBUG, "error %s: %s", cinfer_status_name(status), last_error);
     return status;
 }

@@ -204,6 +204,9 @@ static void assert_failed_with(const result_t *r, int status, const char *messag
     assert_int_equal(r->status, status);
     assert_memory_equal(r->err, "cinfer: error: ", 15);
     assert_non_null(strstr(r->err, message));
+    /* A failed command (not a usage error) names the library's status after its message. */
+    if (status == 1)
+        assert_non_null(strstr(r->err, " [CINFER_STATUS_"));
 }
 
 /* ---- help and usage ---- */
@@ -459,6 +462,7 @@ static void compile_unknown_field_names_it(void **state) {
     fixture_t *f = *state;
     result_t r = RUN(f, "compile", "--arch", "sm_90a", SPEC, "merge_states:dtype=bf16,bogus=1");
     assert_failed_with(&r, 1, "unknown field \"bogus\"");
+    assert_non_null(strstr(r.err, "[CINFER_STATUS_INVALID_ARGUMENT]"));
     /* Every spec is checked before the first compile. */
     assert_string_equal(r.out, "");
     result_free(&r);
