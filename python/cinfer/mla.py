@@ -14,6 +14,9 @@ from .errors import ArgumentError, UnsupportedError, WORKSPACE_TOO_SMALL
 
 __all__ = ["BatchMLAPagedAttentionWrapper"]
 
+# FlashInfer's backend names for this wrapper.
+_BACKENDS = ("auto", "fa2", "fa3", "cutlass")
+
 
 class BatchMLAPagedAttentionWrapper:
     r"""MLA attention over a paged latent cache, planned once per step and run once per layer.
@@ -39,9 +42,9 @@ class BatchMLAPagedAttentionWrapper:
         capacity. cinfer keeps the page indices in a buffer of its own (``kv_indices``, when
         given, is filled too).
     backend : str
-        Accepted and ignored (``"auto"``, ``"fa2"``, ``"fa3"``): the library picks the kernel
-        (on Hopper, sm_90a, a warpgroup kernel for ``num_heads`` a multiple of 64; a 16-row
-        tensor-core kernel otherwise).
+        One of FlashInfer's names (``"auto"``, ``"fa2"``, ``"fa3"``, ``"cutlass"``), checked and
+        otherwise ignored: the library picks the kernel (on Hopper, sm_90a, a warpgroup kernel
+        for ``num_heads`` a multiple of 64; a 16-row tensor-core kernel otherwise).
 
     Differences from FlashInfer: ``num_heads`` must be a multiple of 16 or 1, 2, 4 or 8;
     ``head_dim_ckv`` 512 and ``head_dim_kpe`` 64 (other values: :class:`cinfer.UnsupportedError`);
@@ -52,15 +55,25 @@ class BatchMLAPagedAttentionWrapper:
     def __init__(self, float_workspace_buffer, use_cuda_graph: bool = False,
                  qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None,
                  backend: str = "auto") -> None:
-        T.check_cuda(float_workspace_buffer, "float_workspace_buffer")
-        if not float_workspace_buffer.is_contiguous():
+        self._op = None  # cinfer_batch_mla_t*, set first so __del__ always finds it
+        T.torch_module()
+        if backend not in _BACKENDS:
+            raise ArgumentError(
+                f"backend = {backend!r}, expected one of {', '.join(map(repr, _BACKENDS))} "
+                "(accepted for compatibility; cinfer chooses its own kernels)"
+            )
+        ws = T.as_tensor(float_workspace_buffer, "float_workspace_buffer")
+        T.check_cuda(ws, "float_workspace_buffer")
+        if not ws.is_contiguous():
             raise ArgumentError("float_workspace_buffer: must be contiguous")
-        self._float_workspace_buffer = float_workspace_buffer
-        self.device = float_workspace_buffer.device
+        self._float_workspace_buffer = ws
+        self.device = ws.device
         self._use_cuda_graph = bool(use_cuda_graph)
+        if qo_indptr is not None:
+            qo_indptr = T.as_tensor(qo_indptr, "qo_indptr")
+            T.check_ndim(qo_indptr, "qo_indptr", 1, "a 1-D int32 buffer of batch + 1 entries")
         self._fixed_batch = qo_indptr.shape[0] - 1 if qo_indptr is not None else None
         self._kv_indices_buf = kv_indices
-        self._op = None
         self._key = None
         self._lib = None
         self._plan = None

@@ -140,6 +140,14 @@ def test_mla_cuda_graph_replays_after_replan(workspace):
 
 def test_mla_errors(workspace):
     b = make_batch([1, 1], [10, 20], 16, 16, torch.bfloat16, seed=3)
+    with pytest.raises(TypeError, match="float_workspace_buffer: expected a torch.Tensor"):
+        cinfer.BatchMLAPagedAttentionWrapper(5)
+    with pytest.raises(ValueError, match="backend = 'flash'"):
+        cinfer.BatchMLAPagedAttentionWrapper(workspace, backend="flash")
+    with pytest.raises(ValueError, match="float_workspace_buffer: tensor on cpu"):
+        cinfer.BatchMLAPagedAttentionWrapper(torch.empty(16, dtype=torch.uint8))
+    for backend in ("auto", "fa2", "fa3", "cutlass"):
+        cinfer.BatchMLAPagedAttentionWrapper(workspace, backend=backend)
     w = cinfer.BatchMLAPagedAttentionWrapper(workspace)
     with pytest.raises(ValueError, match="plan"):
         w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"])

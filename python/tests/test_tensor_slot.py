@@ -18,6 +18,16 @@ def view(ref):
             [dl.strides[i] for i in range(dl.ndim)], dl.dtype.bits)
 
 
+class _DLPackOnly:
+    """An object that speaks DLPack but is no torch.Tensor (as a NumPy array would be)."""
+
+    def __dlpack__(self, stream=None):  # pragma: no cover - never called by lookup
+        raise AssertionError("lookup must not convert")
+
+    def __dlpack_device__(self):  # pragma: no cover
+        return (1, 0)
+
+
 def test_slot_moves_the_pointer_for_the_bound_layout_only():
     slot = T.DLSlot("q")
     a = torch.randn(4, 3, 8, dtype=torch.float16)
@@ -31,7 +41,8 @@ def test_slot_moves_the_pointer_for_the_bound_layout_only():
     for other in (wide[:, :3],                             # other strides
                   torch.randn(5, 3, 8, dtype=torch.float16),  # other shape
                   a.float(),                                  # other dtype
-                  a.numpy(),                                  # not a tensor
+                  _DLPackOnly(),                              # not a tensor
+                  a.tolist(),
                   "q"):
         assert slot.lookup(other) is None
     assert view(ref)[0] == b.data_ptr()  # a miss leaves the struct alone
