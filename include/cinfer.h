@@ -10,7 +10,7 @@
  * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads, compiles
  * kernels and plans on a machine without a GPU; there, cinfer_context_create returns
  * CINFER_STATUS_NO_DEVICE, and a call given no context returns INVALID_ARGUMENT (checked before
- * its other arguments).
+ * its other arguments, except a NULL result pointer: `out` or `device_bytes`).
  *
  * Conventions
  * -----------
@@ -729,9 +729,10 @@ typedef enum cinfer_kv_storage {
  * accepts this many bytes or more. When plans may split (CUDA-graph mode included), the size
  * depends on how many prefill CTAs fit on the device at once, so, like create, it loads the
  * kernels (JIT-compiling them on first use); with a variant without softmax or with an output
- * transform (whose plans never split) it needs no device and compiles nothing. *device_bytes is 0
- * on failure. The arguments are checked as by create. Returns SUCCESS, INVALID_ARGUMENT,
- * UNSUPPORTED (naming the option or argument), NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
+ * transform (whose plans never split) it loads and compiles nothing (ctx is still required: a
+ * context needs a device). *device_bytes is 0 on failure. The arguments are checked as by
+ * create. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (naming the option or argument),
+ * NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
     cinfer_context_t *ctx, const cinfer_attention_options_t *options, cinfer_kv_storage_t storage,

@@ -7,6 +7,8 @@
  * Compiles run on -j worker threads (NVRTC compiles are independent and single-threaded); every
  * arch and spec is checked and rendered before the first compile.
  */
+#include <errno.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -190,8 +192,25 @@ static int threads_for(int jobs) {
     return cpus < 1 ? 1 : cpus > MAX_JOBS ? MAX_JOBS : (int)cpus;
 }
 
+/* The folder of the bundle to write must exist and be writable: checked before minutes of
+ * compiling, which the bundle's temporary file would otherwise be the first to find out. */
+static cinfer_status_t check_output_folder(const char *output) {
+    char copy[4096];
+    if (snprintf(copy, sizeof copy, "%s", output) >= (int)sizeof copy)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "-o: the path is longer than %zu bytes", sizeof copy - 1);
+    const char *folder = dirname(copy);
+    if (access(folder, W_OK | X_OK) != 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "-o %s: cannot write into the folder \"%s\" (%s)", output, folder,
+                             strerror(errno));
+    return CINFER_STATUS_SUCCESS;
+}
+
 static int build_bundle(const aot_args_t *a) {
     const double start = cinfer__now();
+    if (check_output_folder(a->output) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
     const cinfer__nvrtc_t *nv;
     if (cinfer__nvrtc_get(&nv) != CINFER_STATUS_SUCCESS)
         return cli_fail();

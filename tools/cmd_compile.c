@@ -90,7 +90,13 @@ static cinfer_status_t parse_specs(const compile_args_t *a, const char *arch, pa
     for (int i = 0; i < a->num_specs; i++) {
         CINFER__CHECK(cinfer__spec_parse(a->texts[i], &out[i].spec));
         cinfer__rendered_t r;
-        CINFER__CHECK(cinfer__spec_render(&out[i].spec, arch, 0, &r));
+        cinfer_status_t st = cinfer__spec_render(&out[i].spec, arch, 0, &r);
+        if (st != CINFER_STATUS_SUCCESS) {
+            /* Validation speaks of the kernel family: say which of the specs it was. */
+            char why[1024];
+            cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());
+            return cinfer__error(st, "spec \"%s\": %s", a->texts[i], why);
+        }
         cinfer__fmt(out[i].name, sizeof out[i].name, "%s", r.name);
         cinfer__rendered_free(&r);
     }

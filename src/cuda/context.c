@@ -39,9 +39,13 @@ cinfer_status_t cinfer_context_create(const cinfer_context_options_t *options,
                              "CINFER_CONTEXT_OPTIONS_INIT (size %zu, version %u)",
                              options->size, options->version, sizeof *options,
                              CINFER_CONTEXT_OPTIONS_VERSION);
+    /* A negative index is wrong on any machine: said before the driver is looked for. */
+    if (options->device < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->device = %d, expected a device index >= 0", options->device);
     const cinfer__cuda_t *cu;
     CINFER__CHECK(cinfer__cuda_get(&cu));
-    if (options->device < 0 || options->device >= cu->device_count)
+    if (options->device >= cu->device_count)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->device = %d, expected 0 <= device < %d (devices present)",
                              options->device, cu->device_count);

@@ -8,6 +8,11 @@
  *
  * MLA (DeepSeek-V2/V3's latent attention, its own options) has a short table of its own below.
  *
+ * The KV-cache writes a serving step makes between layers are covered too: append_paged_kv_cache
+ * for each layer's dtype and head dim (16-byte rows, as aligned tensors take), and the page-table
+ * helpers get_seq_lens and get_batch_indices_positions (one kernel each), so a server with
+ * CINFER_JIT=off can fill its cache.
+ *
  * Not covered: in-kernel RoPE (pos = rope) and custom variants (whose source is the user's); both
  * are compiled on first use. A new operation adds one row to
  * `operations`; a new model family adds rows to `default_layers`. The public merge operations
@@ -18,8 +23,10 @@
 #include <string.h>
 
 #include "jit/aot.h"
+#include "ops/append.h"
 #include "ops/decode.h"
 #include "ops/mla.h"
+#include "ops/options.h"
 #include "ops/prefill.h"
 
 /* ---- the layers ---- */
@@ -116,6 +123,19 @@ static cinfer_status_t batch_prefill_paged(const cinfer_attention_options_t *o, 
                                            count);
 }
 
+/* The cache write of a layer's new tokens: rows of the layer's dtype into a cache of the same
+ * dtype, 16-byte vectors where the head dim allows them (ops/append.c takes those for aligned
+ * tensors). */
+static cinfer_status_t append_kv(const cinfer_attention_options_t *o, const char *arch,
+                                 int max_smem_optin, cinfer__spec_t *out, int *count) {
+    (void)arch;
+    (void)max_smem_optin;
+    const cinfer__dtype_t dt = cinfer__dl_dtype(o->kv_dtype);
+    cinfer__append_kernel_spec(dt, dt, o->head_dim, o->head_dim % 8 == 0, &out[0]);
+    *count = 1;
+    return cinfer__spec_validate(&out[0]);
+}
+
 typedef struct operation {
     const char *name;
     op_specs_fn specs;
@@ -131,6 +151,7 @@ static const operation_t operations[] = {
      batch_prefill_ragged},
     {"batch prefill, paged KV, causal (one kernel per query tile, split-KV merge)",
      batch_prefill_paged},
+    {"append_paged_kv_cache (the layer's dtype and head dim)", append_kv},
 };
 
 /* MLA layers: the kernel depends on the query heads a CTA packs per token (min(H, 16); on sm_90a
@@ -228,8 +249,9 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
         num_dtypes++;
     const size_t num_ops = sizeof operations / sizeof operations[0];
     const size_t num_mla = sizeof mla_heads / sizeof mla_heads[0];
-    cinfer__spec_t *list = malloc((set->num_layers * num_ops * MAX_OP_SPECS + num_mla * 2 * 2) *
-                                  num_dtypes * sizeof *list);
+    cinfer__spec_t *list =
+        malloc(((set->num_layers * num_ops * MAX_OP_SPECS + num_mla * 2 * 2) * num_dtypes + 2) *
+               sizeof *list);
     if (!list)
         return cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "kernel set %s: out of memory", name);
     const int max_smem = arch_max_smem_optin(arch);
@@ -275,6 +297,11 @@ cinfer_status_t cinfer__aot_set_specs(const char *name, const char *arch, cinfer
                 add_unique(list, &n, &attention);
                 add_unique(list, &n, &merge);
             }
+    /* The page-table helpers: one kernel each, whatever the layers. */
+    cinfer__seq_lens_kernel_spec(&list[n]);
+    n++;
+    cinfer__batch_indices_positions_kernel_spec(&list[n]);
+    n++;
     *specs = list;
     *count = n;
     return CINFER_STATUS_SUCCESS;

@@ -298,6 +298,15 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
     return CINFER_STATUS_SUCCESS;
 }
 
+/* An error of a field's value, said again with the spec it came from and the field as written
+ * (dtype and head_dim set several fields: their messages name the first). */
+static cinfer_status_t in_spec(cinfer_status_t status, const char *text, const char *key,
+                               size_t key_len) {
+    char why[1024];
+    cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());
+    return cinfer__error(status, "spec \"%s\", field %.*s: %s", text, (int)key_len, key, why);
+}
+
 cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
     if (!text)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec text is NULL");
@@ -319,22 +328,46 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
     }
     cinfer__spec_init(spec, (cinfer__op_t)op);
     const char *p = colon ? colon + 1 : text + op_len;
+    /* Fields already given, by where their names start in text: a field given twice is an error
+     * (which value would win is not obvious). Empty items (",," or a trailing comma) are
+     * skipped. */
+    const char *seen[64];
+    size_t seen_len[64], num_seen = 0;
     while (*p) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == 0) {
+            p += comma ? 1 : 0;
+            continue;
+        }
         const char *eq = memchr(p, '=', n);
         if (!eq)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "spec \"%s\": \"%.*s\" is not FIELD=VALUE", text, (int)n, p);
         size_t key_len = (size_t)(eq - p);
+        for (size_t i = 0; i < num_seen; i++)
+            if (seen_len[i] == key_len && strncmp(seen[i], p, key_len) == 0)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "spec \"%s\": field %.*s is given twice", text, (int)key_len,
+                                     p);
+        if (num_seen == sizeof seen / sizeof seen[0])
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec \"%s\": more than %zu fields", text,
+                                 sizeof seen / sizeof seen[0]);
+        seen[num_seen] = p;
+        seen_len[num_seen++] = key_len;
         const char *value = eq + 1;
         size_t value_len = n - key_len - 1;
         int64_t v;
         if (key_len == 5 && strncmp(p, "dtype", 5) == 0) {
-            CINFER__CHECK(parse_value(&fields[1], value, value_len, &v));
+            cinfer_status_t st = parse_value(&fields[1], value, value_len, &v);
+            if (st != CINFER_STATUS_SUCCESS)
+                return in_spec(st, text, p, key_len);
             spec->dtype_q = spec->dtype_kv = spec->dtype_o = (cinfer__dtype_t)v;
         } else if (key_len == 8 && strncmp(p, "head_dim", 8) == 0) {
-            CINFER__CHECK(parse_value(&fields[4], value, value_len, &v));
+            cinfer_status_t st = parse_value(&fields[4], value, value_len, &v);
+            if (st != CINFER_STATUS_SUCCESS)
+                return in_spec(st, text, p, key_len);
             spec->head_dim_qk = spec->head_dim_vo = (int32_t)v;
         } else {
             const field_t *f = NULL;
@@ -344,7 +377,9 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
             if (!f)
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                      "spec \"%s\": unknown field \"%.*s\"", text, (int)key_len, p);
-            CINFER__CHECK(parse_value(f, value, value_len, &v));
+            cinfer_status_t st = parse_value(f, value, value_len, &v);
+            if (st != CINFER_STATUS_SUCCESS)
+                return in_spec(st, text, p, key_len);
             set_field(spec, f, v);
         }
         p += n + (comma ? 1 : 0);
@@ -512,9 +547,10 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     if (spec->backend == CINFER__BACKEND_SM90)
         return validate_prefill_sm90(spec, fam);
     if (spec->backend != CINFER__BACKEND_SM80)
-        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s: backend %s is not implemented (sm80, sm90)", fam->name,
-                             backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0]);
+        return cinfer__error(
+            CINFER_STATUS_UNSUPPORTED, "%s: backend %s is not implemented (sm80, sm90)%s",
+            fam->name, backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0],
+            spec->backend == 0 ? " (not given? backend=sm80 or backend=sm90)" : "");
     const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
     if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
         spec->dtype_o != spec->dtype_q)
@@ -611,12 +647,20 @@ static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *
     const int32_t g = spec->gqa_pack;
     if (spec->tile_q == 64) {
         /* the warpgroup kernel (kernels/mla_sm90.cuh, sm_90a): 64 heads of one token */
-        if (spec->tile_kv != 32 || spec->warps != 8 || !in_range(spec->stages, 2, 3) || g != 64)
+        const char *field = NULL, *expected = NULL;
+        int32_t value = 0;
+        if (spec->tile_kv != 32)
+            field = "tile_kv", value = spec->tile_kv, expected = "32";
+        else if (spec->warps != 8)
+            field = "warps", value = spec->warps, expected = "8";
+        else if (!in_range(spec->stages, 2, 3))
+            field = "stages", value = spec->stages, expected = "2 or 3";
+        else if (g != 64)
+            field = "gqa_pack", value = g, expected = "64 (the heads of one token)";
+        if (field)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "%s: tile_q 64 / tile_kv %d / warps %d / stages %d / gqa_pack "
-                                 "%d, expected 32 / 8 / 2..3 / 64",
-                                 fam->name, (int)spec->tile_kv, (int)spec->warps, (int)spec->stages,
-                                 (int)g);
+                                 "%s: tile_q 64 (the warpgroup kernel): %s %d, expected %s",
+                                 fam->name, field, (int)value, expected);
         return CINFER_STATUS_SUCCESS;
     }
     if (spec->tile_q != 16 || (spec->tile_kv != 16 && spec->tile_kv != 32) || spec->warps != 4 ||

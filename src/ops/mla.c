@@ -117,14 +117,15 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
     const cinfer__dtype_t q = cinfer__dl_dtype(o->q_dtype), kv = cinfer__dl_dtype(o->kv_dtype);
     if (q != CINFER__DT_F16 && q != CINFER__DT_BF16)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->q_dtype (code %u, %u bits) is not supported by MLA: "
-                             "expected fp16 or bf16",
-                             o->q_dtype.code, o->q_dtype.bits);
+                             "options->q_dtype (code %u, %u bits, %u lanes) is not supported by "
+                             "MLA: expected fp16 or bf16",
+                             o->q_dtype.code, o->q_dtype.bits, o->q_dtype.lanes);
     if (kv != q)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "options->kv_dtype (code %u, %u bits) is not supported by MLA: "
-                             "expected the q_dtype (%s)",
-                             o->kv_dtype.code, o->kv_dtype.bits, cinfer__dtype_name(q));
+                             "options->kv_dtype (code %u, %u bits, %u lanes) is not supported by "
+                             "MLA: expected the q_dtype (%s)",
+                             o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes,
+                             cinfer__dtype_name(q));
     if (!(o->sm_scale > 0.0f) || !isfinite(o->sm_scale))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->sm_scale = %g, expected a finite value > 0 (MLA has no "

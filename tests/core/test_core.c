@@ -152,6 +152,11 @@ static void context_arguments_are_checked_before_the_device(void **state) {
     assert_int_equal(cinfer_context_create(&bad, &ctx), CINFER_STATUS_INVALID_ARGUMENT);
     assert_null(ctx);
     assert_non_null(strstr(cinfer_last_error(), "CINFER_CONTEXT_OPTIONS_INIT"));
+    cinfer_context_options_t negative = CINFER_CONTEXT_OPTIONS_INIT;
+    negative.device = -3;
+    assert_int_equal(cinfer_context_create(&negative, &ctx), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(cinfer_last_error(), "options->device = -3"));
     cinfer_context_destroy(NULL); /* a no-op */
 }
 

@@ -28,6 +28,7 @@
 
 #include "jit/aot.h"
 #include "jit/jit.h"
+#include "ops/append.h"
 #include "ops/decode.h"
 #include "ops/prefill.h"
 
@@ -302,7 +303,7 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     assert_int_equal(cinfer__aot_set_specs("ci", "sm_90a", &ci, &num_ci), CINFER_STATUS_SUCCESS);
     assert_int_equal(cinfer__aot_set_specs("default", "sm_90a", &def, &num_def),
                      CINFER_STATUS_SUCCESS);
-    assert_true(num_ci >= 3 && num_ci <= 15);
+    assert_true(num_ci >= 3 && num_ci <= 20);
     assert_true(num_def > 4 * num_ci);
     for (size_t i = 0; i < num_def; i++) {
         assert_int_equal(cinfer__spec_validate(&def[i]), CINFER_STATUS_SUCCESS);
@@ -325,6 +326,14 @@ static void sets_are_distinct_valid_specs_from_the_ops(void **state) {
     assert_int_equal(cinfer__decode_kernel_specs(&o, true, &attention, &merge, &smem),
                      CINFER_STATUS_SUCCESS);
     assert_true(has_spec(ci, num_ci, &attention) && has_spec(ci, num_ci, &merge));
+    /* So are the cache writes of its serving step: append (16-byte rows) and the page-table
+     * helpers, which a server with CINFER_JIT=off needs as well. */
+    cinfer__spec_t writes[3];
+    cinfer__append_kernel_spec(CINFER__DT_BF16, CINFER__DT_BF16, 128, true, &writes[0]);
+    cinfer__seq_lens_kernel_spec(&writes[1]);
+    cinfer__batch_indices_positions_kernel_spec(&writes[2]);
+    for (int k = 0; k < 3; k++)
+        assert_true(has_spec(ci, num_ci, &writes[k]) && has_spec(def, num_def, &writes[k]));
     /* Every kernel a Llama-3-8B causal single prefill may load (the default tiles, the smaller
      * ones it takes for short grids, the turn-taking ones it takes for long grids) is in the
      * default set. */

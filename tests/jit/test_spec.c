@@ -85,6 +85,19 @@ static void bad_text_names_the_problem(void **state) {
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "FIELD=VALUE"));
     assert_int_equal(cinfer__spec_parse(NULL, &s), CINFER_STATUS_INVALID_ARGUMENT);
+    /* A value's error names the spec and the field as written (dtype sets three fields). */
+    assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf17,head_dim=64", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(cinfer_last_error(), "spec \"merge_states:dtype=bf17,head_dim=64\", field dtype: "));
+    assert_non_null(strstr(cinfer_last_error(), "\"bf17\""));
+    /* A field given twice is an error; empty items are skipped wherever they are. */
+    assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf16,dtype=f16", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field dtype is given twice"));
+    cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
+    cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
+    assert_memory_equal(&a, &b, sizeof a);
 }
 
 static void validation_rejects_unsupported_specs(void **state) {
@@ -104,6 +117,10 @@ static void validation_rejects_unsupported_specs(void **state) {
     s = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_int_equal(cinfer__spec_render(&s, "gfx90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "sm_XY"));
+    /* prefill's backend has no default: its absence is named. */
+    s = parse("prefill:dtype=bf16,head_dim=128");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "not given? backend=sm80 or backend=sm90"));
 }
 
 static void rendering_is_consistent(void **state) {
@@ -454,7 +471,7 @@ static void mla_specs(void **state) {
          "warps 4"},
         {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=8,stages=3,"
          "gqa_pack=16",
-         "gqa_pack 16"},
+         "tile_q 64 (the warpgroup kernel): gqa_pack 16, expected 64"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cinfer__spec_t s = parse(bad[i].text);

@@ -472,6 +472,11 @@ static void compile_unknown_field_names_it(void **state) {
     r = RUN(f, "compile", "merge_states:dtype=bf16,head_dim=0");
     assert_failed_with(&r, 1, "head_dim_vo 0");
     result_free(&r);
+    /* Of several specs, the one that fails validation is named. */
+    r = RUN(f, "compile", "--arch", "sm_90a", SPEC, "merge_states:dtype=bf16,head_dim=64,vec=5");
+    assert_failed_with(&r, 1, "spec \"merge_states:dtype=bf16,head_dim=64,vec=5\": ");
+    assert_string_equal(r.out, "");
+    result_free(&r);
     r = RUN(f, "cache", "ls");
     assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
     result_free(&r);
@@ -671,8 +676,8 @@ static void bench_serve_without_a_device_replays_on_the_host(void **state) {
  * turn-taking tiles of single prefill (shared memory past sm_80's) and the sm90 kernels (wgmma:
  * sm_90a only) of single and batch (ragged, paged) prefill, which take the place of batch prefill's
  * 128-row sm80 tiles there: two more in all. */
-#define CI_KERNELS_SM80 11
-#define CI_KERNELS_SM90 13
+#define CI_KERNELS_SM80 14
+#define CI_KERNELS_SM90 16
 #define CI_MERGE        "decode_merge:dtype=bf16,head_dim=128,warps=4"
 #define CI_MERGE_KERNEL "decode_merge_bf16_hd128_q0_k0_w4_s0"
 
@@ -721,6 +726,11 @@ static void aot_checks_arch_and_set_before_compiling(void **state) {
     assert_failed_with(&r, 1, "unknown kernel set \"nightly\" (known: default, ci)");
     assert_string_equal(r.out, "");
     result_free(&r);
+    /* A folder that cannot take the bundle is found before anything compiles. */
+    r = RUN(f, "aot", "--arch", "sm_90a", "--set", "ci", "-o", "/nonexistent/cinfer-test/x.aot");
+    assert_failed_with(&r, 1, "cannot write into the folder \"/nonexistent/cinfer-test\"");
+    assert_string_equal(r.out, "");
+    result_free(&r);
     assert_int_equal(access(bundle, F_OK), -1);
     r = RUN(f, "aot", "--list", bundle);
     assert_failed_with(&r, 1, "No such file");
@@ -745,10 +755,10 @@ static void aot_builds_a_bundle_that_serves_with_jit_off(void **state) {
     char *summary = line_starting(r.out, "bundle ");
     assert_non_null(summary);
     assert_non_null(strstr(summary, bundle));
-    assert_non_null(strstr(summary, "24 kernels for sm_80,sm_90a"));
+    assert_non_null(strstr(summary, "30 kernels for sm_80,sm_90a"));
     assert_non_null(strstr(summary, " bytes ("));
     assert_non_null(strstr(summary, "built in "));
-    assert_non_null(strstr(summary, "(24 compiled, 0 from the kernel cache)"));
+    assert_non_null(strstr(summary, "(30 compiled, 0 from the kernel cache)"));
     free(summary);
     assert_string_equal(r.err, "");
     result_free(&r);
@@ -757,7 +767,7 @@ static void aot_builds_a_bundle_that_serves_with_jit_off(void **state) {
     r = RUN(f, "aot", "--arch=sm_80,sm_90a", "--set=ci", "-j", "1", "-o", bundle);
     assert_int_equal(r.status, 0);
     assert_int_equal(COUNT(r.out, "cache hit"), CI_KERNELS_SM80 + CI_KERNELS_SM90);
-    assert_int_equal(COUNT(r.out, "(0 compiled, 24 from the kernel cache)"), 1);
+    assert_int_equal(COUNT(r.out, "(0 compiled, 30 from the kernel cache)"), 1);
     result_free(&r);
 
     r = RUN(f, "aot", "--list", bundle);
@@ -767,7 +777,7 @@ static void aot_builds_a_bundle_that_serves_with_jit_off(void **state) {
     assert_non_null(identity);
     assert_non_null(strstr(identity, "cinfer 0."));
     assert_non_null(strstr(identity, "NVRTC "));
-    assert_non_null(strstr(identity, "24 kernels for sm_80,sm_90a"));
+    assert_non_null(strstr(identity, "30 kernels for sm_80,sm_90a"));
     free(identity);
     result_free(&r);
 
@@ -781,6 +791,15 @@ static void aot_builds_a_bundle_that_serves_with_jit_off(void **state) {
     assert_int_equal(r.status, 0);
     assert_int_equal(COUNT(r.out, CI_MERGE_KERNEL), 2);
     assert_string_equal(r.err, "");
+    result_free(&r);
+    /* ...the KV-cache writes of a serving step included... */
+    r = RUN_ENV(f, ENV(aot_path, "CINFER_JIT=off"), "compile", "--arch", "sm_90a",
+                "append_paged_kv_cache:dtype=bf16,head_dim=128,vec=8", "seq_lens",
+                "batch_indices_positions");
+    if (r.status != 0)
+        show("the cache writes from the bundle", &r);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "AOT bundle"), 3);
     result_free(&r);
     /* ...and nothing else. */
     r = RUN_ENV(f, ENV(aot_path, "CINFER_JIT=off"), "compile", "--arch", "sm_90a", SPEC);
