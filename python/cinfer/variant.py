@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError
+from .errors import INVALID_ARGUMENT, ArgumentError
 
 # DLPack (code, bits) of the parameter types cinfer knows, and their names.
 _TYPES: Dict[str, Tuple[int, int]] = {
@@ -80,6 +80,23 @@ _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
                "uint32": (0, 2**32 - 1)}
 
 ParamDecl = Tuple[str, Any]
+# The types a scalar parameter may have (include/cinfer.h, "Variants").
+_SCALAR_TYPES = ("float32", "float64", "int32", "int64", "uint32")
+
+
+def _decls(name: str, what: str, items, kind: int):
+    """(parameter name, kind, type) of each (name, type) pair of ``items``; TypeError naming the
+    item that is not such a pair."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"Variant {name}: {what} must be a sequence of (name, type) pairs, got "
+                        f"{type(items).__name__} {items!r}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TypeError(f"Variant {name}: {what}[{i}] must be a (name, type) pair, got "
+                            f"{item!r}")
+        out.append((item[0], kind, item[1]))
+    return out
 
 
 def _type_name(dtype, what: str) -> str:
@@ -124,7 +141,8 @@ class Variant:
         The library's message for a bad name, a repeated or malformed parameter name, a type it
         does not take, more than 32 parameters (:class:`cinfer.ArgumentError`).
     TypeError
-        ``name`` or ``source`` is not a string.
+        ``name`` or ``source`` is not a string, or ``tensors`` / ``scalars`` is not a sequence
+        of (name, type) pairs.
 
     Notes
     -----
@@ -139,8 +157,8 @@ class Variant:
         self._builtin = False
         if not isinstance(name, str) or not isinstance(source, str):
             raise TypeError("Variant(name, source, ...): name and source must be str")
-        decls = ([(n, _lib.PARAM_TENSOR, t) for n, t in tensors]
-                 + [(n, _lib.PARAM_SCALAR, t) for n, t in scalars])
+        decls = (_decls(name, "tensors", tensors, _lib.PARAM_TENSOR)
+                 + _decls(name, "scalars", scalars, _lib.PARAM_SCALAR))
         params = (_lib.Param * max(len(decls), 1))()
         names = []  # keeps the encoded names alive during the call
         for i, (pname, kind, t) in enumerate(decls):
@@ -148,7 +166,14 @@ class Variant:
                 raise TypeError(f"Variant {name}: parameter {i} name must be str, got "
                                 f"{type(pname).__name__}")
             names.append(pname.encode())
-            code, bits = _TYPES[_type_name(t, f"Variant {name}: parameter {pname}")]
+            type_name = _type_name(t, f"Variant {name}: parameter {pname}")
+            if kind == _lib.PARAM_SCALAR and type_name not in _SCALAR_TYPES:
+                raise ArgumentError(
+                    f"Variant {name}: params[{i}] (scalar {pname}): type {t!r} is not a scalar "
+                    f"type (expected {', '.join(_SCALAR_TYPES)}, or float, double, int, "
+                    "int64_t, uint32_t)", INVALID_ARGUMENT
+                )
+            code, bits = _TYPES[type_name]
             params[i].name = names[-1]
             params[i].kind = kind
             params[i].dtype = _lib.DLDataType(code, bits, 1)

@@ -44,6 +44,7 @@ def test_variant_create_and_read_back(lib):
     (dict(name="1bad", source=""), "C identifier"),
     (dict(name="v", source="", tensors=[("a", "float32"), ("a", "float32")]), "repeats"),
     (dict(name="v", source="", scalars=[("s", "float16")]), "scalar s"),
+    (dict(name="v", source="", scalars=[("s", "half")]), r"scalar s\): type 'half' is not a scalar"),
     (dict(name="v", source="", tensors=[("has space", "float32")]), "C identifier"),
 ])
 def test_variant_declaration_errors_carry_the_library_message(lib, kwargs, match):
@@ -61,6 +62,10 @@ def test_variant_python_errors(lib):
         cinfer.Variant("v", "", tensors=[("a", "complex64")])
     with pytest.raises(TypeError):
         cinfer.Variant("v", 3)
+    with pytest.raises(TypeError, match=r"tensors must be a sequence of \(name, type\) pairs"):
+        cinfer.Variant("v", "", tensors="abc")
+    with pytest.raises(TypeError, match=r"scalars\[1\] must be a \(name, type\) pair"):
+        cinfer.Variant("v", "", scalars=[("a", "float32"), "b"])
     with pytest.raises(ValueError, match="no built-in"):
         cinfer.variant_builtin("nope")
 
