@@ -169,6 +169,14 @@ class BatchMLAPagedAttentionWrapper:
             sm_scale=float(sm_scale), use_cuda_graph=1 if self._use_cuda_graph else 0)
         self._plan = None
         self._ensure_op(key, opts, bool(causal), batch, total_qo)
+        # Everything that can reject the plan before the C plan replaces the previous one: a
+        # captured graph replays whatever schedule the object holds, against the page-index
+        # buffer below.
+        if self._use_cuda_graph and self._indices.shape[0] < num_pages:
+            raise ArgumentError(
+                f"kv_indices: kv_indptr[-1] = {num_pages} entries do not fit the CUDA graph "
+                f"mode's page-index buffer ({self._indices.shape[0]} entries: the constructor's "
+                "kv_indices buffer, or 2^20)")
         stream = T.stream_of(self.device)
         p_i32 = ctypes.POINTER(ctypes.c_int32)
         _lib.check(self._lib.cinfer_batch_mla_plan(
@@ -177,10 +185,6 @@ class BatchMLAPagedAttentionWrapper:
             ctypes.cast(last.data_ptr(), p_i32) if batch else None, batch, stream),
             "BatchMLAPagedAttentionWrapper.plan")
         if self._use_cuda_graph:
-            if self._indices is None or self._indices.shape[0] < num_pages:
-                raise ArgumentError(
-                    f"kv_indices: kv_indptr[-1] = {num_pages} entries do not fit the CUDA graph "
-                    f"mode's page-index buffer ({self._indices.shape[0]}, the first plan's)")
             self._indices[:num_pages].copy_(indices[:num_pages], non_blocking=True)
             if self._kv_indices_buf is not None and self._kv_indices_buf.shape[0] >= num_pages:
                 self._kv_indices_buf[:num_pages].copy_(indices[:num_pages], non_blocking=True)

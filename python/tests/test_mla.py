@@ -138,6 +138,31 @@ def test_mla_cuda_graph_replays_after_replan(workspace):
         check(out[:n], lse[:n], ref_out, ref_lse, dtype)
 
 
+def test_mla_cuda_graph_plan_past_the_index_buffer_keeps_the_old_plan(workspace):
+    # A plan rejected for its page count leaves the captured graph on the previous schedule
+    # (the C plan is not replaced), so a replay still reads only the indices it was given.
+    heads, page_size, dtype = 16, 16, torch.bfloat16
+    first = make_batch([1] * 4, [100, 2000, 7, 0], heads, page_size, dtype, seed=4)
+    big = make_batch([1] * 2, [6000, 40], heads, page_size, dtype, seed=5)
+    w = cinfer.BatchMLAPagedAttentionWrapper(
+        workspace, use_cuda_graph=True, qo_indptr=torch.zeros(5, dtype=torch.int32, device=DEV),
+        kv_indices=torch.zeros(200, dtype=torch.int32, device=DEV))
+    plan(w, first, heads, page_size, False, dtype)
+    out = torch.zeros(4, heads, CKV, dtype=dtype, device=DEV)
+    lse = torch.zeros(4, heads, dtype=torch.float32, device=DEV)
+    w.run(first["q_nope"], first["q_pe"], first["ckv"], first["kpe"], out=out, lse=lse)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(first["q_nope"], first["q_pe"], first["ckv"], first["kpe"], out=out, lse=lse)
+    with pytest.raises(ValueError, match="do not fit the CUDA graph mode's page-index buffer"):
+        plan(w, big, heads, page_size, False, dtype)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = reference(first, False)
+    check(out, lse, ref_out, ref_lse, dtype)
+
+
 def test_mla_errors(workspace):
     b = make_batch([1, 1], [10, 20], 16, 16, torch.bfloat16, seed=3)
     with pytest.raises(TypeError, match="float_workspace_buffer: expected a torch.Tensor"):
