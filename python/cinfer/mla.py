@@ -48,7 +48,9 @@ class BatchMLAPagedAttentionWrapper:
 
     Differences from FlashInfer: ``num_heads`` must be a multiple of 16 or 1, 2, 4 or 8;
     ``head_dim_ckv`` 512 and ``head_dim_kpe`` 64 (other values: :class:`cinfer.UnsupportedError`);
-    q and the caches of one dtype, fp16 or bf16; ``use_profiler``, ``profiler_buffer``,
+    q and the caches of one dtype, fp16 or bf16; ``kv_len_arr[b]`` must end in request ``b``'s
+    last listed page (FlashInfer ignores pages past the length); in CUDA-graph mode the first
+    plan's batch size and query rows are the capacity; ``use_profiler``, ``profiler_buffer``,
     ``kv_len`` and ``page_table`` are not supported; ``return_lse_base_on_e`` converts the LSE.
     """
 
@@ -268,7 +270,9 @@ class BatchMLAPagedAttentionWrapper:
         return_lse : bool
             Return ``(out, lse)``.
         return_lse_base_on_e : bool
-            Return the LSE in base e (the kernel's base-2 LSE times ln 2) instead.
+            The LSE written (``lse``, or the one returned with ``return_lse``) in base e (the
+            kernel's base-2 LSE times ln 2); it does not change what is returned, as in
+            FlashInfer.
 
         Raises
         ------
@@ -293,7 +297,7 @@ class BatchMLAPagedAttentionWrapper:
         if out is None:
             out = torch.empty(q_nope.shape, dtype=q_nope.dtype, device=q_nope.device)
         out, out_ref = A.slot_ref(slots["out"], out, "out", self.device)
-        if lse is None and (return_lse or return_lse_base_on_e):
+        if lse is None and return_lse:
             lse = torch.empty((q_nope.shape[0], heads), dtype=torch.float32,
                               device=q_nope.device)
         lse_ref = None
@@ -306,7 +310,7 @@ class BatchMLAPagedAttentionWrapper:
                 "BatchMLAPagedAttentionWrapper.run")
         if lse is not None and return_lse_base_on_e:
             lse.mul_(math.log(2.0))
-        return (out, lse) if (return_lse or return_lse_base_on_e) else out
+        return (out, lse) if return_lse else out
 
     def _destroy(self) -> None:
         if self._op is not None:

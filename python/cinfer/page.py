@@ -263,9 +263,10 @@ def get_seq_lens(kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
     Parameters
     ----------
     kv_indptr : torch.Tensor
-        ``[batch_size + 1]`` int32 (int64 is converted), CUDA.
+        ``[batch_size + 1]`` int32 (int64 is converted), CUDA, or on the CPU (computed there
+        with torch, as FlashInfer's is, the result on the CPU too).
     kv_last_page_len : torch.Tensor
-        ``[batch_size]`` int32 (int64 is converted).
+        ``[batch_size]`` int32 (int64 is converted), on kv_indptr's device.
     page_size : int
         Tokens per page, >= 1.
 
@@ -290,6 +291,28 @@ def get_seq_lens(kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
     return get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size)
 
 
+def _seq_lens_on_host(torch, kv_indptr, kv_last_page_len, page_size):
+    """get_seq_lens of host tensors (as FlashInfer's, plain torch arithmetic, which serving
+    engines call on CPU page tables): the same formula, int64 arithmetic saturated to int32."""
+    kv_last_page_len = T.as_tensor(kv_last_page_len, "kv_last_page_len")
+    for t, name in ((kv_indptr, "kv_indptr"), (kv_last_page_len, "kv_last_page_len")):
+        if t.device.type != "cpu":
+            raise ArgumentError(f"{name}: tensor on {t.device}, expected the CPU (kv_indptr is "
+                                "on the CPU)")
+        T.check_dtype(t, name, (torch.int32, torch.int64), A.INDEX_DTYPES_TEXT,
+                      unsupported=False)
+    T.check_ndim(kv_indptr, "kv_indptr", 1, "[batch_size + 1]")
+    T.check_ndim(kv_last_page_len, "kv_last_page_len", 1, "[batch_size]")
+    if kv_indptr.shape[0] != kv_last_page_len.shape[0] + 1:
+        raise ArgumentError(f"kv_indptr: {kv_indptr.shape[0]} entries, expected "
+                            f"{kv_last_page_len.shape[0] + 1} (len(kv_last_page_len) + 1)")
+    indptr = kv_indptr.to(torch.int64)
+    pages = indptr[1:] - indptr[:-1]
+    lens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len.to(torch.int64),
+                       torch.zeros_like(pages))
+    return lens.clamp(-(2**31), 2**31 - 1).to(torch.int32)
+
+
 def get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size):
     """:func:`get_seq_lens`'s eager implementation (also the operator's)."""
     torch = T.torch_module()
@@ -297,6 +320,8 @@ def get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size):
     if not 1 <= page_size <= 0x7FFFFFFF:
         raise ArgumentError(f"page_size = {page_size}, expected 1 .. 2^31 - 1")
     kv_indptr = T.as_tensor(kv_indptr, "kv_indptr")
+    if kv_indptr.device.type == "cpu":
+        return _seq_lens_on_host(torch, kv_indptr, kv_last_page_len, page_size)
     T.check_cuda(kv_indptr, "kv_indptr")
     device = kv_indptr.device
     kv_indptr = A.index_tensor(kv_indptr, "kv_indptr", device)

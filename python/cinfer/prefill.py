@@ -65,8 +65,8 @@ def single_prefill_with_kv_cache(
     logits_soft_cap: Optional[float] = None,
     rope_scale: Optional[float] = None,
     rope_theta: Optional[float] = None,
-    backend: str = "auto",
     return_lse: bool = False,
+    backend: str = "auto",
     *,
     k_scale: Optional[float] = None,
     v_scale: Optional[float] = None,
@@ -136,10 +136,12 @@ def single_prefill_with_kv_cache(
         With ``"ROPE_LLAMA"``: positions are divided by ``rope_scale`` (default 1) and
         ``rope_theta`` is the frequency base (default 1e4); each a finite value > 0
         (ValueError otherwise), rounded to float32. Ignored with other modes, as in FlashInfer.
-    backend : str
-        ``"auto"`` (default), ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernel itself.
     return_lse : bool
         Also return the log-sum-exp (not with a variant without softmax).
+    backend : str
+        ``"auto"`` (default), ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernel itself.
+        After ``return_lse``, as in FlashInfer 0.2 (later versions swap the two: pass them by
+        keyword to suit both).
     k_scale, v_scale : Optional[float]
         Keyword-only (FlashInfer's fp8 scales): the logits are ``(q . k) * sm_scale *
         k_scale`` and the output is multiplied by ``v_scale``; None = 1. Meant for fp8 K/V,
@@ -253,7 +255,7 @@ def single_prefill_with_kv_cache_return_lse(
     return single_prefill_with_kv_cache(
         q, k, v, custom_mask, packed_custom_mask, causal, kv_layout, pos_encoding_mode,
         use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
-        backend, return_lse=True, k_scale=k_scale, v_scale=v_scale, variant=variant,
+        return_lse=True, backend=backend, k_scale=k_scale, v_scale=v_scale, variant=variant,
         variant_args=variant_args)
 
 

@@ -29,13 +29,14 @@ def _bitorder(value) -> int:
 
 
 def _bits(x):
-    """``x`` as a contiguous 1-d bool/uint8 CUDA tensor."""
+    """``x`` as a contiguous 1-d bool/uint8 CUDA tensor; another dtype (a float or int mask such
+    as ``torch.tril(torch.ones(...))``) becomes bool first (nonzero = 1), as FlashInfer does."""
     torch = T.torch_module()
     x = T.as_tensor(x, "x")
     T.check_cuda(x, "x")
     T.check_ndim(x, "x", 1, "[n] binary values")
-    T.check_dtype(x, "x", (torch.bool, torch.uint8),
-                  "torch.bool or torch.uint8 (nonzero = 1)", unsupported=False)
+    if x.dtype not in (torch.bool, torch.uint8):
+        x = x != 0
     return x.contiguous()
 
 
@@ -45,7 +46,8 @@ def packbits(x: torch.Tensor, bitorder: str = "big") -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``[n]`` bool or uint8 (nonzero = 1), CUDA. ``n`` may be 0.
+        ``[n]`` binary values, CUDA: bool, or any dtype with nonzero = 1 (converted to bool
+        first, as in FlashInfer). ``n`` may be 0.
     bitorder : str
         ``"big"`` (default) or ``"little"``.
 
@@ -94,7 +96,7 @@ def segment_packbits(x: torch.Tensor, indptr: torch.Tensor,
     Parameters
     ----------
     x : torch.Tensor
-        ``[n]`` bool or uint8 (nonzero = 1), CUDA, normally ``n = indptr[-1]``.
+        ``[n]`` binary values (as :func:`packbits`'s ``x``), CUDA, normally ``n = indptr[-1]``.
     indptr : torch.Tensor
         ``[batch_size + 1]`` int32 (int64 is converted), non-decreasing, with
         ``indptr[-1] - indptr[0] <= n``.

@@ -94,9 +94,15 @@ def test_mla(workspace, heads, page_size, dtype, qo_lens, kv_lens, causal):
     out, lse = w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"], return_lse=True)
     assert out.shape == b["q_nope"].shape and lse.shape == out.shape[:2]
     check(out, lse, *reference(b, causal), dtype)
-    # FlashInfer's base-e option.
-    _, lse_e = w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"], return_lse_base_on_e=True)
+    # FlashInfer's base-e option sets the LSE's base; return_lse alone decides the return.
+    _, lse_e = w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"], return_lse=True,
+                     return_lse_base_on_e=True)
     torch.testing.assert_close(lse_e, lse * math.log(2.0))
+    only_out = w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"], return_lse_base_on_e=True)
+    assert isinstance(only_out, torch.Tensor)
+    given = torch.empty_like(lse)
+    w.run(b["q_nope"], b["q_pe"], b["ckv"], b["kpe"], lse=given, return_lse_base_on_e=True)
+    torch.testing.assert_close(given, lse_e)
 
 
 def test_mla_cuda_graph_replays_after_replan(workspace):

@@ -140,6 +140,14 @@ def test_get_seq_lens():
     empty = cinfer.get_seq_lens(torch.zeros(1, dtype=I32, device=DEV),
                                 torch.zeros(0, dtype=I32, device=DEV), 16)
     assert empty.shape == (0,)
+    # Host tensors (FlashInfer's get_seq_lens is torch arithmetic): the same values, on the CPU.
+    lens, indptr, _, last = _table(rnd, 30, 16, 30 * 6)
+    host = cinfer.get_seq_lens(torch.tensor(indptr), torch.tensor(last, dtype=I32), 16)
+    assert host.device.type == "cpu" and host.dtype == I32 and host.tolist() == lens
+    with pytest.raises(ValueError, match="kv_last_page_len: tensor on cuda"):
+        cinfer.get_seq_lens(torch.tensor(indptr), torch.tensor(last, device=DEV), 16)
+    with pytest.raises(ValueError, match="kv_indptr: 2 entries"):
+        cinfer.get_seq_lens(torch.tensor([0, 1]), torch.tensor([1, 1]), 16)
 
 
 def test_get_batch_indices_positions_into_buffers():
