@@ -672,6 +672,13 @@ class MultiLevelCascadeAttentionWrapper:
         ValueError
             Lists whose length is not ``num_levels``, and the batch prefill plan's errors
             (the level is named).
+
+        Notes
+        -----
+        The levels are planned in order, so a plan that raises at level ``i`` has already
+        replaced the schedules of levels ``0 .. i - 1``. :meth:`run` refuses until a plan
+        succeeds; in CUDA-graph mode a captured graph must not be replayed until then either
+        (its levels would belong to two different steps).
         """
         arrs = {"qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
                 "paged_kv_indices_arr": paged_kv_indices_arr,

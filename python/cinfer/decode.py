@@ -467,6 +467,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             self._paged_kv_last_page_len_buf = None
         self._op_key = None
         self._op_capacity = 0
+        self._captured = False  # a run() was captured into a CUDA graph
+        self._op_variant = None  # the variant self._op was created with (kept alive)
         self._plan: Optional[_Plan] = None
         self._slots = _RunSlots(self.device)
 
@@ -612,9 +614,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         -----
         Host copies of ``indptr`` and ``last_page_len`` are taken (a device-to-host copy, which
         synchronizes, if they are CUDA tensors -- pass CPU tensors to avoid it). The schedule and
-        the page table are copied to the device on PyTorch's current stream.
+        the page table are copied to the device on PyTorch's current stream. A plan that
+        raises leaves no runnable plan (run() raises until the next plan succeeds).
         """
         torch = T.torch_module()
+        self._plan = None
         indptr = T.as_tensor(indptr, "indptr")
         indices = T.as_tensor(indices, "indices")
         last_page_len = T.as_tensor(last_page_len, "last_page_len")
@@ -679,7 +683,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             kv_dtype=kv_dtype, sm_scale=sm, logits_soft_cap=cap, window_left=wl, k_scale=ks,
             v_scale=vs, use_cuda_graph=graph, use_tensor_cores=self._use_tensor_cores,
             variant=variant, rope=rope)
-        self._ensure_op(key, options, batch_size)
+        self._ensure_op(key, options, batch_size, variant)
 
         lib = self._op_lib  # the library that made self._op
         stream = T.stream_of(self.device)
@@ -833,8 +837,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                               "[batch_size, num_qo_heads, head_dim]")
         k_ref, v_ref = slots.kv.refs(paged_kv_cache)
         torch = slots.torch
-        if (self._use_cuda_graph and p.batch_size < self._fixed_batch_size
-                and torch.cuda.is_current_stream_capturing()):
+        capturing = self._use_cuda_graph and torch.cuda.is_current_stream_capturing()
+        if capturing and p.batch_size < self._fixed_batch_size:
             # A replay after a later plan with more requests would read q and write out past the
             # rows captured here.
             raise ArgumentError(
@@ -842,6 +846,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 f"capacity {self._fixed_batch_size}: plan the capture with the batch at capacity "
                 "so the captured q and out cover every later plan"
             )
+        if capturing:
+            self._captured = True
         if out is None:
             out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         out, out_ref = A.slot_ref(slots.out, out, "out", self.device)
@@ -947,10 +953,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if not ws.is_contiguous():
             raise ArgumentError("float_workspace_buffer: must be contiguous")
 
-    def _ensure_op(self, key, options, batch_size: int) -> None:
-        """Creates the C object when the options change or the batch outgrows its capacity."""
+    def _ensure_op(self, key, options, batch_size: int, variant=None) -> None:
+        """Creates the C object when the options change or the batch outgrows its capacity;
+        the object's variant is kept alive as long as the object (it holds the pointer)."""
         if self._op is not None and key == self._op_key and batch_size <= self._op_capacity:
             return
+        if self._use_cuda_graph and self._captured:
+            # A captured graph keeps the object's kernels, grid and workspace layout: a new
+            # object over the same workspace would leave it reading a schedule laid out for
+            # other options.
+            raise ArgumentError(
+                "CUDA graph mode: the options (heads, head dim, page size, dtypes, scales, "
+                "window, soft cap, variant, RoPE) must stay those of the plan a run() was "
+                "captured with; use another wrapper (and workspace) for other options")
         if self._use_cuda_graph:
             candidates = [max(self._fixed_batch_size, 1)]
         else:
@@ -990,6 +1005,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._op_lib = lib  # destroys it (a late collection must not mix libraries)
         self._op_key = key
         self._op_capacity = capacity
+        self._op_variant = variant
 
     def _destroy(self) -> None:
         op, self._op = self._op, None
@@ -998,6 +1014,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._op_capacity = 0
         if op is not None:
             self._op_lib.cinfer_batch_decode_destroy(op)
+        self._op_variant = None  # after the object that points at it
 
     def __del__(self) -> None:
         try:

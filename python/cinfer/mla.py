@@ -130,6 +130,7 @@ class BatchMLAPagedAttentionWrapper:
         kv_indptr, kv_host = A.host_index(kv_indptr, "kv_indptr")
         kv_len_arr, len_host = A.host_index(kv_len_arr, "kv_len_arr")
         indices = T.as_tensor(kv_indices, "kv_indices")
+        T.check_ndim(indices, "kv_indices", 1, "[kv_indptr[-1]] page indices")
         T.check_dtype(indices, "kv_indices", (torch.int32,), "torch.int32", unsupported=False)
         batch = qo_host.shape[0] - 1
         if batch < 0:
@@ -155,13 +156,15 @@ class BatchMLAPagedAttentionWrapper:
         q_dtype, kv_dtype = A.plan_dtypes(q_data_type, kv_data_type)
         total_qo = int(qo_host[batch]) - int(qo_host[0]) if batch > 0 else 0
         if self._use_cuda_graph:
+            # q and out rows are absolute (qo_indptr[b] ..): the capacity bounds the last row.
+            qo_end = int(qo_host[batch]) if batch > 0 else 0
             if self._op is None:
                 self._fixed_batch = self._fixed_batch or max(batch, 1)
-                self._max_total_qo = max(total_qo, 1)
-            if batch > self._fixed_batch or total_qo > self._max_total_qo:
+                self._max_total_qo = max(qo_end, 1)
+            if batch > self._fixed_batch or qo_end > self._max_total_qo:
                 raise ArgumentError(
-                    f"batch_size {batch} / {total_qo} query rows exceed the CUDA graph "
-                    f"capacity {self._fixed_batch} / {self._max_total_qo}")
+                    f"batch_size {batch} / qo_indptr[-1] = {qo_end} query rows exceed the CUDA "
+                    f"graph capacity {self._fixed_batch} / {self._max_total_qo}")
         key = (int(num_heads), int(head_dim_ckv), int(head_dim_kpe), int(page_size),
                bool(causal), A.f32(float(sm_scale)), q_dtype, kv_dtype)
         opts = _lib.mla_options(
@@ -290,10 +293,18 @@ class BatchMLAPagedAttentionWrapper:
         heads, qo_end, q_dtype, _indices, dl_indices = self._plan
         slots = self._slots
         q_nope, q_nope_ref = A.slot_ref(slots["q_nope"], q_nope, "q_nope", self.device)
+        torch = T.torch_module()
+        if (self._use_cuda_graph and q_nope.shape[0] < self._max_total_qo
+                and torch.cuda.is_current_stream_capturing()):
+            # A replay after a later plan with more rows would read q and write out past the
+            # rows captured here (the grid is fixed for the capacity).
+            raise ArgumentError(
+                f"q_nope: capturing run() with {q_nope.shape[0]} rows, below the "
+                f"{self._max_total_qo} query rows of the CUDA graph mode: capture with q_nope, "
+                "q_pe and out of that many rows so they cover every later plan")
         q_pe, q_pe_ref = A.slot_ref(slots["q_pe"], q_pe, "q_pe", self.device)
         _, ckv_ref = A.slot_ref(slots["ckv_cache"], ckv_cache, "ckv_cache", self.device)
         _, kpe_ref = A.slot_ref(slots["kpe_cache"], kpe_cache, "kpe_cache", self.device)
-        torch = T.torch_module()
         if out is None:
             out = torch.empty(q_nope.shape, dtype=q_nope.dtype, device=q_nope.device)
         out, out_ref = A.slot_ref(slots["out"], out, "out", self.device)

@@ -602,12 +602,16 @@ class _BatchPrefillBase:
                     f"batch_size = {batch_size} (len(qo_indptr) - 1) exceeds the CUDA graph "
                     f"capacity {self._fixed_batch_size} (len(qo_indptr_buf) - 1)"
                 )
+            # q and out rows are absolute (qo_indptr[b] ..), so the capacity bounds the last
+            # row, qo_indptr[-1], not only the count.
+            qo_end = int(qo_host[batch_size])
             if self._max_total_qo is None:  # FlashInfer's rule: the first plan sets it
-                self._max_total_qo = max(total_qo, 1)
-            if total_qo > self._max_total_qo:
+                self._max_total_qo = max(qo_end, 1)
+            if qo_end > self._max_total_qo:
                 raise ArgumentError(
-                    f"qo_indptr: {total_qo} query rows exceed the {self._max_total_qo} of the "
-                    "CUDA graph mode (the first plan's, or max_total_qo_tokens)"
+                    f"qo_indptr: qo_indptr[-1] = {qo_end} query rows exceed the "
+                    f"{self._max_total_qo} of the CUDA graph mode (the first plan's, or "
+                    "max_total_qo_tokens)"
                 )
             if masked and self._custom_mask_buf is None:
                 raise ArgumentError(
@@ -630,6 +634,11 @@ class _BatchPrefillBase:
             logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
             use_cuda_graph=1 if graph else 0,
             variant=variant.handle if variant is not None else None, **A.rope_fields(rope))
+        # The mask is built and checked before the C plan: a captured graph replays whatever
+        # schedule the object holds, so nothing may reject the plan after the C plan has
+        # replaced it.
+        mask = (self._mask_prepare(custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
+                                   int(page_size), batch_size) if masked else None)
         # A failed create or plan leaves no runnable plan (creating may touch the workspace
         # the previous plan's schedule lives in).
         self._plan = None
@@ -672,18 +681,17 @@ class _BatchPrefillBase:
         p.feature = feature
         p.builtin_args = None
         if masked:
-            args = self._mask_args(custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
-                                   int(page_size), batch_size, non_blocking)
-            p.builtin_args = V.pack_args(variant, args, where)
+            p.builtin_args = V.pack_args(variant, self._mask_commit(mask, batch_size,
+                                                                    non_blocking), where)
         elif alibi_args is not None:
             p.builtin_args = V.pack_args(variant, alibi_args, where)
         return p, (qo_indptr, kv_indptr, last_page_len), kv_host
 
-    def _mask_args(self, custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
-                   page_size: int, batch_size: int, non_blocking: bool):
-        """The "custom_mask" variant's arguments for the planned lengths (validated by the C
-        plan): the packed mask and per-request row offsets and strides, on the device; in
-        graph mode copied into the wrapper's fixed buffers."""
+    def _mask_prepare(self, custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
+                      page_size: int, batch_size: int):
+        """The "custom_mask" variant's packed mask and per-request row offsets and strides for
+        the plan's lengths, checked (the mask's size, and in graph mode the fixed buffers'
+        room) before the C plan; :meth:`_mask_commit` puts them in place after it."""
         torch = T.torch_module()
         qo_lens = (qo_host[1:] - qo_host[:-1]).to(torch.int64)
         kv_lens = (kv_host[1:] - kv_host[:-1]).to(torch.int64)
@@ -692,22 +700,33 @@ class _BatchPrefillBase:
                                   torch.zeros_like(kv_lens))
         packed, mask_indptr, row_offset, row_stride = M.batch_mask(
             custom_mask, packed_custom_mask, qo_lens, kv_lens, self.device)
+        if self._use_cuda_graph:
+            need = int(mask_indptr[-1])
+            buf = self._custom_mask_buf
+            if need > buf.shape[0] or buf.shape[0] == 0:
+                raise ArgumentError(
+                    f"custom_mask_buf: {buf.shape[0]} bytes, the plan's packed mask needs {need} "
+                    "(sum over requests of ceil(qo_len * kv_len / 8)); give the wrapper a larger "
+                    "buffer"
+                )
+            if (self._mask_indptr_buf is not None
+                    and self._mask_indptr_buf.shape[0] < batch_size + 1):
+                raise ArgumentError(
+                    f"mask_indptr_buf: {self._mask_indptr_buf.shape[0]} entries, expected at "
+                    f"least {batch_size + 1} (batch_size + 1)"
+                )
+        return packed, mask_indptr, row_offset, row_stride
+
+    def _mask_commit(self, mask, batch_size: int, non_blocking: bool):
+        """The variant's arguments from :meth:`_mask_prepare`'s mask, on the device; in graph
+        mode copied into the wrapper's fixed buffers (after the C plan accepted the plan)."""
+        torch = T.torch_module()
+        packed, mask_indptr, row_offset, row_stride = mask
         if not self._use_cuda_graph:
             return (packed, row_offset.to(self.device, non_blocking=non_blocking),
                     row_stride.to(self.device, non_blocking=non_blocking))
         need = int(mask_indptr[-1])
         buf = self._custom_mask_buf
-        if need > buf.shape[0] or buf.shape[0] == 0:
-            raise ArgumentError(
-                f"custom_mask_buf: {buf.shape[0]} bytes, the plan's packed mask needs {need} "
-                "(sum over requests of ceil(qo_len * kv_len / 8)); give the wrapper a larger "
-                "buffer"
-            )
-        if self._mask_indptr_buf is not None and self._mask_indptr_buf.shape[0] < batch_size + 1:
-            raise ArgumentError(
-                f"mask_indptr_buf: {self._mask_indptr_buf.shape[0]} entries, expected at least "
-                f"{batch_size + 1} (batch_size + 1)"
-            )
         if self._mask_row_offset_buf is None:
             cap = max(self._fixed_batch_size, 1)
             self._mask_row_offset_buf = torch.zeros(cap, dtype=torch.int64, device=self.device)

@@ -233,6 +233,15 @@ def test_batch_decode_cuda_graph(layout):
         lens = [5] * (cap + 1)
         indptr, indices, last = _page_table(lens, page_size, max_pages, seed=1)
         w.plan(indptr, indices, last, hq, hk, d, page_size, q_data_type=dtype)
+    # A plan that raises leaves no runnable plan.
+    with pytest.raises(ValueError, match="before plan"):
+        w.run(q, cache)
+    # A run was captured: other options would need a new C object, which the graph would not
+    # match, so the plan is refused.
+    lens = _lens(cap, page_size, seed=7)
+    indptr, indices, last = _page_table(lens, page_size, max_pages, seed=7)
+    with pytest.raises(ValueError, match="options .* must stay"):
+        w.plan(indptr, indices, last, hq, hk, d, page_size, q_data_type=dtype, sm_scale=0.05)
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda_graph"])

@@ -435,9 +435,16 @@ def test_batch_prefill_custom_mask_cuda_graph(storage):
         check(out, lse, ref_out, ref_lse, dtype, rows)
     with pytest.raises(ValueError, match="custom_mask_buf"):
         qo_lens, kv_lens = [60], [2400]  # 18000 bytes packed, more than custom_mask_buf
-        kv = make(storage, kv_lens, page_size, hk, dtype, "NHD", seed=1)
-        plan(w, storage, indptr(qo_lens), kv, hq, hk, page_size, dtype,
+        big = make(storage, kv_lens, page_size, hk, dtype, "NHD", seed=1)
+        plan(w, storage, indptr(qo_lens), big, hq, hk, page_size, dtype,
              custom_mask=torch.ones(60 * 2400, dtype=torch.bool, device=DEV))
+    # The rejected plan was refused before the C plan: a replay still runs the last step.
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    rows = slice(0, int(qo_indptr[-1]))
+    ref_out, ref_lse = reference_batch(q, qo_indptr, kv, 4, hq, masks=masks)
+    check(out, lse, ref_out, ref_lse, dtype, rows)
 
 
 def test_batch_prefill_errors(workspace):

@@ -142,6 +142,15 @@ def test_mla_cuda_graph_replays_after_replan(workspace):
         torch.cuda.synchronize()
         ref_out, ref_lse = reference(b, False)
         check(out[:n], lse[:n], ref_out, ref_lse, dtype)
+    # Capturing with fewer rows than the capacity is refused (a later plan could address rows
+    # past the captured tensors), and so is a plan whose rows end past the capacity even when
+    # they are fewer (q and out rows are absolute).
+    with pytest.raises(ValueError, match="below the 4 query rows"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            w.run(q_nope[:2], q_pe[:2], ckv, kpe)
+    shifted = dict(second, qo_indptr=second["qo_indptr"] + 3)
+    with pytest.raises(ValueError, match="qo_indptr.-1. = 5 query rows exceed"):
+        plan(w, shifted, heads, page_size, False, dtype)
 
 
 def test_mla_cuda_graph_plan_past_the_index_buffer_keeps_the_old_plan(workspace):
