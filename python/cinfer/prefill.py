@@ -481,6 +481,7 @@ class _BatchPrefillBase:
             self._custom_mask_buf, self._mask_indptr_buf = checked
         self._graph_key = None
         self._max_total_qo = None
+        self._captured_kv_rows = None  # ragged, graph mode: K/V rows of a captured run()
         if max_total_qo_tokens is not None:
             if int(max_total_qo_tokens) < 1:
                 raise ArgumentError(f"max_total_qo_tokens = {max_total_qo_tokens}, expected >= 1")
@@ -1507,12 +1508,21 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
             o_data_type=o_data_type, k_scale=k_scale, v_scale=v_scale, variant=variant,
             custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
             pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale, rope_theta=rope_theta,
-            non_blocking=non_blocking)
+            non_blocking=non_blocking, check_kv_end=self._check_captured_kv)
         if self._use_cuda_graph:
             b = p.batch_size
             self._qo_indptr_buf[: b + 1].copy_(qo_indptr, non_blocking=non_blocking)
             self._kv_indptr_buf[: b + 1].copy_(kv_indptr, non_blocking=non_blocking)
         self._plan = p
+
+    def _check_captured_kv(self, kv_end: int) -> None:
+        """Graph mode: a captured run() reads the k and v it was captured with, so a later
+        plan's KV rows must fit them (checked before the C plan)."""
+        if self._captured_kv_rows is not None and kv_end > self._captured_kv_rows:
+            raise ArgumentError(
+                f"kv_indptr: kv_indptr[-1] = {kv_end} rows exceed the {self._captured_kv_rows} "
+                "rows of the k and v a run() was captured with (capture with k and v that "
+                "cover every later plan)")
 
     begin_forward = plan
 
@@ -1557,8 +1567,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         """
         p = self._require_plan()
         slots = self._slots
-        _, k_ref = A.slot_ref(slots.k, k, "k", self.device)
-        _, v_ref = A.slot_ref(slots.v, v, "v", self.device)
+        k, k_ref = A.slot_ref(slots.k, k, "k", self.device)
+        v, v_ref = A.slot_ref(slots.v, v, "v", self.device)
+        if self._use_cuda_graph and slots.torch.cuda.is_current_stream_capturing():
+            axis = 1 if self._kv_layout == "HND" else 0
+            rows = min(k.shape[axis], v.shape[axis]) if k.dim() == 3 and v.dim() == 3 else 0
+            self._captured_kv_rows = (rows if self._captured_kv_rows is None
+                                      else min(rows, self._captured_kv_rows))
         return self._run(p, q, k_ref, v_ref, None, out, lse, return_lse, args, variant_args,
                          _RAGGED_RUN)
 

@@ -277,6 +277,9 @@ def test_batch_prefill_cuda_graph(storage):
         plan(w, storage, qo_indptr, kv, hq, hk, page_size, dtype, causal=False)
     with pytest.raises(ValueError, match="capacity"):
         step(cap + 1, seed=1)
+    if storage == "ragged":  # the captured run reads the pool's 8000 K/V rows
+        with pytest.raises(ValueError, match="exceed the 8000 rows of the k and v"):
+            step(1, seed=2, lens=([1], [8001]))
 
 
 def random_masks(qo_lens, kv_lens, seed):
