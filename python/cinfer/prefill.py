@@ -635,14 +635,14 @@ class _BatchPrefillBase:
             logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
             use_cuda_graph=1 if graph else 0,
             variant=variant.handle if variant is not None else None, **A.rope_fields(rope))
+        # A failed create or plan leaves no runnable plan (creating may touch the workspace
+        # the previous plan's schedule lives in).
+        self._plan = None
         # The mask is built and checked before the C plan: a captured graph replays whatever
         # schedule the object holds, so nothing may reject the plan after the C plan has
         # replaced it.
         mask = (self._mask_prepare(custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
                                    int(page_size), batch_size) if masked else None)
-        # A failed create or plan leaves no runnable plan (creating may touch the workspace
-        # the previous plan's schedule lives in).
-        self._plan = None
         op = self._ensure_op(key, options, kernel_causal, batch_size, total_qo, variant)
 
         p_i32 = ctypes.POINTER(ctypes.c_int32)
