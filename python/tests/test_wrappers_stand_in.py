@@ -347,6 +347,9 @@ def test_graph_mode_rules(fake, monkeypatch):
     assert len(fake.of("create")) == 1
     with pytest.raises(ValueError, match="100"):
         w.plan(*_paged_args([0, 101], [1], [1]), 8, 2, 128, 16, causal=True)
+    # q and out rows are absolute: 50 rows from row 60 end past the 100 of the capacity.
+    with pytest.raises(ValueError, match=r"qo_indptr\[-1\] = 110"):
+        w.plan(*_paged_args([60, 110], [1], [1]), 8, 2, 128, 16, causal=True)
     with pytest.raises(ValueError, match="capacity"):
         w.plan(*_paged_args([0] * 6, [1] * 5, [1] * 5), 8, 2, 128, 16, causal=True)
     with pytest.raises(ValueError, match="first plan"):
@@ -367,6 +370,14 @@ def test_graph_mode_rules(fake, monkeypatch):
     r.plan(_i32([0, 5, 7]), _i32([0, 9, 20]), 8, 2, 128, causal=True)
     assert fake.of("create")[-1][2:7] == (_lib.KV_STORAGE_RAGGED, 1, 500, 2, 1)
     assert fake.of("plan")[-1][-1] is False  # no last_page_len for a ragged KV
+    # A run captured with k and v of 30 rows: later plans may not address more.
+    kv = torch.zeros(30, 2, 128, dtype=torch.float16)
+    r.run(torch.zeros(500, 8, 128, dtype=torch.float16), kv, kv)  # capturing (patched above)
+    plans = len(fake.of("plan"))
+    with pytest.raises(ValueError, match="exceed the 30 rows of the k and v"):
+        r.plan(_i32([0, 5, 7]), _i32([0, 9, 31]), 8, 2, 128, causal=True)
+    assert len(fake.of("plan")) == plans
+    r.plan(_i32([0, 5, 7]), _i32([0, 9, 30]), 8, 2, 128, causal=True)
 
 
 def test_ragged_run_passes_no_indices(fake):
@@ -692,9 +703,12 @@ def test_graph_mode_custom_mask(fake):
         assert indptr_buf[: len(nbytes)].tolist() == nbytes  # FlashInfer's mask_indptr
     assert len(fake.of("create")) == 1
     big = ([8], [60])  # 480 bits: 60 bytes, more than custom_mask_buf holds
+    plans = len(fake.of("plan"))
     with pytest.raises(ValueError, match="custom_mask_buf.*60"):
         w.plan(*_paged_lens(*big, page), 8, 2, 128, page, causal=True,
                custom_mask=torch.ones(480, dtype=torch.bool))
+    # Refused before the C plan: a captured graph keeps replaying the last accepted schedule.
+    assert len(fake.of("plan")) == plans
     with pytest.raises(ValueError, match="first plan"):  # no mask: another kernel
         w.plan(*_paged_lens(*steps[1], page), 8, 2, 128, page, causal=True)
 
@@ -848,6 +862,44 @@ def test_cascade_rope(fake):
     one.plan(qo[2:], kv[2:], idx[2:], last[2:], 8, 2, 128, 16, causal=True,
              pos_encoding_mode="ROPE_LLAMA", rope_scale=4.0, rope_theta=5e5)
     assert fake.of("create")[-1][9:] == (_lib.POS_ENCODING_ROPE_LLAMA, 4.0, 5e5)
+
+
+def test_decode_plan_state(fake, monkeypatch):
+    """A plan that raises leaves no runnable plan; in CUDA-graph mode, once a run was captured,
+    a plan needing another C object (other options) is refused; the object's variant lives as
+    long as the object."""
+    cap = 2
+    bufs = dict(paged_kv_indptr_buffer=torch.zeros(cap + 1, dtype=torch.int32),
+                paged_kv_indices_buffer=torch.zeros(8, dtype=torch.int32),
+                paged_kv_last_page_len_buffer=torch.zeros(cap, dtype=torch.int32))
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8), "NHD",
+                                                  use_cuda_graph=True, **bufs)
+    table = (_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]))
+    w.plan(*table, 8, 2, 128, 16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    q = torch.zeros(2, 8, 128, dtype=torch.float16)
+    w.run(q, cache)
+    with pytest.raises(ValueError, match="capacity"):
+        w.plan(_i32([0, 1, 2, 3]), table[1], _i32([5, 5, 5]), 8, 2, 128, 16)
+    with pytest.raises(ValueError, match="before plan"):
+        w.run(q, cache)
+    # Before a capture, other options re-create the object; after one, they are refused.
+    w.plan(*table, 8, 2, 128, 16, sm_scale=0.5)
+    creates = len(fake.of("decode_create"))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    w.run(q, cache)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with pytest.raises(ValueError, match="options .* must stay"):
+        w.plan(*table, 8, 2, 128, 16, sm_scale=0.25)
+    assert len(fake.of("decode_create")) == creates
+    w.plan(*table, 8, 2, 128, 16, sm_scale=0.5)  # the captured options: fine
+    # The variant the object points at is kept with it, whatever became of the plan.
+    e = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    v = cinfer.variant_builtin("sigmoid")
+    e.plan(*table, 8, 2, 128, 16, variant=v)
+    assert e._op_variant is v
+    e.plan(*table, 8, 2, 128, 16)  # other options: a new object, without a variant
+    assert e._op_variant is None
 
 
 # ---- run's reused argument structs ----
