@@ -1,9 +1,9 @@
-"""The batch prefill, batch decode and cascade wrappers' Python logic against a stand-in library,
-on the CPU: when C objects are created, reused, grown and evicted, CUDA-graph mode rules, argument
-checks made before the library, what plan and run pass (the custom-mask layout read back the way
-the "custom_mask" variant reads it, ALiBi's arguments, in-kernel RoPE's options). The attention
-itself is checked by the GPU suites (test_batch_prefill.py, test_batch_decode.py,
-test_cascade.py)."""
+"""The batch prefill, batch decode, cascade and MLA wrappers' Python logic against a stand-in
+library, on the CPU: when C objects are created, reused, grown and evicted, CUDA-graph mode
+rules, argument checks made before the library, what plan and run pass (the custom-mask layout
+read back the way the "custom_mask" variant reads it, ALiBi's arguments, in-kernel RoPE's
+options). The attention itself is checked by the GPU suites (test_batch_prefill.py,
+test_batch_decode.py, test_cascade.py)."""
 
 import ctypes
 import gc
@@ -131,6 +131,33 @@ class StandIn:
     def cinfer_batch_decode_destroy(self, op):
         self.live.discard(op.value)
         self.calls.append(("decode_destroy", op.value))
+
+    def cinfer_batch_mla_workspace_size(self, ctx, opts, causal, max_qo, out):
+        out._obj.value = 4096
+        return 0
+
+    def cinfer_batch_mla_create(self, ctx, opts, causal, max_qo, ws, nbytes, out):
+        self.next_handle += 1
+        self.calls.append(("mla_create", self.next_handle, opts._obj.max_batch_size, max_qo,
+                           opts._obj.use_cuda_graph))
+        self.live.add(self.next_handle)
+        out._obj.value = self.next_handle
+        return 0
+
+    def cinfer_batch_mla_plan(self, op, qo, kv, last, batch, stream):
+        self.calls.append(("mla_plan", op.value, batch, [qo[i] for i in range(batch + 1)]))
+        return 0
+
+    def cinfer_batch_mla_run(self, op, q_nope, q_pe, ckv, kpe, indices, out, lse, stream):
+        self.calls.append(("mla_run", op.value, q_nope._obj.shape[0], bool(lse)))
+        if lse:  # a base-2 LSE of 1.0 everywhere, to see the wrapper's conversion
+            n = lse._obj.shape[0] * lse._obj.shape[1]
+            ctypes.memmove(lse._obj.data, struct.pack(f"<{n}f", *([1.0] * n)), 4 * n)
+        return 0
+
+    def cinfer_batch_mla_destroy(self, op):
+        self.live.discard(op.value)
+        self.calls.append(("mla_destroy", op.value))
 
     def cinfer_segment_packbits(self, ctx, x, indptr, order, y, new_indptr, stream):
         assert order == 0  # little
@@ -900,6 +927,52 @@ def test_decode_plan_state(fake, monkeypatch):
     assert e._op_variant is v
     e.plan(*table, 8, 2, 128, 16)  # other options: a new object, without a variant
     assert e._op_variant is None
+
+
+def test_mla_wrapper_rules(fake, monkeypatch):
+    """The MLA wrapper's checks (backend, workspace type), run's LSE base and return, and the
+    CUDA-graph rules: the capacity bounds qo_indptr[-1], a capture below it is refused, and a
+    plan whose pages do not fit the page-index buffer makes no C plan."""
+    with pytest.raises(TypeError, match="float_workspace_buffer: expected a torch.Tensor"):
+        cinfer.BatchMLAPagedAttentionWrapper(5)
+    with pytest.raises(ValueError, match="backend = 'x'"):
+        cinfer.BatchMLAPagedAttentionWrapper(torch.empty(WS, dtype=torch.uint8), backend="x")
+    page, heads = 16, 16
+
+    def args(qo, kv_lens):
+        pages = [(n + page - 1) // page for n in kv_lens]
+        kv = [0] + list(torch.tensor(pages).cumsum(0).tolist())
+        return (_i32(qo), _i32(kv), torch.arange(kv[-1], dtype=torch.int32), _i32(kv_lens),
+                heads, 512, 64, page, False, 0.1, torch.bfloat16, torch.bfloat16)
+
+    w = cinfer.BatchMLAPagedAttentionWrapper(torch.empty(WS, dtype=torch.uint8))
+    w.plan(*args([0, 1, 2], [20, 40]))
+    q_nope = torch.zeros(2, heads, 512, dtype=torch.bfloat16)
+    q_pe = torch.zeros(2, heads, 64, dtype=torch.bfloat16)
+    ckv = torch.zeros(8, page, 512, dtype=torch.bfloat16)
+    kpe = torch.zeros(8, page, 64, dtype=torch.bfloat16)
+    assert isinstance(w.run(q_nope, q_pe, ckv, kpe, return_lse_base_on_e=True), torch.Tensor)
+    out, lse = w.run(q_nope, q_pe, ckv, kpe, return_lse=True, return_lse_base_on_e=True)
+    assert torch.allclose(lse, torch.full_like(lse, math.log(2.0)))
+    with pytest.raises(ValueError, match="kv_indices: 2 dimensions"):
+        a = args([0, 1, 2], [20, 40])
+        w.plan(a[0], a[1], a[2][:, None], *a[3:])
+
+    g = cinfer.BatchMLAPagedAttentionWrapper(
+        torch.empty(WS, dtype=torch.uint8), use_cuda_graph=True,
+        qo_indptr=torch.zeros(3, dtype=torch.int32), kv_indices=torch.zeros(5, dtype=torch.int32))
+    g.plan(*args([0, 1, 2], [20, 40]))
+    plans = len(fake.of("mla_plan"))
+    with pytest.raises(ValueError, match="do not fit the CUDA graph mode's page-index buffer"):
+        g.plan(*args([0, 1, 2], [20, 90]))
+    with pytest.raises(ValueError, match=r"qo_indptr\[-1\] = 3 query rows exceed"):
+        g.plan(*args([1, 2, 3], [20, 40]))
+    assert len(fake.of("mla_plan")) == plans  # neither reached the C plan
+    g.plan(*args([0, 1], [20]))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(ValueError, match="below the 2 query rows"):
+        g.run(q_nope[:1], q_pe[:1], ckv, kpe)
+    g.run(q_nope, q_pe, ckv, kpe)
 
 
 # ---- run's reused argument structs ----
