@@ -540,16 +540,20 @@ CINFER_API cinfer_status_t cinfer_batch_decode_create(cinfer_context_t *ctx,
  * table's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] (int32), chooses the
  * split-KV schedule (one wave of chunks, or beyond one wave equal-cost runs of the requests' KV
  * ranges per group of CTAs) and writes it into the workspace with an asynchronous copy on
- * stream (runs on another stream must be ordered after it by the caller). kv_len of request b =
+ * stream (runs on another stream must be ordered after it by the caller, and the plan after the
+ * earlier plans and runs of the object on other streams: they share the workspace). A plan is
+ * never captured into a CUDA graph (only run is): a capturing stream is INVALID_ARGUMENT, before
+ * the previous plan is touched. kv_len of request b =
  * (pages - 1) * page_size + last_page_len (0 without pages; last_page_len is then ignored); with
  * window_left = w >= 0 only the last w + 1 positions of each request are scheduled. The schedule
  * is staged in the object's pinned host buffers: plan blocks only until the copy made two plans
  * earlier has completed. An argument error leaves the previous plan in place.
  * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
  * kv_indptr[0] < 0, non-monotone kv_indptr, last_page_len outside [1, page_size] for a request
- * with pages, kv_len above 2^31 - 1; the message names the index and value), UNSUPPORTED (with
- * in-kernel RoPE, a kv_len above CINFER_ROPE_MAX_LEN, naming the request), OUT_OF_MEMORY (host
- * scratch of a schedule beyond one wave), CUDA_ERROR. Not thread-safe per object.
+ * with pages, kv_len above 2^31 - 1; the message names the index and value; a capturing
+ * stream), UNSUPPORTED (with in-kernel RoPE, a kv_len above CINFER_ROPE_MAX_LEN, naming the
+ * request), OUT_OF_MEMORY (host scratch of a schedule beyond one wave), CUDA_ERROR. Not
+ * thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
                                                     const int32_t *kv_indptr,
@@ -781,14 +785,16 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_create(cinfer_context_t *ctx,
  * last_page_len. qo_len and kv_len must be below 2^30. Chooses the query tile (outside graph
  * mode) and the split-KV chunking, builds the work list (longest first) and writes it into the
  * workspace with asynchronous copies on stream (runs on another stream must be ordered after it
- * by the caller). The schedule is staged in the object's pinned host buffers: plan blocks only
- * until the copies made two plans earlier have completed. An argument error leaves the previous
- * plan in place.
+ * by the caller, and the plan after the earlier plans and runs of the object on other streams:
+ * they share the workspace). The schedule is staged in the object's pinned host buffers: plan
+ * blocks only until the copies made two plans earlier have completed. An argument error leaves
+ * the previous plan in place. A plan is never captured into a CUDA graph (only run is): a
+ * capturing stream is INVALID_ARGUMENT, before the previous plan is touched.
  * Returns SUCCESS, INVALID_ARGUMENT (op NULL, batch_size outside [0, options->max_batch_size],
  * NULL or non-monotone indptr, too many query rows, last_page_len out of range, lengths too long;
- * the message names the argument, the index and the value), UNSUPPORTED (with in-kernel RoPE, a
- * qo_len or kv_len above CINFER_ROPE_MAX_LEN, naming the request), CUDA_ERROR, OUT_OF_MEMORY.
- * Not thread-safe per object.
+ * the message names the argument, the index and the value; a capturing stream), UNSUPPORTED
+ * (with in-kernel RoPE, a qo_len or kv_len above CINFER_ROPE_MAX_LEN, naming the request),
+ * CUDA_ERROR, OUT_OF_MEMORY. Not thread-safe per object.
  */
 CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
                                                      const int32_t *qo_indptr,

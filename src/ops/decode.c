@@ -523,7 +523,7 @@ cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op, const int32_
     CINFER__CHECK(cinfer__decode_plan_chunks(&s->cfg, op->kv_len, batch_size, &chunking));
 
     cinfer_context_t *ctx = op->ctx;
-    CINFER__CHECK(cinfer__context_activate(ctx));
+    CINFER__CHECK(cinfer__staging_check_stream(ctx, stream, "cinfer_batch_decode_plan"));
     char *host = NULL;
     CINFER__CHECK(cinfer__staging_next(ctx, &op->staging, &host));
     op->planned = false;

@@ -325,6 +325,7 @@ cinfer_status_t cinfer_batch_mla_plan(cinfer_batch_mla_t *op, const int32_t *qo_
     int tile;
     cinfer__prefill_chunking_t chunking;
     CINFER__CHECK(cinfer__prefill_plan_tile(cfg, op->requests, batch_size, &tile, &chunking));
+    CINFER__CHECK(cinfer__staging_check_stream(op->ctx, stream, "cinfer_batch_mla_plan"));
     op->planned = false;
     CINFER__CHECK(cinfer__prefill_stage_schedule(op->ctx, &op->staging, op->workspace,
                                                  &op->setup.layout, cfg, op->requests, batch_size,

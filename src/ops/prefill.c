@@ -1360,6 +1360,7 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
     int tile;
     cinfer__prefill_chunking_t chunking;
     CINFER__CHECK(cinfer__prefill_plan_tile(cfg, op->requests, batch_size, &tile, &chunking));
+    CINFER__CHECK(cinfer__staging_check_stream(op->ctx, stream, "cinfer_batch_prefill_plan"));
 
     op->planned = false;
     CINFER__CHECK(cinfer__prefill_stage_schedule(op->ctx, &op->staging, op->workspace,

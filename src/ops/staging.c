@@ -29,6 +29,20 @@ cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__stag
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__staging_check_stream(cinfer_context_t *ctx, CUstream stream,
+                                             const char *what) {
+    CINFER__CHECK(cinfer__context_activate(ctx));
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    CINFER__CU(ctx->cu, cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: stream is being captured into a CUDA graph; plan copies its "
+                             "schedule from host memory, so call it outside the capture (a "
+                             "captured run replays the schedule of the latest plan)",
+                             what);
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__staging_next(const cinfer_context_t *ctx, cinfer__staging_t *s,
                                      char **host) {
     const int i = s->next;

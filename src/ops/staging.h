@@ -26,6 +26,13 @@ typedef struct cinfer__staging {
 cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__staging_t *s,
                                        size_t bytes, size_t align, const char *what);
 
+/* INVALID_ARGUMENT when stream is being captured into a CUDA graph: a plan copies its schedule
+ * from a host mirror, which a capture would turn into a copy at every replay from whatever a
+ * later plan wrote there (and its event into a captured one). Activates ctx. `what` names the
+ * plan function in the message. Called before a plan touches the previous one. */
+cinfer_status_t cinfer__staging_check_stream(cinfer_context_t *ctx, CUstream stream,
+                                             const char *what);
+
 /* The mirror the next plan writes, after waiting for its previous copy (if any). */
 cinfer_status_t cinfer__staging_next(const cinfer_context_t *ctx, cinfer__staging_t *s,
                                      char **host);

@@ -779,8 +779,16 @@ static void cuda_graph_replays_after_replanning(void **state) {
     cinfer_status_t st =
         cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t, &t.last.t,
                                 &t.out.t, &t.lse.t, NULL, stream);
+    /* A plan is host work: refused on a capturing stream, before it touches the plan or the
+     * capture. */
+    const cinfer_status_t plan_st =
+        cinfer_batch_decode_plan(op, x.indptr, x.last, big.batch, stream);
+    char plan_msg[512];
+    snprintf(plan_msg, sizeof plan_msg, "%s", cinfer_last_error());
     assert_int_equal(cu->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
     CINFER_TEST_OK(st);
+    assert_int_equal(plan_st, CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(plan_msg, "captured into a CUDA graph"));
     assert_int_equal(cu->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
     assert_int_equal(cu->cuGraphLaunch(exec, stream), CUDA_SUCCESS);
     CINFER_TEST_SYNC(stream);
