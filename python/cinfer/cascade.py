@@ -675,10 +675,12 @@ class MultiLevelCascadeAttentionWrapper:
 
         Notes
         -----
-        The levels are planned in order, so a plan that raises at level ``i`` has already
-        replaced the schedules of levels ``0 .. i - 1``. :meth:`run` refuses until a plan
-        succeeds; in CUDA-graph mode a captured graph must not be replayed until then either
-        (its levels would belong to two different steps).
+        The levels are planned in order. In CUDA-graph mode every level's capacity (groups,
+        query rows, pages) is checked before any is planned, so a step too large for the
+        buffers leaves every level on the previous step; an error a level's own plan finds
+        (a malformed page table) comes after the levels before it were planned: :meth:`run`
+        refuses until a plan succeeds, and a captured graph must not be replayed until then
+        either (its levels would belong to two different steps).
         """
         arrs = {"qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
                 "paged_kv_indices_arr": paged_kv_indices_arr,
@@ -702,6 +704,8 @@ class MultiLevelCascadeAttentionWrapper:
             )
         # A failed plan leaves no runnable plan (as the batch prefill wrapper's).
         self._launch = None
+        if self._use_cuda_graph and self._graph_kinds is not None:
+            self._check_graph_levels(qo_indptr_arr, paged_kv_indptr_arr)
         kinds, planned = [], []
         # What every level's plan takes alike, whichever kind runs it.
         common = dict(pos_encoding_mode=pos_encoding_mode, sm_scale=sm_scale,
@@ -776,6 +780,40 @@ class MultiLevelCascadeAttentionWrapper:
         if fixed is not None:
             return fixed, host
         return (_DECODE if groups >= 1 and one_row_each else _PREFILL), host
+
+    def _check_graph_levels(self, qo_indptr_arr, paged_kv_indptr_arr) -> None:
+        """CUDA graph mode after the first plan: every level's kind, batch, query rows and page
+        count checked against its capacity before any level is planned, so a step too large
+        for the captured buffers is refused while every level still holds the previous step
+        (a captured graph replays all of them). The levels' own plans check the rest."""
+        for i in range(self._num_levels):
+            try:
+                kind, qo_host = self._level_kind(i, qo_indptr_arr[i])
+                _, kv_host = A.host_index(paged_kv_indptr_arr[i], "paged_kv_indptr")
+                groups = kv_host.shape[0] - 1
+                pages = int(kv_host[groups]) if groups >= 0 else 0
+                if kind == _DECODE:
+                    w, rows = self._decode_wrapper(i), None
+                    indices_buf = w._paged_kv_indices_buf
+                else:
+                    w = self._wrappers[i]
+                    rows = w._max_total_qo
+                    indices_buf = w._paged_kv_indices_buf
+                if groups > w._fixed_batch_size:
+                    raise ArgumentError(
+                        f"paged_kv_indptr: {groups} groups exceed the CUDA graph capacity "
+                        f"{w._fixed_batch_size}")
+                qo_end = int(qo_host[-1]) if qo_host.shape[0] > 0 else 0
+                if rows is not None and qo_end > rows:
+                    raise ArgumentError(
+                        f"qo_indptr: qo_indptr[-1] = {qo_end} query rows exceed the {rows} of "
+                        "the CUDA graph mode (the first plan's)")
+                if indices_buf is not None and pages > indices_buf.shape[0]:
+                    raise ArgumentError(
+                        f"paged_kv_indices: paged_kv_indptr[-1] = {pages} entries do not fit the "
+                        f"level's page-index buffer ({indices_buf.shape[0]} entries)")
+            except ArgumentError as e:
+                raise type(e)(f"level {i}: {e}", e.status) from e
 
     def _decode_wrapper(self, i: int) -> BatchDecodeWithPagedKVCacheWrapper:
         """Level ``i``'s batch decode wrapper, created on first use over the level's workspace

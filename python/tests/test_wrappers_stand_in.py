@@ -554,12 +554,23 @@ def test_cascade_graph_mode_decode_levels(fake, monkeypatch):
     # q of exactly the decode batch's rows: passed whole.
     c.run(q[:3], cache)
     assert fake.decode_rows[-1] == (3, 3, 3) and fake.of("decode_run")[-1][2] == q.data_ptr()
-    # The decode level cannot get a group of several rows any more: a clear error, no plan.
+    n_decode = len(fake.of("decode_plan"))
+    # The decode level cannot get a group of several rows any more: a clear error, and no
+    # level planned (every level is checked first, so all keep the previous step).
     n_plans = len(fake.of("plan"))
     with pytest.raises(ValueError, match=r"level 2: qo_indptr: \[0, 1, 3\].*batch decode"):
         c.plan(qo3[:2] + [_i32([0, 1, 3])], kv3[:2] + [_i32([0, 1, 2])], idx,
                [last[0], last[1], _i32([1, 1])], 8, 2, 128, 16, causal=True)
-    assert len(fake.of("plan")) == n_plans + 2  # levels 0 and 1 only
+    assert len(fake.of("plan")) == n_plans
+    # Nor more groups than the decode level's capacity (6), or pages than a level's buffer.
+    seven = [_i32(list(range(8))), _i32([0] + [1] * 7), _i32([1] * 7)]
+    with pytest.raises(ValueError, match="level 2: paged_kv_indptr: 7 groups exceed"):
+        c.plan(qo3[:2] + [seven[0]], kv3[:2] + [seven[1]], idx,
+               [last[0], last[1], seven[2]], 8, 2, 128, 16, causal=True)
+    with pytest.raises(ValueError, match="level 0: paged_kv_indices: paged_kv_indptr.-1. = 17"):
+        c.plan(qo3, [_i32([0, 17])] + kv3[1:], idx, [last[0], last[1], _i32([1, 1, 2])], 8, 2,
+               128, 16, causal=True)
+    assert len(fake.of("plan")) == n_plans and len(fake.of("decode_plan")) == n_decode
     with pytest.raises(ValueError, match="before plan"):
         c.run(q, cache)
     # Levels fixed as batch prefill stay so, even with one row per group.
