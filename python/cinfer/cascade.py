@@ -788,7 +788,8 @@ class MultiLevelCascadeAttentionWrapper:
         (a captured graph replays all of them). The levels' own plans check the rest."""
         for i in range(self._num_levels):
             try:
-                kind, qo_host = self._level_kind(i, qo_indptr_arr[i])
+                kind, qo = self._level_kind(i, qo_indptr_arr[i])
+                _, qo_host = A.host_index(qo, "qo_indptr")  # one level: not yet checked
                 _, kv_host = A.host_index(paged_kv_indptr_arr[i], "paged_kv_indptr")
                 groups = kv_host.shape[0] - 1
                 pages = int(kv_host[groups]) if groups >= 0 else 0

@@ -505,6 +505,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
         self._destroy()
         self._float_workspace_buffer = ws
+        self._captured = False  # a graph captured before now replays a destroyed object
 
     def end_forward(self) -> None:
         """Deprecated FlashInfer call; does nothing."""
@@ -958,7 +959,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         the object's variant is kept alive as long as the object (it holds the pointer)."""
         if self._op is not None and key == self._op_key and batch_size <= self._op_capacity:
             return
-        if self._use_cuda_graph and self._captured:
+        if self._use_cuda_graph and self._captured and self._op is not None:
             # A captured graph keeps the object's kernels, grid and workspace layout: a new
             # object over the same workspace would leave it reading a schedule laid out for
             # other options.

@@ -1569,13 +1569,15 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         slots = self._slots
         k, k_ref = A.slot_ref(slots.k, k, "k", self.device)
         v, v_ref = A.slot_ref(slots.v, v, "v", self.device)
+        result = self._run(p, q, k_ref, v_ref, None, out, lse, return_lse, args, variant_args,
+                           _RAGGED_RUN)
         if self._use_cuda_graph and slots.torch.cuda.is_current_stream_capturing():
+            # The run was captured (it passed every check): later plans must fit its k and v.
             axis = 1 if self._kv_layout == "HND" else 0
-            rows = min(k.shape[axis], v.shape[axis]) if k.dim() == 3 and v.dim() == 3 else 0
+            rows = min(k.shape[axis], v.shape[axis])
             self._captured_kv_rows = (rows if self._captured_kv_rows is None
                                       else min(rows, self._captured_kv_rows))
-        return self._run(p, q, k_ref, v_ref, None, out, lse, return_lse, args, variant_args,
-                         _RAGGED_RUN)
+        return result
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

@@ -93,7 +93,7 @@ def test_packbits_errors():
     with pytest.raises(ValueError, match="x"):
         cinfer.packbits(x.view(2, 5))
     # Another dtype is a mask with nonzero = 1, as FlashInfer's x.to(torch.bool).
-    mask = torch.tensor([0.5, 0, -2, 1, 0, 0, 3, 1, 1, 0, 1], device=DEV)
+    mask = torch.tensor([2.0, 0, -2, 1, 0, 0, 3, 1, 1, 0, 1], device=DEV)
     assert torch.equal(cinfer.packbits(mask), cinfer.packbits(mask != 0))
     assert torch.equal(cinfer.packbits(mask.to(torch.int32), "little"),
                        cinfer.packbits(mask != 0, "little"))

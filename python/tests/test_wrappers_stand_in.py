@@ -397,6 +397,11 @@ def test_graph_mode_rules(fake, monkeypatch):
     r.plan(_i32([0, 5, 7]), _i32([0, 9, 20]), 8, 2, 128, causal=True)
     assert fake.of("create")[-1][2:7] == (_lib.KV_STORAGE_RAGGED, 1, 500, 2, 1)
     assert fake.of("plan")[-1][-1] is False  # no last_page_len for a ragged KV
+    # A refused capture (q below the capacity) limits nothing.
+    small = torch.zeros(3, 2, 128, dtype=torch.float16)
+    with pytest.raises(ValueError, match="capturing"):
+        r.run(torch.zeros(499, 8, 128, dtype=torch.float16), small, small)
+    r.plan(_i32([0, 5, 7]), _i32([0, 9, 20]), 8, 2, 128, causal=True)
     # A run captured with k and v of 30 rows: later plans may not address more.
     kv = torch.zeros(30, 2, 128, dtype=torch.float16)
     r.run(torch.zeros(500, 8, 128, dtype=torch.float16), kv, kv)  # capturing (patched above)
@@ -931,6 +936,9 @@ def test_decode_plan_state(fake, monkeypatch):
         w.plan(*table, 8, 2, 128, 16, sm_scale=0.25)
     assert len(fake.of("decode_create")) == creates
     w.plan(*table, 8, 2, 128, 16, sm_scale=0.5)  # the captured options: fine
+    # A new workspace drops the object (and what was captured over it): any options again.
+    w.reset_workspace_buffer(torch.empty(WS, dtype=torch.uint8))
+    w.plan(*table, 8, 2, 128, 16, sm_scale=0.25)
     # The variant the object points at is kept with it, whatever became of the plan.
     e = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
     v = cinfer.variant_builtin("sigmoid")

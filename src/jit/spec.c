@@ -328,11 +328,13 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
     }
     cinfer__spec_init(spec, (cinfer__op_t)op);
     const char *p = colon ? colon + 1 : text + op_len;
-    /* Fields already given, by where their names start in text: a field given twice is an error
-     * (which value would win is not obvious). Empty items (",," or a trailing comma) are
-     * skipped. */
+    /* The fields set so far (dtype and head_dim set several): a field set twice, directly or
+     * through an alias, is an error (which value would win is not obvious). Empty items (",," or
+     * a trailing comma) are skipped. */
     const char *seen[64];
     size_t seen_len[64], num_seen = 0;
+    static const char *const dtype_fields[] = {"dtype_q", "dtype_kv", "dtype_o", NULL};
+    static const char *const head_dim_fields[] = {"head_dim_qk", "head_dim_vo", NULL};
     while (*p) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -345,17 +347,26 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "spec \"%s\": \"%.*s\" is not FIELD=VALUE", text, (int)n, p);
         size_t key_len = (size_t)(eq - p);
-        for (size_t i = 0; i < num_seen; i++)
-            if (seen_len[i] == key_len && strncmp(seen[i], p, key_len) == 0)
+        const char *const *targets = key_len == 5 && strncmp(p, "dtype", 5) == 0 ? dtype_fields
+                                     : key_len == 8 && strncmp(p, "head_dim", 8) == 0
+                                         ? head_dim_fields
+                                         : NULL;
+        for (int k = 0; targets ? targets[k] != NULL : k < 1; k++) {
+            const char *name = targets ? targets[k] : p;
+            const size_t len = targets ? strlen(name) : key_len;
+            for (size_t i = 0; i < num_seen; i++)
+                if (seen_len[i] == len && strncmp(seen[i], name, len) == 0)
+                    return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                         "spec \"%s\": field %.*s is given twice%s%.*s%s", text,
+                                         (int)len, name, targets ? " (through " : "",
+                                         targets ? (int)key_len : 0, p, targets ? ")" : "");
+            if (num_seen == sizeof seen / sizeof seen[0])
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                     "spec \"%s\": field %.*s is given twice", text, (int)key_len,
-                                     p);
-        if (num_seen == sizeof seen / sizeof seen[0])
-            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "spec \"%s\": more than %zu fields", text,
-                                 sizeof seen / sizeof seen[0]);
-        seen[num_seen] = p;
-        seen_len[num_seen++] = key_len;
+                                     "spec \"%s\": more than %zu fields", text,
+                                     sizeof seen / sizeof seen[0]);
+            seen[num_seen] = name;
+            seen_len[num_seen++] = len;
+        }
         const char *value = eq + 1;
         size_t value_len = n - key_len - 1;
         int64_t v;

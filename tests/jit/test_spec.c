@@ -94,7 +94,13 @@ static void bad_text_names_the_problem(void **state) {
     /* A field given twice is an error; empty items are skipped wherever they are. */
     assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf16,dtype=f16", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(cinfer_last_error(), "field dtype is given twice"));
+    assert_non_null(strstr(cinfer_last_error(), "field dtype_q is given twice (through dtype)"));
+    assert_int_equal(cinfer__spec_parse("decode:dtype_kv=e4m3,dtype=bf16", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field dtype_kv is given twice (through dtype)"));
+    assert_int_equal(cinfer__spec_parse("merge_states:vec=8,vec=1", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field vec is given twice"));
     cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
     cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
