@@ -631,7 +631,8 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
 /* Limits of the MLA kernels (kernels/mla.cu): q, the latent cache and out of one 16-bit dtype,
  * head dims 576 (512 ckv + 64 kpe) and 512, 16 rows on 4 warps over KV tiles of 16 or 32 positions
  * in 2 to 4 stages, G query heads per token a power of two up to 16 (0 = 1); or the warpgroup
- * kernel (sm_90a): 64 rows (G = 64) on 8 warps over tiles of 32 in 2 or 3 stages. */
+ * kernel (sm_90a): 64 rows (G = 64) on 8 warps over tiles of 32 in 4 stages (two steps of two
+ * tiles, one per warpgroup). */
 static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *fam) {
     if (spec->op == CINFER__OP_MLA_MERGE) {
         if (spec->head_dim_vo != 512)
@@ -664,8 +665,8 @@ static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *
             field = "tile_kv", value = spec->tile_kv, expected = "32";
         else if (spec->warps != 8)
             field = "warps", value = spec->warps, expected = "8";
-        else if (!in_range(spec->stages, 2, 3))
-            field = "stages", value = spec->stages, expected = "2 or 3";
+        else if (spec->stages != 4)
+            field = "stages", value = spec->stages, expected = "4";
         else if (g != 64)
             field = "gqa_pack", value = g, expected = "64 (the heads of one token)";
         if (field)

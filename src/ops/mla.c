@@ -49,8 +49,8 @@ typedef struct mla_shape {
     int rows, tile_kv, warps, stages, group;
 } mla_shape_t;
 
-/* The warpgroup kernel's shape: KV tiles of 32 positions in 3 stages, 8 warps. */
-enum { MLA_WIDE_ROWS = 64, MLA_WIDE_TILE_KV = 32, MLA_WIDE_WARPS = 8, MLA_WIDE_STAGES = 3 };
+/* The warpgroup kernel's shape: KV tiles of 32 positions in 4 stages, 8 warps. */
+enum { MLA_WIDE_ROWS = 64, MLA_WIDE_TILE_KV = 32, MLA_WIDE_WARPS = 8, MLA_WIDE_STAGES = 4 };
 
 static bool test_no_sm90;
 
@@ -77,12 +77,13 @@ static mla_shape_t mla_shape(int num_heads, const char *arch) {
 /* Dynamic shared memory of the attention kernel. mma.sync: the Q tile and the KV stages (rows of
  * 576 elements padded by 16 bytes), and each warp's partial logits of a tile (16 rows of TILE_KV
  * floats padded by 8). Warpgroup: 1 KiB of alignment, the Q tile and the stages as blocks of 64
- * columns (128 bytes a row), and two warpgroups' partial logits (64 x TILE_KV floats each). */
+ * columns (128 bytes a row), and the two published P tiles (64 x TILE_KV 16-bit values each) and
+ * row maxima (64 floats each). */
 static size_t mla_smem(const mla_shape_t *sh) {
     const size_t dims = MLA_CKV + MLA_KPE;
     if (sh->rows == MLA_WIDE_ROWS)
         return 1024 + dims * 2 * ((size_t)sh->rows + (size_t)sh->stages * sh->tile_kv) +
-               2 * (size_t)sh->rows * sh->tile_kv * 4;
+               2 * (size_t)sh->rows * (sh->tile_kv * 2 + 4);
     const size_t row = dims * 2 + 16;
     return row * ((size_t)sh->rows + (size_t)sh->stages * sh->tile_kv) +
            (size_t)sh->warps * sh->rows * (sh->tile_kv + 8) * 4;

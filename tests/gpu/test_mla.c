@@ -37,6 +37,8 @@ typedef struct mla_case {
     int heads, page_size, causal, lse;
     cinfer__dtype_t dtype;
     int expect_split; /* 1: the plan must split, -1: it must not, 0: either */
+    double q_amp;     /* q uniform in [-q_amp, q_amp] (0: 1); large: logits whose row maxima grow
+                         past the kernels' lazy-maximum slack from tile to tile */
 } mla_case;
 
 typedef struct mla_data {
@@ -148,14 +150,15 @@ static void make_data(const mla_case *c, cinfer_test_rng *rng, mla_data *x, int6
     memset(x->qp, 0xff, x->qp_bytes);
     memset(x->ckv, 0xff, x->ckv_bytes);
     memset(x->kpe, 0xff, x->kpe_bytes);
+    const double amp = c->q_amp > 0 ? c->q_amp : 1.0;
     for (int64_t r = x->qo_indptr[0]; r < x->qo_indptr[B]; r++)
         for (int64_t h = 0; h < H; h++) {
             for (int d = 0; d < CKV; d++)
                 cinfer_test_store(c->dtype, x->qn, (r * H + h) * CKV + d,
-                                  cinfer_test_rng_uniform(rng, -1.0, 1.0));
+                                  cinfer_test_rng_uniform(rng, -amp, amp));
             for (int d = 0; d < KPE; d++)
                 cinfer_test_store(c->dtype, x->qp, (r * H + h) * KPE + d,
-                                  cinfer_test_rng_uniform(rng, -1.0, 1.0));
+                                  cinfer_test_rng_uniform(rng, -amp, amp));
         }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < x->kv_len[b]; t++) {
@@ -559,9 +562,11 @@ static void wide_heads(void **state) {
     (void)state;
     static const int qo_p[] = {7, 1, 12}, kv_p[] = {300, 64, 11};
     static const int qo_s[] = {1, 2}, kv_s[] = {9000, 4000};
+    /* around the warpgroup kernel's tiles (32 positions) and steps (two tiles) */
+    static const int kv_t[] = {0, 1, 31, 32, 33, 64, 65, 97};
     for (int narrow = 0; narrow < 2; narrow++) {
         cinfer__mla_test_no_sm90(narrow);
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < 7; i++) {
             char desc[128];
             mla_case c = base_case("");
             c.heads = i % 2 ? 64 : 128;
@@ -576,12 +581,20 @@ static void wide_heads(void **state) {
                 c.kv_lens = kv_p;
                 c.causal = i == 2;
                 c.page_size = 13;
-            } else { /* split rows */
+            } else if (i < 5) { /* split rows */
                 c.batch = 2;
                 c.qo_lens = qo_s;
                 c.kv_lens = kv_s;
                 c.causal = 1;
                 c.expect_split = 1;
+            } else if (i < 6) { /* decode rows of lengths around a tile and a step */
+                c.batch = 8;
+                c.kv_lens = kv_t;
+                c.page_size = 16;
+            } else { /* peaked logits: row maxima that keep growing past the lazy slack */
+                c.batch = 6;
+                c.max_kv = 900;
+                c.q_amp = 16.0;
             }
             snprintf(desc, sizeof desc, "H %d, case %d, %s kernel", c.heads, i,
                      narrow ? "mma.sync" : "default");

@@ -472,12 +472,15 @@ static void mla_specs(void **state) {
          "tile_kv=16,warps=4,stages=4",
          "dtype_kv e4m3"},
         {"mla_merge:dtype_o=f16,head_dim_vo=256", "head_dim_vo 256"},
-        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=4,stages=3,"
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=4,stages=4,"
          "gqa_pack=64",
          "warps 4"},
-        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=8,stages=3,"
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=8,stages=4,"
          "gqa_pack=16",
          "tile_q 64 (the warpgroup kernel): gqa_pack 16, expected 64"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=64,tile_kv=32,warps=8,stages=3,"
+         "gqa_pack=64",
+         "stages 3, expected 4"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cinfer__spec_t s = parse(bad[i].text);
@@ -508,7 +511,7 @@ static void mla_specs(void **state) {
     /* The warpgroup kernel (64 heads of a token per CTA): sm_90a only; another arch is refused
      * before NVRTC runs. */
     cinfer__spec_t s = parse("mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,mask=causal,"
-                             "tile_q=64,tile_kv=32,warps=8,stages=3,gqa_pack=64");
+                             "tile_q=64,tile_kv=32,warps=8,stages=4,gqa_pack=64");
     cinfer__rendered_t r;
     render(&s, "sm_90a", &r);
     compile_quietly(&r, "the MLA warpgroup kernel (sm_90a)");
