@@ -85,6 +85,39 @@ __device__ __forceinline__ void mla_row_ends(float *d, const float *m, float *in
     }
 }
 
+/* The epilogue of one lane's row h (0 or 1) of either MLA kernel: n tiles of 8 output columns
+ * from col, the lane's pair of each at o[4 j + 2 h] (the mma C layout of both kernels), scaled by
+ * inv, for query head `head` of the request's token `token`. A split item (w.partial >= 0)
+ * writes float32 partial state, at slot w.partial + ((token - w.q_begin) * H + head) *
+ * num_chunks; else out, in q's dtype. lse_writer: the one lane of the row that writes its LSE
+ * (p.lse's when given, or the partial LSE). */
+__device__ __forceinline__ void mla_store_row(const cinfer_mla_params &p,
+                                              const cinfer_prefill_work &w, const float *o,
+                                              const int n, int h, int token, int head, int col,
+                                              float inv, float lse, bool lse_writer) {
+    if (w.partial >= 0) {
+        const long long slot = (long long)w.partial +
+                               ((long long)(token - w.q_begin) * p.num_heads + head) * w.num_chunks;
+        float *po = p.partial_o + slot * D_CKV + col;
+#pragma unroll
+        for (int j = 0; j < n; j++)
+            *(float2 *)(po + 8 * j) =
+                make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        if (lse_writer)
+            p.partial_lse[slot] = lse;
+        return;
+    }
+    const long long r = (long long)w.qo_begin + token;
+    cinfer_half_bits *out =
+        (cinfer_half_bits *)p.out + r * p.out_stride_n + (long long)head * p.out_stride_h + col;
+#pragma unroll
+    for (int j = 0; j < n; j++)
+        *(unsigned *)(out + 8 * j) =
+            cinfer_pack_half2(CINFER_DTYPE_Q, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    if (p.lse && lse_writer)
+        p.lse[r * p.lse_stride_n + (long long)head * p.lse_stride_h] = lse;
+}
+
 /* The q_nope and q_pe rows of (token, head) when valid; the tensors' starts otherwise. */
 __device__ __forceinline__ void mla_q_row(const cinfer_mla_params &p, long long token, int head,
                                           bool valid, const cinfer_half_bits **qn,
@@ -350,28 +383,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         if (row >= q_rows)
             continue;
         const float inv = inv2[h], lse = lse2[h];
-        const int token = q0 + row / G, head = head0 + row % G;
-        const int col = warp * WARP_COLS + 2 * (lane % 4);
-        if (w.partial >= 0) {
-            const long long slot =
-                (long long)w.partial + ((long long)(row / G) * p.num_heads + head) * w.num_chunks;
-            float *po = p.partial_o + slot * D_CKV + col;
-#pragma unroll
-            for (int n = 0; n < O_TILES; n++)
-                *(float2 *)(po + n * 8) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-            if (warp == 0 && lane % 4 == 0)
-                p.partial_lse[slot] = lse;
-            continue;
-        }
-        const long long r = (long long)w.qo_begin + token;
-        cinfer_half_bits *out =
-            (cinfer_half_bits *)p.out + r * p.out_stride_n + (long long)head * p.out_stride_h + col;
-#pragma unroll
-        for (int n = 0; n < O_TILES; n++)
-            *(unsigned *)(out + n * 8) =
-                cinfer_pack_half2(DT, o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-        if (p.lse && warp == 0 && lane % 4 == 0)
-            p.lse[r * p.lse_stride_n + (long long)head * p.lse_stride_h] = lse;
+        mla_store_row(p, w, &o[0][0], O_TILES, h, q0 + row / G, head0 + row % G,
+                      warp * WARP_COLS + 2 * (lane % 4), inv, lse, warp == 0 && lane % 4 == 0);
     }
 }
 

@@ -203,6 +203,17 @@ __device__ __forceinline__ void rescale_o(float *o, const float *a) {
     }
 }
 
+/* The running maxima m moved to the published m_new (the other warpgroup's tile): a = each row's
+ * factor 2^(m - m_new) (1 where it stays), and the row sums d rescaled by it. */
+__device__ __forceinline__ void adopt_maxima(float *m, float *d, float *a, const float *m_new) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        a[h] = rescale_of(m[h], m_new[h]);
+        d[h] *= a[h];
+        m[h] = m_new[h];
+    }
+}
+
 /* Publishes a tile's P (this thread's A registers) and its rows' maxima (one lane per quad). */
 __device__ __forceinline__ void publish(unsigned *p_buf, float *m_buf, const unsigned *pa,
                                         const float *m, int tid) {
@@ -335,12 +346,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             cinfer_bar_sync(BAR_B, 256);
             float m_b[2];
             receive(pb, m_b, p_buf + P_REGS * 128, m_buf + 64, tid);
-            a[0] = rescale_of(m[0], m_b[0]);
-            a[1] = rescale_of(m[1], m_b[1]);
-            d[0] *= a[0];
-            d[1] *= a[1];
-            m[0] = m_b[0];
-            m[1] = m_b[1];
+            adopt_maxima(m, d, a, m_b);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin_n(o, O_REGS);
             rescale_o(o, a);
@@ -366,12 +372,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             unsigned pa[P_REGS];
             float m_a[2], a[2];
             receive(pa, m_a, p_buf, m_buf, tid);
-            a[0] = rescale_of(m[0], m_a[0]);
-            a[1] = rescale_of(m[1], m_a[1]);
-            d[0] *= a[0];
-            d[1] *= a[1];
-            m[0] = m_a[0];
-            m[1] = m_a[1];
+            adopt_maxima(m, d, a, m_a);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin_n(s, S_REGS);
             cinfer_wgmma_pin_n(o, O_REGS);
@@ -427,27 +428,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (row >= q_rows)
             continue;
         const float inv = inv2[h], lse = lse2[h];
-        const int head = head0 + row;
-        const int col = 256 * wg + 2 * (lane % 4);
-        if (w.partial >= 0) {
-            const long long slot = (long long)w.partial + (long long)head * w.num_chunks;
-            float *po = p.partial_o + slot * D_CKV + col;
-#pragma unroll
-            for (int j = 0; j < O_REGS / 4; j++)
-                *(float2 *)(po + 8 * j) =
-                    make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-            if (wg == 0 && lane % 4 == 0)
-                p.partial_lse[slot] = lse;
-            continue;
-        }
-        const long long r = (long long)w.qo_begin + q0;
-        cinfer_half_bits *out =
-            (cinfer_half_bits *)p.out + r * p.out_stride_n + (long long)head * p.out_stride_h + col;
-#pragma unroll
-        for (int j = 0; j < O_REGS / 4; j++)
-            *(unsigned *)(out + 8 * j) =
-                cinfer_pack_half2(DT, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        if (p.lse && wg == 0 && lane % 4 == 0)
-            p.lse[r * p.lse_stride_n + (long long)head * p.lse_stride_h] = lse;
+        mla_store_row(p, w, o, O_REGS / 4, h, q0, head0 + row, 256 * wg + 2 * (lane % 4), inv, lse,
+                      wg == 0 && lane % 4 == 0);
     }
 }
