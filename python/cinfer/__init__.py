@@ -42,7 +42,8 @@ from .decode import (
     single_decode_with_kv_cache,
 )
 from .mla import BatchMLAPagedAttentionWrapper
-from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
+from .page import (APPEND_ERROR_BATCH_INDEX, APPEND_ERROR_PAGE, APPEND_ERROR_POSITION,
+                   append_paged_kv_cache, get_batch_indices_positions, get_seq_lens)
 from .prefill import (
     BatchPrefillWithPagedKVCacheWrapper,
     BatchPrefillWithRaggedKVCacheWrapper,
@@ -127,6 +128,9 @@ __all__ = [
     "UnsupportedError",
     "Variant",
     "append_paged_kv_cache",
+    "APPEND_ERROR_BATCH_INDEX",
+    "APPEND_ERROR_POSITION",
+    "APPEND_ERROR_PAGE",
     "apply_llama31_rope",
     "apply_llama31_rope_inplace",
     "apply_llama31_rope_pos_ids",

@@ -50,6 +50,10 @@ def append_paged_kv_cache(
     kv_indptr: torch.Tensor,
     kv_last_page_len: torch.Tensor,
     kv_layout: str = "NHD",
+    *,
+    k_scale: Optional[float] = None,
+    v_scale: Optional[float] = None,
+    error_flag: Optional[torch.Tensor] = None,
 ) -> None:
     r"""Write new K/V rows into a paged KV cache: row ``i`` goes to request
     ``batch_indices[i]`` at position ``positions[i]``.
@@ -81,6 +85,18 @@ def append_paged_kv_cache(
         ``[batch_size]`` int32 (int64 is converted); checked for shape only.
     kv_layout : str
         ``"NHD"`` (default) or ``"HND"``.
+    k_scale, v_scale : float, optional
+        fp8 caches only (keyword-only; None = 1): the stored value is ``row / scale``, as the
+        attention calls' ``k_scale`` / ``v_scale`` read it back (``stored * scale``). Must be
+        None or 1 for float16 / bfloat16 caches.
+    error_flag : torch.Tensor, optional
+        Keyword-only (not in FlashInfer): an int32 tensor of one element on the device, into
+        which the kernel ORs :data:`APPEND_ERROR_BATCH_INDEX` (a batch index outside
+        ``[0, batch_size)`` other than -1), :data:`APPEND_ERROR_POSITION` (a position outside
+        the pages its request owns) and :data:`APPEND_ERROR_PAGE` (a page-table entry outside
+        ``kv_indices``, or a page index outside the cache) for rows it skips. Never cleared by
+        the call: zero it, append (every layer of a step, say), then read it (``.item()``
+        synchronizes).
 
     Raises
     ------
@@ -96,27 +112,47 @@ def append_paged_kv_cache(
     -----
     Rows that cannot be written (a batch index outside ``[0, batch_size)`` other than -1, a
     position beyond the pages the request owns, a page index outside the cache) are skipped,
-    never written elsewhere; the C API reports them in an error flag, which this function does
-    not expose (FlashInfer has none). Asynchronous on PyTorch's current CUDA stream; no host
-    synchronization, so it can be captured in a CUDA graph once its kernel is compiled.
+    never written elsewhere, and reported in ``error_flag`` when one is given (the batch
+    indices and positions are device data: checking them on the host would synchronize).
+    Asynchronous on PyTorch's current CUDA stream; no host synchronization, so it can be
+    captured in a CUDA graph once its kernel is compiled.
     """
     k_cache, v_cache = _unpack_cache(paged_kv_cache)
     if _dispatch.compiling():
         _dispatch.op("append_paged_kv_cache")(
             append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices,
-            kv_indptr, kv_last_page_len, kv_layout)
+            kv_indptr, kv_last_page_len, kv_layout, k_scale, v_scale, error_flag)
         return
     _dispatch.ensure_registered()
     append_paged_kv_cache_impl(append_key, append_value, batch_indices, positions, k_cache,
-                               v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout)
+                               v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
+                               k_scale, v_scale, error_flag)
+
+
+# Bits of append_paged_kv_cache's error_flag (CINFER_APPEND_ERROR_* in cinfer.h).
+APPEND_ERROR_BATCH_INDEX = 1
+APPEND_ERROR_POSITION = 2
+APPEND_ERROR_PAGE = 4
+
+
+def _scale(value, name: str) -> float:
+    """*Pure.* An append scale: None is 1; else a finite positive number (the C call checks the
+    range and the cache dtype, naming the option)."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(f"{name}: {type(value).__name__}, expected a float or None")
+    return float(value)
 
 
 def append_paged_kv_cache_impl(append_key, append_value, batch_indices, positions, k_cache,
-                               v_cache, kv_indices, kv_indptr, kv_last_page_len,
-                               kv_layout) -> None:
+                               v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
+                               k_scale=None, v_scale=None, error_flag=None) -> None:
     """:func:`append_paged_kv_cache`'s eager implementation (also the operator's); ``v_cache``
     None means ``k_cache`` is the combined cache."""
     layout = A.kv_layout(kv_layout)
+    k_scale = _scale(k_scale, "k_scale")
+    v_scale = _scale(v_scale, "v_scale")
     append_key = T.as_tensor(append_key, "append_key")
     append_value = T.as_tensor(append_value, "append_value")
     T.check_cuda(append_key, "append_key")
@@ -151,7 +187,18 @@ def append_paged_kv_cache_impl(append_key, append_value, batch_indices, position
     kv_indices = A.index_tensor(kv_indices, "kv_indices", device)
     kv_indptr = A.index_tensor(kv_indptr, "kv_indptr", device)
     kv_last_page_len = A.index_tensor(kv_last_page_len, "kv_last_page_len", device)
-    opts = _lib.append_options(kv_layout=layout, page_size=page_size)
+    flag_ref = None
+    if error_flag is not None:
+        error_flag = T.as_tensor(error_flag, "error_flag")
+        T.check_cuda(error_flag, "error_flag", device)
+        if error_flag.dtype != T.torch_module().int32 or error_flag.numel() != 1:
+            raise ArgumentError(
+                f"error_flag: {error_flag.dtype} of shape {list(error_flag.shape)}, expected "
+                "one int32 element"
+            )
+        flag_ref = T.ref(T.to_dl(error_flag.reshape(1), "error_flag"))
+    opts = _lib.append_options(kv_layout=layout, page_size=page_size, k_scale=k_scale,
+                               v_scale=v_scale)
     dl_v = T.to_dl(v_cache, "paged_kv_cache[1]") if v_cache is not None else None
     _lib.check(
         _lib.lib().cinfer_append_paged_kv_cache(
@@ -161,7 +208,7 @@ def append_paged_kv_cache_impl(append_key, append_value, batch_indices, position
             T.ref(T.to_dl(positions, "positions")), T.ref(T.to_dl(k_cache, k_name)),
             T.ref(dl_v), T.ref(T.to_dl(kv_indices, "kv_indices")),
             T.ref(T.to_dl(kv_indptr, "kv_indptr")),
-            T.ref(T.to_dl(kv_last_page_len, "kv_last_page_len")), None, T.stream_of(device)),
+            T.ref(T.to_dl(kv_last_page_len, "kv_last_page_len")), flag_ref, T.stream_of(device)),
         "append_paged_kv_cache",
     )
 

@@ -115,18 +115,20 @@ def _(v, s):
 
 # ---- paged KV cache ----
 
-@_custom_op("cinfer::append_paged_kv_cache", mutates_args=("k_cache", "v_cache"))
+@_custom_op("cinfer::append_paged_kv_cache", mutates_args=("k_cache", "v_cache", "error_flag"))
 def append_paged_kv_cache(append_key: Tensor, append_value: Tensor, batch_indices: Tensor,
                           positions: Tensor, k_cache: Tensor, v_cache: Optional[Tensor],
                           kv_indices: Tensor, kv_indptr: Tensor, kv_last_page_len: Tensor,
-                          kv_layout: str) -> None:
+                          kv_layout: str, k_scale: Optional[float], v_scale: Optional[float],
+                          error_flag: Optional[Tensor]) -> None:
     page.append_paged_kv_cache_impl(append_key, append_value, batch_indices, positions, k_cache,
-                                    v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout)
+                                    v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
+                                    k_scale, v_scale, error_flag)
 
 
 @append_paged_kv_cache.register_fake
 def _(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices,
-      kv_indptr, kv_last_page_len, kv_layout):
+      kv_indptr, kv_last_page_len, kv_layout, k_scale, v_scale, error_flag):
     return None
 
 

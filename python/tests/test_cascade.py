@@ -24,13 +24,14 @@ def i32(x):
 class Pool:
     """A paged cache from which pages are handed out in a shuffled order."""
 
-    def __init__(self, num_pages, page_size, hk, dtype, seed):
+    def __init__(self, num_pages, page_size, hk, dtype, seed, layout="NHD"):
         g = torch.Generator(DEV).manual_seed(seed)
-        self.cache = torch.randn(num_pages, 2, page_size, hk, D, generator=g,
-                                 device=DEV).to(dtype)
+        inner = (page_size, hk, D) if layout == "NHD" else (hk, page_size, D)
+        self.cache = torch.randn((num_pages, 2) + inner, generator=g, device=DEV).to(dtype)
         self.free = torch.randperm(num_pages, generator=torch.Generator().manual_seed(seed))
         self.free = self.free.tolist()
         self.page_size = page_size
+        self.layout = layout
 
     def take(self, tokens):
         n = math.ceil(tokens / self.page_size)
@@ -41,6 +42,8 @@ class Pool:
         """k, v [length, Hk, D] of a page list."""
         idx = torch.tensor(pages, dtype=torch.long, device=DEV)
         g = self.cache[idx]  # [n, 2, page, Hk, D]
+        if self.layout == "HND":
+            g = g.transpose(2, 3)  # [n, 2, Hk, page, D] -> [n, 2, page, Hk, D]
         k = g[:, 0].reshape(-1, g.shape[-2], D)[:length]
         v = g[:, 1].reshape(-1, g.shape[-2], D)[:length]
         return k, v
@@ -56,19 +59,26 @@ def table(groups):
     return i32(indptr), i32(indices if indices else [0]), i32(last)
 
 
-@pytest.mark.parametrize("levels,qo_per_request,prefix_pages_n",
-                         [(2, 1, 40), (2, 5, 40), (3, 1, 40), (3, 4, 40),
-                          (2, 1, 301), (3, 2, 200)])
-def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
-    """Prefixes of 40, 200 and 301 pages (up to 4816 tokens over a few query rows)."""
-    hq, hk, page_size, dtype, batch = 32, 8, 16, torch.float16, 6
+@pytest.mark.parametrize("levels,qo_per_request,prefix_pages_n,dtype,layout,page_size",
+                         [(2, 1, 40, "f16", "NHD", 16), (2, 5, 40, "f16", "NHD", 16),
+                          (3, 1, 40, "f16", "NHD", 16), (3, 4, 40, "f16", "NHD", 16),
+                          (2, 1, 301, "f16", "NHD", 16), (3, 2, 200, "f16", "NHD", 16),
+                          (2, 1, 60, "bf16", "HND", 16), (3, 3, 90, "bf16", "NHD", 8),
+                          (2, 4, 25, "f16", "HND", 32)])
+def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n, dtype, layout,
+                                        page_size):
+    """Prefixes of 25 to 301 pages (up to 4816 tokens over a few query rows); fp16 and bf16, NHD
+    and HND, pages of 8, 16 and 32 tokens."""
+    hq, hk, batch = 32, 8, 6
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     prefix_len = prefix_pages_n * page_size  # whole pages, so the plain table can concatenate
     group_len = 3 * page_size  # level 1 of three levels: a prefix per pair of requests
     gen = torch.Generator().manual_seed(levels * 10 + qo_per_request)
     unique = [qo_per_request + int(x) for x in torch.randint(0, 90, (batch,), generator=gen)]
     if qo_per_request == 1:
         unique[2] = 0  # nothing of its own: its query is the prefix's last position
-    pool = Pool(prefix_pages_n + 160, page_size, hk, dtype, seed=levels)
+    pool = Pool(prefix_pages_n + 160 * 16 // page_size, page_size, hk, dtype, seed=levels,
+                layout=layout)
     prefix_pages, prefix_last = pool.take(prefix_len)
     group = [pool.take(group_len) for _ in range(batch // 2)] if levels == 3 else []
     own = [pool.take(n) for n in unique]
@@ -89,9 +99,9 @@ def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
     kv_tables.append(table(own))
 
     ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
-    w = cinfer.MultiLevelCascadeAttentionWrapper(levels, ws, "NHD")
+    w = cinfer.MultiLevelCascadeAttentionWrapper(levels, ws, layout)
     w.plan(qo_arr, [t[0] for t in kv_tables], [t[1] for t in kv_tables],
-           [t[2] for t in kv_tables], hq, hk, D, page_size, causal=True)
+           [t[2] for t in kv_tables], hq, hk, D, page_size, causal=True, q_data_type=dtype)
     q = torch.randn(rows, hq, D, device=DEV).to(dtype)
     out, lse = w.run(q, pool.cache, return_lse=True)
     assert torch.equal(w.run(q, pool.cache), out)
@@ -120,9 +130,10 @@ def test_cascade_equals_plain_attention(levels, qo_per_request, prefix_pages_n):
     torch.testing.assert_close(lse.double(), ref_lse, atol=2e-3, rtol=1e-4)
 
     # The same step as one plain batch prefill over the concatenated page tables.
-    plain = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws)
+    plain = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws, layout)
     indptr, indices, last = table(plain_groups)
-    plain.plan(i32(qo_indptr), indptr, indices, last, hq, hk, D, page_size, causal=True)
+    plain.plan(i32(qo_indptr), indptr, indices, last, hq, hk, D, page_size, causal=True,
+               q_data_type=dtype)
     torch.testing.assert_close(plain.run(q, pool.cache).double(), out.double(), atol=atol,
                                rtol=rtol)
 

@@ -96,17 +96,24 @@ def test_append_paged_kv_cache(seed):
     assert batch_indices.tolist() == want_b
     assert positions.tolist() == want_p + [-1] * pad
 
+    # fp8 caches: scales (powers of two, so the reference's x / scale is the kernel's x * (1 /
+    # scale) exactly) or none; an error flag that must stay 0.
+    fp8 = cache_dtype.itemsize == 1
+    scales = rnd.choice([(None, None), (2.0, 0.5), (0.25, 4.0)]) if fp8 else (None, None)
+    flag = torch.zeros(1, dtype=I32, device=DEV)
     cinfer.append_paged_kv_cache(k_new, v_new, batch_indices, positions, paged,
                                  torch.tensor(indices, dtype=I32, device=DEV), d_indptr, d_last,
-                                 kv_layout=layout)
+                                 kv_layout=layout, k_scale=scales[0], v_scale=scales[1],
+                                 error_flag=flag)
+    assert flag.item() == 0
 
     expect = before.clone()
     pages = torch.tensor([indices[indptr[b] + p // page_size]
                           for b, p in zip(want_b, want_p)], dtype=torch.long, device=DEV)
     slots = torch.tensor([p % page_size for p in want_p], dtype=torch.long, device=DEV)
     for which, src in ((0, k_new[:nnz]), (1, v_new[:nnz])):
-        rows = (_fp8_round(src, cache_dtype) if cache_dtype.itemsize == 1
-                else src.to(cache_dtype))
+        scale = scales[which] or 1.0
+        rows = (_fp8_round(src.float() / scale, cache_dtype) if fp8 else src.to(cache_dtype))
         _store(expect, layout, combined, which, pages, slots, rows)
     # Bit-exact: a conversion rounds once, and every other element is untouched.
     assert torch.equal(cache.view(torch.uint8), expect.view(torch.uint8))
@@ -123,11 +130,33 @@ def test_append_paged_kv_cache_skips_bad_rows():
     # Padding (-1), a request out of range, a position beyond the request's page, one good row.
     batch_indices = torch.tensor([-1, 7, 0, 1, 1], dtype=I32, device=DEV)
     positions = torch.tensor([0, 0, 9, -1, 3], dtype=I32, device=DEV)
+    flag = torch.zeros(1, dtype=I32, device=DEV)
     cinfer.append_paged_kv_cache(rows, rows * 2, batch_indices, positions, (k_cache, v_cache),
-                                 indices, indptr, last)
+                                 indices, indptr, last, error_flag=flag)
     want_k = torch.zeros_like(k_cache)
     want_k[0, 3] = 1
     assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_k * 2)
+    assert flag.item() == cinfer.APPEND_ERROR_BATCH_INDEX | cinfer.APPEND_ERROR_POSITION
+    # A page-table entry outside the cache; the flag accumulates (never cleared by a call).
+    cinfer.append_paged_kv_cache(rows[4:], rows[4:], batch_indices[4:], positions[4:],
+                                 (k_cache, v_cache), torch.tensor([2, 9], dtype=I32, device=DEV),
+                                 indptr, last, error_flag=flag)
+    assert flag.item() == (cinfer.APPEND_ERROR_BATCH_INDEX | cinfer.APPEND_ERROR_POSITION |
+                           cinfer.APPEND_ERROR_PAGE)
+    # Without a flag the same rows are skipped silently (FlashInfer's signature).
+    cinfer.append_paged_kv_cache(rows[4:], rows[4:], batch_indices[4:], positions[4:],
+                                 (k_cache, v_cache), torch.tensor([2, 9], dtype=I32, device=DEV),
+                                 indptr, last)
+    assert torch.equal(k_cache, want_k)
+    bad = [(dict(error_flag=torch.zeros(2, dtype=I32, device=DEV)), "error_flag: .*one int32"),
+           (dict(error_flag=torch.zeros(1, device=DEV)), "error_flag: .*one int32"),
+           (dict(error_flag=torch.zeros(1, dtype=I32)), "error_flag"),
+           (dict(k_scale=2.0), "k_scale"),  # a float16 cache takes no scale
+           (dict(v_scale="2"), "v_scale: str")]
+    for kwargs, match in bad:
+        with pytest.raises(ValueError, match=match):
+            cinfer.append_paged_kv_cache(rows, rows, batch_indices, positions,
+                                         (k_cache, v_cache), indices, indptr, last, **kwargs)
 
 
 def test_get_seq_lens():

@@ -37,7 +37,7 @@ def test_schemas_declare_mutations():
         return {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     assert mutated("single_prefill") == set()
     assert mutated("merge_state_in_place") == {"v", "s"}
-    assert mutated("append_paged_kv_cache") == {"k_cache", "v_cache"}
+    assert mutated("append_paged_kv_cache") == {"k_cache", "v_cache", "error_flag"}
     assert mutated("rope_inplace") == {"q", "k"}
     assert mutated("rope_cos_sin_cache_inplace") == {"query", "key"}
 

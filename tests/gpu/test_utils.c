@@ -658,7 +658,7 @@ static void test_append_fp8_special_values(void **state) {
     }
 }
 
-/* An append of no tokens succeeds and touches nothing; so does one with no heads. */
+/* An append of no tokens succeeds and touches nothing (the error flag included). */
 static void test_append_empty(void **state) {
     (void)state;
     cinfer_test_rng rng;
@@ -968,6 +968,9 @@ typedef struct rope_case {
     int bad_positions; /* ragged: tokens before the first and after the last request; table:
                           every fifth position outside the table */
     const char *desc;
+    /* Llama 3.1 only (0: the options' defaults) */
+    double low_freq_factor, high_freq_factor;
+    int old_context_len;
 } rope_case_t;
 
 /* Outputs are rotations of inputs in [-2, 2] (|out| < 2.9) computed in fp32 from angles good to
@@ -1102,7 +1105,8 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
             const int64_t len =
                 b == p->batch - 1 ? left : (int64_t)cinfer_test_rng_below(rng, (uint64_t)left + 1);
             p->indptr[b + 1] = p->indptr[b] + (int32_t)len;
-            p->offsets[b] = (int32_t)cinfer_test_rng_below(rng, (uint64_t)rc->max_pos + 1);
+            /* request 0 starts at position 0 */
+            p->offsets[b] = b ? (int32_t)cinfer_test_rng_below(rng, (uint64_t)rc->max_pos + 1) : 0;
         }
         assert_int_equal(cinfer__ref_rope_ragged_positions(p->batch, p->indptr, p->offsets, nnz,
                                                            p->pos, p->kind),
@@ -1116,6 +1120,8 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
         p->rows = rc->max_pos + 1;
     for (int64_t i = 0; i < nnz; i++) {
         int64_t v = (int64_t)cinfer_test_rng_below(rng, (uint64_t)rc->max_pos + 1);
+        if (i == 0)
+            v = 0; /* position 0 (no rotation) in every case */
         if (rc->mode != ROPE_TABLE && i % 7 == 3)
             v = -v; /* any int32 is a position */
         if (rc->mode == ROPE_TABLE && rc->bad_positions && i % 5 == 2)
@@ -1177,6 +1183,12 @@ static void run_rope_case(const rope_case_t *rc, uint64_t seed) {
         o.rope_scale = (float)rc->rope_scale;
     if (rc->rope_theta)
         o.rope_theta = (float)rc->rope_theta;
+    if (rc->low_freq_factor)
+        o.low_freq_factor = (float)rc->low_freq_factor;
+    if (rc->high_freq_factor)
+        o.high_freq_factor = (float)rc->high_freq_factor;
+    if (rc->old_context_len)
+        o.old_context_len = rc->old_context_len;
     const int64_t R = rc->rotary_dim ? rc->rotary_dim : rc->head_dim;
 
     const int64_t q_shape[3] = {rc->nnz, rc->hq, rc->head_dim};
@@ -1257,48 +1269,56 @@ static void test_rope_sweep(void **state) {
     (void)state;
     const cinfer__dtype_t F16 = CINFER__DT_F16, BF16 = CINFER__DT_BF16;
     /* mode, dtype, nnz, hq, hk, D, R, interleave, in_place, in/out layouts, max_pos, scale,
-     * theta, bad_positions */
+     * theta, bad_positions, description, Llama 3.1's low / high frequency factors and old
+     * context length */
     const rope_case_t cases[] = {
         {ROPE_RAGGED, BF16, 300, 8, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 100000, 0, 0, 0,
-         "ragged bf16 D 128, out of place"},
+         "ragged bf16 D 128, out of place", 0, 0, 0},
         {ROPE_RAGGED, F16, 200, 4, 4, 64, 32, 1, 1, &PADDED_3D, NULL, 5000, 0, 0, 1,
-         "ragged f16 partial 32 of 64, interleaved, in place, uncovered tokens"},
+         "ragged f16 partial 32 of 64, interleaved, in place, uncovered tokens", 0, 0, 0},
         {ROPE_POS_IDS, BF16, 150, 4, 2, 128, 64, 0, 0, &PADDED_3D, &ODD_STRIDE_3D, 70000, 0, 0, 0,
-         "pos_ids partial 64 of 128 into 8-byte-off rows (element path)"},
+         "pos_ids partial 64 of 128 into 8-byte-off rows (element path)", 0, 0, 0},
         {ROPE_POS_IDS, F16, 100, 2, 1, 256, 0, 1, 2, &COMPACT, NULL, 1 << 24, 0, 0, 0,
-         "pos_ids D 256 interleaved, in place through the same tensors, positions to 2^24"},
+         "pos_ids D 256 interleaved, in place through the same tensors, positions to 2^24", 0, 0,
+         0},
         {ROPE_LLAMA31, BF16, 250, 8, 2, 128, 0, 0, 0, &COMPACT, &PADDED_3D, 131072, 0, 0, 1,
-         "Llama 3.1 ragged, defaults"},
+         "Llama 3.1 ragged, defaults", 0, 0, 0},
         {ROPE_LLAMA31_POS_IDS, F16, 120, 4, 1, 128, 0, 1, 1, &COMPACT, NULL, 131072, 2.0, 1e4, 0,
-         "Llama 3.1 pos_ids interleaved, in place, scale 2 theta 1e4"},
+         "Llama 3.1 pos_ids interleaved, in place, scale 2 theta 1e4", 0, 0, 0},
+        {ROPE_LLAMA31_POS_IDS, BF16, 100, 4, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 131072, 0, 0, 0,
+         "Llama 3.1 pos_ids, factors 2 and 8, old context 4096", 2.0, 8.0, 4096},
+        {ROPE_LLAMA31, F16, 80, 2, 1, 64, 32, 0, 0, &COMPACT, &COMPACT, 40000, 16.0, 5e5, 0,
+         "Llama 3.1 ragged, partial 32 of 64, scale 16, factors 1.5 and 3, old context 2048", 1.5,
+         3.0, 2048},
         {ROPE_TABLE, BF16, 200, 8, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 4095, 0, 0, 0,
-         "cos/sin table R 128"},
+         "cos/sin table R 128", 0, 0, 0},
         {ROPE_TABLE, F16, 100, 2, 2, 64, 32, 1, 1, &PADDED_3D, NULL, 1000, 0, 0, 0,
-         "cos/sin table R 32 of 64 interleaved, in place, padded table rows"},
+         "cos/sin table R 32 of 64 interleaved, in place, padded table rows", 0, 0, 0},
         {ROPE_TABLE, BF16, 60, 2, 1, 128, 64, 0, 0, &COMPACT, &COMPACT, 500, 0, 0, 1,
-         "cos/sin table with positions outside it"},
+         "cos/sin table with positions outside it", 0, 0, 0},
         {ROPE_POS_IDS, BF16, 90, 3, 1, 80, 24, 0, 0, &COMPACT, &COMPACT, 9000, 0, 0, 0,
-         "R 24 of 80 (element path)"},
+         "R 24 of 80 (element path)", 0, 0, 0},
         {ROPE_RAGGED, F16, 64, 4, 0, 72, 0, 1, 0, &COMPACT, &COMPACT, 3000, 0, 0, 0,
-         "ragged D 72 interleaved, no k heads"},
+         "ragged D 72 interleaved, no k heads", 0, 0, 0},
         {ROPE_POS_IDS, BF16, 70, 2, 2, 64, 0, 0, 0, &SHIFTED, &COMPACT, 2000, 0, 0, 0,
-         "pos_ids from a 2-byte-shifted q and k (element path)"},
+         "pos_ids from a 2-byte-shifted q and k (element path)", 0, 0, 0},
         {ROPE_POS_IDS, F16, 40, 2, 1, 512, 0, 0, 0, &COMPACT, &COMPACT, 50000, 0, 0, 0,
-         "D 512, 256 pairs"},
+         "D 512, 256 pairs", 0, 0, 0},
         {ROPE_TABLE, BF16, 30, 1, 1, 6, 4, 1, 0, &COMPACT, &COMPACT, 100, 0, 0, 0,
-         "D 6, R 4 interleaved (element path)"},
+         "D 6, R 4 interleaved (element path)", 0, 0, 0},
         {ROPE_RAGGED, BF16, 128, 4, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 200000, 2.5, 5e5, 0,
-         "ragged scale 2.5 theta 5e5"},
+         "ragged scale 2.5 theta 5e5", 0, 0, 0},
         {ROPE_POS_IDS, F16, 33, 1, 1, 2, 0, 0, 0, &COMPACT, &COMPACT, 100, 0, 0, 0,
-         "one pair per row"},
+         "one pair per row", 0, 0, 0},
         {ROPE_POS_IDS, BF16, 1, 32, 8, 128, 0, 0, 1, &COMPACT, NULL, 8191, 0, 0, 0,
-         "one decode token, 32 + 8 heads, in place"},
-        {ROPE_POS_IDS, BF16, 0, 4, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 10, 0, 0, 0, "no tokens"},
+         "one decode token, 32 + 8 heads, in place", 0, 0, 0},
+        {ROPE_POS_IDS, BF16, 0, 4, 2, 128, 0, 0, 0, &COMPACT, &COMPACT, 10, 0, 0, 0, "no tokens", 0,
+         0, 0},
         /* 4 units x 9 rows = 36 threads a token: 3 tokens fill 108 of a block's threads, and
          * the spare ones must not touch the next block's first token (in place, a second
          * rotation of the same elements). */
         {ROPE_RAGGED, F16, 90, 8, 1, 128, 64, 0, 1, &COMPACT, NULL, 5000, 0, 0, 0,
-         "ragged f16 partial 64 of 128, in place, 8 + 1 heads (block not a multiple)"},
+         "ragged f16 partial 64 of 128, in place, 8 + 1 heads (block not a multiple)", 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_rope_case(&cases[i], cinfer_test_seed() + 4000 + i);
