@@ -29,10 +29,11 @@
  *
  * KV tiles of TILE_KV = 32 positions (576 dims: 9 blocks of 64 columns, the 128-byte swizzled
  * layout of kernels/wgmma.cuh) live in 4 stages: tile t in stage t % 4, so a step's two tiles
- * load while the previous step's are read. Warpgroup 0 copies the A tiles with cp.async (at the
- * top of step i, tile A of step i + 1, once warpgroup 1 has finished P V on the stage's previous
- * tile), warpgroup 1 the B tiles (in step i, tile B of step i + 1, after its own and warpgroup
- * 0's P V on that stage); a thread's row costs one page-table read. A step past the last tile
+ * load while the previous step's are read. Warpgroup 0 copies the A tiles with cp.async (in step
+ * i, tile A of step i + 1 once it has issued tile A's logits and warpgroup 1 has finished P V on
+ * the stage's previous tile: the wait and the copies are not in front of the logits), warpgroup
+ * 1 the B tiles (in step i, tile B of step i + 1, after its own and warpgroup 0's P V on that
+ * stage); a thread's row costs one page-table read. A step past the last tile
  * (an odd count) has a zero-filled B tile whose logits are masked. Copies are generic-proxy
  * writes: each thread fences them to the async proxy (fence.proxy.async) before the barrier after
  * which wgmma reads them. Named barriers, bar.sync on both sides (the publishing side's
@@ -308,23 +309,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (wg == 0) {
         for (int i = 0; i < num_steps; i++) {
             const unsigned stage_a = s_kv + ((2 * i) % STAGES) * KV_BYTES;
-            /* Tile A of step i + 1 into the stage of step i - 1's, which warpgroup 1 is done
-             * with; then this step's A tile (copied last step) landed. */
-            if (i > 0)
-                cinfer_bar_sync(BAR_FREE_A, 256);
-            if (i + 1 < num_steps)
-                load_kv(s_kv + ((2 * i + 2) % STAGES) * KV_BYTES, p, table, 2 * i + 2, num_tiles,
-                        tile_begin, w.kv_len, tid);
-            cinfer_cp_async_commit();
-            CINFER_CP_ASYNC_WAIT(1);
+            /* This step's A tile (copied last step) landed: its logits first, then tile A of
+             * step i + 1 into the stage of step i - 1's, which warpgroup 1 is done with. */
+            CINFER_CP_ASYNC_WAIT(0);
             loads_landed(0);
-
             float s[S_REGS];
             cinfer_wgmma_fence();
             issue_qk(s, s_q, stage_a);
             cinfer_wgmma_commit();
             issue_pv(o, pb, v_b, 0);
             cinfer_wgmma_commit();
+            if (i > 0)
+                cinfer_bar_sync(BAR_FREE_A, 256);
+            if (i + 1 < num_steps)
+                load_kv(s_kv + ((2 * i + 2) % STAGES) * KV_BYTES, p, table, 2 * i + 2, num_tiles,
+                        tile_begin, w.kv_len, tid);
+            cinfer_cp_async_commit();
             CINFER_WGMMA_WAIT(1);
             cinfer_wgmma_pin_n(s, S_REGS);
             float a[2];
@@ -332,10 +332,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                          pos, p.q_scale, lane);
             unsigned pa[P_REGS];
             pack_p(pa, s);
-            /* The previous B tile's P V is done (its stage may be refilled): publish A. */
+            /* Publish A once the previous B tile's P V is done (its stage may be refilled); the
+             * wait after the stores, or ptxas waits before the exponentials. */
+            publish(p_buf, m_buf, pa, m, tid);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin_n(o, O_REGS);
-            publish(p_buf, m_buf, pa, m, tid);
             cinfer_bar_sync(BAR_A, 256);
             rescale_o(o, a);
             cinfer_wgmma_fence();
