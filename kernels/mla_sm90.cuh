@@ -332,8 +332,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                          pos, p.q_scale, lane);
             unsigned pa[P_REGS];
             pack_p(pa, s);
-            /* Publish A once the previous B tile's P V is done (its stage may be refilled); the
-             * wait after the stores, or ptxas waits before the exponentials. */
+            /* Publish A, then wait for the previous B tile's P V before BAR_A, after which
+             * warpgroup 1 refills that tile's stage (this wait must stay before the barrier);
+             * the wait after the stores, or ptxas moves it before the exponentials. */
             publish(p_buf, m_buf, pa, m, tid);
             CINFER_WGMMA_WAIT(0);
             cinfer_wgmma_pin_n(o, O_REGS);
@@ -378,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             cinfer_wgmma_pin_n(s, S_REGS);
             cinfer_wgmma_pin_n(o, O_REGS);
             /* Both warpgroups are done with the previous B tile's stage: tile B of step i + 1
-             * into it (warpgroup 0 finished its P V before it published A). */
+             * into it (warpgroup 0 waited for its P V there before it arrived at BAR_A). */
             if (i + 1 < num_steps)
                 load_kv(s_kv + ((2 * i + 3) % STAGES) * KV_BYTES, p, table, 2 * i + 3, num_tiles,
                         tile_begin, w.kv_len, tid);

@@ -136,13 +136,12 @@ APPEND_ERROR_PAGE = 4
 
 
 def _scale(value, name: str) -> float:
-    """*Pure.* An append scale: None is 1; else a finite positive number (the C call checks the
-    range and the cache dtype, naming the option)."""
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """An append scale as the attention calls take theirs (a Python or NumPy number, or a 0-dim
+    tensor): None is 1, else a finite value > 0 (rounded to float32); the C call checks that a
+    16-bit cache has none."""
+    if isinstance(value, (str, bytes, bool)):
         raise ArgumentError(f"{name}: {type(value).__name__}, expected a float or None")
-    return float(value)
+    return A.positive(value, name, 1.0)
 
 
 def append_paged_kv_cache_impl(append_key, append_value, batch_indices, positions, k_cache,

@@ -1121,7 +1121,7 @@ static void rope_positions_make(rope_positions_t *p, const rope_case_t *rc, int6
     for (int64_t i = 0; i < nnz; i++) {
         int64_t v = (int64_t)cinfer_test_rng_below(rng, (uint64_t)rc->max_pos + 1);
         if (i == 0)
-            v = 0; /* position 0 (no rotation) in every case */
+            v = 0; /* position 0 (no rotation) in every case with tokens */
         if (rc->mode != ROPE_TABLE && i % 7 == 3)
             v = -v; /* any int32 is a position */
         if (rc->mode == ROPE_TABLE && rc->bad_positions && i % 5 == 2)
