@@ -138,6 +138,20 @@ __device__ __forceinline__ void issue_pv(float *o, const unsigned *pa, unsigned 
     }
 }
 
+/* A step's start for warpgroup wg: its tile of the step (copied in the step before) landed for all
+ * its threads; then that tile's logits s (Q K^T against the stage at `stage`) and the previous B
+ * tile's P V over its half of O (pb against the stage at v_b), each in a group of its own. */
+__device__ __forceinline__ void start_step(float *s, float *o, const unsigned *pb, unsigned s_q,
+                                           unsigned stage, unsigned v_b, int wg) {
+    CINFER_CP_ASYNC_WAIT(0);
+    loads_landed(wg);
+    cinfer_wgmma_fence();
+    issue_qk(s, s_q, stage);
+    cinfer_wgmma_commit();
+    issue_pv(o, pb, v_b, wg);
+    cinfer_wgmma_commit();
+}
+
 /* The lazy maximum's step for one row: the kept maximum after a tile whose maximum (with the
  * old one) is mx, and a = 2^(m - kept) (1 when it stays). Both warpgroups call it on the same
  * values, or compute a from the published kept maximum with rescale_of. */
@@ -309,16 +323,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (wg == 0) {
         for (int i = 0; i < num_steps; i++) {
             const unsigned stage_a = s_kv + ((2 * i) % STAGES) * KV_BYTES;
-            /* This step's A tile (copied last step) landed: its logits first, then tile A of
-             * step i + 1 into the stage of step i - 1's, which warpgroup 1 is done with. */
-            CINFER_CP_ASYNC_WAIT(0);
-            loads_landed(0);
+            /* This step's A tile's logits first, then tile A of step i + 1 into the stage of
+             * step i - 1's, which warpgroup 1 is done with. */
             float s[S_REGS];
-            cinfer_wgmma_fence();
-            issue_qk(s, s_q, stage_a);
-            cinfer_wgmma_commit();
-            issue_pv(o, pb, v_b, 0);
-            cinfer_wgmma_commit();
+            start_step(s, o, pb, s_q, stage_a, v_b, 0);
             if (i > 0)
                 cinfer_bar_sync(BAR_FREE_A, 256);
             if (i + 1 < num_steps)
@@ -358,16 +366,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int i = 0; i < num_steps; i++) {
             const unsigned stage_a = s_kv + ((2 * i) % STAGES) * KV_BYTES;
             const unsigned stage_b = s_kv + ((2 * i + 1) % STAGES) * KV_BYTES;
-            /* This step's B tile (copied last step) landed. */
-            CINFER_CP_ASYNC_WAIT(0);
-            loads_landed(1);
-
             float s[S_REGS];
-            cinfer_wgmma_fence();
-            issue_qk(s, s_q, stage_b);
-            cinfer_wgmma_commit();
-            issue_pv(o, pb, v_b, 1);
-            cinfer_wgmma_commit();
+            start_step(s, o, pb, s_q, stage_b, v_b, 1);
 
             /* Tile A's P and maxima; O and d to them once the previous B tile's P V is done. */
             cinfer_bar_sync(BAR_A, 256);
