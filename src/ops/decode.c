@@ -806,10 +806,9 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
      * head slices than one wave of CTAs has none). */
     if (p.uniform.pieces == 0) {
         /* A capture would take the pageable copy as an error that invalidates it: refused first. */
-        CINFER__CHECK(cinfer__context_activate(ctx));
-        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        CINFER__CU(ctx->cu, cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-        if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        bool capturing = false;
+        CINFER__CHECK(cinfer__stream_capturing(ctx, stream, &capturing));
+        if (capturing)
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "cinfer_single_decode: a plan of %d work items (more than one "
                                  "wave of CTAs) copies its schedule from host memory, which a "

@@ -29,12 +29,19 @@ cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__stag
     return CINFER_STATUS_SUCCESS;
 }
 
-cinfer_status_t cinfer__staging_check_stream(cinfer_context_t *ctx, CUstream stream,
-                                             const char *what) {
+cinfer_status_t cinfer__stream_capturing(cinfer_context_t *ctx, CUstream stream, bool *capturing) {
     CINFER__CHECK(cinfer__context_activate(ctx));
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     CINFER__CU(ctx->cu, cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    *capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__staging_check_stream(cinfer_context_t *ctx, CUstream stream,
+                                             const char *what) {
+    bool capturing = false;
+    CINFER__CHECK(cinfer__stream_capturing(ctx, stream, &capturing));
+    if (capturing)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: stream is being captured into a CUDA graph; plan copies its "
                              "schedule from host memory, so call it outside the capture (a "

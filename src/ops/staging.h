@@ -26,6 +26,9 @@ typedef struct cinfer__staging {
 cinfer_status_t cinfer__staging_create(const cinfer_context_t *ctx, cinfer__staging_t *s,
                                        size_t bytes, size_t align, const char *what);
 
+/* *capturing = whether stream is being captured into a CUDA graph. Activates ctx. */
+cinfer_status_t cinfer__stream_capturing(cinfer_context_t *ctx, CUstream stream, bool *capturing);
+
 /* INVALID_ARGUMENT when stream is being captured into a CUDA graph: a plan copies its schedule
  * from a host mirror, which a capture would turn into a copy at every replay from whatever a
  * later plan wrote there (and its event into a captured one). Activates ctx. `what` names the
