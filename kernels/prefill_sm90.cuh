@@ -86,8 +86,33 @@
 #define Q_BYTES        (DBLOCKS * Q_BLOCK_BYTES) /* one Q tile */
 #define KV_BLOCK_BYTES (TILE_KV * 128)
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
-#define STAGE_BYTES    (2 * KV_TILE_BYTES)
-#define PINGPONG       (CONSUMERS == 2)
+/* Where row r, columns 64 b .. 64 b + 63 of a K or V tile lie: in the 8-row group of 128-byte
+ * rows at (r / 8) KV_GROUP_BYTES + b KV_BLOCK_STRIDE, row r % 8 of it. A paged batch kernel at
+ * D = 128 interleaves the column blocks by group (KV_INTERLEAVED: group 0 of blocks 0 and 1, then
+ * group 1 of each), so that one TMA box copies both column blocks of a page (a 5-d map,
+ * kernels/prefill_params.h) where one box per 64 columns did: the TMA unit's cost goes with the
+ * boxes (bench/RESULTS.md, developers' sessions 24 and 35). Other kernels keep each column block's
+ * rows together (TILE_KV rows x 128 bytes a block); at D = 256 the interleaved layout's
+ * descriptors cost the consumers registers (a spill). */
+#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && D == 128)
+#if KV_INTERLEAVED
+#define KV_GROUP_BYTES  (DBLOCKS * 1024)
+#define KV_BLOCK_STRIDE 1024
+/* 16-byte chunk c (8 a row) of column block b */
+/* kv_fold of the tensor maps (a value: the address of a parameter would put it in local memory) */
+#define KV_FOLD               make_int4(tma.kv_fold[0], tma.kv_fold[1], tma.kv_fold[2], 0)
+#define KV_CHUNK_OFFSET(c, b) ((c) / 64 * KV_GROUP_BYTES + (b)*KV_BLOCK_STRIDE + (c) % 64 * 16)
+#if TILE_KV / 8 * DBLOCKS != 32
+#error "KV_INTERLEAVED: a warp's lane per 8-row group and column block of a tile"
+#endif
+#else
+#define KV_GROUP_BYTES        1024
+#define KV_BLOCK_STRIDE       KV_BLOCK_BYTES
+#define KV_CHUNK_OFFSET(c, b) ((b)*KV_BLOCK_BYTES + (c)*16)
+#define KV_FOLD               make_int4(0, 0, 0, 0)
+#endif
+#define STAGE_BYTES (2 * KV_TILE_BYTES)
+#define PINGPONG    (CONSUMERS == 2)
 /* Q tiles in shared memory: two for single prefill at D = 64 on the two-group tile without a soft
  * cap, an ALiBi bias or a mask in row form (where ITEM_OVERLAP, below, runs; the host allocates
  * two at D = 64 for every tile), taken item by item in turn, so that the next item's Q is copied
@@ -384,7 +409,7 @@ __device__ __forceinline__ void issue_qk(float *s, unsigned s_q_rows, unsigned s
         cinfer_wgmma_ss_n64(
 #endif
             s, cinfer_wgmma_desc(s_q_rows + (kk / 4) * Q_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
-            cinfer_wgmma_desc(s_k + (kk / 4) * KV_BLOCK_BYTES + (kk % 4) * 32, 16, 1024),
+            cinfer_wgmma_desc(s_k + (kk / 4) * KV_BLOCK_STRIDE + (kk % 4) * 32, 16, KV_GROUP_BYTES),
             ALIBI_ACC || kk > 0);
     cinfer_wgmma_commit();
 }
@@ -425,26 +450,32 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 #define KV_TILE(i) (tile_begin + (i))
 #endif
 
-/* O += P V for the V tile at s_v. */
+/* O += P V for the V tile at s_v (a k16 step: two 8-row groups). */
+#if KV_INTERLEAVED
+#define V_DESC(kk, b)                                                                              \
+    cinfer_wgmma_desc(s_v + (kk)*2 * KV_GROUP_BYTES + (b)*KV_BLOCK_STRIDE, KV_BLOCK_STRIDE,        \
+                      KV_GROUP_BYTES)
+#else
+#define V_DESC(kk, b)                                                                              \
+    cinfer_wgmma_desc(s_v + (b)*KV_BLOCK_BYTES + (kk)*16 * 128, KV_BLOCK_BYTES, 1024)
+#endif
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
 #pragma unroll
     for (int kk = 0; kk < TILE_KV / 16; kk++)
 #if D == 256
     {
         /* two products of 128 columns (two blocks of 64 each), O's registers 0..63 and 64..127 */
-        cinfer_wgmma_rs_tb(o, pa[kk], cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
-        cinfer_wgmma_rs_tb(
-            o + 64, pa[kk],
-            cinfer_wgmma_desc(s_v + 2 * KV_BLOCK_BYTES + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+        cinfer_wgmma_rs_tb(o, pa[kk], V_DESC(kk, 0));
+        cinfer_wgmma_rs_tb(o + 64, pa[kk], V_DESC(kk, 2));
     }
 #elif D == 128
-        cinfer_wgmma_rs_tb(o, pa[kk], cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+        cinfer_wgmma_rs_tb(o, pa[kk], V_DESC(kk, 0));
 #else
-        cinfer_wgmma_rs_tb_n64(o, pa[kk],
-                               cinfer_wgmma_desc(s_v + kk * 16 * 128, KV_BLOCK_BYTES, 1024));
+        cinfer_wgmma_rs_tb_n64(o, pa[kk], V_DESC(kk, 0));
 #endif
     cinfer_wgmma_commit();
 }
+#undef V_DESC
 #define PIN_O() cinfer_wgmma_pin_n(o, O_REGS)
 #define PIN_S() cinfer_wgmma_pin_n(s, S_REGS)
 
@@ -521,12 +552,53 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
  * tile of pages that follow each other in the pool (page indices p0, p0 + 1, ..) is one box per
  * 64 columns through run_map (boxes of TILE_KV / page_size pages), as a ragged K/V's: the TMA
  * unit's cost goes with the boxes, and a box per page made 16-row pages 15-20% slower than
- * ragged (bench/RESULTS.md, developers' session 24). */
+ * ragged (bench/RESULTS.md, developers' session 24). With KV_INTERLEAVED the maps are 5-d where
+ * the host could fold the KV head into them (fold.x; kernels/prefill_params.h) and a box holds
+ * both column blocks of its rows; else 4-d in boxes of 8 rows x 64 columns, a lane per group and
+ * column block, and no page runs (caches whose heads are not packed). */
 __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map,
-                                             [[maybe_unused]] const void *run_map, int t, int rows,
+                                             [[maybe_unused]] const void *run_map,
+                                             [[maybe_unused]] int4 fold, int t, int rows,
                                              int kv_row0, int kv_head, unsigned dst, unsigned bar,
                                              int page, int lane) {
-#if CINFER_PAGED
+#if KV_INTERLEAVED
+    const int page_rows = PAGE_ROWS(p);
+    const int page0 = __shfl_sync(0xffffffffu, page, 0);
+    const int c2 = kv_head * fold.y, c3 = kv_head * fold.z;
+    if (!fold.x) {
+        /* Boxes of one 8-row group's column block, a lane each (g, b), from the page of the lane
+         * that holds the group's page. */
+        const int g = lane / DBLOCKS, b = lane % DBLOCKS;
+        const int gpage = __shfl_sync(0xffffffffu, page, g * 8 / page_rows);
+        const bool mine = g * 8 < rows;
+        const int boxes = __popc(__ballot_sync(0xffffffffu, mine));
+        if (lane == 0)
+            cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(boxes * 1024));
+        __syncwarp();
+        if (mine)
+            cinfer_tma_load_4d(dst + g * KV_GROUP_BYTES + b * KV_BLOCK_STRIDE, map, b * 64,
+                               (t * TILE_KV + 8 * g) & (p.page_size - 1), kv_head, gpage, bar);
+        return;
+    }
+    if (rows == TILE_KV && page_rows < TILE_KV &&
+        __all_sync(0xffffffffu, lane * page_rows >= TILE_KV || page == page0 + lane)) {
+        if (lane == 0) {
+            cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+            cinfer_tma_load_5d(dst, run_map, 0, 0, c2, c3, page0, bar);
+        }
+        return;
+    }
+    const bool mine = tile_box(p, rows, lane);
+    const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
+    if (lane == 0)
+        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS));
+    __syncwarp();
+    if (mine) {
+        const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
+        cinfer_tma_load_5d(dst + (unsigned)(lane * page_rows / 8 * KV_GROUP_BYTES), map, 0, 0, c2,
+                           c3 + in_page / 8, page, bar);
+    }
+#elif CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
     const int page0 = __shfl_sync(0xffffffffu, page, 0);
     if (rows == TILE_KV && page_rows < TILE_KV &&
@@ -779,22 +851,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 /* K once both groups' Q K^T of the tile STAGES back is done, V once their P V. */
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_K(st), (gi / STAGES - 1) & 1u);
-                copy_kv_half(p, tma.k, tma.k_run, t, rows, kv_row0, kv_head, s_k, FULL_K(st), page,
-                             lane);
+                copy_kv_half(p, tma.k, tma.k_run, KV_FOLD, t, rows, kv_row0, kv_head, s_k,
+                             FULL_K(st), page, lane);
 #if KV_APART
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_V(st), (gi / STAGES - 1) & 1u);
 #endif
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
-                    copy_kv_half(p, tma.v, tma.v_run, t, rows, kv_row0, kv_head, s_v, fix_bar, page,
-                                 lane);
+                    copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, t, rows, kv_row0, kv_head, s_v,
+                                 fix_bar, page, lane);
                     cinfer_mbarrier_wait(fix_bar, fx & 1u);
                     fx++;
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
                         for (int b = 0; b < DBLOCKS; b++)
-                            cinfer_st_shared_v4(s_v + b * KV_BLOCK_BYTES + c * 16,
+                            cinfer_st_shared_v4(s_v + KV_CHUNK_OFFSET(c, b),
                                                 make_uint4(0, 0, 0, 0));
                     /* The zeros reach the tensor cores (the async proxy) before V is marked
                      * full. */
@@ -806,8 +878,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     continue;
                 }
 #endif
-                copy_kv_half(p, tma.v, tma.v_run, t, rows, kv_row0, kv_head, s_v, FULL_V(st), page,
-                             lane);
+                copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, t, rows, kv_row0, kv_head, s_v,
+                             FULL_V(st), page, lane);
                 NEXT_PAGES();
             }
             g += (unsigned)num_tiles;

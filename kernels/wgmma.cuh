@@ -186,4 +186,13 @@ __device__ __forceinline__ void cinfer_tma_load_4d(unsigned dst, const void *map
                  : "memory");
 }
 
+/* The same for a 5-d tensor map. */
+__device__ __forceinline__ void cinfer_tma_load_5d(unsigned dst, const void *map, int c0, int c1,
+                                                   int c2, int c3, int c4, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(dst),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+                 : "memory");
+}
+
 #endif

@@ -1520,6 +1520,62 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
 }
 
 /*
+ * A paged cache's K and V maps at D = 128, where the sm90 kernel interleaves a tile's column
+ * blocks by groups of 8 rows (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in
+ * kernels/prefill_params.h): 5-d maps with the KV head folded in when the heads are packed, so
+ * that one box copies a page's rows in both column blocks; else 4-d maps in boxes of 8 rows x 64
+ * columns. p holds the checked paged K/V addresses and strides.
+ */
+static bool test_no_fold;
+
+void cinfer__batch_prefill_test_no_fold(bool on) {
+    test_no_fold = on;
+}
+
+static cinfer_status_t paged_tma_blocks(const cinfer_batch_prefill_t *op, const DLTensor *k,
+                                        const cinfer_prefill_params *p, int tile_kv,
+                                        cinfer_prefill_tma *tma) {
+    const batch_setup_t *s = &op->setup;
+    cinfer_context_t *ctx = op->ctx;
+    const int64_t D = s->head_dim, Hk = s->cfg.num_kv_heads, P = s->cfg.page_size;
+    const int64_t blocks = D / 64, pages = k->shape[0];
+    const int64_t n = p->k_stride_n, h = p->k_stride_h, page = p->k_stride_page;
+    const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
+    const bool fold = !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n));
+    const uint32_t box_groups = (uint32_t)((P < tile_kv ? P : tile_kv) / 8);
+    if (!fold) {
+        const int64_t dims[4] = {D, P, Hk, pages};
+        const int64_t strides[3] = {n, h, page};
+        const uint32_t box[4] = {64, 8, 1, 1};
+        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 4, dims, strides, box,
+                                 "encoding k's tensor map"));
+        return encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
+                          "encoding v's tensor map");
+    }
+    /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or groups
+     * (HND) */
+    const int64_t dims[5] = {64, 8, nhd ? Hk * blocks : blocks, nhd ? P / 8 : Hk * P / 8, pages};
+    const int64_t strides[4] = {n, 64, 8 * n, page};
+    const uint32_t box[5] = {64, 8, (uint32_t)blocks, box_groups, 1};
+    tma->kv_fold[0] = 1;
+    tma->kv_fold[1] = nhd ? (int)blocks : 0;
+    tma->kv_fold[2] = nhd ? 0 : (int)(P / 8);
+    CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 5, dims, strides, box,
+                             "encoding k's tensor map"));
+    CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 5, dims, strides, box,
+                             "encoding v's tensor map"));
+    if (P < tile_kv) { /* a tile of consecutive pages as one box */
+        const uint32_t run_box[5] = {64, 8, (uint32_t)blocks, (uint32_t)(P / 8),
+                                     (uint32_t)(tile_kv / P)};
+        CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, s->dtype_kv, 5, dims, strides, run_box,
+                                 "encoding k's tensor map of page runs"));
+        CINFER__CHECK(encode_map(ctx, tma->v_run, p->v, s->dtype_kv, 5, dims, strides, run_box,
+                                 "encoding v's tensor map of page runs"));
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
+/*
  * The sm90 kernel's tensor maps for a run: q as (D, rows, heads), or packed as (D, heads, rows)
  * with boxes of the G heads of 128 / G tokens (kernels/prefill_sm90.cuh); K and V ragged as (D,
  * rows, heads), paged as (D, page rows, heads, pages) with boxes of one page (or 128 rows of a
@@ -1544,7 +1600,9 @@ static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTenso
     } else {
         CINFER__CHECK(encode_tma(ctx, tma->q, q, 0, 1, tile_q, "encoding q's tensor map"));
     }
-    if (s->cfg.paged) {
+    if (s->cfg.paged && D == 128) {
+        CINFER__CHECK(paged_tma_blocks(op, k, p, tile_kv, tma));
+    } else if (s->cfg.paged) {
         const int64_t P = s->cfg.page_size;
         const int64_t dims[4] = {D, P, Hk, k->shape[0]};
         const int64_t strides[3] = {p->k_stride_n, p->k_stride_h, p->k_stride_page};

@@ -102,6 +102,10 @@ int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
  * time the unsplit plan of the same kernel. Not thread-safe; off by default. */
 void cinfer__batch_prefill_test_no_split(bool on);
 
+/* Tests: paged sm90 runs at D = 128 take the tensor maps of caches whose KV heads are not packed
+ * (boxes of 8 rows x 64 columns) whatever the strides, while on. */
+void cinfer__batch_prefill_test_no_fold(bool on);
+
 /* Tests and benchmarks only: the shortest split-KV chunk (KV positions) of batch prefill objects
  * sized and created afterwards; 0 (the default) or below CINFER__PREFILL_CHUNK_MIN: that minimum
  * (prefill_plan.h). Not thread-safe. */

@@ -608,9 +608,11 @@ static void run_variant_case(const bp_case *c, tv_kind kind, uint64_t seed) {
 }
 
 /* Every test's teardown: a case that failed inside run_variant_case left g_tv at its stack
- * variant (the tests after it then read freed memory), and the buffers it allocated. */
+ * variant (the tests after it then read freed memory), one that failed among sm90_kernel's
+ * unfolded maps left them on, and the buffers it allocated. */
 static int teardown_case(void **state) {
     g_tv = NULL;
+    cinfer__batch_prefill_test_no_fold(false);
     return cinfer_test_teardown_buffers(state);
 }
 
@@ -992,6 +994,32 @@ static void sm90_kernel(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1580 + (uint64_t)i);
     }
+    /* D = 128 paged caches whose KV heads are not packed (forced here): boxes of 8 rows x 64
+     * columns in the interleaved layout, no page runs. */
+    static const struct {
+        int page_size, page_runs, hnd, combined;
+    } unfolded[] = {{16, 1, 0, 0}, {8, 2, 1, 1}, {256, 0, 0, 1}, {64, 0, 1, 0}};
+    cinfer__batch_prefill_test_no_fold(true);
+    for (size_t i = 0; i < sizeof unfolded / sizeof unfolded[0]; i++) {
+        char desc[128];
+        bp_case c = base_case("");
+        c.batch = 6;
+        c.qo_lens = qo;
+        c.kv_lens = kv;
+        c.paged = 1;
+        c.page_size = unfolded[i].page_size;
+        c.page_runs = unfolded[i].page_runs;
+        c.layout = unfolded[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.combined = unfolded[i].combined;
+        c.causal = (int)(i % 2 == 0);
+        c.high_pages = (int)(i % 2);
+        c.expect_sm90 = 1;
+        snprintf(desc, sizeof desc, "sm90 unfolded maps: page %d, %s%s, causal %d", c.page_size,
+                 unfolded[i].hnd ? "HND" : "NHD", c.combined ? " combined" : "", c.causal);
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1590 + (uint64_t)i);
+    }
+    cinfer__batch_prefill_test_no_fold(false);
     /* A batch of short queries keeps the sm80 kernel of a smaller tile. */
     bp_case c = base_case("sm90: short queries keep the sm80 tiles");
     c.batch = 16;
