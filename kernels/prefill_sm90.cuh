@@ -561,9 +561,10 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
                                              [[maybe_unused]] int4 fold, int t, int rows,
                                              int kv_row0, int kv_head, unsigned dst, unsigned bar,
                                              int page, int lane) {
-#if KV_INTERLEAVED
+#if CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
     const int page0 = __shfl_sync(0xffffffffu, page, 0);
+#if KV_INTERLEAVED
     const int c2 = kv_head * fold.y, c3 = kv_head * fold.z;
     if (!fold.x) {
         /* Boxes of one 8-row group's column block, a lane each (g, b), from the page of the lane
@@ -580,35 +581,19 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
                                (t * TILE_KV + 8 * g) & (p.page_size - 1), kv_head, gpage, bar);
         return;
     }
+#endif
     if (rows == TILE_KV && page_rows < TILE_KV &&
         __all_sync(0xffffffffu, lane * page_rows >= TILE_KV || page == page0 + lane)) {
         if (lane == 0) {
             cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+#if KV_INTERLEAVED
             cinfer_tma_load_5d(dst, run_map, 0, 0, c2, c3, page0, bar);
-        }
-        return;
-    }
-    const bool mine = tile_box(p, rows, lane);
-    const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
-    if (lane == 0)
-        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS));
-    __syncwarp();
-    if (mine) {
-        const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
-        cinfer_tma_load_5d(dst + (unsigned)(lane * page_rows / 8 * KV_GROUP_BYTES), map, 0, 0, c2,
-                           c3 + in_page / 8, page, bar);
-    }
-#elif CINFER_PAGED
-    const int page_rows = PAGE_ROWS(p);
-    const int page0 = __shfl_sync(0xffffffffu, page, 0);
-    if (rows == TILE_KV && page_rows < TILE_KV &&
-        __all_sync(0xffffffffu, lane * page_rows >= TILE_KV || page == page0 + lane)) {
-        if (lane == 0) {
-            cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+#else
 #pragma unroll
             for (int b = 0; b < DBLOCKS; b++)
                 cinfer_tma_load_4d(dst + b * KV_BLOCK_BYTES, run_map, b * 64, 0, kv_head, page0,
                                    bar);
+#endif
         }
         return;
     }
@@ -619,10 +604,15 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
     __syncwarp();
     if (mine) {
         const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
+#if KV_INTERLEAVED
+        cinfer_tma_load_5d(dst + (unsigned)(lane * page_rows / 8 * KV_GROUP_BYTES), map, 0, 0, c2,
+                           c3 + in_page / 8, page, bar);
+#else
         const unsigned box = dst + (unsigned)(lane * page_rows * 128);
 #pragma unroll
         for (int b = 0; b < DBLOCKS; b++)
             cinfer_tma_load_4d(box + b * KV_BLOCK_BYTES, map, b * 64, in_page, kv_head, page, bar);
+#endif
     }
 #else
     (void)p, (void)rows, (void)page;
