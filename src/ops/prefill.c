@@ -1519,6 +1519,12 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     return CINFER_STATUS_SUCCESS;
 }
 
+static bool test_no_fold;
+
+void cinfer__batch_prefill_test_no_fold(bool on) {
+    test_no_fold = on;
+}
+
 /*
  * A paged cache's K and V maps at D = 128, where the sm90 kernel interleaves a tile's column
  * blocks by groups of 8 rows (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in
@@ -1526,12 +1532,6 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
  * that one box copies a page's rows in both column blocks; else 4-d maps in boxes of 8 rows x 64
  * columns. p holds the checked paged K/V addresses and strides.
  */
-static bool test_no_fold;
-
-void cinfer__batch_prefill_test_no_fold(bool on) {
-    test_no_fold = on;
-}
-
 static cinfer_status_t paged_tma_blocks(const cinfer_batch_prefill_t *op, const DLTensor *k,
                                         const cinfer_prefill_params *p, int tile_kv,
                                         cinfer_prefill_tma *tma) {
