@@ -1519,6 +1519,24 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     return CINFER_STATUS_SUCCESS;
 }
 
+/* K's and V's maps of a paged cache, of one geometry (p's K/V addresses), and with run_box
+ * (not NULL) their maps of page runs. */
+static cinfer_status_t encode_paged_maps(cinfer_context_t *ctx, const cinfer_prefill_params *p,
+                                         cinfer__dtype_t dtype, int rank, const int64_t *dims,
+                                         const int64_t *strides, const uint32_t *box,
+                                         const uint32_t *run_box, cinfer_prefill_tma *tma) {
+    CINFER__CHECK(
+        encode_map(ctx, tma->k, p->k, dtype, rank, dims, strides, box, "encoding k's tensor map"));
+    CINFER__CHECK(
+        encode_map(ctx, tma->v, p->v, dtype, rank, dims, strides, box, "encoding v's tensor map"));
+    if (!run_box)
+        return CINFER_STATUS_SUCCESS;
+    CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, dtype, rank, dims, strides, run_box,
+                             "encoding k's tensor map of page runs"));
+    return encode_map(ctx, tma->v_run, p->v, dtype, rank, dims, strides, run_box,
+                      "encoding v's tensor map of page runs");
+}
+
 static bool test_no_fold;
 
 void cinfer__batch_prefill_test_no_fold(bool on) {
@@ -1526,68 +1544,60 @@ void cinfer__batch_prefill_test_no_fold(bool on) {
 }
 
 /*
- * A paged cache's K and V maps at D = 128, where the sm90 kernel interleaves a tile's column
- * blocks by groups of 8 rows (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in
- * kernels/prefill_params.h): 5-d maps with the KV head folded in when the heads are packed, so
- * that one box copies a page's rows in both column blocks; else 4-d maps in boxes of 8 rows x 64
- * columns. p holds the checked paged K/V addresses and strides.
+ * A paged cache's K and V maps (p holds its checked addresses and strides, k is the K cache for
+ * its page count): 4-d, (D, page rows, heads, pages), in boxes of one page (or TILE_KV rows of a
+ * longer one) and, for pages shorter than a tile, boxes of a tile's pages (k_run, v_run). At D =
+ * 128 the sm90 kernel interleaves a tile's column blocks by groups of 8 rows (KV_INTERLEAVED,
+ * kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h): 5-d maps with the
+ * KV head folded in where the heads are packed, so that one box copies a page's rows in both
+ * column blocks; else the 4-d maps in boxes of 8 rows x 64 columns, without page runs.
  */
-static cinfer_status_t paged_tma_blocks(const cinfer_batch_prefill_t *op, const DLTensor *k,
-                                        const cinfer_prefill_params *p, int tile_kv,
-                                        cinfer_prefill_tma *tma) {
+static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTensor *k,
+                                 const cinfer_prefill_params *p, int tile_kv,
+                                 cinfer_prefill_tma *tma) {
     const batch_setup_t *s = &op->setup;
     cinfer_context_t *ctx = op->ctx;
     const int64_t D = s->head_dim, Hk = s->cfg.num_kv_heads, P = s->cfg.page_size;
-    const int64_t blocks = D / 64, pages = k->shape[0];
+    const int64_t pages = k->shape[0], rows = P < tile_kv ? P : tile_kv;
     const int64_t n = p->k_stride_n, h = p->k_stride_h, page = p->k_stride_page;
-    const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
-    const bool fold = !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n));
-    const uint32_t box_groups = (uint32_t)((P < tile_kv ? P : tile_kv) / 8);
-    if (!fold) {
-        const int64_t dims[4] = {D, P, Hk, pages};
-        const int64_t strides[3] = {n, h, page};
-        const uint32_t box[4] = {64, 8, 1, 1};
-        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 4, dims, strides, box,
-                                 "encoding k's tensor map"));
-        return encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
-                          "encoding v's tensor map");
-    }
-    /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or groups
-     * (HND) */
-    const int64_t dims[5] = {64, 8, nhd ? Hk * blocks : blocks, nhd ? P / 8 : Hk * P / 8, pages};
-    const int64_t strides[4] = {n, 64, 8 * n, page};
-    const uint32_t box[5] = {64, 8, (uint32_t)blocks, box_groups, 1};
-    tma->kv_fold[0] = 1;
-    tma->kv_fold[1] = nhd ? (int)blocks : 0;
-    tma->kv_fold[2] = nhd ? 0 : (int)(P / 8);
-    CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 5, dims, strides, box,
-                             "encoding k's tensor map"));
-    CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 5, dims, strides, box,
-                             "encoding v's tensor map"));
-    if (P < tile_kv) { /* a tile of consecutive pages as one box */
+    const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD, runs = P < tile_kv;
+    const bool interleaved = D == 128;
+    if (interleaved && !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n))) {
+        /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or
+         * groups (HND) */
+        const int64_t blocks = D / 64;
+        const int64_t dims[5] = {64, 8, nhd ? Hk * blocks : blocks, nhd ? P / 8 : Hk * P / 8,
+                                 pages};
+        const int64_t strides[4] = {n, 64, 8 * n, page};
+        const uint32_t box[5] = {64, 8, (uint32_t)blocks, (uint32_t)(rows / 8), 1};
         const uint32_t run_box[5] = {64, 8, (uint32_t)blocks, (uint32_t)(P / 8),
                                      (uint32_t)(tile_kv / P)};
-        CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, s->dtype_kv, 5, dims, strides, run_box,
-                                 "encoding k's tensor map of page runs"));
-        CINFER__CHECK(encode_map(ctx, tma->v_run, p->v, s->dtype_kv, 5, dims, strides, run_box,
-                                 "encoding v's tensor map of page runs"));
+        tma->kv_fold[0] = 1;
+        tma->kv_fold[1] = nhd ? (int)blocks : 0;
+        tma->kv_fold[2] = nhd ? 0 : (int)(P / 8);
+        return encode_paged_maps(ctx, p, s->dtype_kv, 5, dims, strides, box, runs ? run_box : NULL,
+                                 tma);
     }
-    return CINFER_STATUS_SUCCESS;
+    const int64_t dims[4] = {D, P, Hk, pages};
+    const int64_t strides[3] = {n, h, page};
+    const uint32_t box[4] = {64, (uint32_t)(interleaved ? 8 : rows), 1, 1};
+    const uint32_t run_box[4] = {64, (uint32_t)P, 1, (uint32_t)(tile_kv / P)};
+    return encode_paged_maps(ctx, p, s->dtype_kv, 4, dims, strides, box,
+                             runs && !interleaved ? run_box : NULL, tma);
 }
 
 /*
  * The sm90 kernel's tensor maps for a run: q as (D, rows, heads), or packed as (D, heads, rows)
  * with boxes of the G heads of 128 / G tokens (kernels/prefill_sm90.cuh); K and V ragged as (D,
- * rows, heads), paged as (D, page rows, heads, pages) with boxes of one page (or 128 rows of a
- * longer one). p holds the checked paged K/V addresses and strides (k: the K cache, its page
- * count); a ragged K/V is encoded from k and v themselves.
+ * rows, heads), paged as paged_tma's. p holds the checked paged K/V addresses and strides (k:
+ * the K cache, its page count); a ragged K/V is encoded from k and v themselves.
  */
 static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTensor *q,
                                  const DLTensor *k, const DLTensor *v,
                                  const cinfer_prefill_params *p, cinfer_prefill_tma *tma) {
     const batch_setup_t *s = &op->setup;
     cinfer_context_t *ctx = op->ctx;
-    const int64_t D = s->head_dim, Hq = s->cfg.num_qo_heads, Hk = s->cfg.num_kv_heads;
+    const int64_t D = s->head_dim, Hq = s->cfg.num_qo_heads;
     const int g = s->cfg.group;
     const int tile_q = s->tiles[op->tile].tile_q, tile_kv = s->tiles[op->tile].tile_kv;
     memset(tma, 0, sizeof *tma);
@@ -1600,24 +1610,8 @@ static cinfer_status_t batch_tma(const cinfer_batch_prefill_t *op, const DLTenso
     } else {
         CINFER__CHECK(encode_tma(ctx, tma->q, q, 0, 1, tile_q, "encoding q's tensor map"));
     }
-    if (s->cfg.paged && D == 128) {
-        CINFER__CHECK(paged_tma_blocks(op, k, p, tile_kv, tma));
-    } else if (s->cfg.paged) {
-        const int64_t P = s->cfg.page_size;
-        const int64_t dims[4] = {D, P, Hk, k->shape[0]};
-        const int64_t strides[3] = {p->k_stride_n, p->k_stride_h, p->k_stride_page};
-        const uint32_t box[4] = {64, (uint32_t)(P < tile_kv ? P : tile_kv), 1, 1};
-        CINFER__CHECK(encode_map(ctx, tma->k, p->k, s->dtype_kv, 4, dims, strides, box,
-                                 "encoding k's tensor map"));
-        CINFER__CHECK(encode_map(ctx, tma->v, p->v, s->dtype_kv, 4, dims, strides, box,
-                                 "encoding v's tensor map"));
-        if (P < tile_kv) { /* a tile of consecutive pages as one box */
-            const uint32_t run_box[4] = {64, (uint32_t)P, 1, (uint32_t)(tile_kv / P)};
-            CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, s->dtype_kv, 4, dims, strides, run_box,
-                                     "encoding k's tensor map of page runs"));
-            CINFER__CHECK(encode_map(ctx, tma->v_run, p->v, s->dtype_kv, 4, dims, strides, run_box,
-                                     "encoding v's tensor map of page runs"));
-        }
+    if (s->cfg.paged) {
+        CINFER__CHECK(paged_tma(op, k, p, tile_kv, tma));
     } else {
         /* as single prefill's (NHD or HND) */
         const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD;
