@@ -127,10 +127,10 @@ typedef struct cinfer_prefill_params {
  * elements, boxes of 64 x tile rows x 1 with the 128-byte swizzle. A paged cache's k and v are
  * 4-d, (D, page rows, heads, pages), in boxes of one page (or tile rows of a longer one), and
  * k_run, v_run the same maps in boxes of tile rows / page size pages (pages shorter than a tile;
- * else unused). At D = 128 (the kernel's KV_INTERLEAVED layout) a paged cache whose KV heads are
- * packed (a head's row right after the previous head's, NHD; a head's page rows right after the
- * previous head's, HND) has 5-d maps instead, (64 columns, 8 rows, column blocks, groups of 8
- * rows, pages), the KV head folded into the blocks dim (NHD: block kv_head D / 64 + b) or the
+ * else unused). At D = 128 and 256 (the kernel's KV_INTERLEAVED layout) a paged cache whose KV
+ * heads are packed (a head's row right after the previous head's, NHD; a head's page rows right
+ * after the previous head's, HND) has 5-d maps instead, (64 columns, 8 rows, column blocks, groups
+ * of 8 rows, pages), the KV head folded into the blocks dim (NHD: block kv_head D / 64 + b) or the
  * groups dim (HND: group kv_head page_size / 8 + g), in boxes of every block of a page's (or a
  * tile's part of a longer page's) groups, or of a tile's pages for k_run, v_run; kv_fold = {1,
  * D / 64 or 0, 0 or page_size / 8, 0} then gives the head's first block and group as kv_head x

@@ -88,13 +88,12 @@
 #define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
 /* Where row r, columns 64 b .. 64 b + 63 of a K or V tile lie: in the 8-row group of 128-byte
  * rows at (r / 8) KV_GROUP_BYTES + b KV_BLOCK_STRIDE, row r % 8 of it. A paged batch kernel at
- * D = 128 interleaves the column blocks by group (KV_INTERLEAVED: group 0 of blocks 0 and 1, then
- * group 1 of each), so that one TMA box copies both column blocks of a page (a 5-d map,
+ * D = 128 or 256 interleaves the column blocks by group (KV_INTERLEAVED: group 0 of every block,
+ * then group 1 of each), so that one TMA box copies every column block of a page (a 5-d map,
  * kernels/prefill_params.h) where one box per 64 columns did: the TMA unit's cost goes with the
- * boxes (bench/RESULTS.md, developers' sessions 24 and 35). Other kernels keep each column block's
- * rows together (TILE_KV rows x 128 bytes a block); at D = 256 the interleaved layout's
- * descriptors cost the consumers registers (a spill). */
-#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && D == 128)
+ * boxes (bench/RESULTS.md, developers' sessions 24, 35 and 36). Other kernels keep each column
+ * block's rows together (TILE_KV rows x 128 bytes a block). */
+#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && (D == 128 || D == 256))
 #if KV_INTERLEAVED
 #define KV_GROUP_BYTES  (DBLOCKS * 1024)
 #define KV_BLOCK_STRIDE 1024
@@ -401,6 +400,11 @@ __device__ __forceinline__ void pack_p(const float *s, unsigned (*pa)[4]) {
 /* S = Q K^T of this warpgroup's 64 rows against the K tile at s_k (ALIBI_ACC: S += Q K^T, S holding
  * the bias). */
 __device__ __forceinline__ void issue_qk(float *s, unsigned s_q_rows, unsigned s_k) {
+#if KV_INTERLEAVED && D == 256
+    /* Formed here, tile by tile: with the interleaved K descriptors ptxas otherwise keeps Q's 16
+     * descriptors in 32 registers across the tile loop, and the consumers spill 88 bytes. */
+    s_q_rows = cinfer_opaque_u32(s_q_rows);
+#endif
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
 #if TILE_KV == 128

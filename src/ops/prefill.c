@@ -1547,10 +1547,11 @@ void cinfer__batch_prefill_test_no_fold(bool on) {
  * A paged cache's K and V maps (p holds its checked addresses and strides, k is the K cache for
  * its page count): 4-d, (D, page rows, heads, pages), in boxes of one page (or TILE_KV rows of a
  * longer one) and, for pages shorter than a tile, boxes of a tile's pages (k_run, v_run). At D =
- * 128 the sm90 kernel interleaves a tile's column blocks by groups of 8 rows (KV_INTERLEAVED,
- * kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h): 5-d maps with the
- * KV head folded in where the heads are packed, so that one box copies a page's rows in both
- * column blocks; else the 4-d maps in boxes of 8 rows x 64 columns, without page runs.
+ * 128 and 256 the sm90 kernel interleaves a tile's column blocks by groups of 8 rows
+ * (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h):
+ * 5-d maps with the KV head folded in where the heads are packed, so that one box copies a page's
+ * rows in every column block; else the 4-d maps in boxes of 8 rows x 64 columns, without page
+ * runs.
  */
 static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTensor *k,
                                  const cinfer_prefill_params *p, int tile_kv,
@@ -1561,7 +1562,7 @@ static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTenso
     const int64_t pages = k->shape[0], rows = P < tile_kv ? P : tile_kv;
     const int64_t n = p->k_stride_n, h = p->k_stride_h, page = p->k_stride_page;
     const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD, runs = P < tile_kv;
-    const bool interleaved = D == 128;
+    const bool interleaved = D == 128 || D == 256;
     if (interleaved && !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n))) {
         /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or
          * groups (HND) */

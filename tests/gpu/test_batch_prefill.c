@@ -967,7 +967,7 @@ static void sm90_kernel(void **state) {
             run_variant_case(&c, kind, cinfer_test_seed() + 1560 + (uint64_t)n);
         }
     }
-    /* Tiles whose pages follow each other in the pool, copied as one box per 64 columns: every
+    /* Tiles whose pages follow each other in the pool, copied as one box a tile: every
      * tile (page_runs 1) or some (runs of 5 pages: 2), NHD and HND, D = 128 and 256 (the latter
      * with D = 256's short requests above). */
     static const struct {
@@ -994,18 +994,24 @@ static void sm90_kernel(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1580 + (uint64_t)i);
     }
-    /* D = 128 paged caches whose KV heads are not packed (forced here): boxes of 8 rows x 64
-     * columns in the interleaved layout, no page runs. */
+    /* D = 128 and 256 paged caches whose KV heads are not packed (forced here): boxes of 8 rows x
+     * 64 columns in the interleaved layout, no page runs (D = 256 with its short requests). */
     static const struct {
-        int page_size, page_runs, hnd, combined;
-    } unfolded[] = {{16, 1, 0, 0}, {8, 2, 1, 1}, {256, 0, 0, 1}, {64, 0, 1, 0}};
+        int page_size, page_runs, hnd, combined, d;
+    } unfolded[] = {{16, 1, 0, 0, 128}, {8, 2, 1, 1, 128},  {256, 0, 0, 1, 128},
+                    {64, 0, 1, 0, 128}, {16, 1, 1, 0, 256}, {128, 0, 0, 1, 256}};
     cinfer__batch_prefill_test_no_fold(true);
     for (size_t i = 0; i < sizeof unfolded / sizeof unfolded[0]; i++) {
         char desc[128];
         bp_case c = base_case("");
-        c.batch = 6;
-        c.qo_lens = qo;
-        c.kv_lens = kv;
+        c.d = unfolded[i].d;
+        c.batch = c.d == 256 ? 20 : 6;
+        c.qo_lens = c.d == 256 ? qo_w : qo;
+        c.kv_lens = c.d == 256 ? kv_w : kv;
+        if (c.d == 256) {
+            c.hq = 8;
+            c.hk = 2;
+        }
         c.paged = 1;
         c.page_size = unfolded[i].page_size;
         c.page_runs = unfolded[i].page_runs;
@@ -1014,8 +1020,9 @@ static void sm90_kernel(void **state) {
         c.causal = (int)(i % 2 == 0);
         c.high_pages = (int)(i % 2);
         c.expect_sm90 = 1;
-        snprintf(desc, sizeof desc, "sm90 unfolded maps: page %d, %s%s, causal %d", c.page_size,
-                 unfolded[i].hnd ? "HND" : "NHD", c.combined ? " combined" : "", c.causal);
+        snprintf(desc, sizeof desc, "sm90 unfolded maps: D %d, page %d, %s%s, causal %d", c.d,
+                 c.page_size, unfolded[i].hnd ? "HND" : "NHD", c.combined ? " combined" : "",
+                 c.causal);
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1590 + (uint64_t)i);
     }
