@@ -69,10 +69,8 @@ def rope(mode: str, rope_scale, rope_theta) -> Optional[Tuple[float, float]]:
         if value is None:
             out.append(f32(default))
             continue
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
-            raise TypeError(f"{name}: expected a float or None, got {type(value).__name__}")
         # Checked after the rounding: 1e39 is inf in float32, 1e-50 is 0.
-        x = f32(float(value))
+        x = f32(real(value, name, "a float or None"))
         if not math.isfinite(x) or x <= 0:
             raise ArgumentError(f"{name} = {value!r} with pos_encoding_mode='ROPE_LLAMA', "
                                 "expected a finite value > 0 (in float32)")
@@ -105,28 +103,53 @@ def refuse_unplanned(name: str, given, planned, compared=None) -> None:
         )
 
 
+def real(value, name: str, expected: str = "a float") -> float:
+    """*Pure.* ``value`` as a float: a Python or NumPy number, or a tensor of one element (a
+    layer's scale); TypeError naming ``name`` (and what it ``expected``) for a string, bytes, a
+    bool or anything else, where ``float()`` would take ``"2"`` or ``True``."""
+    if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__float__"):
+        raise TypeError(f"{name}: {type(value).__name__}, expected {expected}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError) as e:  # e.g. a tensor of several elements
+        raise ArgumentError(f"{name}: {e}") from None
+
+
+def integer(value, name: str) -> int:
+    """*Pure.* ``value`` as an int: a Python or NumPy integer, or an integer tensor of one element
+    (anything with ``__index__`` but a bool); TypeError naming ``name`` otherwise, a float too,
+    where ``int()`` would cut 128.5 to 128 or take ``"32"``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name}: {type(value).__name__}, expected an int")
+    try:
+        return value.__index__()
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ArgumentError(f"{name}: {e}") from None
+
+
 def positive(value, name: str, default: Optional[float]) -> Optional[float]:
-    """A finite float > 0, rounded to float32 (``default`` for None)."""
+    """A finite float > 0 (:func:`real`), rounded to float32 (``default`` for None)."""
     if value is None:
         return default
-    x = float(value)
+    x = real(value, name, "a float or None")
     if not math.isfinite(x) or x <= 0:
         raise ArgumentError(f"{name} = {value!r}, expected a finite value > 0")
     return f32(x)
 
 
 def soft_cap(value) -> float:
-    """logits_soft_cap: None or 0 = off, else a finite value > 0."""
+    """logits_soft_cap: None or 0 = off, else a finite value > 0 (:func:`real`)."""
     if value is None:
         return 0.0
-    x = float(value)
+    x = real(value, "logits_soft_cap", "a float or None")
     if not math.isfinite(x) or x < 0:
         raise ArgumentError(f"logits_soft_cap = {value!r}, expected None, 0 (off) or a value > 0")
     return f32(x)
 
 
 def window_left(value) -> int:
-    w = int(value)
+    """window_left: -1 = off, else the keys kept left of the query (:func:`integer`)."""
+    w = integer(value, "window_left")
     if w < -1:
         raise ArgumentError(f"window_left = {value!r}, expected -1 (off) or >= 0")
     return w

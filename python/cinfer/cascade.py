@@ -538,7 +538,7 @@ class MultiLevelCascadeAttentionWrapper:
         paged_kv_indices_buf_arr: Optional[List[torch.Tensor]] = None,
         paged_kv_last_page_len_buf_arr: Optional[List[torch.Tensor]] = None,
     ) -> None:
-        num_levels = int(num_levels)
+        num_levels = A.integer(num_levels, "num_levels")
         if num_levels < 1:
             raise ArgumentError(f"num_levels = {num_levels}, expected >= 1")
         self._num_levels = num_levels
@@ -697,7 +697,7 @@ class MultiLevelCascadeAttentionWrapper:
                 "each level would use positions relative to that level's KV, not to the "
                 "concatenated KV; pass 'NONE' (or use one level)"
             )
-        if self._num_levels > 1 and int(window_left) != -1:
+        if self._num_levels > 1 and A.window_left(window_left) != -1:
             raise UnsupportedError(
                 f"window_left = {window_left} with {self._num_levels} levels: a window relative "
                 "to each level's KV is not the window of the concatenated KV; pass -1"

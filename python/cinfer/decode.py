@@ -168,7 +168,8 @@ def single_decode_with_kv_cache(
     Raises
     ------
     TypeError
-        ``q``, ``k`` or ``v`` is not a tensor; ``variant_args`` with ALiBi.
+        ``q``, ``k`` or ``v`` is not a tensor; ``variant_args`` with ALiBi; a number argument of
+        another type (a string or a bool; a float where an int is expected).
     ValueError
         Wrong shape, dtype or device (e.g. a CPU tensor), naming the argument;
         ``rope_scale`` / ``rope_theta`` not finite or not > 0 with RoPE;
@@ -599,7 +600,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         Raises
         ------
         TypeError
-            A page-table argument is not a tensor.
+            A page-table argument is not a tensor; a number argument of another type (a string
+            or a bool; a float for ``num_qo_heads``, ``num_kv_heads``, ``head_dim``,
+            ``page_size`` or ``window_left``).
         ValueError
             Wrong dtypes (the argument is named), ``len(indptr) != len(last_page_len) + 1``,
             non-monotone ``indptr``, ``last_page_len`` out of range, graph-mode batch above the
@@ -620,6 +623,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """
         torch = T.torch_module()
         self._plan = None
+        num_qo_heads = A.integer(num_qo_heads, "num_qo_heads")
+        num_kv_heads = A.integer(num_kv_heads, "num_kv_heads")
+        head_dim = A.integer(head_dim, "head_dim")
+        page_size = A.integer(page_size, "page_size")
         indptr = T.as_tensor(indptr, "indptr")
         indices = T.as_tensor(indices, "indices")
         last_page_len = T.as_tensor(last_page_len, "last_page_len")
@@ -675,7 +682,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 f"paged_kv_indices_buffer ({self._paged_kv_indices_buf.shape[0]} entries)"
             )
 
-        key = (int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
+        key = (num_qo_heads, num_kv_heads, head_dim, page_size,
                self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
                variant.handle if variant is not None else None, rope)
         options = functools.partial(
@@ -716,13 +723,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
         p = _Plan()
         p.batch_size = batch_size
-        p.num_qo_heads = int(num_qo_heads)
-        p.head_dim = int(head_dim)
+        p.num_qo_heads = num_qo_heads
+        p.head_dim = head_dim
         p.q_dtype = q_dtype
         p.kv_dtype = kv_dtype
         p.k_scale = ks
         p.v_scale = vs
-        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(int(head_dim)))
+        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(head_dim))
         p.logits_soft_cap = cap
         p.window_left = wl
         p.variant = variant  # also keeps it alive while the C object uses it
@@ -832,7 +839,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                          ("v_scale", v_scale, p.v_scale)):
                 if given is not None:
-                    A.refuse_unplanned(name, given, planned, A.f32(float(given)))
+                    A.refuse_unplanned(name, given, planned, A.f32(A.real(given, name, "a float or None")))
         slots = self._slots
         q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
                               "[batch_size, num_qo_heads, head_dim]")

@@ -118,6 +118,9 @@ class BatchMLAPagedAttentionWrapper:
 
         Raises
         ------
+        TypeError
+            A number argument of another type (a string or a bool; a float for ``num_heads``,
+            the head dims or ``page_size``).
         ValueError
             Bad indptr arrays or lengths, a workspace too small (the message gives the size).
         cinfer.UnsupportedError
@@ -126,6 +129,11 @@ class BatchMLAPagedAttentionWrapper:
         if use_profiler:
             raise UnsupportedError("use_profiler = True is not supported")
         torch = T.torch_module()
+        num_heads = A.integer(num_heads, "num_heads")
+        head_dim_ckv = A.integer(head_dim_ckv, "head_dim_ckv")
+        head_dim_kpe = A.integer(head_dim_kpe, "head_dim_kpe")
+        page_size = A.integer(page_size, "page_size")
+        sm_scale = A.real(sm_scale, "sm_scale")
         qo_indptr, qo_host = A.host_index(qo_indptr, "qo_indptr")
         kv_indptr, kv_host = A.host_index(kv_indptr, "kv_indptr")
         kv_len_arr, len_host = A.host_index(kv_len_arr, "kv_len_arr")
@@ -140,14 +148,14 @@ class BatchMLAPagedAttentionWrapper:
                 f"kv_indptr: {kv_host.shape[0]} entries, kv_len_arr: {len_host.shape[0]}; "
                 f"expected {batch + 1} and {batch} (qo_indptr has {batch + 1})")
         pages = (kv_host[1:] - kv_host[:-1]).long()
-        last = (len_host.long() - (pages - 1).clamp(min=0) * int(page_size))
-        bad = ((pages > 0) & ((last < 1) | (last > int(page_size)))) | \
+        last = (len_host.long() - (pages - 1).clamp(min=0) * page_size)
+        bad = ((pages > 0) & ((last < 1) | (last > page_size))) | \
               ((pages == 0) & (len_host != 0))
         if bool(bad.any()):
             b = int(bad.nonzero()[0])
             raise ArgumentError(
                 f"kv_len_arr[{b}] = {int(len_host[b])} does not fit the {int(pages[b])} pages of "
-                f"{int(page_size)} tokens that kv_indptr gives request {b}")
+                f"{page_size} tokens that kv_indptr gives request {b}")
         last = torch.where(pages > 0, last, torch.ones_like(last)).to(torch.int32).contiguous()
         num_pages = int(kv_host[batch])
         if num_pages > indices.shape[0]:
@@ -165,13 +173,13 @@ class BatchMLAPagedAttentionWrapper:
                 raise ArgumentError(
                     f"batch_size {batch} / qo_indptr[-1] = {qo_end} query rows exceed the CUDA "
                     f"graph capacity {self._fixed_batch} / {self._max_total_qo}")
-        key = (int(num_heads), int(head_dim_ckv), int(head_dim_kpe), int(page_size),
-               bool(causal), A.f32(float(sm_scale)), q_dtype, kv_dtype)
+        key = (num_heads, head_dim_ckv, head_dim_kpe, page_size,
+               bool(causal), A.f32(sm_scale), q_dtype, kv_dtype)
         opts = _lib.mla_options(
-            num_heads=int(num_heads), head_dim_ckv=int(head_dim_ckv),
-            head_dim_kpe=int(head_dim_kpe), page_size=int(page_size),
+            num_heads=num_heads, head_dim_ckv=head_dim_ckv,
+            head_dim_kpe=head_dim_kpe, page_size=page_size,
             q_dtype=T.dl_dtype(q_dtype), kv_dtype=T.dl_dtype(kv_dtype),
-            sm_scale=float(sm_scale), use_cuda_graph=1 if self._use_cuda_graph else 0)
+            sm_scale=sm_scale, use_cuda_graph=1 if self._use_cuda_graph else 0)
         self._plan = None
         self._ensure_op(key, opts, bool(causal), batch, total_qo)
         # Everything that can reject the plan before the C plan replaces the previous one: a
@@ -198,7 +206,7 @@ class BatchMLAPagedAttentionWrapper:
             d_indices = indices.to(self.device, non_blocking=True)
             if d_indices.numel() == 0:  # an empty tensor has no data pointer
                 d_indices = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._plan = (int(num_heads), int(qo_host[batch]), q_dtype, d_indices,
+        self._plan = (num_heads, int(qo_host[batch]), q_dtype, d_indices,
                       T.to_dl(d_indices, "kv_indices"))
 
     def _ensure_op(self, key, opts, causal: bool, batch: int, total_qo: int) -> None:

@@ -136,11 +136,9 @@ APPEND_ERROR_PAGE = 4
 
 
 def _scale(value, name: str) -> float:
-    """An append scale as the attention calls take theirs (a Python or NumPy number, or a 0-dim
-    tensor): None is 1, else a finite value > 0 (rounded to float32); the C call checks that a
-    16-bit cache has none."""
-    if isinstance(value, (str, bytes, bool)):
-        raise ArgumentError(f"{name}: {type(value).__name__}, expected a float or None")
+    """An append scale as the attention calls take theirs (:func:`cinfer._args.positive`): None
+    is 1, else a finite value > 0 (rounded to float32); the C call checks that a 16-bit cache has
+    none."""
     return A.positive(value, name, 1.0)
 
 
@@ -274,7 +272,7 @@ def get_batch_indices_positions_impl(append_indptr, seq_lens, nnz, batch_indices
                                      positions=None):
     """:func:`get_batch_indices_positions`'s eager implementation (also the operator's)."""
     torch = T.torch_module()
-    nnz = int(nnz)
+    nnz = A.integer(nnz, "nnz")
     if nnz < 0:
         raise ArgumentError(f"nnz = {nnz}, expected >= 0")
     append_indptr = T.as_tensor(append_indptr, "append_indptr")
@@ -362,7 +360,7 @@ def _seq_lens_on_host(torch, kv_indptr, kv_last_page_len, page_size):
 def get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size):
     """:func:`get_seq_lens`'s eager implementation (also the operator's)."""
     torch = T.torch_module()
-    page_size = int(page_size)
+    page_size = A.integer(page_size, "page_size")
     if not 1 <= page_size <= 0x7FFFFFFF:
         raise ArgumentError(f"page_size = {page_size}, expected 1 .. 2^31 - 1")
     kv_indptr = T.as_tensor(kv_indptr, "kv_indptr")

@@ -168,7 +168,8 @@ def single_prefill_with_kv_cache(
     ------
     TypeError
         ``q``, ``k``, ``v`` or a mask is not a tensor; ``variant_args`` with a custom mask or
-        ALiBi.
+        ALiBi; a number argument of another type (a string or a bool; a float where an int is
+        expected).
     ValueError
         Wrong shape, dtype or device, naming the argument (heads that do not divide, k and v
         of different shapes, a CPU tensor, a mask that is not ``[qo_len, kv_len]`` torch.bool,
@@ -483,9 +484,10 @@ class _BatchPrefillBase:
         self._max_total_qo = None
         self._captured_kv_rows = None  # ragged, graph mode: K/V rows of a captured run()
         if max_total_qo_tokens is not None:
-            if int(max_total_qo_tokens) < 1:
+            max_total_qo_tokens = A.integer(max_total_qo_tokens, "max_total_qo_tokens")
+            if max_total_qo_tokens < 1:
                 raise ArgumentError(f"max_total_qo_tokens = {max_total_qo_tokens}, expected >= 1")
-            self._max_total_qo = int(max_total_qo_tokens)
+            self._max_total_qo = max_total_qo_tokens
 
     def _graph_buffers(self, bufs, capacity_name: str) -> int:
         """Checks the CUDA-graph buffers (1-D int32 contiguous CUDA tensors on the wrapper's
@@ -545,6 +547,12 @@ class _BatchPrefillBase:
         the C object, plans, lays out a custom mask; returns (plan, the index tensors,
         kv_host) with the plan's device page table still to be filled by the caller."""
         where = f"{self._NAME}.plan"
+        num_qo_heads = A.integer(num_qo_heads, "num_qo_heads")
+        num_kv_heads = A.integer(num_kv_heads, "num_kv_heads")
+        head_dim = A.integer(head_dim, "head_dim_qk")
+        if head_dim_vo is not None:
+            head_dim_vo = A.integer(head_dim_vo, "head_dim_vo")
+        page_size = A.integer(page_size, "page_size")
         mode = A.pos_encoding_mode(pos_encoding_mode)
         rope = A.rope(mode, rope_scale, rope_theta)
         feature = M.feature(custom_mask, packed_custom_mask, mode)
@@ -622,14 +630,14 @@ class _BatchPrefillBase:
                 )
 
         # head_dim_vo: None or head_dim_qk for one head dim (FlashInfer's default).
-        vo = int(head_dim) if head_dim_vo is None else int(head_dim_vo)
-        key = (kernel_causal, int(num_qo_heads), int(num_kv_heads), int(head_dim), vo,
-               int(page_size), self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
+        vo = head_dim if head_dim_vo is None else head_dim_vo
+        key = (kernel_causal, num_qo_heads, num_kv_heads, head_dim, vo,
+               page_size, self._kv_layout_code, q_dtype, kv_dtype, sm, cap, wl, ks, vs,
                variant.handle if variant is not None else None, rope)
         options = functools.partial(
-            _lib.attention_options, num_qo_heads=int(num_qo_heads),
-            num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
-            head_dim_vo=vo if vo != int(head_dim) else 0, page_size=int(page_size),
+            _lib.attention_options, num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads, head_dim=head_dim,
+            head_dim_vo=vo if vo != head_dim else 0, page_size=page_size,
             kv_layout=self._kv_layout_code, q_dtype=T.dl_dtype(q_dtype),
             kv_dtype=T.dl_dtype(kv_dtype), sm_scale=0.0 if sm is None else sm,
             logits_soft_cap=cap, window_left=wl, k_scale=ks, v_scale=vs,
@@ -642,7 +650,7 @@ class _BatchPrefillBase:
         # schedule the object holds, so nothing may reject the plan after the C plan has
         # replaced it.
         mask = (self._mask_prepare(custom_mask, packed_custom_mask, qo_host, kv_host, last_host,
-                                   int(page_size), batch_size) if masked else None)
+                                   page_size, batch_size) if masked else None)
         op = self._ensure_op(key, options, kernel_causal, batch_size, total_qo, variant)
 
         p_i32 = ctypes.POINTER(ctypes.c_int32)
@@ -659,15 +667,15 @@ class _BatchPrefillBase:
         p.op = op
         p.batch_size = batch_size
         p.qo_end = int(qo_host[batch_size])
-        p.num_qo_heads = int(num_qo_heads)
-        p.num_kv_heads = int(num_kv_heads)
-        p.head_dim = int(head_dim)
+        p.num_qo_heads = num_qo_heads
+        p.num_kv_heads = num_kv_heads
+        p.head_dim = head_dim
         p.head_dim_vo = vo
-        p.page_size = int(page_size)
+        p.page_size = page_size
         p.q_dtype = q_dtype
         p.kv_dtype = kv_dtype
         p.causal = causal
-        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(int(head_dim)))
+        p.sm_scale = sm if sm is not None else A.f32(1.0 / math.sqrt(head_dim))
         p.logits_soft_cap = cap
         p.window_left = wl
         p.k_scale = ks
@@ -834,7 +842,7 @@ class _BatchPrefillBase:
         for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                      ("v_scale", v_scale, p.v_scale)):
             if given is not None:
-                A.refuse_unplanned(name, given, planned, A.f32(float(given)))
+                A.refuse_unplanned(name, given, planned, A.f32(A.real(given, name, "a float or None")))
 
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
                                window_left, logits_soft_cap, sm_scale, rope_scale=None,
@@ -1189,7 +1197,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         Raises
         ------
         TypeError
-            An index argument or a mask is not a tensor, or ``variant`` is not a Variant.
+            An index argument or a mask is not a tensor, or ``variant`` is not a Variant; a
+            number argument of another type (a string or a bool; a float for the head counts,
+            head dims, ``page_size`` or ``window_left``).
         ValueError
             Index tensors that are not 1-D int32 or disagree in length, non-monotone indptr,
             ``last_page_len`` out of range (the library's message names the index), a graph-mode

@@ -323,6 +323,15 @@ def test_batch_decode_errors(workspace):
     with pytest.raises(ValueError, match="rope_scale"):
         w.plan(indptr, indices, last, hq, hk, d, page_size, pos_encoding_mode="ROPE_LLAMA",
                rope_scale=-1.0)
+    # Numbers of the wrong type: a float head dim would have been cut, a string converted.
+    with pytest.raises(TypeError, match="head_dim: float, expected an int"):
+        w.plan(indptr, indices, last, hq, hk, d + 0.5, page_size)
+    with pytest.raises(TypeError, match="num_qo_heads: str"):
+        w.plan(indptr, indices, last, str(hq), hk, d, page_size)
+    with pytest.raises(TypeError, match="sm_scale: str"):
+        w.plan(indptr, indices, last, hq, hk, d, page_size, sm_scale="0.1")
+    with pytest.raises(TypeError, match="window_left: float"):
+        w.plan(indptr, indices, last, hq, hk, d, page_size, window_left=10.0)
     with pytest.raises(cinfer.UnsupportedError, match="head_dim"):
         w.plan(indptr, indices, last, hq, hk, 72, page_size, pos_encoding_mode="ROPE_LLAMA")
     with pytest.raises(cinfer.UnsupportedError, match="logits_soft_cap"):

@@ -53,5 +53,6 @@ def test_rope_values_refused(name, value):
 
 @pytest.mark.parametrize("value", ["1e4", b"1", [1.0], object()])
 def test_rope_types_refused(value):
-    with pytest.raises(TypeError, match="rope_theta: expected a float or None"):
+    with pytest.raises(TypeError,
+                       match=f"rope_theta: {type(value).__name__}, expected a float or None"):
         A.rope("ROPE_LLAMA", 1.0, value)
