@@ -462,7 +462,8 @@ typedef struct cinfer_attention_options {
     int num_kv_heads; /* Hk */
     int head_dim;     /* D of q and k, and of v and out unless head_dim_vo is set (a multiple of
                          8 for decode, of 16 for prefill; 64, 128, 256 are the fast paths) */
-    int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode) */
+    int page_size;    /* tokens per page of the paged KV cache, 1..256 (batch decode, paged batch
+                         prefill) */
     cinfer_kv_layout_t kv_layout;
     DLDataType q_dtype;     /* fp16 or bf16; out has the same dtype */
     DLDataType kv_dtype;    /* fp16, bf16, or fp8 (DLPack float8_e4m3fn = code 10, e5m2 = code 12,
@@ -760,7 +761,10 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * Loads (JIT-compiling on first use) the kernels the object may run: one per query tile size
  * (up to four: the fourth, at head_dim 128 with 16-bit K/V, no soft cap and no in-kernel RoPE, is
  * single prefill's 256-row turn-taking tile where the device's shared memory allows it; plan picks
- * the tile from the average query length) and the split-KV merge kernel,
+ * the tile from the average query length; on sm_90a the 128-row tile is the wgmma/TMA kernel where
+ * it applies: head_dim 64, 128 or 256 with head_dim_vo equal, K/V of q's dtype, no in-kernel RoPE,
+ * a variant it takes, and for a paged KV a page_size that is a power of two from 8 to 256; other
+ * page sizes run the mma.sync template) and the split-KV merge kernel,
  * or, with use_cuda_graph = 1, the one tile fixed for the average max_total_qo_tokens /
  * max_batch_size and the merge kernel. The object also owns a small pinned host buffer for staging
  * schedules. *out is NULL on failure. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED,
