@@ -101,7 +101,8 @@ def append_paged_kv_cache(
     Raises
     ------
     TypeError
-        An argument is not a tensor.
+        An argument is not a tensor; ``k_scale`` or ``v_scale`` is not a number (a string or a
+        bool).
     ValueError
         Wrong shapes, dtypes or devices, naming the argument; :class:`cinfer.UnsupportedError`
         for a head dim above 1024.

@@ -151,12 +151,14 @@ def test_append_paged_kv_cache_skips_bad_rows():
     bad = [(dict(error_flag=torch.zeros(2, dtype=I32, device=DEV)), "error_flag: .*one int32"),
            (dict(error_flag=torch.zeros(1, device=DEV)), "error_flag: .*one int32"),
            (dict(error_flag=torch.zeros(1, dtype=I32)), "error_flag"),
-           (dict(k_scale=2.0), "k_scale"),  # a float16 cache takes no scale
-           (dict(v_scale="2"), "v_scale: str")]
+           (dict(k_scale=2.0), "k_scale")]  # a float16 cache takes no scale
     for kwargs, match in bad:
         with pytest.raises(ValueError, match=match):
             cinfer.append_paged_kv_cache(rows, rows, batch_indices, positions,
                                          (k_cache, v_cache), indices, indptr, last, **kwargs)
+    with pytest.raises(TypeError, match="v_scale: str"):
+        cinfer.append_paged_kv_cache(rows, rows, batch_indices, positions, (k_cache, v_cache),
+                                     indices, indptr, last, v_scale="2")
 
 
 def test_get_seq_lens():
