@@ -20,9 +20,10 @@ head_dim]``, float16 or bfloat16 (one dtype), CUDA, any token and head strides w
 contiguous last dim (slices of a packed QKV tensor work); head_dim up to 1024; ``rotary_dim``
 even, at most ``min(head_dim, 512)`` (None = head_dim). Index tensors are int32 (int64 is
 converted on the device). Every function is asynchronous on PyTorch's current CUDA stream with
-no host synchronization. Errors: TypeError for a non-tensor; ValueError naming the argument for
-a wrong shape, dtype, device or value (:class:`cinfer.UnsupportedError` beyond the limits
-above); :class:`cinfer.CinferError` for CUDA or JIT failures.
+no host synchronization. Errors: TypeError for a non-tensor, or a number argument of another
+type (a string or a bool; a float for ``rotary_dim`` or ``head_size``); ValueError naming the
+argument for a wrong shape, dtype, device or value (:class:`cinfer.UnsupportedError` beyond the
+limits above); :class:`cinfer.CinferError` for CUDA or JIT failures.
 """
 
 from __future__ import annotations
@@ -44,10 +45,13 @@ _NO_LLAMA31 = (1.0, 4.0, 8192.0)  # unused frequency fields of the plain functio
 def _rope(q, k, indptr, offsets, pos_ids, rotary_dim, interleave, rope_scale, rope_theta,
           llama31, factors, inplace):
     """Routes one RoPE call: the operator while torch.compile traces, else the library."""
-    # Plain Python numbers, as the operators' schemas take them (FlashInfer's defaults are ints).
-    args = (q, k, indptr, offsets, pos_ids, 0 if rotary_dim is None else int(rotary_dim),
-            bool(interleave), float(rope_scale), float(rope_theta), llama31, float(factors[0]),
-            float(factors[1]), float(factors[2]))
+    # Plain Python numbers, as the operators' schemas take them (FlashInfer's defaults are ints),
+    # each checked for its type (A.integer, A.real: a string or a bool is a TypeError).
+    args = (q, k, indptr, offsets, pos_ids,
+            0 if rotary_dim is None else A.integer(rotary_dim, "rotary_dim"), bool(interleave),
+            A.real(rope_scale, "rope_scale"), A.real(rope_theta, "rope_theta"), llama31,
+            A.real(factors[0], "low_freq_factor"), A.real(factors[1], "high_freq_factor"),
+            A.real(factors[2], "old_context_len"))
     if _dispatch.compiling():
         return _dispatch.op("rope_inplace" if inplace else "rope")(*args)
     _dispatch.ensure_registered()
@@ -343,7 +347,8 @@ def apply_llama31_rope_pos_ids_inplace(
 # ---- from a precomputed cos/sin table (the vLLM / SGLang layout) ----
 
 def _cos_sin_cache(positions, query, key, head_size, cos_sin_cache, is_neox, inplace):
-    args = (positions, query, key, int(head_size), cos_sin_cache, bool(is_neox))
+    args = (positions, query, key, A.integer(head_size, "head_size"), cos_sin_cache,
+            bool(is_neox))
     if _dispatch.compiling():
         name = "rope_cos_sin_cache_inplace" if inplace else "rope_cos_sin_cache"
         return _dispatch.op(name)(*args)

@@ -295,6 +295,8 @@ def _scalar(value, type_name: str, where: str, pname: str, arg: "_lib.Arg") -> N
     arg.dtype = _lib.DLDataType(code, bits, 1)
     if type_name in ("float32", "float64"):
         try:
+            if isinstance(value, (str, bytes, bool)):  # float() would take "2" and True
+                raise TypeError
             x = float(value)
         except (TypeError, ValueError):
             raise TypeError(f"{where}: variant argument {pname} is a {type_name} scalar, got "
@@ -305,6 +307,8 @@ def _scalar(value, type_name: str, where: str, pname: str, arg: "_lib.Arg") -> N
             arg.value.f64 = x
         return
     try:
+        if isinstance(value, bool):  # operator.index would take True as 1
+            raise TypeError
         x = operator.index(value)
     except TypeError:
         raise TypeError(f"{where}: variant argument {pname} is an {type_name} scalar, got "

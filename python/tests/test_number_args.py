@@ -53,3 +53,17 @@ def test_numpy_and_one_element_tensors():
         A.real(torch.tensor([0.25, 0.5]), "k_scale")
     with pytest.raises(errors.ArgumentError, match="page_size: "):
         A.integer(torch.tensor([16, 32]), "page_size")
+
+
+def test_rope_numbers_before_the_tensors():
+    from cinfer import rope
+    # The numbers are checked where the call is routed, before any tensor is looked at.
+    common = (None, None, None, None, None)
+    with pytest.raises(TypeError, match="rotary_dim: float, expected an int"):
+        rope._rope(*common, 64.0, False, 1.0, 1e4, False, (1.0, 4.0, 8192), False)
+    with pytest.raises(TypeError, match="rope_theta: str"):
+        rope._rope(*common, None, False, 1.0, "1e4", False, (1.0, 4.0, 8192), False)
+    with pytest.raises(TypeError, match="old_context_len: str"):
+        rope._rope(*common, None, False, 1.0, 1e4, True, (1.0, 4.0, "8192"), False)
+    with pytest.raises(TypeError, match="head_size: float"):
+        rope._cos_sin_cache(None, None, None, 128.0, None, True, False)

@@ -106,6 +106,11 @@ def test_pack_scalars(lib):
             (_lib.KDL_UINT, 32)]
     with pytest.raises(TypeError, match="integer"):
         V.pack_args(v, (0.5, 2.0, 1.5, 1, 1), "t")
+    with pytest.raises(TypeError, match="integer"):  # a bool is not taken as 1
+        V.pack_args(v, (0.5, 2.0, True, 1, 1), "t")
+    for bad in ("0.5", True):  # float() would take both
+        with pytest.raises(TypeError, match=f"f is a float32 scalar, got {type(bad).__name__}"):
+            V.pack_args(v, (bad, 2.0, 1, 1, 1), "t")
     with pytest.raises(ValueError, match="range"):
         V.pack_args(v, (0.5, 2.0, 2**31, 1, 1), "t")
     with pytest.raises(ValueError, match="range"):
