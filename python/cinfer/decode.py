@@ -839,7 +839,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                          ("v_scale", v_scale, p.v_scale)):
                 if given is not None:
-                    A.refuse_unplanned(name, given, planned, A.f32(A.real(given, name, "a float or None")))
+                    A.refuse_unplanned(name, given, planned,
+                                       A.f32(A.real(given, name, "a float or None")))
         slots = self._slots
         q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
                               "[batch_size, num_qo_heads, head_dim]")

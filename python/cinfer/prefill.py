@@ -842,7 +842,8 @@ class _BatchPrefillBase:
         for name, given, planned in (("k_scale", k_scale, p.k_scale),
                                      ("v_scale", v_scale, p.v_scale)):
             if given is not None:
-                A.refuse_unplanned(name, given, planned, A.f32(A.real(given, name, "a float or None")))
+                A.refuse_unplanned(name, given, planned,
+                                   A.f32(A.real(given, name, "a float or None")))
 
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
                                window_left, logits_soft_cap, sm_scale, rope_scale=None,

@@ -13,7 +13,8 @@ def test_scales_as_the_attention_calls_take_them():
     assert page._scale(2, "k_scale") == 2.0
     assert page._scale(0.1, "v_scale") == ctypes.c_float(0.1).value  # the C options' float32
     for bad in ("2", True, b"2", [2.0]):
-        with pytest.raises(TypeError, match=f"v_scale: {type(bad).__name__}, expected a float or None"):
+        want = f"v_scale: {type(bad).__name__}, expected a float or None"
+        with pytest.raises(TypeError, match=want):
             page._scale(bad, "v_scale")
     for bad, match in ((0, "v_scale = 0, expected a finite value > 0"),
                        (-1.0, "v_scale = -1.0"), (float("inf"), "v_scale = inf"),
