@@ -558,7 +558,7 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
  * unit's cost goes with the boxes, and a box per page made 16-row pages 15-20% slower than
  * ragged (bench/RESULTS.md, developers' session 24). With KV_INTERLEAVED the maps are 5-d where
  * the host could fold the KV head into them (fold.x; kernels/prefill_params.h) and a box holds
- * both column blocks of its rows; else 4-d in boxes of 8 rows x 64 columns, a lane per group and
+ * every column block of its rows; else 4-d in boxes of 8 rows x 64 columns, a lane per group and
  * column block, and no page runs (caches whose heads are not packed). */
 __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map,
                                              [[maybe_unused]] const void *run_map,

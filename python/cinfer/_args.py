@@ -106,7 +106,8 @@ def refuse_unplanned(name: str, given, planned, compared=None) -> None:
 def real(value, name: str, expected: str = "a float") -> float:
     """*Pure.* ``value`` as a float: a Python or NumPy number, or a tensor of one element (a
     layer's scale); TypeError naming ``name`` (and what it ``expected``) for a string, bytes, a
-    bool or anything else, where ``float()`` would take ``"2"`` or ``True``."""
+    bool or anything without ``__float__``, where ``float()`` would take ``"2"`` or ``True``;
+    ArgumentError for a value whose conversion fails (a tensor of several elements)."""
     if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__float__"):
         raise TypeError(f"{name}: {type(value).__name__}, expected {expected}")
     try:
@@ -118,7 +119,8 @@ def real(value, name: str, expected: str = "a float") -> float:
 def integer(value, name: str) -> int:
     """*Pure.* ``value`` as an int: a Python or NumPy integer, or an integer tensor of one element
     (anything with ``__index__`` but a bool); TypeError naming ``name`` otherwise, a float too,
-    where ``int()`` would cut 128.5 to 128 or take ``"32"``."""
+    where ``int()`` would cut 128.5 to 128 or take ``"32"``; ArgumentError for a value whose
+    ``__index__`` fails (a float tensor, a tensor of several elements)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name}: {type(value).__name__}, expected an int")
     try:

@@ -669,6 +669,9 @@ class MultiLevelCascadeAttentionWrapper:
 
         Raises
         ------
+        TypeError
+            A number argument of another type (a float ``window_left``), and the batch prefill
+            plan's TypeErrors.
         ValueError
             Lists whose length is not ``num_levels``, and the batch prefill plan's errors
             (the level is named).

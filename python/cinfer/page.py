@@ -247,7 +247,8 @@ def get_batch_indices_positions(
     Raises
     ------
     TypeError, ValueError, cinfer.CinferError
-        As :func:`append_paged_kv_cache`; ``nnz < 0`` is a ValueError.
+        As :func:`append_paged_kv_cache`; ``nnz < 0`` is a ValueError, an ``nnz`` that is not
+        an int (a float, a string) a TypeError.
 
     Notes
     -----
@@ -323,7 +324,8 @@ def get_seq_lens(kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
     Raises
     ------
     TypeError, ValueError, cinfer.CinferError
-        As :func:`append_paged_kv_cache`; ``page_size < 1`` is a ValueError.
+        As :func:`append_paged_kv_cache`; ``page_size < 1`` is a ValueError, a ``page_size``
+        that is not an int (a float, a string) a TypeError.
 
     Notes
     -----

@@ -483,6 +483,13 @@ def test_batch_prefill_errors(workspace):
     with pytest.raises(ValueError, match="rope_theta"):
         w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size,
                pos_encoding_mode="ROPE_LLAMA", rope_theta=-1.0)
+    # Numbers of the wrong type (int() would cut a float head dim, take a string head count).
+    with pytest.raises(TypeError, match="head_dim_qk: float, expected an int"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D + 0.5, page_size)
+    with pytest.raises(TypeError, match="num_kv_heads: str"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, str(hk), D, page_size)
+    with pytest.raises(TypeError, match="page_size: float"):
+        w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, float(page_size))
     w.plan(qo_indptr, kv.indptr, kv.indices, kv.last, hq, hk, D, page_size)
     w.run(q, kv.cache)
     with pytest.raises(ValueError, match="q"):

@@ -199,6 +199,10 @@ def test_mla_errors(workspace):
     with pytest.raises(ValueError, match="kv_len_arr"):
         w.plan(b["qo_indptr"], b["kv_indptr"], b["indices"], b["kv_len"] + 40, 16, CKV, KPE,
                16, False, SM_SCALE, torch.bfloat16, torch.bfloat16)
+    with pytest.raises(TypeError, match="num_heads: float, expected an int"):
+        w.plan(*args, 16.0, CKV, KPE, 16, False, SM_SCALE, torch.bfloat16, torch.bfloat16)
+    with pytest.raises(TypeError, match="sm_scale: str"):
+        w.plan(*args, 16, CKV, KPE, 16, False, str(SM_SCALE), torch.bfloat16, torch.bfloat16)
     with pytest.raises(cinfer.UnsupportedError, match="use_profiler"):
         w.plan(*args, 16, CKV, KPE, 16, False, SM_SCALE, torch.bfloat16, torch.bfloat16,
                use_profiler=True)

@@ -219,6 +219,10 @@ def test_page_errors():
         cinfer.get_seq_lens(indptr, last, 0)
     with pytest.raises(ValueError, match="nnz"):
         cinfer.get_batch_indices_positions(indptr, last, -1)
+    with pytest.raises(TypeError, match="page_size: float"):
+        cinfer.get_seq_lens(indptr, last, 16.0)
+    with pytest.raises(TypeError, match="nnz: str"):
+        cinfer.get_batch_indices_positions(indptr, last, "4")
     with pytest.raises(ValueError, match="batch_indices"):
         cinfer.get_batch_indices_positions(indptr, last, 4, torch.zeros(3, dtype=I32,
                                                                         device=DEV))
