@@ -969,10 +969,12 @@ static void sm90_kernel(void **state) {
     }
     /* Tiles whose pages follow each other in the pool, copied as one box a tile: every
      * tile (page_runs 1) or some (runs of 5 pages: 2), NHD and HND, D = 128 and 256 (the latter
-     * with D = 256's short requests above). */
+     * with D = 256's short requests above); and at D = 256 8-row pages in runs and scattered
+     * 128-row pages (a tile's part of a page per box, page_runs 0). */
     static const struct {
         int page_size, page_runs, d, hnd;
-    } runs[] = {{16, 1, 128, 0}, {8, 2, 128, 1}, {32, 2, 128, 0}, {16, 1, 256, 1}, {32, 2, 256, 0}};
+    } runs[] = {{16, 1, 128, 0}, {8, 2, 128, 1}, {32, 2, 128, 0}, {16, 1, 256, 1},
+                {32, 2, 256, 0}, {8, 2, 256, 0}, {128, 0, 256, 1}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char desc[128];
         bp_case c = base_case("");
@@ -989,7 +991,9 @@ static void sm90_kernel(void **state) {
         c.causal = (int)(i % 2);
         c.expect_sm90 = 1;
         snprintf(desc, sizeof desc, "sm90 D %d: page %d, %s, %s, causal %d", c.d, c.page_size,
-                 c.page_runs == 1 ? "consecutive pages" : "runs of 5 pages",
+                 c.page_runs == 1   ? "consecutive pages"
+                 : c.page_runs == 2 ? "runs of 5 pages"
+                                    : "scattered pages",
                  runs[i].hnd ? "HND" : "NHD", c.causal);
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1580 + (uint64_t)i);
