@@ -820,13 +820,36 @@ static void randomized_grid(void **state) {
     }
 }
 
-/*
- * Split-KV: few query rows over a long KV, where the query tiles alone fill a small part of the
- * GPU, so the plan splits each tile's KV into chunks and the merge kernel folds their float32
- * partial states into out and lse. Every case checks that the plan split (few heads keep the
- * unsplit grid far below one wave of an H200) and compares with the reference like every other
- * case: poisoned out/lse/workspace, canaries around each (the workspace's too), NaN scan.
- */
+/* sm90_kernel's requests: six of up to 400 rows over up to 900 keys (an empty query and an empty
+ * KV among them); two long prompts' last chunks (100-150 rows over 5k-6k keys: split-KV); and for
+ * D = 256, which runs with a quarter of the heads (the same group sizes) so that its float64
+ * reference takes about D = 64's time, 20 short requests (qo 0, kv 0, qo > kv among them) so that
+ * its plans still have the CTAs to fill the SMs with the sm90 tile (a plan with fewer gives it up
+ * for a smaller tile). */
+static const int sm90_qo[] = {400, 0, 200, 129, 300, 64}, sm90_kv[] = {500, 50, 200, 900, 300, 0};
+static const int sm90_qo_split[] = {150, 100}, sm90_kv_split[] = {6000, 5000};
+static const int sm90_qo_d256[] = {96, 120, 64,  128, 100, 33,  128, 90, 70,  128,
+                                   0,  111, 128, 64,  77,  128, 100, 50, 128, 96};
+static const int sm90_kv_d256[] = {96, 300, 64,  200, 400, 33,  100, 250, 70,  128,
+                                   40, 111, 260, 64,  177, 128, 300, 50,  128, 0};
+
+/* A paged sm90_kernel case at head dim d that must take the sm90 kernel: the six requests with
+ * 32 / 8 heads, or at D = 256 the 20 short ones with 8 / 2. */
+static bp_case sm90_paged_case(int d) {
+    bp_case c = base_case("");
+    c.d = d;
+    c.paged = 1;
+    c.batch = d == 256 ? 20 : 6;
+    c.qo_lens = d == 256 ? sm90_qo_d256 : sm90_qo;
+    c.kv_lens = d == 256 ? sm90_kv_d256 : sm90_kv;
+    if (d == 256) {
+        c.hq = 8;
+        c.hk = 2;
+    }
+    c.expect_sm90 = 1;
+    return c;
+}
+
 /*
  * The sm90 kernel (kernels/prefill_sm90.cuh; sm_90a only), which batches of long queries at D =
  * 128 with 16-bit K/V take as their largest tile: ragged and paged (pages of 8..256 rows, whole
@@ -850,13 +873,12 @@ static void sm90_kernel(void **state) {
         {1, 128, 0, 0, 16, 16, 1, 0}, {1, 256, 0, 1, 32, 8, 0, 0}, {1, 256, 1, 0, 32, 8, 1, 0},
         {0, 0, 0, 0, 16, 16, 1, 0},   {1, 17, 0, 0, 32, 8, 1, 0},
     };
-    static const int qo[] = {400, 0, 200, 129, 300, 64}, kv[] = {500, 50, 200, 900, 300, 0};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char desc[160];
         bp_case c = base_case("");
         c.batch = 6;
-        c.qo_lens = qo;
-        c.kv_lens = kv;
+        c.qo_lens = sm90_qo;
+        c.kv_lens = sm90_kv;
         c.paged = shapes[i].paged;
         c.page_size = shapes[i].paged ? shapes[i].page_size : 16;
         c.layout = shapes[i].layout_hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
@@ -876,12 +898,11 @@ static void sm90_kernel(void **state) {
     }
     /* Split-KV on the sm90 kernel: long prompts' last chunks (100-150 rows over 5k-6k). */
     {
-        static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
         for (int paged = 0; paged < 2; paged++) {
             bp_case c = base_case(paged ? "sm90: split-KV, paged" : "sm90: split-KV, ragged");
             c.batch = 2;
-            c.qo_lens = qo_s;
-            c.kv_lens = kv_s;
+            c.qo_lens = sm90_qo_split;
+            c.kv_lens = sm90_kv_split;
             c.hq = 8;
             c.hk = 8;
             c.paged = paged;
@@ -900,8 +921,8 @@ static void sm90_kernel(void **state) {
         char desc[128];
         bp_case c = base_case("");
         c.batch = 6;
-        c.qo_lens = qo;
-        c.kv_lens = kv;
+        c.qo_lens = sm90_qo;
+        c.kv_lens = sm90_kv;
         c.paged = (int)(k % 2);
         c.causal = k != 2 && k != 6;
         c.soft_cap = k == 0 ? 30.0f : 0.0f;
@@ -920,23 +941,16 @@ static void sm90_kernel(void **state) {
     }
     /* D = 64 (P V as m64n64k16, 32 O registers per thread) and D = 256 (128 O registers, K/V
      * tiles of 64 rows in 2 stages): ragged and paged, GQA packed and not, fp16, split-KV, a soft
-     * cap, a window, sinks and a custom mask. D = 256 has a quarter of the heads (the same group
-     * sizes; 8 / 8 unpacked) so that its float64 reference takes about D = 64's time, and 20 short
-     * requests (qo 0, kv 0, qo > kv among them) so that its plans still have the CTAs to fill
-     * the SMs with the sm90 tile (a plan with fewer gives it up for a smaller tile). */
-    static const int qo_s[] = {150, 100}, kv_s[] = {6000, 5000};
-    static const int qo_w[] = {96, 120, 64,  128, 100, 33,  128, 90, 70,  128,
-                               0,  111, 128, 64,  77,  128, 100, 50, 128, 96};
-    static const int kv_w[] = {96, 300, 64,  200, 400, 33,  100, 250, 70,  128,
-                               40, 111, 260, 64,  177, 128, 300, 50,  128, 0};
+     * cap, a window, sinks and a custom mask; D = 256 with its short requests and a quarter of
+     * the heads (8 / 8 unpacked). */
     for (int n = 0; n < 16; n++) {
         char desc[128];
         const int k = n % 8;
         bp_case c = base_case("");
         c.d = n < 8 ? 64 : 256;
         c.batch = k == 3 ? 2 : c.d == 256 ? 20 : 6;
-        c.qo_lens = k == 3 ? qo_s : c.d == 256 ? qo_w : qo;
-        c.kv_lens = k == 3 ? kv_s : c.d == 256 ? kv_w : kv;
+        c.qo_lens = k == 3 ? sm90_qo_split : c.d == 256 ? sm90_qo_d256 : sm90_qo;
+        c.kv_lens = k == 3 ? sm90_kv_split : c.d == 256 ? sm90_kv_d256 : sm90_kv;
         c.hq = k == 2 ? 16 : 32;
         c.hk = k == 2 ? 16 : k == 4 ? 4 : 8;
         if (c.d == 256) {
@@ -977,19 +991,11 @@ static void sm90_kernel(void **state) {
                 {32, 2, 256, 0}, {8, 2, 256, 0}, {128, 0, 256, 1}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char desc[128];
-        bp_case c = base_case("");
-        c.d = runs[i].d;
-        c.batch = c.d == 256 ? 20 : 6;
-        c.qo_lens = c.d == 256 ? qo_w : qo;
-        c.kv_lens = c.d == 256 ? kv_w : kv;
-        c.hq = c.d == 256 ? 8 : 32;
-        c.hk = c.d == 256 ? 2 : 8;
-        c.paged = 1;
+        bp_case c = sm90_paged_case(runs[i].d);
         c.page_size = runs[i].page_size;
         c.page_runs = runs[i].page_runs;
         c.layout = runs[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
         c.causal = (int)(i % 2);
-        c.expect_sm90 = 1;
         snprintf(desc, sizeof desc, "sm90 D %d: page %d, %s, %s, causal %d", c.d, c.page_size,
                  c.page_runs == 1   ? "consecutive pages"
                  : c.page_runs == 2 ? "runs of 5 pages"
@@ -1007,23 +1013,13 @@ static void sm90_kernel(void **state) {
     cinfer__batch_prefill_test_no_fold(true);
     for (size_t i = 0; i < sizeof unfolded / sizeof unfolded[0]; i++) {
         char desc[128];
-        bp_case c = base_case("");
-        c.d = unfolded[i].d;
-        c.batch = c.d == 256 ? 20 : 6;
-        c.qo_lens = c.d == 256 ? qo_w : qo;
-        c.kv_lens = c.d == 256 ? kv_w : kv;
-        if (c.d == 256) {
-            c.hq = 8;
-            c.hk = 2;
-        }
-        c.paged = 1;
+        bp_case c = sm90_paged_case(unfolded[i].d);
         c.page_size = unfolded[i].page_size;
         c.page_runs = unfolded[i].page_runs;
         c.layout = unfolded[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
         c.combined = unfolded[i].combined;
         c.causal = (int)(i % 2 == 0);
         c.high_pages = (int)(i % 2);
-        c.expect_sm90 = 1;
         snprintf(desc, sizeof desc, "sm90 unfolded maps: D %d, page %d, %s%s, causal %d", c.d,
                  c.page_size, unfolded[i].hnd ? "HND" : "NHD", c.combined ? " combined" : "",
                  c.causal);
@@ -1039,6 +1035,13 @@ static void sm90_kernel(void **state) {
     run_case(&c, cinfer_test_seed() + 1530);
 }
 
+/*
+ * Split-KV: few query rows over a long KV, where the query tiles alone fill a small part of the
+ * GPU, so the plan splits each tile's KV into chunks and the merge kernel folds their float32
+ * partial states into out and lse. Every case checks that the plan split (few heads keep the
+ * unsplit grid far below one wave of an H200) and compares with the reference like every other
+ * case: poisoned out/lse/workspace, canaries around each (the workspace's too), NaN scan.
+ */
 static void split_kv(void **state) {
     (void)state;
     /* qo_len 1..64 over 4k-16k positions, ragged and paged (odd page size), causal or not. */
