@@ -97,9 +97,9 @@
 #if KV_INTERLEAVED
 #define KV_GROUP_BYTES  (DBLOCKS * 1024)
 #define KV_BLOCK_STRIDE 1024
-/* 16-byte chunk c (8 a row) of column block b */
 /* kv_fold of the tensor maps (a value: the address of a parameter would put it in local memory) */
-#define KV_FOLD               make_int4(tma.kv_fold[0], tma.kv_fold[1], tma.kv_fold[2], 0)
+#define KV_FOLD make_int4(tma.kv_fold[0], tma.kv_fold[1], tma.kv_fold[2], 0)
+/* 16-byte chunk c (8 a row) of column block b */
 #define KV_CHUNK_OFFSET(c, b) ((c) / 64 * KV_GROUP_BYTES + (b)*KV_BLOCK_STRIDE + (c) % 64 * 16)
 #if TILE_KV / 8 * DBLOCKS != 32
 #error "KV_INTERLEAVED: a warp's lane per 8-row group and column block of a tile"

@@ -102,7 +102,7 @@ int cinfer__batch_prefill_chunk_size(const cinfer_batch_prefill_t *op);
  * time the unsplit plan of the same kernel. Not thread-safe; off by default. */
 void cinfer__batch_prefill_test_no_split(bool on);
 
-/* Tests: paged sm90 runs at D = 128 take the tensor maps of caches whose KV heads are not packed
+/* Tests: paged sm90 runs at D = 128 and 256 take the maps of caches whose KV heads are not packed
  * (boxes of 8 rows x 64 columns) whatever the strides, while on. */
 void cinfer__batch_prefill_test_no_fold(bool on);
 
