@@ -103,6 +103,14 @@ def refuse_unplanned(name: str, given, planned, compared=None) -> None:
         )
 
 
+def refuse_unplanned_scales(k_scale, v_scale, planned_k: float, planned_v: float) -> None:
+    """run()'s ``k_scale`` / ``v_scale``: each one given (not None) is a number (:func:`real`)
+    equal in float32 to the planned one (:func:`refuse_unplanned`)."""
+    for name, given, planned in (("k_scale", k_scale, planned_k), ("v_scale", v_scale, planned_v)):
+        if given is not None:
+            refuse_unplanned(name, given, planned, f32(real(given, name, "a float or None")))
+
+
 def real(value, name: str, expected: str = "a float") -> float:
     """*Pure.* ``value`` as a float: a Python or NumPy number, or a tensor of one element (a
     layer's scale); TypeError naming ``name`` (and what it ``expected``) for a string, bytes, a

@@ -836,11 +836,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_scale is not None:
             _no_q_scale(q_scale)
         if k_scale is not None or v_scale is not None:
-            for name, given, planned in (("k_scale", k_scale, p.k_scale),
-                                         ("v_scale", v_scale, p.v_scale)):
-                if given is not None:
-                    A.refuse_unplanned(name, given, planned,
-                                       A.f32(A.real(given, name, "a float or None")))
+            A.refuse_unplanned_scales(k_scale, v_scale, p.k_scale, p.v_scale)
         slots = self._slots
         q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
                               "[batch_size, num_qo_heads, head_dim]")

@@ -838,13 +838,6 @@ class _BatchPrefillBase:
                                 "failed plan or reset_workspace_buffer)")
         return self._plan
 
-    def _check_scales(self, p: _PrefillPlan, k_scale, v_scale) -> None:
-        for name, given, planned in (("k_scale", k_scale, p.k_scale),
-                                     ("v_scale", v_scale, p.v_scale)):
-            if given is not None:
-                A.refuse_unplanned(name, given, planned,
-                                   A.f32(A.real(given, name, "a float or None")))
-
     def _check_forward_options(self, causal, pos_encoding_mode, use_fp16_qk_reduction,
                                window_left, logits_soft_cap, sm_scale, rope_scale=None,
                                rope_theta=None) -> None:
@@ -1347,7 +1340,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         if q_scale is not None:
             raise UnsupportedError(f"q_scale = {q_scale!r} is not supported (fp8 queries)")
         if k_scale is not None or v_scale is not None:
-            self._check_scales(p, k_scale, v_scale)
+            A.refuse_unplanned_scales(k_scale, v_scale, p.k_scale, p.v_scale)
         k_ref, v_ref = self._slots.kv.refs(paged_kv_cache)
         return self._run(p, q, k_ref, v_ref, p.kv_indices_ref, out, lse, return_lse, args,
                          variant_args, _PAGED_RUN)

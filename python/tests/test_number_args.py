@@ -67,3 +67,11 @@ def test_rope_numbers_before_the_tensors():
         rope._rope(*common, None, False, 1.0, 1e4, True, (1.0, 4.0, "8192"), False)
     with pytest.raises(TypeError, match="head_size: float"):
         rope._cos_sin_cache(None, None, None, 128.0, None, True, False)
+
+
+def test_run_scales_against_the_plan():
+    A.refuse_unplanned_scales(None, 2.0, 0.5, 2.0)  # equal, or not given: accepted
+    with pytest.raises(errors.ArgumentError, match="k_scale = 0.25 differs from the planned"):
+        A.refuse_unplanned_scales(0.25, None, 0.5, 2.0)
+    with pytest.raises(TypeError, match="v_scale: str, expected a float or None"):
+        A.refuse_unplanned_scales(None, "2", 0.5, 2.0)
