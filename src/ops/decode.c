@@ -258,6 +258,7 @@ static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg
     if (t->ndim != ndim)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
                              t->ndim, ndim, origin);
+    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
     const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
     if (dt != dtype)
         return cinfer__error(dtype_status, "%s: dtype %s (code %u, %u bits, %u lanes), expected %s",

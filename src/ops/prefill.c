@@ -489,6 +489,7 @@ static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg
     if (t->ndim != ndim)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
                              t->ndim, ndim, origin);
+    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
     const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
     if (dt != dtype)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -1384,6 +1385,8 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
 cinfer_status_t cinfer__prefill_check_planned(const cinfer_context_t *ctx, const char *arg,
                                               const DLTensor *t, int ndim, const int64_t *shape,
                                               cinfer__dtype_t dtype, const char *origin) {
+    if (t && t->ndim == ndim)
+        CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
     cinfer_status_t st = check_tensor(ctx, arg, t, ndim, shape, dtype, origin);
     if (st != CINFER_STATUS_SUCCESS && t && t->ndim == ndim && cinfer__tensor_dtype(t) == dtype) {
         bool shape_differs = false;

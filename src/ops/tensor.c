@@ -62,16 +62,32 @@ int64_t cinfer__tensor_stride(const DLTensor *t, int dim) {
     return s;
 }
 
-cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
-                                     const DLTensor *t, int ndim, const int64_t *shape,
-                                     uint32_t dtypes) {
+cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, int ndim) {
     if (!t)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
+    if (t->ndim < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected >= 0", arg,
+                             t->ndim);
     if (t->ndim != ndim)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d", arg,
                              t->ndim, ndim);
-    for (int i = 0; i < ndim; i++) {
-        if (t->shape[i] < 0 || (shape && shape[i] >= 0 && t->shape[i] != shape[i])) {
+    if (ndim > 0 && !t->shape)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: shape is NULL, expected %d dimensions", arg, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] < 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: shape[%d] = %lld, expected a size >= 0", arg, i,
+                                 (long long)t->shape[i]);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
+                                     const DLTensor *t, int ndim, const int64_t *shape,
+                                     uint32_t dtypes) {
+    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
+    for (int i = 0; shape && i < ndim; i++) {
+        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
             char got[128], want[128];
             cinfer__shape_string(got, sizeof got, ndim, t->shape);
             cinfer__shape_string(want, sizeof want, ndim, shape);

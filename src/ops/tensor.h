@@ -13,9 +13,16 @@
 cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t);
 
 /*
- * Checks one tensor argument named `arg`: not NULL, on the context's device (ctx may be NULL to
- * skip), ndim, shape (-1 = any), dtype in `dtypes`, last dim contiguous. Returns INVALID_ARGUMENT
- * with a message like "v_a: shape [4, 8, 100], expected [4, 8, 128]".
+ * The first check of a tensor argument named `arg`, before anything reads its shape: not NULL,
+ * `ndim` dimensions, a shape array (where ndim > 0) and no negative size. INVALID_ARGUMENT with a
+ * message like "q: shape[0] = -4, expected a size >= 0".
+ */
+cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, int ndim);
+
+/*
+ * Checks one tensor argument named `arg`: cinfer__tensor_check_dims, on the context's device (ctx
+ * may be NULL to skip), ndim, shape (-1 = any), dtype in `dtypes`, last dim contiguous. Returns
+ * INVALID_ARGUMENT with a message like "v_a: shape [4, 8, 100], expected [4, 8, 128]".
  */
 cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
                                      const DLTensor *t, int ndim, const int64_t *shape,
@@ -37,7 +44,7 @@ static inline void *cinfer__tensor_data(const DLTensor *t) {
     return (char *)t->data + t->byte_offset;
 }
 
-/* Writes "[a, b, c]" of a shape. */
+/* Writes "[a, b, c]" of a shape, a negative size (an expected shape's "any") as "*". */
 void cinfer__shape_string(char *dst, size_t cap, int ndim, const int64_t *shape);
 
 #endif

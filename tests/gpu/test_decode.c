@@ -1177,7 +1177,19 @@ static void bad_arguments_are_errors(void **state) {
                                                  stream),
                          CINFER_STATUS_SUCCESS);
     assert_non_null(strstr(cinfer_last_error(), "q"));
+    /* A negative size and a NULL shape array: INVALID_ARGUMENT naming q, not a plan mismatch. */
+    t.q.shape[0] = -4;
+    assert_int_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t,
+                                             &t.last.t, &t.out.t, &t.lse.t, NULL, stream),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "q: shape[0] = -4"));
     t.q.shape[0] = 4;
+    t.k.t.shape = NULL;
+    assert_int_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t, &t.indices.t,
+                                             &t.last.t, &t.out.t, &t.lse.t, NULL, stream),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "k_cache: shape is NULL"));
+    t.k.t.shape = t.k.shape;
     /* fp16 output for a bf16 plan. */
     t.out.t.dtype = cinfer_test_dl_dtype(CINFER__DT_F16);
     assert_int_not_equal(cinfer_batch_decode_run(op, &t.q.t, &t.k.t, &t.v.t, &t.indptr.t,

@@ -826,7 +826,10 @@ static void make_error_fields(field_t *f, int count, const int64_t *const *shape
     X(S_VO_CPU, "v_out", "v_out on the CPU")                                                       \
     X(S_LA_CPU, "lse_a", "lse_a on the CPU")                                                       \
     X(S_VA_DEVICE, "v_a", "v_a on another CUDA device id")                                         \
-    X(S_VA_DATA_NULL, "v_a", "v_a with NULL data")
+    X(S_VA_DATA_NULL, "v_a", "v_a with NULL data")                                                 \
+    X(S_VA_NEGATIVE, "v_a", "v_a [-4, H, D]")                                                      \
+    X(S_VB_SHAPE_NULL, "v_b", "v_b with a NULL shape")                                             \
+    X(S_LO_NEGATIVE, "lse_out", "lse_out [n, -1]")
 
 enum {
 #define X(id, arg, what) id,
@@ -926,6 +929,15 @@ static void test_merge_state_errors(void **state) {
             break;
         case S_VA_DATA_NULL:
             t[0]->data = NULL;
+            break;
+        case S_VA_NEGATIVE:
+            t[0]->shape[0] = -4;
+            break;
+        case S_VB_SHAPE_NULL:
+            t[2]->shape = NULL;
+            break;
+        case S_LO_NEGATIVE:
+            t[5]->shape[1] = -1;
             break;
         }
         expect_invalid_at(__FILE__, __LINE__,

@@ -1606,6 +1606,14 @@ static void test_packbits_argument_errors(void **state) {
     expect_error(cinfer_segment_packbits(ctx, &x.tensor.t, &y.tensor.t, L, &y.tensor.t,
                                          &ip.tensor.t, stream),
                  INVALID, "indptr", "indptr uint8");
+    /* A shape the library must not read past: a negative size, a NULL shape array. */
+    x.tensor.t.shape[0] = -5;
+    expect_error(cinfer_packbits(ctx, &x.tensor.t, L, &y.tensor.t, stream), INVALID, "x", "x [-5]");
+    field_tensor(&x);
+    x.tensor.t.shape = NULL;
+    expect_error(cinfer_packbits(ctx, &x.tensor.t, L, &y.tensor.t, stream), INVALID, "x",
+                 "x with a NULL shape");
+    field_tensor(&x);
     field_expect_kept(&y, "y", "argument errors");
     field_expect_kept(&ip, "indptr", "argument errors");
     field_t *all[] = {&x, &y, &y3, &xh, &x2, &ip};
