@@ -38,6 +38,16 @@ static const char *bench_name = "bench";
         }                                                                                          \
     } while (0)
 
+/* Loads the driver (into cu); without one (no GPU), says that the benchmark needs a GPU and
+ * exits 1. */
+static void bench_load_driver(void) {
+    if (cinfer__cuda_get(&cu) != CINFER_STATUS_SUCCESS) {
+        fprintf(stderr, "%s: needs an NVIDIA GPU and its driver: %s\n", bench_name,
+                cinfer_last_error());
+        exit(1);
+    }
+}
+
 /* splitmix64 with a fixed seed, so every run draws the same data and batches. */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng_next(void) {

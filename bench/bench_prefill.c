@@ -591,7 +591,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_prefill: --trace %s: no requests read from it\n", trace);
         return 2;
     }
-    CI(cinfer__cuda_get(&cu));
+    bench_load_driver();
     cinfer_context_t *ctx;
     CI(cinfer_context_create(NULL, &ctx));
     CI(cinfer__context_activate(ctx));

@@ -7,8 +7,9 @@
  * --------
  * Every GPU kernel the library runs is described by a kernel spec, rendered to CUDA C, compiled at
  * run time with NVRTC (or ahead of time), cached on disk and loaded with the CUDA driver API.
- * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads, compiles
- * kernels and plans on a machine without a GPU; there, cinfer_context_create returns
+ * libcuda.so.1 and libnvrtc are opened at first use with dlopen, so the library loads (and the
+ * `cinfer` tool compiles kernels) on a machine without a GPU; every call that takes a context
+ * (plans included) needs a device: there, cinfer_context_create returns
  * CINFER_STATUS_NO_DEVICE, and a call given no context returns INVALID_ARGUMENT (checked before
  * its other arguments, except a NULL result pointer: `out` or `device_bytes`).
  *

@@ -26,8 +26,7 @@ registered at import when torch is already imported, else at the first call.
 
 from __future__ import annotations
 
-import ctypes
-from typing import Dict, Union
+import ctypes as _ctypes
 
 from . import _dispatch, cascade, decode, mla, page, prefill, quantization, rope, variant
 from .cascade import (
@@ -97,15 +96,15 @@ def cache_dir() -> str:
     return _lib.lib().cinfer_cache_dir().decode()
 
 
-def jit_stats() -> Dict[str, Union[int, float]]:
+def jit_stats() -> dict[str, int | float]:
     """Process-wide JIT statistics: ``memory_hits``, ``disk_hits``, ``aot_hits``, ``misses``,
     ``compiles``, ``compile_seconds`` (wall seconds in NVRTC), ``cache_write_fails``."""
     from . import _lib
 
     stats = _lib.JitStats()
-    stats.size = ctypes.sizeof(_lib.JitStats)
+    stats.size = _ctypes.sizeof(_lib.JitStats)
     stats.version = _lib.JIT_STATS_VERSION
-    _lib.check(_lib.lib().cinfer_jit_get_stats(ctypes.byref(stats)), "jit_stats")
+    _lib.check(_lib.lib().cinfer_jit_get_stats(_ctypes.byref(stats)), "jit_stats")
     return {name: getattr(stats, name) for name, _ in _lib.JitStats._fields_
             if name not in ("size", "version")}
 

@@ -602,6 +602,10 @@ def lib() -> ctypes.CDLL:
                 handle = ctypes.CDLL(str(path))
             except OSError as e:
                 raise errors.CinferError(f"cannot load {path}: {e}") from e
+            if not hasattr(handle, "cinfer_version"):
+                raise errors.CinferError(
+                    f"{path} is not a cinfer library (it has no symbol cinfer_version)"
+                )
             for name, (restype, argtypes) in _PROTOTYPES.items():
                 try:
                     fn = getattr(handle, name)

@@ -305,3 +305,23 @@ def test_explicit_library_path_must_exist(monkeypatch, tmp_path):
     paths = _lib.candidate_paths()
     assert paths[0] == PACKAGE_DIR / "libcinfer.so"
     assert paths[1] == REPO_DIR / "build" / "libcinfer.so"
+
+
+def test_a_library_that_is_not_cinfer_is_named_as_such():
+    # The C library this process has mapped stands in for another library.
+    maps = Path("/proc/self/maps")
+    paths = maps.read_text().split() if maps.exists() else []
+    other = next((p for p in paths if "/libc.so" in p or "/libc-" in p), None)
+    if not other:
+        pytest.skip("no path to the C library (no /proc/self/maps)")
+    code = (
+        "from cinfer import _lib, errors\n"
+        "try:\n"
+        "    _lib.lib()\n"
+        "except errors.CinferError as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), CINFER_LIBRARY=other)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "is not a cinfer library (it has no symbol cinfer_version)" in r.stdout, r.stdout

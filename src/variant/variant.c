@@ -214,10 +214,14 @@ static bool defines(const char *source, const char *name, const char *value) {
 
 static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const char *source,
                                     const cinfer_param_t *params, int num_params) {
-    if (!name || !is_identifier(name, CINFER__VARIANT_NAME_MAX))
+    if (!name)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "variant name is NULL, expected a C identifier of 1..%d characters",
+                             CINFER__VARIANT_NAME_MAX - 1);
+    if (!is_identifier(name, CINFER__VARIANT_NAME_MAX))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "variant name \"%s\": expected a C identifier of 1..%d characters",
-                             name ? name : "(null)", CINFER__VARIANT_NAME_MAX - 1);
+                             name, CINFER__VARIANT_NAME_MAX - 1);
     if (!source)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "variant %s: source is NULL", name);
     if (num_params < 0 || num_params > CINFER__VARIANT_MAX_PARAMS)

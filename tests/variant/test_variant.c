@@ -48,7 +48,7 @@ static void expect_create_error(const char *name, const char *source, const cinf
 static void declarations_are_checked(void **state) {
     (void)state;
     const cinfer_param_t ok[] = {{"t", CINFER_PARAM_TENSOR, F32}, {"s", CINFER_PARAM_SCALAR, F32}};
-    expect_create_error(NULL, "", ok, 2, "variant name");
+    expect_create_error(NULL, "", ok, 2, "variant name is NULL");
     expect_create_error("", "", ok, 2, "variant name");
     expect_create_error("9lives", "", ok, 2, "\"9lives\"");
     expect_create_error("has-dash", "", ok, 2, "\"has-dash\"");
