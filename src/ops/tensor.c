@@ -74,11 +74,39 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
     if (ndim > 0 && !t->shape)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: shape is NULL, expected %d dimensions", arg, ndim);
-    for (int i = 0; i < ndim; i++)
+    /* extent: the product of the sizes with 0 taken as 1 (bounding compact strides too) */
+    int64_t extent = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
         if (t->shape[i] < 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "%s: shape[%d] = %lld, expected a size >= 0", arg, i,
                                  (long long)t->shape[i]);
+        empty = empty || t->shape[i] == 0;
+        const int64_t size = t->shape[i] > 0 ? t->shape[i] : 1;
+        if (size > CINFER__TENSOR_MAX_ELEMENTS / extent)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: shape[%d] = %lld makes more than 2^48 elements, expected "
+                                 "fewer (a tensor larger than any device's memory)",
+                                 arg, i, (long long)t->shape[i]);
+        extent *= size;
+    }
+    /* The farthest element from the first, in elements, within the same bound; so that no
+     * offset a check or a kernel's parameters compute from the strides overflows. */
+    if (t->strides && !empty) {
+        int64_t span = 0;
+        for (int i = 0; i < ndim; i++) {
+            const int64_t st = t->strides[i], reach = t->shape[i] - 1;
+            const int64_t step = st < 0 ? (st < -CINFER__TENSOR_MAX_ELEMENTS ? -1 : -st) : st;
+            if (step < 0 || step > CINFER__TENSOR_MAX_ELEMENTS ||
+                (reach > 0 && step > (CINFER__TENSOR_MAX_ELEMENTS - span) / reach))
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "%s: strides[%d] = %lld spans more than 2^48 elements, "
+                                     "expected less (a view larger than any device's memory)",
+                                     arg, i, (long long)st);
+            span += step * reach;
+        }
+    }
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -114,8 +142,8 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: the last dimension must be contiguous (stride %lld, expected 1)",
                              arg, (long long)cinfer__tensor_stride(t, ndim - 1));
-    if (!t->data && ndim > 0) {
-        int64_t count = 1;
+    if (!t->data) {
+        int64_t count = 1; /* a 0-d tensor holds one element */
         for (int i = 0; i < ndim; i++)
             count *= t->shape[i];
         if (count > 0)

@@ -12,9 +12,15 @@
 /* The cinfer dtype of a tensor, or CINFER__DT_NONE if it has none (e.g. int64). */
 cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t);
 
+/* The most elements a tensor argument may hold, and the farthest its strides may reach (in
+ * elements): 2^48, beyond any device's memory, so that sizes and offsets computed from shapes and
+ * strides (times an element size, a tile's rows, ...) cannot overflow int64. */
+#define CINFER__TENSOR_MAX_ELEMENTS (INT64_C(1) << 48)
+
 /*
  * The first check of a tensor argument named `arg`, before anything reads its shape: not NULL,
- * `ndim` dimensions, a shape array (where ndim > 0) and no negative size. INVALID_ARGUMENT with a
+ * `ndim` dimensions, a shape array (where ndim > 0), no negative size, at most
+ * CINFER__TENSOR_MAX_ELEMENTS elements and strides that reach no farther. INVALID_ARGUMENT with a
  * message like "q: shape[0] = -4, expected a size >= 0".
  */
 cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, int ndim);

@@ -1,8 +1,8 @@
 /*
  * The tensor argument checks (src/ops/tensor.c) without a device: a tensor's dims are checked
- * before anything reads its shape (NULL, ndim, a NULL shape array, negative sizes), with or
- * without an expected shape, and each message names the argument, the value and what was
- * expected.
+ * before anything reads its shape (NULL, ndim, a NULL shape array, negative sizes, sizes and
+ * strides beyond 2^48 elements), with or without an expected shape, a 0-d tensor's data, and each
+ * message names the argument, the value and what was expected.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,11 +28,12 @@ static DLTensor tensor_of(int ndim, int64_t *shape, DLDataTypeCode code, uint8_t
     return t;
 }
 
-static void expect_invalid(cinfer_status_t st, const char *message) {
-    assert_int_equal(st, CINFER_STATUS_INVALID_ARGUMENT);
-    if (!strstr(cinfer_last_error(), message))
-        fail_msg("message \"%s\" lacks \"%s\"", cinfer_last_error(), message);
+static void expect_invalid_at(int line, cinfer_status_t st, const char *message) {
+    if (st != CINFER_STATUS_INVALID_ARGUMENT || !strstr(cinfer_last_error(), message))
+        fail_msg("line %d: %s \"%s\", expected CINFER_STATUS_INVALID_ARGUMENT \"...%s...\"", line,
+                 cinfer_status_name(st), cinfer_last_error(), message);
 }
+#define expect_invalid(st, message) expect_invalid_at(__LINE__, st, message)
 
 static void dims_are_checked_before_the_shape_is_read(void **state) {
     (void)state;
@@ -63,14 +64,67 @@ static void dims_are_checked_before_the_shape_is_read(void **state) {
     expect_invalid(cinfer__tensor_check(NULL, "x", &t, 3, NULL, half),
                    "x: shape is NULL, expected 3 dimensions");
     DLTensor scalar = tensor_of(0, NULL, kDLInt, 32);
-    assert_int_equal(cinfer__tensor_check(NULL, "flag", &scalar, 0, NULL,
-                                          CINFER__DTS(CINFER__DT_I32)),
-                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(
+        cinfer__tensor_check(NULL, "flag", &scalar, 0, NULL, CINFER__DTS(CINFER__DT_I32)),
+        CINFER_STATUS_SUCCESS);
 
     /* A negative ndim (a caller that checks against the tensor's own). */
     DLTensor odd = tensor_of(-1, shape, kDLFloat, 16);
     expect_invalid(cinfer__tensor_check(NULL, "m", &odd, odd.ndim, NULL, half),
                    "m: ndim -1, expected >= 0");
+}
+
+static void sizes_and_strides_beyond_any_memory_are_refused(void **state) {
+    (void)state;
+    const uint32_t half = CINFER__DTS_HALF;
+    /* Sizes whose product overflows int64 (2^34 x 2^30 x ..., the product once wrapped) and one
+     * past 2^48 elements; a zero size does not hide a huge product of the others (their compact
+     * strides). */
+    int64_t huge[4] = {INT64_C(1) << 34, INT64_C(1) << 30, 1, 1};
+    DLTensor t = tensor_of(4, huge, kDLBfloat, 16);
+    expect_invalid(cinfer__tensor_check(NULL, "v", &t, 4, NULL, half),
+                   "v: shape[1] = 1073741824 makes more than 2^48 elements");
+    int64_t past[1] = {(INT64_C(1) << 48) + 1};
+    t = tensor_of(1, past, kDLUInt, 8);
+    expect_invalid(cinfer__tensor_check(NULL, "x", &t, 1, NULL, CINFER__DTS(CINFER__DT_U8)),
+                   "x: shape[0] = 281474976710657 makes more than 2^48 elements");
+    int64_t empty[3] = {0, INT64_C(1) << 30, INT64_C(1) << 30};
+    t = tensor_of(3, empty, kDLFloat, 16);
+    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), "k: shape[2]");
+    int64_t most[2] = {INT64_C(1) << 24, INT64_C(1) << 24};
+    t = tensor_of(2, most, kDLFloat, 16);
+    assert_int_equal(cinfer__tensor_check_dims("q", &t, 2), CINFER_STATUS_SUCCESS);
+
+    /* Strides that reach past 2^48 elements (their offsets times a tile or an element size would
+     * overflow), negative ones included; the last dim's stride 1 and a one-index dim's stride
+     * small are fine. */
+    int64_t shape[3] = {4, 8, 64}, strides[3] = {INT64_C(1) << 62, 64, 1};
+    t = tensor_of(3, shape, kDLFloat, 16);
+    t.strides = strides;
+    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half),
+                   "k: strides[0] = 4611686018427387904 spans more than 2^48 elements");
+    strides[0] = INT64_MIN;
+    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), "k: strides[0] = -");
+    strides[0] = INT64_C(1) << 47; /* 3 x 2^47 > 2^48 */
+    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), "k: strides[0]");
+    strides[0] = 512;
+    assert_int_equal(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), CINFER_STATUS_SUCCESS);
+    shape[0] = 1;
+    strides[0] = INT64_C(1) << 40;
+    assert_int_equal(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), CINFER_STATUS_SUCCESS);
+    /* An empty tensor's strides are never followed. */
+    shape[1] = 0;
+    strides[0] = INT64_C(1) << 62;
+    assert_int_equal(cinfer__tensor_check_dims("k", &t, 3), CINFER_STATUS_SUCCESS);
+}
+
+static void a_0d_tensor_holds_one_element(void **state) {
+    (void)state;
+    DLTensor flag = tensor_of(0, NULL, kDLInt, 32);
+    flag.data = NULL;
+    expect_invalid(
+        cinfer__tensor_check(NULL, "error_flag", &flag, 0, NULL, CINFER__DTS(CINFER__DT_I32)),
+        "error_flag: data is NULL");
 }
 
 static void shape_mismatch_messages_show_both_shapes(void **state) {
@@ -85,6 +139,8 @@ static void shape_mismatch_messages_show_both_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dims_are_checked_before_the_shape_is_read),
+        cmocka_unit_test(sizes_and_strides_beyond_any_memory_are_refused),
+        cmocka_unit_test(a_0d_tensor_holds_one_element),
         cmocka_unit_test(shape_mismatch_messages_show_both_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
