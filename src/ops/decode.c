@@ -649,7 +649,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(s->variant, args, ctx, "cinfer_batch_decode_run",
+    CINFER__CHECK(cinfer__variant_pack(s->variant, args, Hq, B, ctx, "cinfer_batch_decode_run",
                                        variant_blob, &variant_bytes));
 
     p.q = cinfer__tensor_data(q);
@@ -790,8 +790,8 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(s.variant, args, ctx, "cinfer_single_decode", variant_blob,
-                                       &variant_bytes));
+    CINFER__CHECK(cinfer__variant_pack(s.variant, args, Hq, 1, ctx, "cinfer_single_decode",
+                                       variant_blob, &variant_bytes));
 
     cinfer__decode_chunking_t chunking;
     cinfer__decode_layout_t layout;

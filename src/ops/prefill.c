@@ -836,8 +836,8 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     }
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(o->variant, args, ctx, "cinfer_single_prefill", variant_blob,
-                                       &variant_bytes));
+    CINFER__CHECK(cinfer__variant_pack(o->variant, args, o->num_qo_heads, 1, ctx,
+                                       "cinfer_single_prefill", variant_blob, &variant_bytes));
 
     const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
     const int64_t blocks = num_q_tiles * Hq;
@@ -1662,8 +1662,8 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_prefill_run"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(s->variant, args, ctx, "cinfer_batch_prefill_run",
-                                       variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_pack(s->variant, args, Hq, op->batch_size, ctx,
+                                       "cinfer_batch_prefill_run", variant_blob, &variant_bytes));
 
     cinfer_prefill_params p = op->base;
     if (s->cfg.paged) {
@@ -1857,8 +1857,8 @@ cinfer_status_t cinfer_single_prefill_with_workspace(
     CINFER__CHECK(single_checks(ctx, options, causal, q, k, v, out, lse, &qo_len, &kv_len));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
-    CINFER__CHECK(cinfer__variant_pack(options->variant, args, ctx, "cinfer_single_prefill",
-                                       variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_pack(options->variant, args, options->num_qo_heads, 1, ctx,
+                                       "cinfer_single_prefill", variant_blob, &variant_bytes));
     cinfer_batch_prefill_t op;
     cinfer__prefill_request_t req;
     cinfer__prefill_chunking_t chunking;

@@ -399,17 +399,27 @@ static const cinfer_param_t mask_params[] = {{"packed_mask", TENSOR, {kDLUInt, 8
                                              {"row_offset", TENSOR, I64},
                                              {"row_stride", TENSOR, {kDLInt, 32, 1}}};
 
+/* Each parameter's CINFER__VARIANT_SIZE_* (as cinfer.h documents the built-ins' shapes; a
+ * dump_logits and custom_mask request's offsets into logits and packed_mask are device data). */
+#define QO_HEADS CINFER__VARIANT_SIZE_QO_HEADS
+#define BATCH    CINFER__VARIANT_SIZE_BATCH
+static const unsigned char sinks_sizes[] = {QO_HEADS};
+static const unsigned char alibi_sizes[] = {QO_HEADS, CINFER__VARIANT_SIZE_POSITIVE};
+static const unsigned char dump_sizes[] = {0, BATCH, 0, 0};
+static const unsigned char mask_sizes[] = {0, BATCH, BATCH};
+
 static const struct {
     const char *name;
     const char *file;
     const cinfer_param_t *params;
+    const unsigned char *sizes; /* NULL: none checked */
     int num_params;
 } builtin_table[] = {
-    {"sigmoid", "variant_sigmoid.cuh", sigmoid_params, 2},
-    {"sinks", "variant_sinks.cuh", sinks_params, 1},
-    {"alibi", "variant_alibi.cuh", alibi_params, 2},
-    {"dump_logits", "variant_dump_logits.cuh", dump_params, 4},
-    {"custom_mask", "variant_custom_mask.cuh", mask_params, 3},
+    {"sigmoid", "variant_sigmoid.cuh", sigmoid_params, NULL, 2},
+    {"sinks", "variant_sinks.cuh", sinks_params, sinks_sizes, 1},
+    {"alibi", "variant_alibi.cuh", alibi_params, alibi_sizes, 2},
+    {"dump_logits", "variant_dump_logits.cuh", dump_params, dump_sizes, 4},
+    {"custom_mask", "variant_custom_mask.cuh", mask_params, mask_sizes, 3},
 };
 #define NUM_BUILTINS (sizeof builtin_table / sizeof builtin_table[0])
 
@@ -427,6 +437,8 @@ static void init_builtins(void) {
             init_variant(&builtins[i], builtin_table[i].name, src->text, builtin_table[i].params,
                          builtin_table[i].num_params) == CINFER_STATUS_SUCCESS;
         builtins[i].builtin = true;
+        if (builtin_table[i].sizes)
+            memcpy(builtins[i].sizes, builtin_table[i].sizes, (size_t)builtin_table[i].num_params);
     }
 }
 
@@ -481,7 +493,28 @@ static bool is_contiguous(const DLTensor *t) {
     return true;
 }
 
+/* A built-in's tensor argument i against the run's sizes (sizes[i]; nothing to check for ANY). */
+static cinfer_status_t check_size(const cinfer_variant_t *v, int i, const DLTensor *t,
+                                  int64_t num_qo_heads, int64_t batch_size, const char *op) {
+    const int kind = v->sizes[i];
+    if (kind != CINFER__VARIANT_SIZE_QO_HEADS && kind != CINFER__VARIANT_SIZE_BATCH)
+        return CINFER_STATUS_SUCCESS;
+    const bool heads = kind == CINFER__VARIANT_SIZE_QO_HEADS;
+    const int64_t need = heads ? num_qo_heads : batch_size;
+    if (t->ndim != 1 || t->shape[0] < need) {
+        char got[128];
+        cinfer__shape_string(got, sizeof got, t->ndim, t->shape);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: argument %d (tensor %s) of variant %s: shape %s, expected [%lld] "
+                             "(%s)",
+                             op, i, v->params[i].name, v->name, got, (long long)need,
+                             heads ? "num_qo_heads" : "batch_size");
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_args_t *args,
+                                     int64_t num_qo_heads, int64_t batch_size,
                                      const cinfer_context_t *ctx, const char *op,
                                      unsigned char blob[CINFER__VARIANT_MAX_BYTES], size_t *bytes) {
     const int num_args = args ? args->num_args : 0;
@@ -520,6 +553,11 @@ cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_arg
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                      "%s: argument %d (scalar %s): dtype %s, expected %s", op, i,
                                      p->name, type_name(a->dtype), t->name);
+            if (v->sizes[i] == CINFER__VARIANT_SIZE_POSITIVE && a->value.i32 < 1)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "%s: argument %d (scalar %s) of variant %s = %d, expected "
+                                     ">= 1",
+                                     op, i, p->name, v->name, (int)a->value.i32);
             memcpy(blob + v->offsets[i], &a->value, t->size);
             continue;
         }
@@ -537,6 +575,7 @@ cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_arg
                                  "%s: argument %d (tensor %s): dtype %s, expected %s", op, i,
                                  p->name, type_name(t->dtype), type_name(p->dtype));
         CINFER__CHECK(cinfer__tensor_check(ctx, p->name, t, t->ndim, NULL, ~0u));
+        CINFER__CHECK(check_size(v, i, t, num_qo_heads, batch_size, op));
         if (!is_contiguous(t))
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "%s: argument %d (tensor %s) is not contiguous (expected compact "

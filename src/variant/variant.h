@@ -38,16 +38,26 @@ enum {
     CINFER__VARIANT_ALIBI_SLOPE = 1u << 4,
 };
 
+/* What a built-in variant's parameter must hold, checked when a run packs its arguments (a user
+ * variant's tensors are its own to size: its source indexes them). */
+enum {
+    CINFER__VARIANT_SIZE_ANY = 0,
+    CINFER__VARIANT_SIZE_QO_HEADS, /* a 1-d tensor of at least num_qo_heads elements */
+    CINFER__VARIANT_SIZE_BATCH,    /* a 1-d tensor of at least batch_size elements */
+    CINFER__VARIANT_SIZE_POSITIVE, /* an int32 scalar >= 1 */
+};
+
 struct cinfer_variant {
     char name[CINFER__VARIANT_NAME_MAX];
     char *source;
     int num_params;
     cinfer_param_t params[CINFER__VARIANT_MAX_PARAMS];
     char param_names[CINFER__VARIANT_MAX_PARAMS][CINFER__VARIANT_NAME_MAX];
-    size_t offsets[CINFER__VARIANT_MAX_PARAMS]; /* byte offset of each member in the struct */
-    size_t struct_bytes;                        /* sizeof the generated struct */
-    uint32_t hooks;                             /* CINFER__VARIANT_* */
-    uint64_t id;                                /* XXH3-64 of name, declaration and source */
+    size_t offsets[CINFER__VARIANT_MAX_PARAMS];      /* byte offset of each member in the struct */
+    size_t struct_bytes;                             /* sizeof the generated struct */
+    uint32_t hooks;                                  /* CINFER__VARIANT_* */
+    uint64_t id;                                     /* XXH3-64 of name, declaration and source */
+    unsigned char sizes[CINFER__VARIANT_MAX_PARAMS]; /* CINFER__VARIANT_SIZE_* (built-ins) */
     bool builtin;
 };
 
@@ -63,11 +73,13 @@ void cinfer__variant_render(const cinfer_variant_t *v, cinfer__str_t *prelude);
 /*
  * Packs a run's argument list into the kernel's variant struct: checks it against the declaration
  * (count, order, kind, dtype, NULL only for maybe_ tensors, tensors on ctx's device and
- * contiguous), then writes the members at their offsets. v = NULL (default attention) takes no
- * arguments and packs 4 zero bytes. `op` names the operation in messages. *bytes receives the
- * struct size. INVALID_ARGUMENT names the argument and what was expected.
+ * contiguous; a built-in's sizes against the run's num_qo_heads and batch_size), then writes the
+ * members at their offsets. v = NULL (default attention) takes no arguments and packs 4 zero
+ * bytes. `op` names the operation in messages. *bytes receives the struct size. INVALID_ARGUMENT
+ * names the argument and what was expected.
  */
 cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_args_t *args,
+                                     int64_t num_qo_heads, int64_t batch_size,
                                      const cinfer_context_t *ctx, const char *op,
                                      unsigned char blob[CINFER__VARIANT_MAX_BYTES], size_t *bytes);
 

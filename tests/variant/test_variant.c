@@ -166,7 +166,7 @@ static void packing_checks_every_argument(void **state) {
     cinfer_args_t list = {5, a};
     unsigned char blob[CINFER__VARIANT_MAX_BYTES];
     size_t bytes = 0;
-    assert_int_equal(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    assert_int_equal(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                      CINFER_STATUS_SUCCESS);
     assert_int_equal(bytes, 40);
     void *ptr;
@@ -184,50 +184,123 @@ static void packing_checks_every_argument(void **state) {
 
     /* Count. */
     list.num_args = 4;
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT,
                  "4 variant argument(s) given, variant five "
                  "declares 5");
-    expect_error(cinfer__variant_pack(v, NULL, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, NULL, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "declares 5 (tensor bias");
     list.num_args = 5;
     /* Kind: a scalar where a tensor is declared. */
     a[0] = CINFER_ARG_F32(1.0f);
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "argument 0 (bias): kind");
     /* NULL only for maybe_. */
     a[0] = CINFER_ARG_TENSOR(NULL);
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "only parameters named maybe_");
     /* Tensor dtype. */
     DLTensor bias16 = bias;
     bias16.dtype = (DLDataType)BF16;
     a[0] = CINFER_ARG_TENSOR(&bias16);
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "(tensor bias): dtype bfloat16, expected float32");
     /* Not contiguous. */
     int64_t shape2[2] = {2, 2}, strides2[2] = {4, 1};
     DLTensor strided = {bias_data, {kDLCUDA, 0}, 2, F32, shape2, strides2, 0};
     a[0] = CINFER_ARG_TENSOR(&strided);
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "not contiguous");
     a[0] = CINFER_ARG_TENSOR(&bias);
     /* Scalar dtype. */
     a[3] = CINFER_ARG_F32(2.5f);
-    expect_error(cinfer__variant_pack(v, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "(scalar theta): dtype float32, expected float64");
     a[3] = CINFER_ARG_F64(2.5);
     /* NULL array with a count. */
     cinfer_args_t broken = {5, NULL};
-    expect_error(cinfer__variant_pack(v, &broken, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(v, &broken, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "args->args is NULL");
     /* Default attention takes nothing. */
-    expect_error(cinfer__variant_pack(NULL, &list, NULL, "op", blob, &bytes),
+    expect_error(cinfer__variant_pack(NULL, &list, 8, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "default attention declares 0");
-    assert_int_equal(cinfer__variant_pack(NULL, NULL, NULL, "op", blob, &bytes),
+    assert_int_equal(cinfer__variant_pack(NULL, NULL, 8, 2, NULL, "op", blob, &bytes),
                      CINFER_STATUS_SUCCESS);
     assert_int_equal(bytes, 4);
     cinfer_variant_destroy(v);
+}
+
+/* The built-ins' tensors hold what their kernels index (cinfer.h's shapes, at least num_qo_heads
+ * or batch_size elements); ALiBi's num_heads is >= 1. A user variant's tensor of 4 elements
+ * passed above with 8 heads: its sizes are its own. */
+static void builtin_arguments_are_sized(void **state) {
+    (void)state;
+    unsigned char blob[CINFER__VARIANT_MAX_BYTES];
+    size_t bytes = 0;
+    float f32[64] = {0};
+    int64_t i64[8] = {0};
+    int32_t i32[8] = {0};
+    uint8_t u8[8] = {0};
+    int64_t n1[1] = {1}, n8[1] = {8}, n32[1] = {32}, n2x4[2] = {2, 4};
+    DLTensor one = {f32, {kDLCUDA, 0}, 1, F32, n1, NULL, 0};
+    DLTensor heads = {f32, {kDLCUDA, 0}, 1, F32, n32, NULL, 0};
+    DLTensor two_d = {f32, {kDLCUDA, 0}, 2, F32, n2x4, NULL, 0};
+    DLTensor scalar = {f32, {kDLCUDA, 0}, 0, F32, NULL, NULL, 0};
+
+    const cinfer_variant_t *sinks = cinfer_variant_builtin("sinks");
+    cinfer_arg_t a[4] = {CINFER_ARG_TENSOR(&heads)};
+    cinfer_args_t list = {1, a};
+    assert_int_equal(cinfer__variant_pack(sinks, &list, 32, 1, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    expect_error(cinfer__variant_pack(sinks, &list, 33, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "op: argument 0 (tensor sinks) of variant sinks: shape [32], expected [33] "
+                 "(num_qo_heads)");
+    a[0] = CINFER_ARG_TENSOR(&one);
+    expect_error(cinfer__variant_pack(sinks, &list, 32, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "shape [1], expected [32]");
+    a[0] = CINFER_ARG_TENSOR(&two_d);
+    expect_error(cinfer__variant_pack(sinks, &list, 8, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "shape [2, 4], expected [8]");
+    a[0] = CINFER_ARG_TENSOR(&scalar);
+    expect_error(cinfer__variant_pack(sinks, &list, 1, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "shape [], expected [1]");
+
+    const cinfer_variant_t *alibi = cinfer_variant_builtin("alibi");
+    list.num_args = 2;
+    a[0] = CINFER_ARG_TENSOR(NULL);
+    a[1] = CINFER_ARG_I32(32);
+    assert_int_equal(cinfer__variant_pack(alibi, &list, 32, 1, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    a[1] = CINFER_ARG_I32(0);
+    expect_error(cinfer__variant_pack(alibi, &list, 32, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "argument 1 (scalar num_heads) of variant alibi = 0, expected >= 1");
+    a[0] = CINFER_ARG_TENSOR(&one);
+    a[1] = CINFER_ARG_I32(4);
+    expect_error(cinfer__variant_pack(alibi, &list, 4, 1, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "(tensor maybe_alibi_slopes) of variant alibi");
+
+    /* custom_mask: row_offset and row_stride per request; the mask itself any size. */
+    const cinfer_variant_t *mask = cinfer_variant_builtin("custom_mask");
+    DLTensor bits = {u8, {kDLCUDA, 0}, 1, {kDLUInt, 8, 1}, n1, NULL, 0};
+    DLTensor offsets = {i64, {kDLCUDA, 0}, 1, {kDLInt, 64, 1}, n8, NULL, 0};
+    DLTensor strides = {i32, {kDLCUDA, 0}, 1, {kDLInt, 32, 1}, n8, NULL, 0};
+    DLTensor short_strides = {i32, {kDLCUDA, 0}, 1, {kDLInt, 32, 1}, n1, NULL, 0};
+    cinfer_arg_t m[3] = {CINFER_ARG_TENSOR(&bits), CINFER_ARG_TENSOR(&offsets),
+                         CINFER_ARG_TENSOR(&strides)};
+    cinfer_args_t mlist = {3, m};
+    assert_int_equal(cinfer__variant_pack(mask, &mlist, 32, 8, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__variant_pack(mask, &mlist, 32, 5, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS); /* longer than the batch: a graph's buffers */
+    expect_error(
+        cinfer__variant_pack(mask, &mlist, 32, 9, NULL, "op", blob, &bytes),
+        CINFER_STATUS_INVALID_ARGUMENT,
+        "(tensor row_offset) of variant custom_mask: shape [8], expected [9] (batch_size)");
+    m[2] = CINFER_ARG_TENSOR(&short_strides);
+    expect_error(cinfer__variant_pack(mask, &mlist, 32, 2, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "(tensor row_stride)");
 }
 
 static cinfer__spec_t parse(const char *text) {
@@ -758,6 +831,7 @@ int main(void) {
         cmocka_unit_test(builtins_exist),
         cmocka_unit_test(struct_and_prelude),
         cmocka_unit_test(packing_checks_every_argument),
+        cmocka_unit_test(builtin_arguments_are_sized),
         cmocka_unit_test(key_follows_the_source),
         cmocka_unit_test(builtins_compile_with_every_family),
         cmocka_unit_test(logit_hooks_compile_with_every_family),
