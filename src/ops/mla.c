@@ -4,6 +4,7 @@
  * with GQA packing: the kernel's 16 rows hold G = min(H, 16) query heads of 16 / G tokens, so the
  * planner sees H query heads in H / G groups ("KV heads" that all read the one latent KV).
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,11 +128,13 @@ static cinfer_status_t options_check(const cinfer_mla_options_t *o, int causal,
                              "MLA: expected the q_dtype (%s)",
                              o->kv_dtype.code, o->kv_dtype.bits, o->kv_dtype.lanes,
                              cinfer__dtype_name(q));
-    if (!(o->sm_scale > 0.0f) || !isfinite(o->sm_scale))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->sm_scale = %g, expected a finite value > 0 (MLA has no "
-                             "default scale)",
-                             (double)o->sm_scale);
+    /* the kernels' logit scale, sm_scale x log2(e), is a float32 */
+    if (!(o->sm_scale > 0.0f) || !((double)o->sm_scale * 1.4426950408889634 <= FLT_MAX))
+        return cinfer__error(
+            CINFER_STATUS_INVALID_ARGUMENT,
+            "options->sm_scale = %g, expected a finite value > 0 and below 2^127.4 "
+            "(MLA has no default scale)",
+            (double)o->sm_scale);
     if (o->use_cuda_graph != 0 && o->use_cuda_graph != 1)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->use_cuda_graph = %d, expected 0 or 1", o->use_cuda_graph);

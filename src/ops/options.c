@@ -1,3 +1,4 @@
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -31,6 +32,11 @@ static cinfer_status_t rope_check(const cinfer_attention_options_t *o) {
             CINFER_STATUS_INVALID_ARGUMENT,
             "options->rope_scale = %g with ROPE_LLAMA, expected a finite value > 0",
             (double)o->rope_scale);
+    if (!(1.0 / (6.28318530717958647692 * (double)o->rope_scale) <= FLT_MAX))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->rope_scale = %g with ROPE_LLAMA, expected at least 4.7e-40 "
+                             "(the rotation frequencies 1 / rope_scale are float32)",
+                             (double)o->rope_scale);
     if (!finite_at_least(o->rope_theta, 0.0f, true))
         return cinfer__error(
             CINFER_STATUS_INVALID_ARGUMENT,
@@ -109,6 +115,20 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
     if (!finite_at_least(o->v_scale, 0.0f, true))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->v_scale = %g, expected a finite value > 0",
+                             (double)o->v_scale);
+    /* The kernels multiply the scales in float32: sm_scale x k_scale x log2(e), and for e4m3
+     * K/V both that and v_scale by 256 (cinfer__attention_logit_scales, ops/decode.c). */
+    const double sm = o->sm_scale > 0 ? (double)o->sm_scale
+                                      : 1.0 / sqrt((double)(o->head_dim > 0 ? o->head_dim : 1));
+    if (!(sm * o->k_scale * 1.4426950408889634 * 256.0 <= FLT_MAX))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->sm_scale x k_scale = %g x %g, expected a product below "
+                             "2^119.4 (the kernels' logit scale is a float32)",
+                             sm, (double)o->k_scale);
+    if (!(o->v_scale * 256.0 <= FLT_MAX))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->v_scale = %g, expected below 2^120 (the kernels scale it "
+                             "by up to 256 in float32)",
                              (double)o->v_scale);
     return rope_check(o);
 }

@@ -639,6 +639,9 @@ static void bad_arguments_are_errors(void **state) {
     o.sm_scale = 0.0f;
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "sm_scale",
            cinfer_batch_mla_workspace_size(ctx, &o, 1, 64, &bytes));
+    o.sm_scale = 3.0e38f; /* finite, but not times log2(e) in float32 */
+    EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "sm_scale = 3e+38",
+           cinfer_batch_mla_workspace_size(ctx, &o, 1, 64, &bytes));
     o = options_for(&c, 4, 0);
     o.page_size = 0;
     EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "page_size",

@@ -81,6 +81,30 @@ static void bad_fields_are_named(void **state) {
     o.rope_theta = INFINITY;
     expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
                  (const char *const[]){"options->rope_theta = inf", NULL});
+    /* Finite fields whose float32 products in the kernels would not be: the frequencies 1 /
+     * rope_scale, the logit scale sm_scale x k_scale (x log2(e), x 256 for e4m3), v_scale x 256. */
+    o = rope_options();
+    o.rope_scale = 1e-45f;
+    expect_error(
+        decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+        (const char *const[]){"options->rope_scale = 1.4013e-45", "at least 4.7e-40", NULL});
+    o.rope_scale = 1e-30f;
+    assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
+    o = rope_options();
+    o.sm_scale = 3.4e38f;
+    o.k_scale = 3.4e38f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->sm_scale x k_scale", "below 2^119.4", NULL});
+    o.k_scale = 1e-30f;
+    assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
+    o.sm_scale = 0.0f;
+    o.k_scale = 1e38f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->sm_scale x k_scale", NULL});
+    o = rope_options();
+    o.v_scale = 3e36f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->v_scale = 3e+36", "below 2^120", NULL});
     o = rope_options();
     o.pos_encoding_mode = (cinfer_pos_encoding_t)2;
     expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
