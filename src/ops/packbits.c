@@ -87,10 +87,15 @@ cinfer_status_t cinfer_segment_packbits(cinfer_context_t *ctx, const DLTensor *x
     CINFER__CHECK(cinfer__tensor_check(ctx, "y", y, 1, any, CINFER__DTS(CINFER__DT_U8)));
     CINFER__CHECK(cinfer__tensor_check(ctx, "indptr_new", indptr_new, 1, indptr->shape,
                                        CINFER__DTS(CINFER__DT_I32)));
-    if (cinfer__tensor_data(indptr_new) == cinfer__tensor_data(indptr))
+    /* both 1-d with stride 1 (tensor_check): [data, data + 4 (batch_size + 1)) */
+    const uintptr_t in = (uintptr_t)cinfer__tensor_data(indptr),
+                    out = (uintptr_t)cinfer__tensor_data(indptr_new),
+                    bytes = sizeof(int32_t) * (uintptr_t)indptr->shape[0];
+    if (out < in + bytes && in < out + bytes)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "indptr_new: the same memory as indptr; the output must not "
-                             "overlap the input");
+                             "indptr_new: %p overlaps indptr (%p, %llu bytes); the output must "
+                             "not overlap the input",
+                             (void *)out, (void *)in, (unsigned long long)bytes);
 
     cinfer_packbits_params p;
     memset(&p, 0, sizeof p);

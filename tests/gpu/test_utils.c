@@ -1603,6 +1603,11 @@ static void test_packbits_argument_errors(void **state) {
     expect_error(cinfer_segment_packbits(ctx, &x.tensor.t, &ip.tensor.t, L, &y.tensor.t,
                                          &ip.tensor.t, stream),
                  INVALID, "indptr_new", "indptr_new the same memory as indptr");
+    DLTensor shifted = ip.tensor.t; /* indptr's second entry onwards (checked, never launched) */
+    shifted.byte_offset += sizeof(int32_t);
+    expect_error(
+        cinfer_segment_packbits(ctx, &x.tensor.t, &ip.tensor.t, L, &y.tensor.t, &shifted, stream),
+        INVALID, "indptr_new", "indptr_new overlapping indptr by one entry");
     expect_error(cinfer_segment_packbits(ctx, &x.tensor.t, &y.tensor.t, L, &y.tensor.t,
                                          &ip.tensor.t, stream),
                  INVALID, "indptr", "indptr uint8");
