@@ -21,7 +21,9 @@
  *   row-major, last dimension first-fastest: "[n, H, D]" means shape {n, H, D}. The last dimension
  *   must be contiguous (stride 1, or strides == NULL for a compact tensor); other strides may be
  *   arbitrary (for example slices of a packed QKV tensor). Device tensors must live on the
- *   context's device (kDLCUDA with the same device_id).
+ *   context's device (kDLCUDA with the same device_id). A tensor holds at most 2^48 elements and
+ *   its strides reach at most 2^48 elements from its first (beyond any device's memory; so that
+ *   no size or offset computed from them overflows); a 0-d tensor holds one element.
  * - LSE (log-sum-exp) values are in base 2: lse = log2(sum_j exp(s_j)), where s_j are the logits
  *   in natural units. An empty state has lse = -inf and value 0.
  * - Work is enqueued on the CUDA stream passed as the last argument (NULL = the legacy default
@@ -380,7 +382,7 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  Tensor: float32 sinks [Hq] (natural-log units).
  *   "alibi":       logit + slope[h] * (kv_idx - qo_idx) (VARIANT_ALIBI_SLOPE). Tensor: float32
  *                  maybe_alibi_slopes [Hq] (NULL = the ALiBi paper's slopes for num_heads heads);
- *                  scalar: int32 num_heads.
+ *                  scalar: int32 num_heads >= 1.
  *   "dump_logits": default attention that also writes every visited logit (after scaling, in
  *                  natural-log units) to logits[row_offset[batch_idx] + qo_head_idx * head_stride
  *                  + qo_idx * pos_stride + kv_idx]. Tensors: float32 logits, int64 row_offset
@@ -394,6 +396,9 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  row_stride [batch]. The mask is read in aligned 4-byte words (its row form,
  *                  VARIANT_LOGITS_MASK_ROW): the words that hold its first and last bytes are
  *                  read whole, up to 3 bytes beyond the tensor on either side.
+ * A run checks the built-ins' 1-d tensors of [Hq] and [batch] (batch: the run's requests; 1 for
+ * single decode and prefill) to hold at least that many elements (INVALID_ARGUMENT); the offsets
+ * into logits and packed_mask are device data, which the caller keeps within those tensors.
  * The returned object is owned by the library (never destroy it). NULL for an unknown name.
  */
 CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);
