@@ -396,9 +396,11 @@ CINFER_API cinfer_status_t cinfer_variant_create(const char *name, const char *s
  *                  row_stride [batch]. The mask is read in aligned 4-byte words (its row form,
  *                  VARIANT_LOGITS_MASK_ROW): the words that hold its first and last bytes are
  *                  read whole, up to 3 bytes beyond the tensor on either side.
- * A run checks the built-ins' 1-d tensors of [Hq] and [batch] (batch: the run's requests; 1 for
- * single decode and prefill) to hold at least that many elements (INVALID_ARGUMENT); the offsets
- * into logits and packed_mask are device data, which the caller keeps within those tensors.
+ * A run checks the built-ins' 1-d tensors of [Hq] and [batch] (batch: the plan's requests; 1 for
+ * single decode and prefill) to hold at least that many elements (INVALID_ARGUMENT); a CUDA graph
+ * captured once replays with the tensors of its capture, so size them for the largest batch it
+ * replays. The offsets into logits and packed_mask are device data, which the caller keeps
+ * within those tensors.
  * The returned object is owned by the library (never destroy it). NULL for an unknown name.
  */
 CINFER_API const cinfer_variant_t *cinfer_variant_builtin(const char *name);

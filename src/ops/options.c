@@ -32,16 +32,25 @@ static cinfer_status_t rope_check(const cinfer_attention_options_t *o) {
             CINFER_STATUS_INVALID_ARGUMENT,
             "options->rope_scale = %g with ROPE_LLAMA, expected a finite value > 0",
             (double)o->rope_scale);
-    if (!(1.0 / (6.28318530717958647692 * (double)o->rope_scale) <= FLT_MAX))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->rope_scale = %g with ROPE_LLAMA, expected at least 4.7e-40 "
-                             "(the rotation frequencies 1 / rope_scale are float32)",
-                             (double)o->rope_scale);
     if (!finite_at_least(o->rope_theta, 0.0f, true))
         return cinfer__error(
             CINFER_STATUS_INVALID_ARGUMENT,
             "options->rope_theta = %g with ROPE_LLAMA, expected a finite value > 0",
             (double)o->rope_theta);
+    /* The kernels take position x frequency in float32 (kernels/pos_rope.cuh), the frequencies
+     * rope_theta^(-2m / head_dim) / (2 pi rope_scale) of cinfer__attention_rope_params: the
+     * largest (pair 0, or the last pair for rope_theta < 1) times CINFER_ROPE_MAX_LEN positions
+     * must stay finite. */
+    const double f0 = 1.0 / (6.28318530717958647692 * (double)o->rope_scale);
+    const double f_last =
+        f0 * pow((double)o->rope_theta, -2.0 * (double)(o->head_dim / 2 - 1) / (double)o->head_dim);
+    if (!((f0 > f_last ? f0 : f_last) * CINFER_ROPE_MAX_LEN <= FLT_MAX))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->rope_scale = %g, rope_theta = %g with ROPE_LLAMA: the "
+                             "largest rotation frequency, %g, times CINFER_ROPE_MAX_LEN positions "
+                             "overflows float32; expected a larger rope_scale",
+                             (double)o->rope_scale, (double)o->rope_theta,
+                             f0 > f_last ? f0 : f_last);
     if (o->head_dim % 16 != 0)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "options->head_dim = %d with ROPE_LLAMA is not supported: in-kernel "
@@ -116,15 +125,23 @@ cinfer_status_t cinfer__attention_options_check(const cinfer_attention_options_t
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->v_scale = %g, expected a finite value > 0",
                              (double)o->v_scale);
-    /* The kernels multiply the scales in float32: sm_scale x k_scale x log2(e), and for e4m3
-     * K/V both that and v_scale by 256 (cinfer__attention_logit_scales, ops/decode.c). */
-    const double sm = o->sm_scale > 0 ? (double)o->sm_scale
-                                      : 1.0 / sqrt((double)(o->head_dim > 0 ? o->head_dim : 1));
-    if (!(sm * o->k_scale * 1.4426950408889634 * 256.0 <= FLT_MAX))
+    /* The kernels' logit scale is a float32 (cinfer__attention_logit_scales: sm_scale x k_scale,
+     * times log2(e) or over the soft cap; over sm_scale where fp8 K/V takes sm_scale into q
+     * first; times 256 for e4m3), and so is the soft cap times log2(e). */
+    if (!((double)o->logits_soft_cap * 1.4426950408889634 <= FLT_MAX))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "options->sm_scale x k_scale = %g x %g, expected a product below "
-                             "2^119.4 (the kernels' logit scale is a float32)",
-                             sm, (double)o->k_scale);
+                             "options->logits_soft_cap = %g, expected below 2^127.4 (the kernels "
+                             "take it times log2(e) in float32)",
+                             (double)o->logits_soft_cap);
+    double sm, q_scale;
+    float cap_log2;
+    cinfer__attention_logit_scales(o, &sm, &q_scale, &cap_log2);
+    if (!((q_scale > q_scale / sm ? q_scale : q_scale / sm) * 256.0 <= FLT_MAX))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "options->sm_scale x k_scale = %g x %g with logits_soft_cap = %g: the "
+                             "kernels' float32 logit scale (times log2(e) or over the cap, and "
+                             "256 for e4m3) overflows; expected smaller scales or a larger cap",
+                             sm, (double)o->k_scale, (double)o->logits_soft_cap);
     if (!(o->v_scale * 256.0 <= FLT_MAX))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "options->v_scale = %g, expected below 2^120 (the kernels scale it "

@@ -1385,6 +1385,8 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
 cinfer_status_t cinfer__prefill_check_planned(const cinfer_context_t *ctx, const char *arg,
                                               const DLTensor *t, int ndim, const int64_t *shape,
                                               cinfer__dtype_t dtype, const char *origin) {
+    /* the dims first: their errors stay INVALID_ARGUMENT, and the shape comparison below reads
+     * only a checked shape */
     if (t && t->ndim == ndim)
         CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
     cinfer_status_t st = check_tensor(ctx, arg, t, ndim, shape, dtype, origin);

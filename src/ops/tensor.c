@@ -76,27 +76,27 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
                              "%s: shape is NULL, expected %d dimensions", arg, ndim);
     /* extent: the product of the sizes with 0 taken as 1 (bounding compact strides too) */
     int64_t extent = 1;
-    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] < 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "%s: shape[%d] = %lld, expected a size >= 0", arg, i,
                                  (long long)t->shape[i]);
-        empty = empty || t->shape[i] == 0;
         const int64_t size = t->shape[i] > 0 ? t->shape[i] : 1;
         if (size > CINFER__TENSOR_MAX_ELEMENTS / extent)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "%s: shape[%d] = %lld makes more than 2^48 elements, expected "
-                                 "fewer (a tensor larger than any device's memory)",
+                                 "%s: shape[%d] = %lld makes more than 2^48 elements (sizes of "
+                                 "0 taken as 1, as for compact strides), expected fewer (a "
+                                 "tensor larger than any device's memory)",
                                  arg, i, (long long)t->shape[i]);
         extent *= size;
     }
-    /* The farthest element from the first, in elements, within the same bound; so that no
-     * offset a check or a kernel's parameters compute from the strides overflows. */
-    if (t->strides && !empty) {
+    /* The farthest element from the first, in elements, within the same bound (an empty
+     * tensor's too: host code multiplies its strides by its sizes); so that no offset a check or
+     * a kernel's parameters compute from the strides overflows. */
+    if (t->strides) {
         int64_t span = 0;
         for (int i = 0; i < ndim; i++) {
-            const int64_t st = t->strides[i], reach = t->shape[i] - 1;
+            const int64_t st = t->strides[i], reach = t->shape[i] > 0 ? t->shape[i] - 1 : 0;
             const int64_t step = st < 0 ? (st < -CINFER__TENSOR_MAX_ELEMENTS ? -1 : -st) : st;
             if (step < 0 || step > CINFER__TENSOR_MAX_ELEMENTS ||
                 (reach > 0 && step > (CINFER__TENSOR_MAX_ELEMENTS - span) / reach))

@@ -505,8 +505,8 @@ static cinfer_status_t check_size(const cinfer_variant_t *v, int i, const DLTens
         char got[128];
         cinfer__shape_string(got, sizeof got, t->ndim, t->shape);
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "%s: argument %d (tensor %s) of variant %s: shape %s, expected [%lld] "
-                             "(%s)",
+                             "%s: argument %d (tensor %s) of variant %s: shape %s, expected 1-d "
+                             "with at least %lld elements (%s)",
                              op, i, v->params[i].name, v->name, got, (long long)need,
                              heads ? "num_qo_heads" : "batch_size");
     }

@@ -85,22 +85,41 @@ static void bad_fields_are_named(void **state) {
      * rope_scale, the logit scale sm_scale x k_scale (x log2(e), x 256 for e4m3), v_scale x 256. */
     o = rope_options();
     o.rope_scale = 1e-45f;
-    expect_error(
-        decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
-        (const char *const[]){"options->rope_scale = 1.4013e-45", "at least 4.7e-40", NULL});
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->rope_scale = 1.4013e-45",
+                                       "times CINFER_ROPE_MAX_LEN positions overflows", NULL});
+    o.rope_scale = 1e-36f; /* 1 / rope_scale is a float, 2^24 times it not */
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->rope_scale = 1e-36", NULL});
     o.rope_scale = 1e-30f;
     assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
+    o.rope_scale = 1.6e-32f; /* pair 0 fits; with rope_theta < 1 the last pair's does not */
+    assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
+    o.rope_theta = 0.1f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"rope_theta = 0.1", NULL});
     o = rope_options();
     o.sm_scale = 3.4e38f;
     o.k_scale = 3.4e38f;
     expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
-                 (const char *const[]){"options->sm_scale x k_scale", "below 2^119.4", NULL});
+                 (const char *const[]){"options->sm_scale x k_scale", "overflows", NULL});
     o.k_scale = 1e-30f;
     assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
     o.sm_scale = 0.0f;
     o.k_scale = 1e38f;
     expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
                  (const char *const[]){"options->sm_scale x k_scale", NULL});
+    /* With a soft cap the logit scale is over the cap, and the cap times log2(e) a float. */
+    o = rope_options();
+    o.pos_encoding_mode = CINFER_POS_ENCODING_NONE;
+    o.logits_soft_cap = 1e-40f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"with logits_soft_cap = ", "overflows", NULL});
+    o.logits_soft_cap = 3e38f;
+    expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,
+                 (const char *const[]){"options->logits_soft_cap = 3e+38", "2^127.4", NULL});
+    o.logits_soft_cap = 30.0f;
+    assert_int_equal(decode_specs(&o, &s), CINFER_STATUS_SUCCESS);
     o = rope_options();
     o.v_scale = 3e36f;
     expect_error(decode_specs(&o, &s), CINFER_STATUS_INVALID_ARGUMENT,

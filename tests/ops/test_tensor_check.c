@@ -112,9 +112,14 @@ static void sizes_and_strides_beyond_any_memory_are_refused(void **state) {
     shape[0] = 1;
     strides[0] = INT64_C(1) << 40;
     assert_int_equal(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), CINFER_STATUS_SUCCESS);
-    /* An empty tensor's strides are never followed. */
+    /* An empty tensor's strides too (host code multiplies them by its sizes), its empty dim
+     * taken as one index. */
+    shape[0] = 4;
     shape[1] = 0;
     strides[0] = INT64_C(1) << 62;
+    expect_invalid(cinfer__tensor_check_dims("k", &t, 3), "k: strides[0]");
+    strides[0] = 512;
+    strides[1] = INT64_C(1) << 48;
     assert_int_equal(cinfer__tensor_check_dims("k", &t, 3), CINFER_STATUS_SUCCESS);
 }
 

@@ -254,17 +254,19 @@ static void builtin_arguments_are_sized(void **state) {
                      CINFER_STATUS_SUCCESS);
     expect_error(cinfer__variant_pack(sinks, &list, 33, 1, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT,
-                 "op: argument 0 (tensor sinks) of variant sinks: shape [32], expected [33] "
-                 "(num_qo_heads)");
+                 "op: argument 0 (tensor sinks) of variant sinks: shape [32], expected 1-d "
+                 "with at least 33 elements (num_qo_heads)");
     a[0] = CINFER_ARG_TENSOR(&one);
     expect_error(cinfer__variant_pack(sinks, &list, 32, 1, NULL, "op", blob, &bytes),
-                 CINFER_STATUS_INVALID_ARGUMENT, "shape [1], expected [32]");
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "shape [1], expected 1-d with at least 32 elements");
     a[0] = CINFER_ARG_TENSOR(&two_d);
     expect_error(cinfer__variant_pack(sinks, &list, 8, 1, NULL, "op", blob, &bytes),
-                 CINFER_STATUS_INVALID_ARGUMENT, "shape [2, 4], expected [8]");
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "shape [2, 4], expected 1-d with at least 8 elements");
     a[0] = CINFER_ARG_TENSOR(&scalar);
     expect_error(cinfer__variant_pack(sinks, &list, 1, 1, NULL, "op", blob, &bytes),
-                 CINFER_STATUS_INVALID_ARGUMENT, "shape [], expected [1]");
+                 CINFER_STATUS_INVALID_ARGUMENT, "shape [], expected 1-d with at least 1 elements");
 
     const cinfer_variant_t *alibi = cinfer_variant_builtin("alibi");
     list.num_args = 2;
@@ -294,10 +296,19 @@ static void builtin_arguments_are_sized(void **state) {
                      CINFER_STATUS_SUCCESS);
     assert_int_equal(cinfer__variant_pack(mask, &mlist, 32, 5, NULL, "op", blob, &bytes),
                      CINFER_STATUS_SUCCESS); /* longer than the batch: a graph's buffers */
-    expect_error(
-        cinfer__variant_pack(mask, &mlist, 32, 9, NULL, "op", blob, &bytes),
-        CINFER_STATUS_INVALID_ARGUMENT,
-        "(tensor row_offset) of variant custom_mask: shape [8], expected [9] (batch_size)");
+    expect_error(cinfer__variant_pack(mask, &mlist, 32, 9, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT,
+                 "(tensor row_offset) of variant custom_mask: shape [8], expected 1-d with at "
+                 "least 9 elements (batch_size)");
+    /* dump_logits: row_offset per request; logits any size (device offsets into it). */
+    const cinfer_variant_t *dump = cinfer_variant_builtin("dump_logits");
+    cinfer_arg_t d[4] = {CINFER_ARG_TENSOR(&one), CINFER_ARG_TENSOR(&offsets), CINFER_ARG_I64(0),
+                         CINFER_ARG_I64(0)};
+    cinfer_args_t dlist = {4, d};
+    assert_int_equal(cinfer__variant_pack(dump, &dlist, 32, 8, NULL, "op", blob, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    expect_error(cinfer__variant_pack(dump, &dlist, 32, 9, NULL, "op", blob, &bytes),
+                 CINFER_STATUS_INVALID_ARGUMENT, "(tensor row_offset) of variant dump_logits");
     m[2] = CINFER_ARG_TENSOR(&short_strides);
     expect_error(cinfer__variant_pack(mask, &mlist, 32, 2, NULL, "op", blob, &bytes),
                  CINFER_STATUS_INVALID_ARGUMENT, "(tensor row_stride)");
