@@ -1,0 +1,233 @@
+/*
+ * The public entry points' argument checks without a GPU: the library runs against the stand-in
+ * driver of tests/fake_driver (CINFER_CUDA_PATH, set by tests/CMakeLists.txt), whose kernel
+ * launches only count. Each bad call must return its status with a message naming the argument
+ * and the value, and launch nothing; a good call of the same shape launches, so the count can
+ * tell. The inputs are the ones a fuzzing pass found crashing or reaching a kernel
+ * (bench/RESULTS.md, developers' session 37): negative sizes, NULL shape arrays, sizes past 2^48
+ * elements, a 0-d tensor without data, short built-in variant tensors, overlapping outputs, and
+ * scales whose float32 products overflow.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinfer.h"
+
+static cinfer_context_t *ctx;
+static long (*launches)(void);
+static char pool[1 << 20] __attribute__((aligned(256))); /* "device" memory: the fake's is host */
+
+static DLTensor tensor(void *data, int ndim, int64_t *shape, DLDataTypeCode code, uint8_t bits) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.dtype.code = (uint8_t)code;
+    t.dtype.bits = bits;
+    t.dtype.lanes = 1;
+    return t;
+}
+
+/* A bad call: status `want`, a message holding `part`, and no kernel launched. */
+#define EXPECT_REFUSED(want, part, call)                                                           \
+    do {                                                                                           \
+        const long before_ = launches();                                                           \
+        const cinfer_status_t st_ = (call);                                                        \
+        if (st_ != (want) || !strstr(cinfer_last_error(), (part)))                                 \
+            fail_msg("%s: %s \"%s\", expected %s with \"%s\"", #call, cinfer_status_name(st_),     \
+                     cinfer_last_error(), cinfer_status_name(want), (part));                       \
+        if (launches() != before_)                                                                 \
+            fail_msg("%s: refused, yet launched %ld kernels", #call, launches() - before_);        \
+    } while (0)
+
+static int setup(void **state) {
+    (void)state;
+    const char *fake = getenv("CINFER_CUDA_PATH");
+    void *lib = fake ? dlopen(fake, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!lib || !(*(void **)&launches = dlsym(lib, "cinfer_fake_cuda_launches"))) {
+        fprintf(stderr, "test_api_errors: CINFER_CUDA_PATH must name tests/fake_driver's library\n");
+        return -1;
+    }
+    if (cinfer_context_create(NULL, &ctx) != CINFER_STATUS_SUCCESS) {
+        fprintf(stderr, "test_api_errors: no context on the fake driver: %s\n",
+                cinfer_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    cinfer_context_destroy(ctx);
+    return 0;
+}
+
+static void merge_state_shapes(void **state) {
+    (void)state;
+    int64_t vs[3] = {4, 8, 64}, ls[2] = {4, 8};
+    DLTensor v = tensor(pool, 3, vs, kDLFloat, 16), l = tensor(pool + 65536, 2, ls, kDLFloat, 32);
+    DLTensor vo = tensor(pool + 131072, 3, vs, kDLFloat, 16);
+    DLTensor lo = tensor(pool + 196608, 2, ls, kDLFloat, 32);
+    const long before = launches();
+    assert_int_equal(cinfer_merge_state(ctx, &v, &l, &v, &l, &vo, &lo, NULL),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(launches(), before + 1); /* the count sees a launch */
+
+    int64_t negative[3] = {-4, 8, 64};
+    DLTensor bad = tensor(pool, 3, negative, kDLFloat, 16);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "v_a: shape[0] = -4",
+                   cinfer_merge_state(ctx, &bad, &l, &v, &l, &vo, &lo, NULL));
+    bad = v;
+    bad.shape = NULL;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "v_b: shape is NULL",
+                   cinfer_merge_state(ctx, &v, &l, &bad, &l, &vo, &lo, NULL));
+
+    /* merge_states: 2^34 x 2^30 states, whose element count once wrapped to 0, with NULL data. */
+    int64_t huge[4] = {INT64_C(1) << 34, INT64_C(1) << 30, 1, 1}, huge_l[3] = {huge[0], huge[1], 1};
+    int64_t out[3] = {huge[0], 1, 1}, out_l[2] = {huge[0], 1};
+    DLTensor hv = tensor(NULL, 4, huge, kDLFloat, 16), hl = tensor(NULL, 3, huge_l, kDLFloat, 32);
+    DLTensor ov = tensor(pool, 3, out, kDLFloat, 16), ol = tensor(pool, 2, out_l, kDLFloat, 32);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "more than 2^48 elements",
+                   cinfer_merge_states(ctx, &hv, &hl, &ov, &ol, NULL));
+}
+
+static void packbits_shapes(void **state) {
+    (void)state;
+    int64_t n[1] = {-5}, one[1] = {1}, most[1] = {INT64_MAX};
+    DLTensor x = tensor(pool, 1, n, kDLUInt, 8), y = tensor(pool + 4096, 1, one, kDLUInt, 8);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "x: shape[0] = -5",
+                   cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
+    x.shape = most; /* (n + 7) / 8 once overflowed into "any size" for y */
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "x: shape[0] = 9223372036854775807",
+                   cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
+
+    /* segment_packbits: indptr_new one entry into indptr. */
+    int64_t xs[1] = {16}, is[1] = {3}, ys[1] = {4};
+    int32_t *indptr = (int32_t *)(pool + 8192);
+    indptr[0] = 0, indptr[1] = 8, indptr[2] = 16;
+    DLTensor bits = tensor(pool, 1, xs, kDLUInt, 8), packed = tensor(pool + 4096, 1, ys, kDLUInt, 8);
+    DLTensor in = tensor(indptr, 1, is, kDLInt, 32), out = in;
+    out.byte_offset = sizeof(int32_t);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "indptr_new",
+                   cinfer_segment_packbits(ctx, &bits, &in, CINFER_BITORDER_LITTLE, &packed, &out,
+                                           NULL));
+}
+
+static void append_error_flag_without_data(void **state) {
+    (void)state;
+    const cinfer_append_options_t o = CINFER_APPEND_OPTIONS_INIT;
+    int64_t ak[3] = {2, 1, 64}, idx[1] = {2}, cache[4] = {4, 16, 1, 64}, pages[1] = {1},
+            ptr[2] = {2}, last[1] = {1};
+    DLTensor k = tensor(pool, 3, ak, kDLFloat, 16), b = tensor(pool + 4096, 1, idx, kDLInt, 32);
+    DLTensor pos = tensor(pool + 8192, 1, idx, kDLInt, 32);
+    DLTensor kc = tensor(pool + 65536, 4, cache, kDLFloat, 16);
+    DLTensor vc = tensor(pool + 131072, 4, cache, kDLFloat, 16);
+    DLTensor ind = tensor(pool + 12288, 1, pages, kDLInt, 32);
+    DLTensor iptr = tensor(pool + 16384, 1, ptr, kDLInt, 32);
+    DLTensor lastp = tensor(pool + 20480, 1, last, kDLInt, 32);
+    DLTensor flag = tensor(NULL, 0, NULL, kDLInt, 32); /* 0-d: one element, so data is needed */
+    flag.byte_offset = 64;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "error_flag: data is NULL",
+                   cinfer_append_paged_kv_cache(ctx, &o, &k, &k, &b, &pos, &kc, &vc, &ind, &iptr,
+                                                &lastp, &flag, NULL));
+}
+
+static cinfer_attention_options_t llama_options(void) {
+    cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
+    o.num_qo_heads = 32;
+    o.num_kv_heads = 8;
+    o.head_dim = 128;
+    o.page_size = 16;
+    o.max_batch_size = 4;
+    o.q_dtype = o.kv_dtype = (DLDataType){kDLBfloat, 16, 1};
+    return o;
+}
+
+static void batch_decode_run_shapes(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = llama_options();
+    o.sm_scale = 3.4e38f;
+    o.k_scale = 3.4e38f;
+    size_t bytes = 0;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "options->sm_scale x k_scale",
+                   cinfer_batch_decode_workspace_size(ctx, &o, &bytes));
+
+    o = llama_options();
+    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
+    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(workspace);
+    cinfer_batch_decode_t *op = NULL;
+    assert_int_equal(cinfer_batch_decode_create(ctx, &o, workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
+    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
+                     CINFER_STATUS_SUCCESS);
+    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2}, ls[2] = {2, 32};
+    char *k_data = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
+    assert_non_null(k_data);
+    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16), out = tensor(pool + 32768, 3, qs, kDLBfloat, 16);
+    DLTensor k = tensor(k_data, 4, cs, kDLBfloat, 16);
+    DLTensor v = tensor(k_data + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16);
+    int32_t *dev = (int32_t *)(pool + 65536);
+    memcpy(dev, indptr, sizeof indptr);
+    dev[4] = 0, dev[5] = 1, dev[8] = 5, dev[9] = 16;
+    DLTensor ip = tensor(dev, 1, is, kDLInt, 32), ix = tensor(dev + 4, 1, ps, kDLInt, 32);
+    DLTensor lp = tensor(dev + 8, 1, ps, kDLInt, 32);
+    DLTensor lse = tensor(pool + 98304, 2, ls, kDLFloat, 32);
+    const long before = launches();
+    assert_int_equal(cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL),
+                     CINFER_STATUS_SUCCESS);
+    assert_true(launches() > before);
+
+    qs[0] = -4; /* a negative size: INVALID_ARGUMENT showing it, not a plan mismatch */
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[0] = -4",
+                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
+    qs[0] = 2;
+    k.shape = NULL;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: shape is NULL",
+                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
+    k.shape = cs;
+    int64_t far[4] = {INT64_C(1) << 62, 16 * 8 * 128, 128, 1}; /* a page stride past 2^48 */
+    k.strides = far;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: strides[0]",
+                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
+    cinfer_batch_decode_destroy(op);
+    free(workspace);
+    free(k_data);
+}
+
+static void builtin_variant_sizes(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = llama_options();
+    o.variant = cinfer_variant_builtin("sinks");
+    int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128}, one[1] = {1};
+    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16), k = tensor(pool + 131072, 3, ks, kDLBfloat, 16);
+    DLTensor out = tensor(pool + 262144, 3, qs, kDLBfloat, 16);
+    DLTensor sinks = tensor(pool + 524288, 1, one, kDLFloat, 32); /* [1], 32 heads read */
+    const cinfer_arg_t arg = CINFER_ARG_TENSOR(&sinks);
+    const cinfer_args_t args = {1, &arg};
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
+                   "(tensor sinks) of variant sinks: shape [1], expected 1-d with at least 32",
+                   cinfer_single_prefill(ctx, &o, 1, &q, &k, &k, &out, NULL, &args, NULL));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(merge_state_shapes),
+        cmocka_unit_test(packbits_shapes),
+        cmocka_unit_test(append_error_flag_without_data),
+        cmocka_unit_test(batch_decode_run_shapes),
+        cmocka_unit_test(builtin_variant_sizes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
