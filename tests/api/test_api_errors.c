@@ -55,7 +55,8 @@ static int setup(void **state) {
     const char *fake = getenv("CINFER_CUDA_PATH");
     void *lib = fake ? dlopen(fake, RTLD_NOW | RTLD_LOCAL) : NULL;
     if (!lib || !(*(void **)&launches = dlsym(lib, "cinfer_fake_cuda_launches"))) {
-        fprintf(stderr, "test_api_errors: CINFER_CUDA_PATH must name tests/fake_driver's library\n");
+        fprintf(stderr,
+                "test_api_errors: CINFER_CUDA_PATH must name tests/fake_driver's library\n");
         return -1;
     }
     if (cinfer_context_create(NULL, &ctx) != CINFER_STATUS_SUCCESS) {
@@ -115,12 +116,13 @@ static void packbits_shapes(void **state) {
     int64_t xs[1] = {16}, is[1] = {3}, ys[1] = {4};
     int32_t *indptr = (int32_t *)(pool + 8192);
     indptr[0] = 0, indptr[1] = 8, indptr[2] = 16;
-    DLTensor bits = tensor(pool, 1, xs, kDLUInt, 8), packed = tensor(pool + 4096, 1, ys, kDLUInt, 8);
+    DLTensor bits = tensor(pool, 1, xs, kDLUInt, 8),
+             packed = tensor(pool + 4096, 1, ys, kDLUInt, 8);
     DLTensor in = tensor(indptr, 1, is, kDLInt, 32), out = in;
     out.byte_offset = sizeof(int32_t);
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "indptr_new",
-                   cinfer_segment_packbits(ctx, &bits, &in, CINFER_BITORDER_LITTLE, &packed, &out,
-                                           NULL));
+    EXPECT_REFUSED(
+        CINFER_STATUS_INVALID_ARGUMENT, "indptr_new",
+        cinfer_segment_packbits(ctx, &bits, &in, CINFER_BITORDER_LITTLE, &packed, &out, NULL));
 }
 
 static void append_error_flag_without_data(void **state) {
@@ -172,10 +174,12 @@ static void batch_decode_run_shapes(void **state) {
     const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
     assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
                      CINFER_STATUS_SUCCESS);
-    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2}, ls[2] = {2, 32};
+    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
+            ls[2] = {2, 32};
     char *k_data = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
     assert_non_null(k_data);
-    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16), out = tensor(pool + 32768, 3, qs, kDLBfloat, 16);
+    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16),
+             out = tensor(pool + 32768, 3, qs, kDLBfloat, 16);
     DLTensor k = tensor(k_data, 4, cs, kDLBfloat, 16);
     DLTensor v = tensor(k_data + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16);
     int32_t *dev = (int32_t *)(pool + 65536);
@@ -211,7 +215,8 @@ static void builtin_variant_sizes(void **state) {
     cinfer_attention_options_t o = llama_options();
     o.variant = cinfer_variant_builtin("sinks");
     int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128}, one[1] = {1};
-    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16), k = tensor(pool + 131072, 3, ks, kDLBfloat, 16);
+    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16),
+             k = tensor(pool + 131072, 3, ks, kDLBfloat, 16);
     DLTensor out = tensor(pool + 262144, 3, qs, kDLBfloat, 16);
     DLTensor sinks = tensor(pool + 524288, 1, one, kDLFloat, 32); /* [1], 32 heads read */
     const cinfer_arg_t arg = CINFER_ARG_TENSOR(&sinks);
