@@ -226,6 +226,67 @@ static void builtin_variant_sizes(void **state) {
                    cinfer_single_prefill(ctx, &o, 1, &q, &k, &k, &out, NULL, &args, NULL));
 }
 
+static void batch_prefill_run_shapes(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = llama_options();
+    size_t bytes = 0;
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64, &bytes),
+        CINFER_STATUS_SUCCESS);
+    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(workspace);
+    cinfer_batch_prefill_t *op = NULL;
+    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64,
+                                                 workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t qo_indptr[2] = {0, 16}, kv_indptr[2] = {0, 16};
+    assert_int_equal(cinfer_batch_prefill_plan(op, qo_indptr, kv_indptr, NULL, 1, NULL),
+                     CINFER_STATUS_SUCCESS);
+    int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128};
+    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16),
+             k = tensor(pool + 131072, 3, ks, kDLBfloat, 16);
+    DLTensor out = tensor(pool + 262144, 3, qs, kDLBfloat, 16);
+    const long before = launches();
+    assert_int_equal(cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL),
+                     CINFER_STATUS_SUCCESS);
+    assert_true(launches() > before);
+
+    q.shape = NULL;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape is NULL",
+                   cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL));
+    q.shape = qs;
+    ks[0] = -16;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k: shape[0] = -16",
+                   cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL));
+    ks[0] = 16;
+    int64_t far[3] = {INT64_C(1) << 50, 128, 1}; /* row stride x rows past 2^48 elements */
+    k.strides = far;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k: strides[0]",
+                   cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL));
+    cinfer_batch_prefill_destroy(op);
+    free(workspace);
+}
+
+static void mla_and_rope_limits(void **state) {
+    (void)state;
+    cinfer_mla_options_t m = CINFER_MLA_OPTIONS_INIT;
+    m.num_heads = 16;
+    m.sm_scale = 3.0e38f; /* finite, but not times log2(e) in float32 */
+    size_t bytes = 0;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "options->sm_scale = 3e+38",
+                   cinfer_batch_mla_workspace_size(ctx, &m, 1, 64, &bytes));
+
+    /* q's head count, once added to k's, wrapped to a negative head count for the kernel. */
+    const cinfer_rope_options_t r = CINFER_ROPE_OPTIONS_INIT;
+    int64_t qs[3] = {1, INT64_MAX, 8}, ks[3] = {1, 2, 8}, ps[1] = {1};
+    DLTensor q = tensor(pool, 3, qs, kDLFloat, 16), k = tensor(pool + 4096, 3, ks, kDLFloat, 16);
+    DLTensor qo = tensor(pool + 8192, 3, qs, kDLFloat, 16);
+    DLTensor ko = tensor(pool + 12288, 3, ks, kDLFloat, 16);
+    DLTensor pos = tensor(pool + 16384, 1, ps, kDLInt, 32);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[1] = 9223372036854775807",
+                   cinfer_apply_rope_pos_ids(ctx, &r, &q, &k, &qo, &ko, &pos, NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(merge_state_shapes),
@@ -233,6 +294,8 @@ int main(void) {
         cmocka_unit_test(append_error_flag_without_data),
         cmocka_unit_test(batch_decode_run_shapes),
         cmocka_unit_test(builtin_variant_sizes),
+        cmocka_unit_test(batch_prefill_run_shapes),
+        cmocka_unit_test(mla_and_rope_limits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
