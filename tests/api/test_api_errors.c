@@ -20,22 +20,14 @@
 #include <string.h>
 
 #include "cinfer.h"
+#include "support/gpu.h"
 
 static cinfer_context_t *ctx;
 static long (*launches)(void);
 static char pool[1 << 20] __attribute__((aligned(256))); /* "device" memory: the fake's is host */
 
 static DLTensor tensor(void *data, int ndim, int64_t *shape, DLDataTypeCode code, uint8_t bits) {
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.shape = shape;
-    t.dtype.code = (uint8_t)code;
-    t.dtype.bits = bits;
-    t.dtype.lanes = 1;
-    return t;
+    return cinfer_test_dl_view(data, ndim, shape, code, bits);
 }
 
 /* A bad call: status `want`, a message holding `part`, and no kernel launched. */

@@ -13,19 +13,12 @@
 #include <string.h>
 
 #include "ops/tensor.h"
+#include "support/gpu.h"
+
+static char storage[64] __attribute__((aligned(16)));
 
 static DLTensor tensor_of(int ndim, int64_t *shape, DLDataTypeCode code, uint8_t bits) {
-    static char storage[64] __attribute__((aligned(16)));
-    DLTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = storage;
-    t.device.device_type = kDLCUDA;
-    t.ndim = ndim;
-    t.shape = shape;
-    t.dtype.code = (uint8_t)code;
-    t.dtype.bits = bits;
-    t.dtype.lanes = 1;
-    return t;
+    return cinfer_test_dl_view(storage, ndim, shape, code, bits);
 }
 
 static void expect_invalid_at(int line, cinfer_status_t st, const char *message) {

@@ -361,6 +361,20 @@ DLTensor *cinfer_test_tensor_init(cinfer_test_tensor *x, const cinfer_test_buf *
     return &x->t;
 }
 
+DLTensor cinfer_test_dl_view(void *data, int ndim, int64_t *shape, DLDataTypeCode code,
+                             uint8_t bits) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.dtype.code = (uint8_t)code;
+    t.dtype.bits = bits;
+    t.dtype.lanes = 1;
+    return t;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Element access and seeded random data
  * ------------------------------------------------------------------------------------------- */

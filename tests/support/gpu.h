@@ -161,6 +161,12 @@ DLTensor *cinfer_test_tensor_init(cinfer_test_tensor *x, const cinfer_test_buf *
                                   size_t data_shift, uint64_t byte_offset, cinfer__dtype_t dtype,
                                   int ndim, const int64_t *shape, const int64_t *strides);
 
+/* A DLTensor on device 0 (kDLCUDA) over data with ndim dims of `shape` (the caller's array,
+ * which the tensor points to: a test may change it, or point elsewhere, afterwards), compact
+ * strides and one lane of (code, bits): for CPU tests of argument checks, which read no data. */
+DLTensor cinfer_test_dl_view(void *data, int ndim, int64_t *shape, DLDataTypeCode code,
+                             uint8_t bits);
+
 /* ---------------------------------------------------------------------------------------------
  * Element access and seeded random data
  * ------------------------------------------------------------------------------------------- */
