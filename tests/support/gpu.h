@@ -2,6 +2,8 @@
  * Helpers shared by every GPU test suite (tests/gpu/): context setup with the "skipped" exit code,
  * device buffers wrapped in canary zones, DLTensor views of them, seeded random inputs encoded
  * exactly as the GPU will read them, comparison with the float64 reference, and stream sync.
+ * The CPU tests of argument checks (tests/api, tests/ops) take their DLTensor views from here too
+ * (cinfer_test_dl_view).
  *
  * A GPU test's main() starts with
  *
