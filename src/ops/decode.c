@@ -245,38 +245,6 @@ static cinfer_status_t decode_setup(cinfer_context_t *ctx, const cinfer_attentio
 /* ---- tensor checks ---- */
 
 /*
- * Checks one tensor argument: NULL and ndim (INVALID_ARGUMENT), dtype (dtype_status), shape with
- * -1 = any (shape_status; `origin` says where the expected shape comes from), then contiguity of
- * the last dim, data and device (cinfer__tensor_check).
- */
-static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg, const DLTensor *t,
-                                    int ndim, const int64_t *shape, cinfer__dtype_t dtype,
-                                    cinfer_status_t dtype_status, cinfer_status_t shape_status,
-                                    const char *origin) {
-    if (!t)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
-    if (t->ndim != ndim)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
-                             t->ndim, ndim, origin);
-    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
-    const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
-    if (dt != dtype)
-        return cinfer__error(dtype_status, "%s: dtype %s (code %u, %u bits, %u lanes), expected %s",
-                             arg, dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
-                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
-            char got[128], want[128];
-            cinfer__shape_string(got, sizeof got, ndim, t->shape);
-            cinfer__shape_string(want, sizeof want, ndim, shape);
-            return cinfer__error(shape_status, "%s: shape %s, expected %s (%s)", arg, got, want,
-                                 origin);
-        }
-    }
-    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
-}
-
-/*
  * The kernels read rows with vector loads of `align` bytes: the data address and the byte stride
  * of every dim that has more than one index must keep rows on that boundary.
  */
@@ -310,8 +278,8 @@ static int64_t kv_align(const decode_setup_t *s) {
 static cinfer_status_t check_lse(const cinfer_context_t *ctx, const DLTensor *lse, int ndim,
                                  const int64_t *shape, const char *origin,
                                  cinfer_status_t shape_status) {
-    CINFER__CHECK(check_tensor(ctx, "lse", lse, ndim, shape, CINFER__DT_F32,
-                               CINFER_STATUS_INVALID_ARGUMENT, shape_status, origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "lse", lse, ndim, shape, CINFER__DT_F32,
+                                          CINFER_STATUS_INVALID_ARGUMENT, shape_status, origin));
     if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "lse: data address %p is not 4-byte aligned (float32)",
@@ -567,13 +535,13 @@ static cinfer_status_t check_paged_cache(const cinfer_batch_decode_t *op, const 
     int first; /* the dim of k_cache after the page (and K/V) dims */
     if (v_cache) {
         const int64_t shape[4] = {-1, a, b, D};
-        CINFER__CHECK(check_tensor(ctx, "k_cache", k_cache, 4, shape, s->dtype_kv,
-                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
-                                   origin));
+        CINFER__CHECK(cinfer__tensor_check_as(ctx, "k_cache", k_cache, 4, shape, s->dtype_kv,
+                                              CINFER_STATUS_PLAN_MISMATCH,
+                                              CINFER_STATUS_PLAN_MISMATCH, origin));
         const int64_t v_shape[4] = {k_cache->shape[0], a, b, D};
-        CINFER__CHECK(check_tensor(ctx, "v_cache", v_cache, 4, v_shape, s->dtype_kv,
-                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
-                                   "k_cache's shape"));
+        CINFER__CHECK(cinfer__tensor_check_as(ctx, "v_cache", v_cache, 4, v_shape, s->dtype_kv,
+                                              CINFER_STATUS_PLAN_MISMATCH,
+                                              CINFER_STATUS_PLAN_MISMATCH, "k_cache's shape"));
         CINFER__CHECK(check_aligned("k_cache", k_cache, align));
         CINFER__CHECK(check_aligned("v_cache", v_cache, align));
         CINFER__CHECK(check_same_strides(k_cache, v_cache));
@@ -582,9 +550,9 @@ static cinfer_status_t check_paged_cache(const cinfer_batch_decode_t *op, const 
         first = 1;
     } else {
         const int64_t shape[5] = {-1, 2, a, b, D};
-        CINFER__CHECK(check_tensor(ctx, "k_cache", k_cache, 5, shape, s->dtype_kv,
-                                   CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
-                                   origin_combined));
+        CINFER__CHECK(cinfer__tensor_check_as(ctx, "k_cache", k_cache, 5, shape, s->dtype_kv,
+                                              CINFER_STATUS_PLAN_MISMATCH,
+                                              CINFER_STATUS_PLAN_MISMATCH, origin_combined));
         CINFER__CHECK(check_aligned("k_cache", k_cache, align));
         p->k = cinfer__tensor_data(k_cache);
         p->v = (const char *)p->k +
@@ -613,8 +581,9 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     const char *q_origin = "[batch_size, num_qo_heads, head_dim]: batch_size from the plan, the "
                            "others from the options";
     const int64_t q_shape[3] = {B, Hq, D};
-    CINFER__CHECK(check_tensor(ctx, "q", q, 3, q_shape, s->dtype_q, CINFER_STATUS_PLAN_MISMATCH,
-                               CINFER_STATUS_PLAN_MISMATCH, q_origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "q", q, 3, q_shape, s->dtype_q,
+                                          CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
+                                          q_origin));
     CINFER__CHECK(check_aligned("q", q, 16));
 
     cinfer_decode_params p;
@@ -622,22 +591,24 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
     CINFER__CHECK(check_paged_cache(op, k_cache, v_cache, &p));
 
     const int64_t indptr_shape[1] = {B + 1}, last_shape[1] = {B}, any[1] = {-1};
-    CINFER__CHECK(check_tensor(ctx, "kv_indptr", kv_indptr, 1, indptr_shape, CINFER__DT_I32,
-                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_PLAN_MISMATCH,
-                               "[batch_size + 1] with batch_size from the plan"));
-    CINFER__CHECK(check_tensor(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
-                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_PLAN_MISMATCH,
-                               "[kv_indptr[batch_size]]"));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "kv_indptr", kv_indptr, 1, indptr_shape,
+                                          CINFER__DT_I32, CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_PLAN_MISMATCH,
+                                          "[batch_size + 1] with batch_size from the plan"));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "kv_indices", kv_indices, 1, any, CINFER__DT_I32,
+                                          CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_PLAN_MISMATCH, "[kv_indptr[batch_size]]"));
     if (kv_indices->shape[0] < op->num_pages)
         return cinfer__error(CINFER_STATUS_PLAN_MISMATCH,
                              "kv_indices: %lld entries, but the planned kv_indptr[%d] = %d pages",
                              (long long)kv_indices->shape[0], op->batch_size, op->num_pages);
-    CINFER__CHECK(check_tensor(ctx, "kv_last_page_len", kv_last_page_len, 1, last_shape,
-                               CINFER__DT_I32, CINFER_STATUS_INVALID_ARGUMENT,
-                               CINFER_STATUS_PLAN_MISMATCH,
-                               "[batch_size] with batch_size from the plan"));
-    CINFER__CHECK(check_tensor(ctx, "out", out, 3, q_shape, s->dtype_q, CINFER_STATUS_PLAN_MISMATCH,
-                               CINFER_STATUS_PLAN_MISMATCH, q_origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "kv_last_page_len", kv_last_page_len, 1, last_shape,
+                                          CINFER__DT_I32, CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_PLAN_MISMATCH,
+                                          "[batch_size] with batch_size from the plan"));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "out", out, 3, q_shape, s->dtype_q,
+                                          CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
+                                          q_origin));
     CINFER__CHECK(check_aligned("out", out, 16));
     if (lse) {
         const int64_t lse_shape[2] = {B, Hq};
@@ -761,26 +732,29 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     const bool nhd = s.layout == CINFER_KV_LAYOUT_NHD;
     const char *q_origin = "[num_qo_heads, head_dim] from the options";
     const int64_t q_shape[2] = {Hq, D};
-    CINFER__CHECK(check_tensor(ctx, "q", q, 2, q_shape, s.dtype_q, CINFER_STATUS_INVALID_ARGUMENT,
-                               CINFER_STATUS_INVALID_ARGUMENT, q_origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "q", q, 2, q_shape, s.dtype_q,
+                                          CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_INVALID_ARGUMENT, q_origin));
     CINFER__CHECK(check_aligned("q", q, 16));
     const int64_t k_shape[3] = {nhd ? -1 : Hk, nhd ? Hk : -1, D};
     const char *k_origin = nhd ? "NHD [kv_len, num_kv_heads, head_dim] from the options"
                                : "HND [num_kv_heads, kv_len, head_dim] from the options";
-    CINFER__CHECK(check_tensor(ctx, "k", k, 3, k_shape, s.dtype_kv, CINFER_STATUS_INVALID_ARGUMENT,
-                               CINFER_STATUS_INVALID_ARGUMENT, k_origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "k", k, 3, k_shape, s.dtype_kv,
+                                          CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_INVALID_ARGUMENT, k_origin));
     const int64_t kv_len = k->shape[nhd ? 0 : 1];
     CINFER__CHECK(check_kv_len(kv_len));
     CINFER__CHECK(cinfer__attention_rope_lens(options, 1, kv_len, "cinfer_single_decode"));
-    CINFER__CHECK(check_tensor(ctx, "v", v, 3, k->shape, s.dtype_kv, CINFER_STATUS_INVALID_ARGUMENT,
-                               CINFER_STATUS_INVALID_ARGUMENT, "k's shape"));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "v", v, 3, k->shape, s.dtype_kv,
+                                          CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_INVALID_ARGUMENT, "k's shape"));
     const int64_t align = kv_align(&s);
     CINFER__CHECK(check_aligned("k", k, align));
     CINFER__CHECK(check_aligned("v", v, align));
     CINFER__CHECK(check_same_strides(k, v));
-    CINFER__CHECK(check_tensor(ctx, "out", out, 2, q_shape, s.dtype_q,
-                               CINFER_STATUS_INVALID_ARGUMENT, CINFER_STATUS_INVALID_ARGUMENT,
-                               q_origin));
+    CINFER__CHECK(cinfer__tensor_check_as(ctx, "out", out, 2, q_shape, s.dtype_q,
+                                          CINFER_STATUS_INVALID_ARGUMENT,
+                                          CINFER_STATUS_INVALID_ARGUMENT, q_origin));
     CINFER__CHECK(check_aligned("out", out, 16));
     if (lse) {
         const int64_t lse_shape[1] = {Hq};

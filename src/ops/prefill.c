@@ -477,35 +477,14 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
 
 /* ---- tensors ---- */
 
-/*
- * Checks one tensor argument: NULL and ndim, dtype, shape with -1 = any (`origin` says where the
- * expected shape comes from), then contiguity of the last dim, data and device.
- */
+/* One tensor argument: NULL, ndim, dtype, shape with -1 = any (`origin` says where the expected
+ * shape comes from), then contiguity of the last dim, data and device; every error
+ * INVALID_ARGUMENT. */
 static cinfer_status_t check_tensor(const cinfer_context_t *ctx, const char *arg, const DLTensor *t,
                                     int ndim, const int64_t *shape, cinfer__dtype_t dtype,
                                     const char *origin) {
-    if (!t)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
-    if (t->ndim != ndim)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
-                             t->ndim, ndim, origin);
-    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
-    const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
-    if (dt != dtype)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "%s: dtype %s (code %u, %u bits, %u lanes), expected %s", arg,
-                             dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
-                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
-            char got[128], want[128];
-            cinfer__shape_string(got, sizeof got, ndim, t->shape);
-            cinfer__shape_string(want, sizeof want, ndim, shape);
-            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: shape %s, expected %s (%s)",
-                                 arg, got, want, origin);
-        }
-    }
-    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
+    return cinfer__tensor_check_as(ctx, arg, t, ndim, shape, dtype, CINFER_STATUS_INVALID_ARGUMENT,
+                                   CINFER_STATUS_INVALID_ARGUMENT, origin);
 }
 
 /*
@@ -1385,19 +1364,8 @@ cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op, const int3
 cinfer_status_t cinfer__prefill_check_planned(const cinfer_context_t *ctx, const char *arg,
                                               const DLTensor *t, int ndim, const int64_t *shape,
                                               cinfer__dtype_t dtype, const char *origin) {
-    /* the dims first: their errors stay INVALID_ARGUMENT, and the shape comparison below reads
-     * only a checked shape */
-    if (t && t->ndim == ndim)
-        CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
-    cinfer_status_t st = check_tensor(ctx, arg, t, ndim, shape, dtype, origin);
-    if (st != CINFER_STATUS_SUCCESS && t && t->ndim == ndim && cinfer__tensor_dtype(t) == dtype) {
-        bool shape_differs = false;
-        for (int i = 0; i < ndim; i++)
-            shape_differs = shape_differs || (shape[i] >= 0 && t->shape[i] != shape[i]);
-        if (shape_differs)
-            return CINFER_STATUS_PLAN_MISMATCH;
-    }
-    return st;
+    return cinfer__tensor_check_as(ctx, arg, t, ndim, shape, dtype, CINFER_STATUS_INVALID_ARGUMENT,
+                                   CINFER_STATUS_PLAN_MISMATCH, origin);
 }
 
 /* A tensor needs at least `rows` indices along dim. */

@@ -158,6 +158,33 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char *arg,
+                                        const DLTensor *t, int ndim, const int64_t *shape,
+                                        cinfer__dtype_t dtype, cinfer_status_t dtype_status,
+                                        cinfer_status_t shape_status, const char *origin) {
+    if (!t)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s is NULL", arg);
+    if (t->ndim != ndim)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: ndim %d, expected %d (%s)", arg,
+                             t->ndim, ndim, origin);
+    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
+    const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
+    if (dt != dtype)
+        return cinfer__error(dtype_status, "%s: dtype %s (code %u, %u bits, %u lanes), expected %s",
+                             arg, dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
+                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
+            char got[128], want[128];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
+            cinfer__shape_string(want, sizeof want, ndim, shape);
+            return cinfer__error(shape_status, "%s: shape %s, expected %s (%s)", arg, got, want,
+                                 origin);
+        }
+    }
+    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
+}
+
 long long cinfer__tensor_step(const DLTensor *t, int dim) {
     return t->shape[dim] > 1 ? (long long)cinfer__tensor_stride(t, dim) : 0;
 }

@@ -34,6 +34,17 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
                                      const DLTensor *t, int ndim, const int64_t *shape,
                                      uint32_t dtypes);
 
+/*
+ * cinfer__tensor_check for one dtype, its shape and dtype errors given their own statuses (e.g.
+ * PLAN_MISMATCH for a shape a plan fixed) and `origin`, where the expected shape comes from, in
+ * the ndim and shape messages: NULL, ndim and dims (INVALID_ARGUMENT), dtype (dtype_status),
+ * shape with -1 = any (shape_status), then the rest of cinfer__tensor_check.
+ */
+cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char *arg,
+                                        const DLTensor *t, int ndim, const int64_t *shape,
+                                        cinfer__dtype_t dtype, cinfer_status_t dtype_status,
+                                        cinfer_status_t shape_status, const char *origin);
+
 /* Stride of dim in elements (compact strides when t->strides is NULL). */
 int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
 

@@ -185,6 +185,9 @@ static void batch_decode_run_shapes(void **state) {
                      CINFER_STATUS_SUCCESS);
     assert_true(launches() > before);
 
+    qs[0] = 3; /* a batch the plan does not have: a plan mismatch */
+    EXPECT_REFUSED(CINFER_STATUS_PLAN_MISMATCH, "q: shape [3, 32, 128], expected [2, 32, 128]",
+                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
     qs[0] = -4; /* a negative size: INVALID_ARGUMENT showing it, not a plan mismatch */
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[0] = -4",
                    cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
@@ -243,6 +246,10 @@ static void batch_prefill_run_shapes(void **state) {
                      CINFER_STATUS_SUCCESS);
     assert_true(launches() > before);
 
+    ks[1] = 4; /* KV heads other than the options': a plan mismatch */
+    EXPECT_REFUSED(CINFER_STATUS_PLAN_MISMATCH, "k: shape [16, 4, 128], expected [*, 8, 128]",
+                   cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL));
+    ks[1] = 8;
     q.shape = NULL;
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape is NULL",
                    cinfer_batch_prefill_run(op, &q, &k, &k, NULL, &out, NULL, NULL, NULL));
