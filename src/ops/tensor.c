@@ -110,28 +110,10 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
     return CINFER_STATUS_SUCCESS;
 }
 
-cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
-                                     const DLTensor *t, int ndim, const int64_t *shape,
-                                     uint32_t dtypes) {
-    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
-    for (int i = 0; shape && i < ndim; i++) {
-        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
-            char got[128], want[128];
-            cinfer__shape_string(got, sizeof got, ndim, t->shape);
-            cinfer__shape_string(want, sizeof want, ndim, shape);
-            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: shape %s, expected %s", arg,
-                                 got, want);
-        }
-    }
-    cinfer__dtype_t dt = cinfer__tensor_dtype(t);
-    if (!(dtypes & CINFER__DTS(dt))) {
-        char want[96];
-        dtype_list(want, sizeof want, dtypes);
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "%s: dtype (code %u, %u bits, %u lanes) is %s, expected %s", arg,
-                             t->dtype.code, t->dtype.bits, t->dtype.lanes,
-                             dt ? cinfer__dtype_name(dt) : "unsupported", want);
-    }
+/* The checks after dims, shape and dtype: element alignment, a contiguous last dim, data where
+ * there are elements, and the context's device. */
+static cinfer_status_t check_layout(const cinfer_context_t *ctx, const char *arg, const DLTensor *t,
+                                    int ndim, cinfer__dtype_t dt) {
     const size_t esz = cinfer__dtype_size(dt);
     if (esz > 1 && (uintptr_t)cinfer__tensor_data(t) % esz != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -158,6 +140,31 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *arg,
+                                     const DLTensor *t, int ndim, const int64_t *shape,
+                                     uint32_t dtypes) {
+    CINFER__CHECK(cinfer__tensor_check_dims(arg, t, ndim));
+    for (int i = 0; shape && i < ndim; i++) {
+        if (shape[i] >= 0 && t->shape[i] != shape[i]) {
+            char got[128], want[128];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
+            cinfer__shape_string(want, sizeof want, ndim, shape);
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: shape %s, expected %s", arg,
+                                 got, want);
+        }
+    }
+    cinfer__dtype_t dt = cinfer__tensor_dtype(t);
+    if (!(dtypes & CINFER__DTS(dt))) {
+        char want[96];
+        dtype_list(want, sizeof want, dtypes);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: dtype (code %u, %u bits, %u lanes) is %s, expected %s", arg,
+                             t->dtype.code, t->dtype.bits, t->dtype.lanes,
+                             dt ? cinfer__dtype_name(dt) : "unsupported", want);
+    }
+    return check_layout(ctx, arg, t, ndim, dt);
+}
+
 cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char *arg,
                                         const DLTensor *t, int ndim, const int64_t *shape,
                                         cinfer__dtype_t dtype, cinfer_status_t dtype_status,
@@ -182,7 +189,7 @@ cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char 
                                  origin);
         }
     }
-    return cinfer__tensor_check(ctx, arg, t, ndim, shape, CINFER__DTS(dtype));
+    return check_layout(ctx, arg, t, ndim, dt);
 }
 
 long long cinfer__tensor_step(const DLTensor *t, int dim) {
