@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 # CMAKE_FLAGS="-DCINFER_AOT=ON"` (on a fresh build folder) bundles the whole default set.
 CMAKE_FLAGS ?= -DCINFER_AOT=ON -DCINFER_AOT_SET=ci -DCINFER_AOT_ARCHS=sm_90a
 
-.PHONY: all deps build test test-gpu demo install wheel format clean
+.PHONY: all deps build test test-sanitize test-gpu demo install wheel format clean
 
 all: build
 
@@ -25,6 +25,18 @@ build: deps $(BUILD)/CMakeCache.txt
 # CPU tests here; GPU tests report as skipped without a device (scripts/gpu-check runs them).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The CPU tests again in a separate build with AddressSanitizer and UBSan on every target (no AOT
+# bundle, no Python or install check: see tests/CMakeLists.txt); any report fails its test.
+SANITIZE_BUILD ?= build-sanitize
+test-sanitize: deps
+	@if [ ! -f $(SANITIZE_BUILD)/CMakeCache.txt ]; then \
+	  cmake -S . -B $(SANITIZE_BUILD) -DCINFER_WERROR=ON -DCINFER_AOT=OFF \
+	    -DCINFER_SANITIZE=address,undefined \
+	    $(if $(CINFER_DEPS_DIR),-DCINFER_DEPS_DIR=$(CINFER_DEPS_DIR)); fi
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  ctest --output-on-failure -L cpu -j $(JOBS)
 
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu

@@ -132,7 +132,8 @@ static int cache_ls(void) {
         cinfer__error(CINFER_STATUS_OUT_OF_MEMORY, "listing %s: out of memory", l.dir);
         return cli_fail();
     }
-    qsort(l.items, l.count, sizeof *l.items, compare_listed);
+    if (l.count > 0) /* qsort takes no NULL array, even of no elements */
+        qsort(l.items, l.count, sizeof *l.items, compare_listed);
 
     int name_width = 6, arch_width = 4;
     for (size_t i = 0; i < l.count; i++) {
