@@ -84,7 +84,8 @@ static void print_usage(FILE *out) {
         out,
         "\n"
         "environment: CINFER_CACHE_DIR, CINFER_AOT_PATH, CINFER_LOG (0, 1, 2), CINFER_JIT (off), "
-        "CINFER_NVRTC_PATH, CINFER_CUDA_PATH\n");
+        "CINFER_NVRTC_PATH, CINFER_CUDA_PATH (CUDA_HOME, CUDA_PATH: toolkits searched for "
+        "NVRTC)\n");
 }
 
 int cli_fail(void) {
