@@ -205,8 +205,9 @@ static int find_name(const char *const *names, const char *text, size_t len) {
     return -1;
 }
 
+/* A dtype's name; "none" is the unset dtype (what cinfer__spec_format writes for it). */
 static int find_dtype(const char *text, size_t len) {
-    for (int i = 1; i < CINFER__DT_COUNT; i++)
+    for (int i = 0; i < CINFER__DT_COUNT; i++)
         if (strlen(dtype_info[i].name) == len && strncmp(dtype_info[i].name, text, len) == 0)
             return i;
     /* The names DLPack and PyTorch users write. */

@@ -65,6 +65,13 @@ static void text_form_round_trips(void **state) {
     cinfer__spec_t d = parse("decode:dtype_q=float16,dtype_kv=float8_e4m3fn,dtype_o=float16");
     assert_int_equal(d.dtype_kv, CINFER__DT_E4M3);
     assert_int_equal(d.dtype_q, CINFER__DT_F16);
+    /* A dtype left out is written "none", which parses back to it (found by the mutation test). */
+    cinfer__spec_t e = parse("decode_tc:dtype_q=f16,head_dim=128");
+    char text[512];
+    cinfer__spec_format(&e, text, sizeof text);
+    assert_non_null(strstr(text, "dtype_o=none"));
+    cinfer__spec_t f = parse(text);
+    assert_memory_equal(&e, &f, sizeof e);
 }
 
 static void bad_text_names_the_problem(void **state) {
@@ -104,6 +111,142 @@ static void bad_text_names_the_problem(void **state) {
     cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
     cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
+}
+
+/* xorshift64*: the mutation tests' fixed stream of numbers (the same texts on every run). */
+static uint64_t next_random(uint64_t *x) {
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/*
+ * Spec texts mutated from valid ones (pieces inserted: separators, names, numbers past every
+ * integer type, printf directives, bytes outside ASCII; ranges deleted or repeated) either fail to
+ * parse with INVALID_ARGUMENT and a message, or parse to a spec whose text form parses back to
+ * the same spec; validating and rendering a spec that parses returns a status, and a message with
+ * any status but SUCCESS. `make test-sanitize` runs this under ASan and UBSan, where any read past
+ * a buffer or overflowing conversion on the way ends the test.
+ */
+static void mutated_texts_parse_or_fail_cleanly(void **state) {
+    (void)state;
+    static const char *valid[] = {
+        "merge_states:dtype=bf16,head_dim=128,vec=8",
+        "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4",
+        "decode_tc:dtype_q=f16,dtype_kv=e4m3,dtype_o=f16,head_dim=128,paged=1,tile_q=4,warps=3,"
+        "stages=2,variant=sinks",
+        "prefill:backend=sm90,dtype=bf16,head_dim=128,mask=causal,tile_q=128,tile_kv=128,warps=8,"
+        "stages=3,flags=softcap+window+lse",
+        "prefill:backend=sm80,dtype_q=f16,dtype_kv=e5m2,dtype_o=f16,head_dim_qk=192,head_dim_vo="
+        "128,"
+        "batch=1,paged=1,variant=custom_mask,gqa_pack=4,pos=rope",
+        "mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,mask=causal,tile_q=64,tile_kv=64,warps=8,"
+        "stages=2,gqa_pack=64",
+        "append_paged_kv_cache:dtype_kv=e4m3,dtype_o=bf16,head_dim_vo=128,vec=8",
+        "rope_cos_sin_cache:dtype=f16,head_dim=64,vec=8",
+        "packbits:vec=4",
+        "segment_packbits",
+    };
+    static const char *pieces[] = {
+        ":",
+        ",",
+        "=",
+        "+",
+        "-",
+        "0",
+        "-1",
+        "2147483648",
+        "-9223372036854775809",
+        "99999999999999999999999",
+        "1e9",
+        "0x10",
+        " ",
+        "\t",
+        "%s%n%x",
+        "\xc3\xa9",
+        "\x7f",
+        "dtype",
+        "head_dim",
+        "variant=",
+        "flags=none+",
+        "mask=custom",
+        "backend=sm90",
+        "::",
+        "=,",
+        "tile_q=64,tile_q=64",
+    };
+    const size_t num_valid = sizeof valid / sizeof valid[0];
+    const size_t num_pieces = sizeof pieces / sizeof pieces[0];
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int parsed = 0, refused = 0;
+    for (int iter = 0; iter < 10000; iter++) {
+        char text[1024];
+        cinfer__fmt(text, sizeof text, "%s", valid[next_random(&x) % num_valid]);
+        const int edits = 1 + (int)(next_random(&x) % 4);
+        for (int e = 0; e < edits; e++) {
+            const size_t len = strlen(text), at = next_random(&x) % (len + 1);
+            const uint64_t kind = next_random(&x) % 5;
+            char next[1024];
+            const char *comma = strchr(text + at, ',');
+            const char *digit = strpbrk(text + at, "0123456789");
+            if (kind == 3 && comma) { /* drop the item after a comma */
+                const char *end = strchr(comma + 1, ',');
+                cinfer__fmt(next, sizeof next, "%.*s%s", (int)(comma - text), text, end ? end : "");
+            } else if (kind == 4 && digit) { /* another number in place of one */
+                static const char *numbers[] = {"0",  "1",   "3",     "7",          "16",
+                                                "64", "256", "65536", "2147483647", "4294967296"};
+                const size_t n = strspn(digit, "0123456789");
+                cinfer__fmt(next, sizeof next, "%.*s%s%s", (int)(digit - text), text,
+                            numbers[next_random(&x) % (sizeof numbers / sizeof numbers[0])],
+                            digit + n);
+            } else if (kind == 0) { /* insert a piece */
+                cinfer__fmt(next, sizeof next, "%.*s%s%s", (int)at, text,
+                            pieces[next_random(&x) % num_pieces], text + at);
+            } else if (kind == 1) { /* delete up to 8 bytes */
+                const size_t n = 1 + next_random(&x) % 8;
+                cinfer__fmt(next, sizeof next, "%.*s%s", (int)at, text,
+                            text + (at + n < len ? at + n : len));
+            } else if (kind == 2) { /* repeat up to 12 bytes from elsewhere */
+                const size_t from = next_random(&x) % (len + 1);
+                const int n = 1 + (int)(next_random(&x) % 12);
+                cinfer__fmt(next, sizeof next, "%.*s%.*s%s", (int)at, text, n, text + from,
+                            text + at);
+            } else {
+                continue; /* no comma or digit after `at` */
+            }
+            memcpy(text, next, sizeof text);
+        }
+        cinfer__spec_t spec;
+        const cinfer_status_t st = cinfer__spec_parse(text, &spec);
+        if (st != CINFER_STATUS_SUCCESS) {
+            if (st != CINFER_STATUS_INVALID_ARGUMENT || !cinfer_last_error()[0])
+                fail_msg("\"%s\": status %d, message \"%s\"", text, (int)st, cinfer_last_error());
+            refused++;
+            continue;
+        }
+        parsed++;
+        char back[1024];
+        cinfer__spec_format(&spec, back, sizeof back);
+        cinfer__spec_t again;
+        if (cinfer__spec_parse(back, &again) != CINFER_STATUS_SUCCESS)
+            fail_msg("\"%s\" parsed, its text form \"%s\" did not: %s", text, back,
+                     cinfer_last_error());
+        if (memcmp(&spec, &again, sizeof spec) != 0)
+            fail_msg("\"%s\" and its text form \"%s\" parse to different specs", text, back);
+        if (cinfer__spec_validate(&spec) != CINFER_STATUS_SUCCESS && !cinfer_last_error()[0])
+            fail_msg("\"%s\": validation failed without a message", text);
+        cinfer__rendered_t r;
+        const char *arch = (iter & 1) ? "sm_90a" : "sm_80";
+        if (cinfer__spec_render(&spec, arch, 13000, &r) != CINFER_STATUS_SUCCESS &&
+            !cinfer_last_error()[0])
+            fail_msg("\"%s\": rendering failed without a message", text);
+        cinfer__rendered_free(&r);
+    }
+    printf("mutated spec texts: %d parsed, %d refused\n", parsed, refused);
+    /* Both outcomes occur often enough for the test to mean something. */
+    assert_true(parsed > 1000);
+    assert_true(refused > 1000);
 }
 
 static void validation_rejects_unsupported_specs(void **state) {
@@ -642,6 +785,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(text_form_round_trips),
         cmocka_unit_test(bad_text_names_the_problem),
+        cmocka_unit_test(mutated_texts_parse_or_fail_cleanly),
         cmocka_unit_test(validation_rejects_unsupported_specs),
         cmocka_unit_test(rendering_is_consistent),
         cmocka_unit_test(key_changes_with_every_field),

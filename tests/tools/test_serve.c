@@ -110,6 +110,136 @@ static void trace_errors_name_the_line_column_and_value(void **state) {
                  "/nonexistent/cinfer/trace.csv", "cannot open");
 }
 
+/* xorshift64*: the mutation test's fixed stream of numbers (the same traces on every run). */
+static uint64_t next_random(uint64_t *x) {
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/*
+ * Traces mutated from a valid one (pieces inserted: separators, quotes, NUL and CR bytes, numbers
+ * past every integer type, dates out of range; ranges deleted or repeated), each in a heap buffer
+ * of exactly its length (no terminating NUL), either parse to requests within the documented
+ * bounds or fail with INVALID_ARGUMENT and a message. `make test-sanitize` runs this under ASan
+ * and UBSan, where a read past the buffer ends the test.
+ */
+static void trace_mutations_parse_or_fail_cleanly(void **state) {
+    (void)state;
+    static const char valid[] = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                "2023-11-16 18:15:46.6805900,374,44\n"
+                                "2023-11-16 18:15:50.9951690,396,109\n"
+                                "2023-11-16 18:15:51.0000000,879,0\n"
+                                "2023-11-16 18:16:03.1200000,91,2012\n";
+    static const char *pieces[] = {",",
+                                   "\n",
+                                   "\r\n",
+                                   "\"",
+                                   "-",
+                                   "0",
+                                   "-1",
+                                   ".",
+                                   "1e308",
+                                   "nan",
+                                   "inf",
+                                   "2147483648",
+                                   "99999999999999999999999",
+                                   " ",
+                                   "2023-13-45 25:61:61.9",
+                                   "1969-12-31 23:59:59",
+                                   "%s%n",
+                                   "TIMESTAMP",
+                                   "\xff",
+                                   "0x1f",
+                                   "\0"};
+    /* The last piece is one NUL byte. */
+    const size_t num_pieces = sizeof pieces / sizeof pieces[0];
+    uint64_t x = 0xD1B54A32D192ED03ull;
+    int parsed = 0, refused = 0;
+    char text[1024];
+    for (int iter = 0; iter < 4000; iter++) {
+        size_t len = sizeof valid - 1;
+        memcpy(text, valid, len);
+        const int edits = 1 + (int)(next_random(&x) % 3);
+        for (int e = 0; e < edits; e++) {
+            const size_t at = next_random(&x) % (len + 1);
+            const uint64_t kind = next_random(&x) % 4;
+            char next[1024];
+            size_t n = 0;
+            const char *digit = memchr(text + at, '0' + (int)(next_random(&x) % 10), len - at);
+            if (kind == 3 && digit) { /* another number in place of a run of digits */
+                static const char *numbers[] = {"0",    "1",     "9",          "60",
+                                                "2023", "65536", "2147483647", "2147483648"};
+                const char *num = numbers[next_random(&x) % (sizeof numbers / sizeof numbers[0])];
+                const size_t d0 = (size_t)(digit - text);
+                size_t d1 = d0;
+                while (d1 < len && text[d1] >= '0' && text[d1] <= '9')
+                    d1++;
+                if (len - (d1 - d0) + strlen(num) > sizeof next)
+                    continue;
+                memcpy(next, text, d0);
+                memcpy(next + d0, num, strlen(num));
+                memcpy(next + d0 + strlen(num), text + d1, len - d1);
+                n = len - (d1 - d0) + strlen(num);
+            } else if (kind == 0 || kind == 3) { /* insert a piece */
+                const size_t p = next_random(&x) % num_pieces;
+                const size_t plen = p == num_pieces - 1 ? 1 : strlen(pieces[p]);
+                if (len + plen > sizeof next)
+                    continue;
+                memcpy(next, text, at);
+                memcpy(next + at, pieces[p], plen);
+                memcpy(next + at + plen, text + at, len - at);
+                n = len + plen;
+            } else if (kind == 1) { /* delete up to 8 bytes */
+                const size_t r = 1 + next_random(&x) % 8;
+                const size_t d = r < len - at ? r : len - at;
+                memcpy(next, text, at);
+                memcpy(next + at, text + at + d, len - at - d);
+                n = len - d;
+            } else { /* repeat up to 40 bytes from elsewhere */
+                const size_t from = next_random(&x) % (len + 1);
+                size_t r = 1 + next_random(&x) % 40;
+                r = from + r > len ? len - from : r;
+                if (len + r > sizeof next)
+                    continue;
+                memcpy(next, text, at);
+                memcpy(next + at, text + from, r);
+                memcpy(next + at + r, text + at, len - at);
+                n = len + r;
+            }
+            memcpy(text, next, n);
+            len = n;
+        }
+        char *exact = malloc(len ? len : 1);
+        assert_non_null(exact);
+        memcpy(exact, text, len);
+        serve_trace_t t = {0};
+        const cinfer_status_t st = serve_trace_parse(exact, len, "mutated", 0, &t);
+        free(exact);
+        if (st != CINFER_STATUS_SUCCESS) {
+            if (st != CINFER_STATUS_INVALID_ARGUMENT || !cinfer_last_error()[0])
+                fail_msg("mutation %d: status %s, message \"%s\"", iter, cinfer_status_name(st),
+                         cinfer_last_error());
+            refused++;
+            continue;
+        }
+        parsed++;
+        assert_true(t.count >= 1);
+        for (int64_t i = 0; i < t.count; i++) {
+            const serve_request_t *r = &t.requests[i];
+            if (!(r->context_tokens >= 1 && r->generated_tokens >= 0 &&
+                  r->arrival_s == r->arrival_s))
+                fail_msg("mutation %d, request %lld: context %d, generated %d, arrival %g", iter,
+                         (long long)i, r->context_tokens, r->generated_tokens, r->arrival_s);
+        }
+        serve_trace_free(&t);
+    }
+    printf("mutated traces: %d parsed, %d refused\n", parsed, refused);
+    assert_true(parsed > 200);
+    assert_true(refused > 200);
+}
+
 static void trace_loads_the_bundled_azure_trace(void **state) {
     (void)state;
     const char *src = getenv("CINFER_TEST_SOURCE_DIR");
@@ -421,6 +551,7 @@ int main(void) {
         cmocka_unit_test(trace_parses_the_azure_format),
         cmocka_unit_test(trace_columns_by_name_and_numeric_times),
         cmocka_unit_test(trace_errors_name_the_line_column_and_value),
+        cmocka_unit_test(trace_mutations_parse_or_fail_cleanly),
         cmocka_unit_test(trace_loads_the_bundled_azure_trace),
         cmocka_unit_test(models_match_their_configs),
         cmocka_unit_test(sched_rejects_bad_configs),
