@@ -13,6 +13,7 @@
 #include "jit/aot.h"
 #include "jit/jit.h"
 #include "jit/sources.h"
+#include "support/gpu.h"
 
 static cinfer__spec_t parse(const char *text) {
     cinfer__spec_t s;
@@ -113,14 +114,6 @@ static void bad_text_names_the_problem(void **state) {
     assert_memory_equal(&a, &b, sizeof a);
 }
 
-/* xorshift64*: the mutation tests' fixed stream of numbers (the same texts on every run). */
-static uint64_t next_random(uint64_t *x) {
-    *x ^= *x >> 12;
-    *x ^= *x << 25;
-    *x ^= *x >> 27;
-    return *x * 0x2545F4914F6CDD1Dull;
-}
-
 /*
  * Spec texts mutated from valid ones (pieces inserted: separators, names, numbers past every
  * integer type, printf directives, bytes outside ASCII; ranges deleted or repeated) either fail to
@@ -178,15 +171,16 @@ static void mutated_texts_parse_or_fail_cleanly(void **state) {
     };
     const size_t num_valid = sizeof valid / sizeof valid[0];
     const size_t num_pieces = sizeof pieces / sizeof pieces[0];
-    uint64_t x = 0x9E3779B97F4A7C15ull;
+    cinfer_test_rng rng; /* a fixed seed: the same texts on every run */
+    cinfer_test_rng_init(&rng, 0x9E3779B97F4A7C15ull);
     int parsed = 0, refused = 0;
     for (int iter = 0; iter < 10000; iter++) {
         char text[1024];
-        cinfer__fmt(text, sizeof text, "%s", valid[next_random(&x) % num_valid]);
-        const int edits = 1 + (int)(next_random(&x) % 4);
+        cinfer__fmt(text, sizeof text, "%s", valid[cinfer_test_rng_below(&rng, num_valid)]);
+        const int edits = 1 + (int)cinfer_test_rng_below(&rng, 4);
         for (int e = 0; e < edits; e++) {
-            const size_t len = strlen(text), at = next_random(&x) % (len + 1);
-            const uint64_t kind = next_random(&x) % 5;
+            const size_t len = strlen(text), at = cinfer_test_rng_below(&rng, len + 1);
+            const uint64_t kind = cinfer_test_rng_below(&rng, 5);
             char next[1024];
             const char *comma = strchr(text + at, ',');
             const char *digit = strpbrk(text + at, "0123456789");
@@ -197,19 +191,20 @@ static void mutated_texts_parse_or_fail_cleanly(void **state) {
                 static const char *numbers[] = {"0",  "1",   "3",     "7",          "16",
                                                 "64", "256", "65536", "2147483647", "4294967296"};
                 const size_t n = strspn(digit, "0123456789");
-                cinfer__fmt(next, sizeof next, "%.*s%s%s", (int)(digit - text), text,
-                            numbers[next_random(&x) % (sizeof numbers / sizeof numbers[0])],
-                            digit + n);
+                cinfer__fmt(
+                    next, sizeof next, "%.*s%s%s", (int)(digit - text), text,
+                    numbers[cinfer_test_rng_below(&rng, sizeof numbers / sizeof numbers[0])],
+                    digit + n);
             } else if (kind == 0) { /* insert a piece */
                 cinfer__fmt(next, sizeof next, "%.*s%s%s", (int)at, text,
-                            pieces[next_random(&x) % num_pieces], text + at);
+                            pieces[cinfer_test_rng_below(&rng, num_pieces)], text + at);
             } else if (kind == 1) { /* delete up to 8 bytes */
-                const size_t n = 1 + next_random(&x) % 8;
+                const size_t n = 1 + cinfer_test_rng_below(&rng, 8);
                 cinfer__fmt(next, sizeof next, "%.*s%s", (int)at, text,
                             text + (at + n < len ? at + n : len));
             } else if (kind == 2) { /* repeat up to 12 bytes from elsewhere */
-                const size_t from = next_random(&x) % (len + 1);
-                const int n = 1 + (int)(next_random(&x) % 12);
+                const size_t from = cinfer_test_rng_below(&rng, len + 1);
+                const int n = 1 + (int)cinfer_test_rng_below(&rng, 12);
                 cinfer__fmt(next, sizeof next, "%.*s%.*s%s", (int)at, text, n, text + from,
                             text + at);
             } else {

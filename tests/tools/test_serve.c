@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "serve.h"
+#include "support/gpu.h"
 
 #define TEXT(s) (s), strlen(s)
 
@@ -110,14 +111,6 @@ static void trace_errors_name_the_line_column_and_value(void **state) {
                  "/nonexistent/cinfer/trace.csv", "cannot open");
 }
 
-/* xorshift64*: the mutation test's fixed stream of numbers (the same traces on every run). */
-static uint64_t next_random(uint64_t *x) {
-    *x ^= *x >> 12;
-    *x ^= *x << 25;
-    *x ^= *x >> 27;
-    return *x * 0x2545F4914F6CDD1Dull;
-}
-
 /*
  * Traces mutated from a valid one (pieces inserted: separators, quotes, NUL and CR bytes, numbers
  * past every integer type, dates out of range; ranges deleted or repeated), each in a heap buffer
@@ -155,23 +148,26 @@ static void trace_mutations_parse_or_fail_cleanly(void **state) {
                                    "\0"};
     /* The last piece is one NUL byte. */
     const size_t num_pieces = sizeof pieces / sizeof pieces[0];
-    uint64_t x = 0xD1B54A32D192ED03ull;
+    cinfer_test_rng rng; /* a fixed seed: the same traces on every run */
+    cinfer_test_rng_init(&rng, 0xD1B54A32D192ED03ull);
     int parsed = 0, refused = 0;
     char text[1024];
     for (int iter = 0; iter < 4000; iter++) {
         size_t len = sizeof valid - 1;
         memcpy(text, valid, len);
-        const int edits = 1 + (int)(next_random(&x) % 3);
+        const int edits = 1 + (int)cinfer_test_rng_below(&rng, 3);
         for (int e = 0; e < edits; e++) {
-            const size_t at = next_random(&x) % (len + 1);
-            const uint64_t kind = next_random(&x) % 4;
+            const size_t at = cinfer_test_rng_below(&rng, len + 1);
+            const uint64_t kind = cinfer_test_rng_below(&rng, 4);
             char next[1024];
             size_t n = 0;
-            const char *digit = memchr(text + at, '0' + (int)(next_random(&x) % 10), len - at);
+            const char *digit =
+                memchr(text + at, '0' + (int)cinfer_test_rng_below(&rng, 10), len - at);
             if (kind == 3 && digit) { /* another number in place of a run of digits */
                 static const char *numbers[] = {"0",    "1",     "9",          "60",
                                                 "2023", "65536", "2147483647", "2147483648"};
-                const char *num = numbers[next_random(&x) % (sizeof numbers / sizeof numbers[0])];
+                const char *num =
+                    numbers[cinfer_test_rng_below(&rng, sizeof numbers / sizeof numbers[0])];
                 const size_t d0 = (size_t)(digit - text);
                 size_t d1 = d0;
                 while (d1 < len && text[d1] >= '0' && text[d1] <= '9')
@@ -183,7 +179,7 @@ static void trace_mutations_parse_or_fail_cleanly(void **state) {
                 memcpy(next + d0 + strlen(num), text + d1, len - d1);
                 n = len - (d1 - d0) + strlen(num);
             } else if (kind == 0 || kind == 3) { /* insert a piece */
-                const size_t p = next_random(&x) % num_pieces;
+                const size_t p = cinfer_test_rng_below(&rng, num_pieces);
                 const size_t plen = p == num_pieces - 1 ? 1 : strlen(pieces[p]);
                 if (len + plen > sizeof next)
                     continue;
@@ -192,14 +188,14 @@ static void trace_mutations_parse_or_fail_cleanly(void **state) {
                 memcpy(next + at + plen, text + at, len - at);
                 n = len + plen;
             } else if (kind == 1) { /* delete up to 8 bytes */
-                const size_t r = 1 + next_random(&x) % 8;
+                const size_t r = 1 + cinfer_test_rng_below(&rng, 8);
                 const size_t d = r < len - at ? r : len - at;
                 memcpy(next, text, at);
                 memcpy(next + at, text + at + d, len - at - d);
                 n = len - d;
             } else { /* repeat up to 40 bytes from elsewhere */
-                const size_t from = next_random(&x) % (len + 1);
-                size_t r = 1 + next_random(&x) % 40;
+                const size_t from = cinfer_test_rng_below(&rng, len + 1);
+                size_t r = 1 + cinfer_test_rng_below(&rng, 40);
                 r = from + r > len ? len - from : r;
                 if (len + r > sizeof next)
                     continue;
