@@ -125,6 +125,7 @@ static void trace_mutations_parse_or_fail_cleanly(void **state) {
                                 "2023-11-16 18:15:50.9951690,396,109\n"
                                 "2023-11-16 18:15:51.0000000,879,0\n"
                                 "2023-11-16 18:16:03.1200000,91,2012\n";
+    /* Pieces to insert; the last is one NUL byte. */
     static const char *pieces[] = {",",
                                    "\n",
                                    "\r\n",
@@ -146,7 +147,6 @@ static void trace_mutations_parse_or_fail_cleanly(void **state) {
                                    "\xff",
                                    "0x1f",
                                    "\0"};
-    /* The last piece is one NUL byte. */
     const size_t num_pieces = sizeof pieces / sizeof pieces[0];
     cinfer_test_rng rng; /* a fixed seed: the same traces on every run */
     cinfer_test_rng_init(&rng, 0xD1B54A32D192ED03ull);
