@@ -107,6 +107,12 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
             span += step * reach;
         }
     }
+    if (t->byte_offset > CINFER__TENSOR_MAX_BYTE_OFFSET ||
+        (uintptr_t)t->data > UINTPTR_MAX - (uintptr_t)t->byte_offset)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: byte_offset %llu with data %p, expected an offset of at most "
+                             "2^56 bytes that keeps the address below 2^64",
+                             arg, (unsigned long long)t->byte_offset, t->data);
     return CINFER_STATUS_SUCCESS;
 }
 

@@ -16,11 +16,15 @@ cinfer__dtype_t cinfer__tensor_dtype(const DLTensor *t);
  * elements): 2^48, beyond any device's memory, so that sizes and offsets computed from shapes and
  * strides (times an element size, a tile's rows, ...) cannot overflow int64. */
 #define CINFER__TENSOR_MAX_ELEMENTS (INT64_C(1) << 48)
+/* The largest byte_offset a tensor argument may carry: 2^56 bytes, past any device's address
+ * space (a larger one, or one that carries data past 2^64, is refused). */
+#define CINFER__TENSOR_MAX_BYTE_OFFSET (UINT64_C(1) << 56)
 
 /*
  * The first check of a tensor argument named `arg`, before anything reads its shape: not NULL,
  * `ndim` dimensions, a shape array (where ndim > 0), no negative size, at most
- * CINFER__TENSOR_MAX_ELEMENTS elements and strides that reach no farther. INVALID_ARGUMENT with a
+ * CINFER__TENSOR_MAX_ELEMENTS elements and strides that reach no farther, a byte_offset of at most
+ * CINFER__TENSOR_MAX_BYTE_OFFSET that does not carry data past 2^64. INVALID_ARGUMENT with a
  * message like "q: shape[0] = -4, expected a size >= 0".
  */
 cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, int ndim);
@@ -56,9 +60,10 @@ long long cinfer__tensor_step(const DLTensor *t, int dim);
  * else -1 (they divide). */
 int cinfer__page_shift(int page_size);
 
-/* data + byte_offset. */
+/* data + byte_offset, added as addresses (a device pointer is not an object of this process, and
+ * NULL + offset is not defined on pointers). */
 static inline void *cinfer__tensor_data(const DLTensor *t) {
-    return (char *)t->data + t->byte_offset;
+    return (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
 }
 
 /* Writes "[a, b, c]" of a shape, a negative size (an expected shape's "any") as "*". */

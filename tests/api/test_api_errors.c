@@ -286,6 +286,182 @@ static void mla_and_rope_limits(void **state) {
                    cinfer_apply_rope_pos_ids(ctx, &r, &q, &k, &qo, &ko, &pos, NULL));
 }
 
+/* ---- mutated tensors ---- */
+
+/* One argument's descriptor and room for its shape and strides (8 dims, whatever ndim says). */
+typedef struct mutable_tensor {
+    DLTensor t;
+    int64_t shape[8], strides[8];
+} mutable_tensor_t;
+
+static void mutable_init(mutable_tensor_t *m, const DLTensor *good) {
+    memset(m, 0, sizeof *m);
+    m->t = *good;
+    memcpy(m->shape, good->shape, sizeof(int64_t) * (size_t)good->ndim);
+    m->t.shape = m->shape;
+    m->t.strides = NULL;
+}
+
+/* One random change to a descriptor: a size, the rank, strides, the dtype, the device, the data
+ * pointer or the byte offset, drawn from values at and past every limit. */
+static void mutate(mutable_tensor_t *m, cinfer_test_rng *rng) {
+    static const int64_t sizes[] = {-1,
+                                    0,
+                                    1,
+                                    2,
+                                    3,
+                                    31,
+                                    4096,
+                                    INT64_C(1) << 31,
+                                    INT64_C(1) << 40,
+                                    INT64_C(1) << 48,
+                                    INT64_MAX,
+                                    INT64_MIN};
+    const int64_t pick = sizes[cinfer_test_rng_below(rng, sizeof sizes / sizeof sizes[0])];
+    DLTensor *t = &m->t;
+    const int dim = t->ndim > 0 ? (int)cinfer_test_rng_below(rng, (uint64_t)t->ndim) : 0;
+    switch (cinfer_test_rng_below(rng, 9)) {
+    case 0:
+        if (t->ndim > 0)
+            m->shape[dim] = pick;
+        break;
+    case 1:
+        if (t->ndim > 0)
+            m->shape[dim] += cinfer_test_rng_below(rng, 2) ? 1 : -1;
+        break;
+    case 2: /* another rank over the same arrays (at most 8 dims, so reads stay inside them) */
+        t->ndim = (int)cinfer_test_rng_below(rng, 10) - 1;
+        break;
+    case 3: /* strides: contiguous ones, then one changed */
+        for (int i = 7, step = 1; i >= 0; i--) {
+            m->strides[i] = step;
+            step *= (i < t->ndim && m->shape[i] > 0 && m->shape[i] < 4096) ? (int)m->shape[i] : 1;
+        }
+        if (t->ndim > 0)
+            m->strides[dim] = cinfer_test_rng_below(rng, 2) ? pick : m->strides[dim] * 2;
+        t->strides = m->strides;
+        break;
+    case 4: {
+        static const DLDataType dtypes[] = {{kDLFloat, 16, 1},  {kDLBfloat, 16, 1},
+                                            {kDLFloat, 32, 1},  {kDLFloat, 8, 1},
+                                            {kDLInt, 32, 1},    {kDLFloat, 16, 2},
+                                            {kDLUInt, 8, 1},    {10, 8, 1} /* float8_e4m3fn */,
+                                            {kDLComplex, 64, 1}};
+        t->dtype = dtypes[cinfer_test_rng_below(rng, sizeof dtypes / sizeof dtypes[0])];
+        break;
+    }
+    case 5:
+        t->device.device_type = cinfer_test_rng_below(rng, 2) ? kDLCPU : kDLCUDAHost;
+        t->device.device_id = (int32_t)cinfer_test_rng_below(rng, 3) - 1;
+        break;
+    case 6:
+        t->data = cinfer_test_rng_below(rng, 2) ? NULL : (char *)t->data + 1;
+        break;
+    case 7:
+        t->byte_offset = (uint64_t)pick;
+        break;
+    default:
+        t->shape = cinfer_test_rng_below(rng, 4) == 0 ? NULL : t->shape;
+        break;
+    }
+}
+
+/* The outcome of a call on mutated arguments: a status with a message and no launch, or success
+ * with launches; never anything else (a crash or a read past the descriptors' arrays ends the
+ * test under `make test-sanitize`). Counts the refusals. */
+static void expect_status_or_launch(cinfer_status_t st, long launched, int iter, int *refused) {
+    if (st == CINFER_STATUS_SUCCESS) {
+        if (launched <= 0)
+            fail_msg("mutation %d: SUCCESS without a launch", iter);
+        return;
+    }
+    if (st != CINFER_STATUS_INVALID_ARGUMENT && st != CINFER_STATUS_PLAN_MISMATCH &&
+        st != CINFER_STATUS_UNSUPPORTED)
+        fail_msg("mutation %d: %s \"%s\"", iter, cinfer_status_name(st), cinfer_last_error());
+    if (!cinfer_last_error()[0])
+        fail_msg("mutation %d: %s without a message", iter, cinfer_status_name(st));
+    if (launched != 0)
+        fail_msg("mutation %d: refused (%s), yet launched %ld kernels", iter,
+                 cinfer_status_name(st), launched);
+    (*refused)++;
+}
+
+/* merge_state and batch decode's run with one to three arguments' descriptors mutated at a time,
+ * 1500 calls each. */
+static void mutated_tensors_are_refused_or_run(void **state) {
+    (void)state;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, 0x5EED0F7E57ull); /* the same calls on every run */
+
+    int64_t vs[3] = {4, 8, 64}, ls[2] = {4, 8};
+    const DLTensor merge_args[6] = {
+        tensor(pool, 3, vs, kDLFloat, 16),          tensor(pool + 65536, 2, ls, kDLFloat, 32),
+        tensor(pool + 4096, 3, vs, kDLFloat, 16),   tensor(pool + 69632, 2, ls, kDLFloat, 32),
+        tensor(pool + 131072, 3, vs, kDLFloat, 16), tensor(pool + 196608, 2, ls, kDLFloat, 32)};
+    int refused = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        mutable_tensor_t a[6];
+        for (int i = 0; i < 6; i++)
+            mutable_init(&a[i], &merge_args[i]);
+        const int changes = 1 + (int)cinfer_test_rng_below(&rng, 3);
+        for (int c = 0; c < changes; c++)
+            mutate(&a[cinfer_test_rng_below(&rng, 6)], &rng);
+        const long before = launches();
+        const cinfer_status_t st =
+            cinfer_merge_state(ctx, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t, NULL);
+        expect_status_or_launch(st, launches() - before, iter, &refused);
+    }
+    printf("merge_state: %d of 1500 mutated calls refused\n", refused);
+    assert_true(refused > 750);
+
+    cinfer_attention_options_t o = llama_options();
+    size_t bytes = 0;
+    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
+    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(workspace);
+    cinfer_batch_decode_t *op = NULL;
+    assert_int_equal(cinfer_batch_decode_create(ctx, &o, workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
+    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
+                     CINFER_STATUS_SUCCESS);
+    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
+            lse_s[2] = {2, 32};
+    char *kv = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
+    assert_non_null(kv);
+    int32_t *dev = (int32_t *)(pool + 65536);
+    memcpy(dev, indptr, sizeof indptr);
+    dev[4] = 0, dev[5] = 1, dev[8] = 5, dev[9] = 16;
+    const DLTensor decode_args[8] = {
+        tensor(pool, 3, qs, kDLBfloat, 16),
+        tensor(kv, 4, cs, kDLBfloat, 16),
+        tensor(kv + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16),
+        tensor(dev, 1, is, kDLInt, 32),
+        tensor(dev + 4, 1, ps, kDLInt, 32),
+        tensor(dev + 8, 1, ps, kDLInt, 32),
+        tensor(pool + 32768, 3, qs, kDLBfloat, 16),
+        tensor(pool + 98304, 2, lse_s, kDLFloat, 32),
+    };
+    refused = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        mutable_tensor_t a[8];
+        for (int i = 0; i < 8; i++)
+            mutable_init(&a[i], &decode_args[i]);
+        const int changes = 1 + (int)cinfer_test_rng_below(&rng, 3);
+        for (int c = 0; c < changes; c++)
+            mutate(&a[cinfer_test_rng_below(&rng, 8)], &rng);
+        const long before = launches();
+        const cinfer_status_t st = cinfer_batch_decode_run(
+            op, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t, &a[6].t, &a[7].t, NULL, NULL);
+        expect_status_or_launch(st, launches() - before, iter, &refused);
+    }
+    printf("batch decode run: %d of 1500 mutated calls refused\n", refused);
+    assert_true(refused > 750);
+    cinfer_batch_decode_destroy(op);
+    free(workspace);
+    free(kv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(merge_state_shapes),
@@ -295,6 +471,7 @@ int main(void) {
         cmocka_unit_test(builtin_variant_sizes),
         cmocka_unit_test(batch_prefill_run_shapes),
         cmocka_unit_test(mla_and_rope_limits),
+        cmocka_unit_test(mutated_tensors_are_refused_or_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -114,6 +114,17 @@ static void sizes_and_strides_beyond_any_memory_are_refused(void **state) {
     strides[0] = 512;
     strides[1] = INT64_C(1) << 48;
     assert_int_equal(cinfer__tensor_check_dims("k", &t, 3), CINFER_STATUS_SUCCESS);
+
+    /* A byte_offset past 2^56, or one that carries data past 2^64 (data + byte_offset was once
+     * pointer arithmetic that overflowed: found by tests/api's mutations under UBSan). */
+    t.strides = NULL;
+    t.byte_offset = (UINT64_C(1) << 56) + 2;
+    expect_invalid(cinfer__tensor_check_dims("k", &t, 3), "k: byte_offset 72057594037927938");
+    t.byte_offset = UINT64_C(1) << 56;
+    assert_int_equal(cinfer__tensor_check_dims("k", &t, 3), CINFER_STATUS_SUCCESS);
+    t.data = (void *)(UINTPTR_MAX - 63);
+    t.byte_offset = 64;
+    expect_invalid(cinfer__tensor_check_dims("k", &t, 3), "k: byte_offset 64 with data");
 }
 
 static void a_0d_tensor_holds_one_element(void **state) {
