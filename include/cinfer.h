@@ -23,7 +23,10 @@
  *   arbitrary (for example slices of a packed QKV tensor). Device tensors must live on the
  *   context's device (kDLCUDA with the same device_id). A tensor holds at most 2^48 elements and
  *   its strides reach at most 2^48 elements from its first (beyond any device's memory; so that
- *   no size or offset computed from them overflows); a 0-d tensor holds one element.
+ *   no size or offset computed from them overflows); its byte_offset is at most 2^56; a 0-d
+ *   tensor holds one element. A tensor a call writes (outputs, in-place states and caches) gives
+ *   each index its own element: over its dims of more than one index, taken by increasing
+ *   |stride|, each |stride| passes the span of those before it (INVALID_ARGUMENT otherwise).
  * - LSE (log-sum-exp) values are in base 2: lse = log2(sum_j exp(s_j)), where s_j are the logits
  *   in natural units. An empty state has lse = -inf and value 0.
  * - Work is enqueued on the CUDA stream passed as the last argument (NULL = the legacy default

@@ -139,7 +139,7 @@ static cinfer_status_t check_cache(const cinfer_context_t *ctx, const char *arg,
                 pages >= 0 ? ", max_pages from k_cache" : "");
         }
     }
-    return CINFER_STATUS_SUCCESS;
+    return cinfer__tensor_check_distinct(arg, t); /* the call writes the cache */
 }
 
 cinfer_status_t cinfer_append_paged_kv_cache(

@@ -280,6 +280,7 @@ static cinfer_status_t check_lse(const cinfer_context_t *ctx, const DLTensor *ls
                                  cinfer_status_t shape_status) {
     CINFER__CHECK(cinfer__tensor_check_as(ctx, "lse", lse, ndim, shape, CINFER__DT_F32,
                                           CINFER_STATUS_INVALID_ARGUMENT, shape_status, origin));
+    CINFER__CHECK(cinfer__tensor_check_distinct("lse", lse));
     if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "lse: data address %p is not 4-byte aligned (float32)",
@@ -610,6 +611,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                           CINFER_STATUS_PLAN_MISMATCH, CINFER_STATUS_PLAN_MISMATCH,
                                           q_origin));
     CINFER__CHECK(check_aligned("out", out, 16));
+    CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
     if (lse) {
         const int64_t lse_shape[2] = {B, Hq};
         CINFER__CHECK(check_lse(ctx, lse, 2, lse_shape,
@@ -756,6 +758,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                           CINFER_STATUS_INVALID_ARGUMENT,
                                           CINFER_STATUS_INVALID_ARGUMENT, q_origin));
     CINFER__CHECK(check_aligned("out", out, 16));
+    CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
     if (lse) {
         const int64_t lse_shape[1] = {Hq};
         CINFER__CHECK(check_lse(ctx, lse, 1, lse_shape, "[num_qo_heads] from the options",

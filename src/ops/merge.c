@@ -87,8 +87,11 @@ static void set_output(cinfer_merge_params *p, DLTensor *v, DLTensor *lse) {
 }
 
 /* Checks a (v [n, H, D], lse [n, H]) pair against the first one's shape and dtype. */
+/* v [n, H, D] and lse [n, H] of one state (like: the shape and dtype v must have); `written`: the
+ * call writes them (cinfer__tensor_check_distinct). */
 static cinfer_status_t check_pair(cinfer_context_t *ctx, const char *v_name, const DLTensor *v,
-                                  const char *lse_name, const DLTensor *lse, const DLTensor *like) {
+                                  const char *lse_name, const DLTensor *lse, const DLTensor *like,
+                                  bool written) {
     if (like) {
         CINFER__CHECK(cinfer__tensor_check(ctx, v_name, v, 3, like->shape,
                                            CINFER__DTS(cinfer__tensor_dtype(like))));
@@ -96,7 +99,13 @@ static cinfer_status_t check_pair(cinfer_context_t *ctx, const char *v_name, con
         CINFER__CHECK(cinfer__tensor_check(ctx, v_name, v, 3, NULL, CINFER__DTS_HALF));
     }
     const int64_t lse_shape[2] = {v->shape[0], v->shape[1]};
-    return cinfer__tensor_check(ctx, lse_name, lse, 2, lse_shape, CINFER__DTS(CINFER__DT_F32));
+    CINFER__CHECK(
+        cinfer__tensor_check(ctx, lse_name, lse, 2, lse_shape, CINFER__DTS(CINFER__DT_F32)));
+    if (written) {
+        CINFER__CHECK(cinfer__tensor_check_distinct(v_name, v));
+        CINFER__CHECK(cinfer__tensor_check_distinct(lse_name, lse));
+    }
+    return CINFER_STATUS_SUCCESS;
 }
 
 /* Head dim and head count limits shared by the three operations. */
@@ -120,9 +129,9 @@ cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
                                    const DLTensor *lse_b, DLTensor *v_out, DLTensor *lse_out,
                                    CUstream stream) {
     CINFER__CHECK(check_ctx(ctx));
-    CINFER__CHECK(check_pair(ctx, "v_a", v_a, "lse_a", lse_a, NULL));
-    CINFER__CHECK(check_pair(ctx, "v_b", v_b, "lse_b", lse_b, v_a));
-    CINFER__CHECK(check_pair(ctx, "v_out", v_out, "lse_out", lse_out, v_a));
+    CINFER__CHECK(check_pair(ctx, "v_a", v_a, "lse_a", lse_a, NULL, false));
+    CINFER__CHECK(check_pair(ctx, "v_b", v_b, "lse_b", lse_b, v_a, false));
+    CINFER__CHECK(check_pair(ctx, "v_out", v_out, "lse_out", lse_out, v_a, true));
     CINFER__CHECK(check_dims("v_a", v_a->shape[1], v_a->shape[2]));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
@@ -143,8 +152,8 @@ cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v, 
                                             const DLTensor *v_other, const DLTensor *lse_other,
                                             const DLTensor *mask, CUstream stream) {
     CINFER__CHECK(check_ctx(ctx));
-    CINFER__CHECK(check_pair(ctx, "v", v, "lse", lse, NULL));
-    CINFER__CHECK(check_pair(ctx, "v_other", v_other, "lse_other", lse_other, v));
+    CINFER__CHECK(check_pair(ctx, "v", v, "lse", lse, NULL, true));
+    CINFER__CHECK(check_pair(ctx, "v_other", v_other, "lse_other", lse_other, v, false));
     CINFER__CHECK(check_dims("v", v->shape[1], v->shape[2]));
     if (mask) {
         const int64_t mask_shape[1] = {v->shape[0]};
@@ -178,10 +187,12 @@ cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v, co
     const int64_t out_shape[3] = {v->shape[0], v->shape[2], v->shape[3]};
     CINFER__CHECK(cinfer__tensor_check(ctx, "v_out", v_out, 3, out_shape,
                                        CINFER__DTS(cinfer__tensor_dtype(v))));
+    CINFER__CHECK(cinfer__tensor_check_distinct("v_out", v_out));
     if (lse_out) {
         const int64_t lse_out_shape[2] = {v->shape[0], v->shape[2]};
         CINFER__CHECK(cinfer__tensor_check(ctx, "lse_out", lse_out, 2, lse_out_shape,
                                            CINFER__DTS(CINFER__DT_F32)));
+        CINFER__CHECK(cinfer__tensor_check_distinct("lse_out", lse_out));
     }
     CINFER__CHECK(check_dims("v", v->shape[2], v->shape[3]));
     if (v->shape[1] > 0x7fffffff)

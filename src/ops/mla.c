@@ -381,6 +381,7 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
         const int64_t lse_shape[2] = {q_nope->shape[0], H};
         CINFER__CHECK(cinfer__prefill_check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
                                                     "[total_q, num_heads] from q_nope"));
+        CINFER__CHECK(cinfer__tensor_check_distinct("lse", lse));
         if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "lse: data address %p is not 4-byte aligned (float32)",
@@ -401,6 +402,7 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     CINFER__CHECK(cinfer__prefill_check_aligned("ckv_cache", ckv_cache));
     CINFER__CHECK(cinfer__prefill_check_aligned("kpe_cache", kpe_cache));
     CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
+    CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
 
     cinfer_mla_params p = op->base;
     p.q_nope = cinfer__tensor_data(q_nope);

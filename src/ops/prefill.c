@@ -779,11 +779,13 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
         const int64_t lse_shape[2] = {qo_len, Hq};
         CINFER__CHECK(check_tensor(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
                                    "[qo_len, num_qo_heads] from q"));
+        CINFER__CHECK(cinfer__tensor_check_distinct("lse", lse));
     }
     CINFER__CHECK(cinfer__prefill_check_aligned("q", q));
     CINFER__CHECK(cinfer__prefill_check_aligned("k", k));
     CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
     CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
+    CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
     *qo_len_out = qo_len;
     *kv_len_out = kv_len;
     return CINFER_STATUS_SUCCESS;
@@ -1620,10 +1622,12 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
         ctx, "out", out, 3, out_shape, s->dtype,
         s->head_dim_vo == D ? "q's shape" : "q's shape with head_dim_vo from the options"));
     CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
+    CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
     if (lse) {
         const int64_t lse_shape[2] = {q->shape[0], Hq};
         CINFER__CHECK(cinfer__prefill_check_planned(ctx, "lse", lse, 2, lse_shape, CINFER__DT_F32,
                                                     "[total_q, num_qo_heads] from q"));
+        CINFER__CHECK(cinfer__tensor_check_distinct("lse", lse));
         if ((uintptr_t)cinfer__tensor_data(lse) % sizeof(float) != 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "lse: data address %p is not 4-byte aligned (float32)",

@@ -88,11 +88,12 @@ typedef struct rope_call {
     bool vec;
 } rope_call_t;
 
-/* An output argument: NULL means in place (the input), else the input's shape and dtype. */
+/* An output argument: NULL means in place (the input), else the input's shape and dtype; the
+ * tensor written has distinct elements either way. */
 static cinfer_status_t check_output(const cinfer_context_t *ctx, const char *arg,
                                     const DLTensor *out, const char *in_arg, const DLTensor *in) {
     if (!out)
-        return CINFER_STATUS_SUCCESS;
+        return cinfer__tensor_check_distinct(in_arg, in);
     CINFER__CHECK(
         cinfer__tensor_check(ctx, arg, out, 3, in->shape, CINFER__DTS(cinfer__tensor_dtype(in))));
     if (cinfer__tensor_data(out) == cinfer__tensor_data(in) && !same_view(out, in))
@@ -100,7 +101,7 @@ static cinfer_status_t check_output(const cinfer_context_t *ctx, const char *arg
                              "%s: same data as %s but different strides; an output must be its "
                              "input exactly (in place) or not overlap it",
                              arg, in_arg);
-    return CINFER_STATUS_SUCCESS;
+    return cinfer__tensor_check_distinct(arg, out);
 }
 
 /*

@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/tensor.h"
@@ -113,6 +114,45 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
                              "%s: byte_offset %llu with data %p, expected an offset of at most "
                              "2^56 bytes that keeps the address below 2^64",
                              arg, (unsigned long long)t->byte_offset, t->data);
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__tensor_check_distinct(const char *arg, const DLTensor *t) {
+    if (!t->strides)
+        return CINFER_STATUS_SUCCESS;
+    if (t->ndim > 8)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: %d dims, expected at most 8 in a tensor the call writes", arg,
+                             t->ndim);
+    int dims[8], n = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] > 1)
+            dims[n++] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by |stride| (check_dims bounded them) */
+        for (int j = i; j > 0 && llabs((long long)t->strides[dims[j]]) <
+                                     llabs((long long)t->strides[dims[j - 1]]);
+             j--) {
+            const int d = dims[j];
+            dims[j] = dims[j - 1];
+            dims[j - 1] = d;
+        }
+    int64_t span = 0; /* the farthest element of the dims so far, in elements */
+    for (int i = 0; i < n; i++) {
+        const int d = dims[i];
+        const int64_t step = llabs((long long)t->strides[d]);
+        if (step == 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: strides[%d] = 0 over %lld indices: the call writes this "
+                                 "tensor, expected a stride that gives each index its own element",
+                                 arg, d, (long long)t->shape[d]);
+        if (step <= span)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: strides[%d] = %lld lands inside the %lld elements that the "
+                                 "dims of smaller strides span: the call writes this tensor, and "
+                                 "two of its indices would name one element",
+                                 arg, d, (long long)t->strides[d], (long long)span + 1);
+        span += step * (t->shape[d] - 1);
+    }
     return CINFER_STATUS_SUCCESS;
 }
 

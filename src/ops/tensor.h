@@ -49,6 +49,15 @@ cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char 
                                         cinfer__dtype_t dtype, cinfer_status_t dtype_status,
                                         cinfer_status_t shape_status, const char *origin);
 
+/*
+ * For a tensor the call writes (after its cinfer__tensor_check): no two of its indices may name
+ * one element, or the kernels' stores would race. Over the dims of more than one index, taken by
+ * increasing |stride|, each |stride| must pass the span of the dims before it (PyTorch's rule for
+ * written-to tensors; it also refuses some distinct layouts, e.g. interleaved ones). Compact
+ * strides always pass. INVALID_ARGUMENT naming the two dims otherwise.
+ */
+cinfer_status_t cinfer__tensor_check_distinct(const char *arg, const DLTensor *t);
+
 /* Stride of dim in elements (compact strides when t->strides is NULL). */
 int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
 

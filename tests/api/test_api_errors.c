@@ -200,6 +200,11 @@ static void batch_decode_run_shapes(void **state) {
     k.strides = far;
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: strides[0]",
                    cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
+    k.strides = NULL;
+    int64_t overlapping[2] = {2, 1}; /* lse rows 2 elements apart: row 1 is row 0 moved by 2 */
+    lse.strides = overlapping;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "lse: strides[0] = 2 lands inside",
+                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
     cinfer_batch_decode_destroy(op);
     free(workspace);
     free(k_data);

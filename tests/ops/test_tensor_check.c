@@ -127,6 +127,33 @@ static void sizes_and_strides_beyond_any_memory_are_refused(void **state) {
     expect_invalid(cinfer__tensor_check_dims("k", &t, 3), "k: byte_offset 64 with data");
 }
 
+/* A tensor a call writes must give each index its own element (its stores would race). */
+static void written_tensors_have_distinct_elements(void **state) {
+    (void)state;
+    int64_t shape[3] = {4, 8, 64}, strides[3] = {512, 64, 1};
+    DLTensor t = tensor_of(3, shape, kDLFloat, 16);
+    assert_int_equal(cinfer__tensor_check_distinct("out", &t), CINFER_STATUS_SUCCESS); /* compact */
+    t.strides = strides;
+    assert_int_equal(cinfer__tensor_check_distinct("out", &t), CINFER_STATUS_SUCCESS);
+    strides[0] = -4096; /* a reversed, spaced-out dim is distinct too */
+    assert_int_equal(cinfer__tensor_check_distinct("out", &t), CINFER_STATUS_SUCCESS);
+    strides[0] = 64; /* dims 0 and 1 step alike: out[1, 0] is out[0, 1] */
+    expect_invalid(cinfer__tensor_check_distinct("out", &t),
+                   "out: strides[1] = 64 lands inside the 256 elements");
+    strides[0] = 511; /* one element short of the span */
+    expect_invalid(cinfer__tensor_check_distinct("out", &t), "out: strides[0] = 511");
+    strides[0] = 0; /* a broadcast dim */
+    expect_invalid(cinfer__tensor_check_distinct("out", &t), "out: strides[0] = 0 over 4 indices");
+    shape[0] = 1; /* ... of one index never repeats */
+    assert_int_equal(cinfer__tensor_check_distinct("out", &t), CINFER_STATUS_SUCCESS);
+    int64_t lse_shape[2] = {2, 32}, lse_strides[2] = {2, 1};
+    DLTensor lse = tensor_of(2, lse_shape, kDLFloat, 32);
+    lse.strides = lse_strides;
+    expect_invalid(cinfer__tensor_check_distinct("lse", &lse), "lse: strides[0] = 2");
+    lse_strides[0] = 32;
+    assert_int_equal(cinfer__tensor_check_distinct("lse", &lse), CINFER_STATUS_SUCCESS);
+}
+
 static void a_0d_tensor_holds_one_element(void **state) {
     (void)state;
     DLTensor flag = tensor_of(0, NULL, kDLInt, 32);
@@ -149,6 +176,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dims_are_checked_before_the_shape_is_read),
         cmocka_unit_test(sizes_and_strides_beyond_any_memory_are_refused),
+        cmocka_unit_test(written_tensors_have_distinct_elements),
         cmocka_unit_test(a_0d_tensor_holds_one_element),
         cmocka_unit_test(shape_mismatch_messages_show_both_shapes),
     };
