@@ -86,9 +86,8 @@ static void set_output(cinfer_merge_params *p, DLTensor *v, DLTensor *lse) {
     }
 }
 
-/* Checks a (v [n, H, D], lse [n, H]) pair against the first one's shape and dtype. */
-/* v [n, H, D] and lse [n, H] of one state (like: the shape and dtype v must have); `written`: the
- * call writes them (cinfer__tensor_check_distinct). */
+/* Checks a state's v [n, H, D] and lse [n, H] (like: the tensor whose shape and dtype v must have,
+ * NULL for any 16-bit one); `written`: the call writes them (cinfer__tensor_check_distinct). */
 static cinfer_status_t check_pair(cinfer_context_t *ctx, const char *v_name, const DLTensor *v,
                                   const char *lse_name, const DLTensor *lse, const DLTensor *like,
                                   bool written) {
