@@ -147,6 +147,27 @@ static cinfer_attention_options_t llama_options(void) {
     return o;
 }
 
+/* Two requests of one page each (5 and 16 tokens) at llama_options(): the op, created and planned,
+ * and the page table's device copy at pool + 65536 (kv_indptr [3], then kv_indices [2] from
+ * int 4, kv_last_page_len [2] from int 8). The caller destroys the op and frees *workspace. */
+static cinfer_batch_decode_t *planned_two_requests(void **workspace, int32_t **dev) {
+    const cinfer_attention_options_t o = llama_options();
+    size_t bytes = 0;
+    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
+    *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(*workspace);
+    cinfer_batch_decode_t *op = NULL;
+    assert_int_equal(cinfer_batch_decode_create(ctx, &o, *workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
+    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
+                     CINFER_STATUS_SUCCESS);
+    *dev = (int32_t *)(pool + 65536);
+    memcpy(*dev, indptr, sizeof indptr);
+    (*dev)[4] = 0, (*dev)[5] = 1, (*dev)[8] = 5, (*dev)[9] = 16;
+    return op;
+}
+
 static void batch_decode_run_shapes(void **state) {
     (void)state;
     cinfer_attention_options_t o = llama_options();
@@ -156,16 +177,9 @@ static void batch_decode_run_shapes(void **state) {
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "options->sm_scale x k_scale",
                    cinfer_batch_decode_workspace_size(ctx, &o, &bytes));
 
-    o = llama_options();
-    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
-    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    assert_non_null(workspace);
-    cinfer_batch_decode_t *op = NULL;
-    assert_int_equal(cinfer_batch_decode_create(ctx, &o, workspace, bytes, &op),
-                     CINFER_STATUS_SUCCESS);
-    const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
-    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
-                     CINFER_STATUS_SUCCESS);
+    void *workspace = NULL;
+    int32_t *dev = NULL;
+    cinfer_batch_decode_t *op = planned_two_requests(&workspace, &dev);
     int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
             ls[2] = {2, 32};
     char *k_data = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
@@ -174,9 +188,6 @@ static void batch_decode_run_shapes(void **state) {
              out = tensor(pool + 32768, 3, qs, kDLBfloat, 16);
     DLTensor k = tensor(k_data, 4, cs, kDLBfloat, 16);
     DLTensor v = tensor(k_data + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16);
-    int32_t *dev = (int32_t *)(pool + 65536);
-    memcpy(dev, indptr, sizeof indptr);
-    dev[4] = 0, dev[5] = 1, dev[8] = 5, dev[9] = 16;
     DLTensor ip = tensor(dev, 1, is, kDLInt, 32), ix = tensor(dev + 4, 1, ps, kDLInt, 32);
     DLTensor lp = tensor(dev + 8, 1, ps, kDLInt, 32);
     DLTensor lse = tensor(pool + 98304, 2, ls, kDLFloat, 32);
@@ -391,6 +402,36 @@ static void expect_status_or_launch(cinfer_status_t st, long launched, int iter,
     (*refused)++;
 }
 
+/* `calls` calls of `call` on the arguments `good[0, n)` (n <= 8), one to three of their
+ * descriptors mutated in each, each checked by expect_status_or_launch; returns the refusals. */
+typedef cinfer_status_t (*mutated_call_t)(mutable_tensor_t *a, void *data);
+static int run_mutated(const DLTensor *good, int n, mutated_call_t call, void *data, int calls,
+                       cinfer_test_rng *rng) {
+    int refused = 0;
+    for (int iter = 0; iter < calls; iter++) {
+        mutable_tensor_t a[8];
+        for (int i = 0; i < n; i++)
+            mutable_init(&a[i], &good[i]);
+        const int changes = 1 + (int)cinfer_test_rng_below(rng, 3);
+        for (int c = 0; c < changes; c++)
+            mutate(&a[cinfer_test_rng_below(rng, (uint64_t)n)], rng);
+        const long before = launches();
+        const cinfer_status_t st = call(a, data);
+        expect_status_or_launch(st, launches() - before, iter, &refused);
+    }
+    return refused;
+}
+
+static cinfer_status_t call_merge_state(mutable_tensor_t *a, void *data) {
+    (void)data;
+    return cinfer_merge_state(ctx, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t, NULL);
+}
+
+static cinfer_status_t call_batch_decode_run(mutable_tensor_t *a, void *op) {
+    return cinfer_batch_decode_run(op, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t,
+                                   &a[6].t, &a[7].t, NULL, NULL);
+}
+
 /* merge_state and batch decode's run with one to three arguments' descriptors mutated at a time,
  * 1500 calls each. */
 static void mutated_tensors_are_refused_or_run(void **state) {
@@ -403,40 +444,17 @@ static void mutated_tensors_are_refused_or_run(void **state) {
         tensor(pool, 3, vs, kDLFloat, 16),          tensor(pool + 65536, 2, ls, kDLFloat, 32),
         tensor(pool + 4096, 3, vs, kDLFloat, 16),   tensor(pool + 69632, 2, ls, kDLFloat, 32),
         tensor(pool + 131072, 3, vs, kDLFloat, 16), tensor(pool + 196608, 2, ls, kDLFloat, 32)};
-    int refused = 0;
-    for (int iter = 0; iter < 1500; iter++) {
-        mutable_tensor_t a[6];
-        for (int i = 0; i < 6; i++)
-            mutable_init(&a[i], &merge_args[i]);
-        const int changes = 1 + (int)cinfer_test_rng_below(&rng, 3);
-        for (int c = 0; c < changes; c++)
-            mutate(&a[cinfer_test_rng_below(&rng, 6)], &rng);
-        const long before = launches();
-        const cinfer_status_t st =
-            cinfer_merge_state(ctx, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t, NULL);
-        expect_status_or_launch(st, launches() - before, iter, &refused);
-    }
+    int refused = run_mutated(merge_args, 6, call_merge_state, NULL, 1500, &rng);
     printf("merge_state: %d of 1500 mutated calls refused\n", refused);
     assert_true(refused > 750);
 
-    cinfer_attention_options_t o = llama_options();
-    size_t bytes = 0;
-    assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
-    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    assert_non_null(workspace);
-    cinfer_batch_decode_t *op = NULL;
-    assert_int_equal(cinfer_batch_decode_create(ctx, &o, workspace, bytes, &op),
-                     CINFER_STATUS_SUCCESS);
-    const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
-    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
-                     CINFER_STATUS_SUCCESS);
+    void *workspace = NULL;
+    int32_t *dev = NULL;
+    cinfer_batch_decode_t *op = planned_two_requests(&workspace, &dev);
     int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
             lse_s[2] = {2, 32};
     char *kv = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
     assert_non_null(kv);
-    int32_t *dev = (int32_t *)(pool + 65536);
-    memcpy(dev, indptr, sizeof indptr);
-    dev[4] = 0, dev[5] = 1, dev[8] = 5, dev[9] = 16;
     const DLTensor decode_args[8] = {
         tensor(pool, 3, qs, kDLBfloat, 16),
         tensor(kv, 4, cs, kDLBfloat, 16),
@@ -447,19 +465,7 @@ static void mutated_tensors_are_refused_or_run(void **state) {
         tensor(pool + 32768, 3, qs, kDLBfloat, 16),
         tensor(pool + 98304, 2, lse_s, kDLFloat, 32),
     };
-    refused = 0;
-    for (int iter = 0; iter < 1500; iter++) {
-        mutable_tensor_t a[8];
-        for (int i = 0; i < 8; i++)
-            mutable_init(&a[i], &decode_args[i]);
-        const int changes = 1 + (int)cinfer_test_rng_below(&rng, 3);
-        for (int c = 0; c < changes; c++)
-            mutate(&a[cinfer_test_rng_below(&rng, 8)], &rng);
-        const long before = launches();
-        const cinfer_status_t st = cinfer_batch_decode_run(
-            op, &a[0].t, &a[1].t, &a[2].t, &a[3].t, &a[4].t, &a[5].t, &a[6].t, &a[7].t, NULL, NULL);
-        expect_status_or_launch(st, launches() - before, iter, &refused);
-    }
+    refused = run_mutated(decode_args, 8, call_batch_decode_run, op, 1500, &rng);
     printf("batch decode run: %d of 1500 mutated calls refused\n", refused);
     assert_true(refused > 750);
     cinfer_batch_decode_destroy(op);
