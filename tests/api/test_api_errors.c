@@ -147,25 +147,65 @@ static cinfer_attention_options_t llama_options(void) {
     return o;
 }
 
-/* Two requests of one page each (5 and 16 tokens) at llama_options(): the op, created and planned,
- * and the page table's device copy at pool + 65536 (kv_indptr [3], then kv_indices [2] from
- * int 4, kv_last_page_len [2] from int 8). The caller destroys the op and frees *workspace. */
-static cinfer_batch_decode_t *planned_two_requests(void **workspace, int32_t **dev) {
+/*
+ * Two requests of one page each (5 and 16 tokens) at llama_options(): the op, created and planned,
+ * and its run's arguments: q and out in `pool`, the two pages of K then V in `kv`, the page table's
+ * device copy at pool + 65536 (kv_indptr [3], kv_indices [2] from int 4, kv_last_page_len [2] from
+ * int 8), lse at pool + 98304. The tensors point at the struct's shape arrays (a test may change
+ * them in place), so the struct stays where two_requests_init filled it.
+ */
+typedef struct two_requests {
+    cinfer_batch_decode_t *op;
+    void *workspace;
+    char *kv;
+    int64_t q_shape[3], cache_shape[4], indptr_shape[1], pages_shape[1], lse_shape[2];
+    DLTensor q, k, v, indptr, indices, last_len, out, lse;
+} two_requests_t;
+
+static void two_requests_init(two_requests_t *r) {
     const cinfer_attention_options_t o = llama_options();
     size_t bytes = 0;
     assert_int_equal(cinfer_batch_decode_workspace_size(ctx, &o, &bytes), CINFER_STATUS_SUCCESS);
-    *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    assert_non_null(*workspace);
-    cinfer_batch_decode_t *op = NULL;
-    assert_int_equal(cinfer_batch_decode_create(ctx, &o, *workspace, bytes, &op),
+    r->workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(r->workspace);
+    r->op = NULL;
+    assert_int_equal(cinfer_batch_decode_create(ctx, &o, r->workspace, bytes, &r->op),
                      CINFER_STATUS_SUCCESS);
     const int32_t indptr[3] = {0, 1, 2}, last_len[2] = {5, 16};
-    assert_int_equal(cinfer_batch_decode_plan(op, indptr, last_len, 2, NULL),
+    assert_int_equal(cinfer_batch_decode_plan(r->op, indptr, last_len, 2, NULL),
                      CINFER_STATUS_SUCCESS);
-    *dev = (int32_t *)(pool + 65536);
-    memcpy(*dev, indptr, sizeof indptr);
-    (*dev)[4] = 0, (*dev)[5] = 1, (*dev)[8] = 5, (*dev)[9] = 16;
-    return op;
+    int32_t *dev = (int32_t *)(pool + 65536);
+    memcpy(dev, indptr, sizeof indptr);
+    dev[4] = 0, dev[5] = 1, dev[8] = 5, dev[9] = 16;
+    const size_t cache_bytes = (size_t)2 * 16 * 8 * 128 * 2;
+    r->kv = malloc(2 * cache_bytes);
+    assert_non_null(r->kv);
+    const int64_t q_shape[3] = {2, 32, 128}, cache_shape[4] = {2, 16, 8, 128},
+                  lse_shape[2] = {2, 32};
+    memcpy(r->q_shape, q_shape, sizeof q_shape);
+    memcpy(r->cache_shape, cache_shape, sizeof cache_shape);
+    memcpy(r->lse_shape, lse_shape, sizeof lse_shape);
+    r->indptr_shape[0] = 3;
+    r->pages_shape[0] = 2;
+    r->q = tensor(pool, 3, r->q_shape, kDLBfloat, 16);
+    r->k = tensor(r->kv, 4, r->cache_shape, kDLBfloat, 16);
+    r->v = tensor(r->kv + cache_bytes, 4, r->cache_shape, kDLBfloat, 16);
+    r->indptr = tensor(dev, 1, r->indptr_shape, kDLInt, 32);
+    r->indices = tensor(dev + 4, 1, r->pages_shape, kDLInt, 32);
+    r->last_len = tensor(dev + 8, 1, r->pages_shape, kDLInt, 32);
+    r->out = tensor(pool + 32768, 3, r->q_shape, kDLBfloat, 16);
+    r->lse = tensor(pool + 98304, 2, r->lse_shape, kDLFloat, 32);
+}
+
+static cinfer_status_t two_requests_run(two_requests_t *r) {
+    return cinfer_batch_decode_run(r->op, &r->q, &r->k, &r->v, &r->indptr, &r->indices,
+                                   &r->last_len, &r->out, &r->lse, NULL, NULL);
+}
+
+static void two_requests_free(two_requests_t *r) {
+    cinfer_batch_decode_destroy(r->op);
+    free(r->workspace);
+    free(r->kv);
 }
 
 static void batch_decode_run_shapes(void **state) {
@@ -177,48 +217,30 @@ static void batch_decode_run_shapes(void **state) {
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "options->sm_scale x k_scale",
                    cinfer_batch_decode_workspace_size(ctx, &o, &bytes));
 
-    void *workspace = NULL;
-    int32_t *dev = NULL;
-    cinfer_batch_decode_t *op = planned_two_requests(&workspace, &dev);
-    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
-            ls[2] = {2, 32};
-    char *k_data = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
-    assert_non_null(k_data);
-    DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16),
-             out = tensor(pool + 32768, 3, qs, kDLBfloat, 16);
-    DLTensor k = tensor(k_data, 4, cs, kDLBfloat, 16);
-    DLTensor v = tensor(k_data + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16);
-    DLTensor ip = tensor(dev, 1, is, kDLInt, 32), ix = tensor(dev + 4, 1, ps, kDLInt, 32);
-    DLTensor lp = tensor(dev + 8, 1, ps, kDLInt, 32);
-    DLTensor lse = tensor(pool + 98304, 2, ls, kDLFloat, 32);
+    two_requests_t r;
+    two_requests_init(&r);
     const long before = launches();
-    assert_int_equal(cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL),
-                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(two_requests_run(&r), CINFER_STATUS_SUCCESS);
     assert_true(launches() > before);
 
-    qs[0] = 3; /* a batch the plan does not have: a plan mismatch */
+    r.q_shape[0] = 3; /* a batch the plan does not have: a plan mismatch */
     EXPECT_REFUSED(CINFER_STATUS_PLAN_MISMATCH, "q: shape [3, 32, 128], expected [2, 32, 128]",
-                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
-    qs[0] = -4; /* a negative size: INVALID_ARGUMENT showing it, not a plan mismatch */
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[0] = -4",
-                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
-    qs[0] = 2;
-    k.shape = NULL;
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: shape is NULL",
-                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
-    k.shape = cs;
+                   two_requests_run(&r));
+    r.q_shape[0] = -4; /* a negative size: INVALID_ARGUMENT showing it, not a plan mismatch */
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[0] = -4", two_requests_run(&r));
+    r.q_shape[0] = 2;
+    r.k.shape = NULL;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: shape is NULL", two_requests_run(&r));
+    r.k.shape = r.cache_shape;
     int64_t far[4] = {INT64_C(1) << 62, 16 * 8 * 128, 128, 1}; /* a page stride past 2^48 */
-    k.strides = far;
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: strides[0]",
-                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
-    k.strides = NULL;
+    r.k.strides = far;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "k_cache: strides[0]", two_requests_run(&r));
+    r.k.strides = NULL;
     int64_t overlapping[2] = {2, 1}; /* lse rows 2 elements apart: row 1 is row 0 moved by 2 */
-    lse.strides = overlapping;
+    r.lse.strides = overlapping;
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "lse: strides[0] = 2 lands inside",
-                   cinfer_batch_decode_run(op, &q, &k, &v, &ip, &ix, &lp, &out, &lse, NULL, NULL));
-    cinfer_batch_decode_destroy(op);
-    free(workspace);
-    free(k_data);
+                   two_requests_run(&r));
+    two_requests_free(&r);
 }
 
 static void builtin_variant_sizes(void **state) {
@@ -448,29 +470,13 @@ static void mutated_tensors_are_refused_or_run(void **state) {
     printf("merge_state: %d of 1500 mutated calls refused\n", refused);
     assert_true(refused > 750);
 
-    void *workspace = NULL;
-    int32_t *dev = NULL;
-    cinfer_batch_decode_t *op = planned_two_requests(&workspace, &dev);
-    int64_t qs[3] = {2, 32, 128}, cs[4] = {2, 16, 8, 128}, is[1] = {3}, ps[1] = {2},
-            lse_s[2] = {2, 32};
-    char *kv = malloc((size_t)2 * 16 * 8 * 128 * 2 * 2);
-    assert_non_null(kv);
-    const DLTensor decode_args[8] = {
-        tensor(pool, 3, qs, kDLBfloat, 16),
-        tensor(kv, 4, cs, kDLBfloat, 16),
-        tensor(kv + 2 * 16 * 8 * 128 * 2, 4, cs, kDLBfloat, 16),
-        tensor(dev, 1, is, kDLInt, 32),
-        tensor(dev + 4, 1, ps, kDLInt, 32),
-        tensor(dev + 8, 1, ps, kDLInt, 32),
-        tensor(pool + 32768, 3, qs, kDLBfloat, 16),
-        tensor(pool + 98304, 2, lse_s, kDLFloat, 32),
-    };
-    refused = run_mutated(decode_args, 8, call_batch_decode_run, op, 1500, &rng);
+    two_requests_t r;
+    two_requests_init(&r);
+    const DLTensor decode_args[8] = {r.q, r.k, r.v, r.indptr, r.indices, r.last_len, r.out, r.lse};
+    refused = run_mutated(decode_args, 8, call_batch_decode_run, r.op, 1500, &rng);
     printf("batch decode run: %d of 1500 mutated calls refused\n", refused);
     assert_true(refused > 750);
-    cinfer_batch_decode_destroy(op);
-    free(workspace);
-    free(kv);
+    two_requests_free(&r);
 }
 
 int main(void) {
