@@ -30,11 +30,12 @@ test: build
 # default checks and float-to-integer overflow, which -fsanitize=undefined leaves out in GCC; no
 # AOT bundle, no Python or install check: see tests/CMakeLists.txt); any report fails its test.
 SANITIZE_BUILD ?= build-sanitize
-test-sanitize: deps
-	@if [ ! -f $(SANITIZE_BUILD)/CMakeCache.txt ]; then \
-	  cmake -S . -B $(SANITIZE_BUILD) -DCINFER_WERROR=ON -DCINFER_AOT=OFF \
-	    -DCINFER_SANITIZE=address,undefined,float-cast-overflow \
-	    $(if $(CINFER_DEPS_DIR),-DCINFER_DEPS_DIR=$(CINFER_DEPS_DIR)); fi
+$(SANITIZE_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(SANITIZE_BUILD) -DCINFER_WERROR=ON -DCINFER_AOT=OFF \
+	  -DCINFER_SANITIZE=address,undefined,float-cast-overflow \
+	  $(if $(CINFER_DEPS_DIR),-DCINFER_DEPS_DIR=$(CINFER_DEPS_DIR))
+
+test-sanitize: deps $(SANITIZE_BUILD)/CMakeCache.txt
 	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  ctest --output-on-failure -L cpu -j $(JOBS)
