@@ -40,10 +40,12 @@
  * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
  * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
- * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's).
+ * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's). --head-dim 192 is D_qk /
+ * D_vo = 192 / 128 (DeepSeek's prefill heads): the plain single prefill table (or --tile) only,
+ * FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
- *                      [--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2]
+ *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2]
  *                      [--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS]
  *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
@@ -72,6 +74,7 @@
 #define HK 8
 /* D of q, k and v: 128, or --head-dim's */
 static int hd = 128;
+static int hd_vo = 128; /* v's and out's head dim: hd, or 128 with --head-dim 192 */
 /* Rows per page of the paged batches: 16, or --page-size's (1..256) */
 static int page_rows = 16;
 /* --steady's milliseconds of back-to-back runs before each timing (0: none) */
@@ -98,7 +101,8 @@ typedef struct workload {
     int fp8;             /* K/V in buffers_t's fp8 buffers instead of bf16 */
 } workload_t;
 
-/* FLOPs of the attention a workload keeps: 4 D per kept (row, key) pair and query head. */
+/* FLOPs of the attention a workload keeps: 2 (D_qk + D_vo) (4 D when they are equal) per kept
+ * (row, key) pair and query head. */
 static double flops(const workload_t *w) {
     const double s = (double)w->s;
     double pairs = w->causal ? s * (s + 1) / 2 : s * s;
@@ -106,7 +110,7 @@ static double flops(const workload_t *w) {
         const double band = (double)w->window_left + 1;
         pairs = band * s - band * (band - 1) / 2;
     }
-    return 4.0 * pairs * HQ * hd;
+    return 2.0 * pairs * HQ * (hd + hd_vo);
 }
 
 /* One single prefill call (bench_time_groups' callback): through
@@ -144,16 +148,19 @@ static double time_prefill(cinfer_context_t *ctx, CUstream stream, const buffers
     int dev = 0;
     cinfer_context_get_device(ctx, &dev, NULL);
     int64_t q_shape[3] = {w->s, HQ, hd}, kv_shape[3] = {w->s, HK, hd};
-    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    int64_t v_shape[3] = {w->s, HK, hd_vo}, out_shape[3] = {w->s, HQ, hd_vo};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev),
+             tout = tensor(b->out, bf16, 3, out_shape, dev);
     const DLDataType kv_dt = w->fp8 ? b->kv8 : bf16;
     DLTensor tk = tensor(w->fp8 ? b->k8 : b->k, kv_dt, 3, kv_shape, dev);
-    DLTensor tv = tensor(w->fp8 ? b->v8 : b->v, kv_dt, 3, kv_shape, dev);
+    DLTensor tv = tensor(w->fp8 ? b->v8 : b->v, kv_dt, 3, v_shape, dev);
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
     o.q_dtype = bf16;
     o.kv_dtype = kv_dt;
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
     o.head_dim = hd;
+    o.head_dim_vo = hd_vo;
     o.logits_soft_cap = w->soft_cap;
     o.window_left = w->window_left;
     /* The ALiBi variant, with the paper's slopes (NULL) or with a slopes tensor (0.5 / (h + 1), or
@@ -526,7 +533,7 @@ int main(int argc, char **argv) {
     int num_only = 0;
     static const char usage[] =
         "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] "
-        "[--variants-only [sm80|both]] [--head-dim 64|128|256] [--fp8 e4m3|e5m2] "
+        "[--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2] "
         "[--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] "
         "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n";
     for (int i = 1; i < argc; i++) {
@@ -554,10 +561,11 @@ int main(int argc, char **argv) {
             consecutive = 1;
         else if (strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "64") == 0 || strcmp(argv[i + 1], "128") == 0 ||
-                  strcmp(argv[i + 1], "256") == 0))
+                  strcmp(argv[i + 1], "192") == 0 || strcmp(argv[i + 1], "256") == 0)) {
             hd = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--page-size") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
-                 atoi(argv[i + 1]) <= 256)
+            hd_vo = hd == 192 ? 128 : hd;
+        } else if (strcmp(argv[i], "--page-size") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                   atoi(argv[i + 1]) <= 256)
             page_rows = atoi(argv[++i]);
         else if (strcmp(argv[i], "--steady") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
                  atoi(argv[i + 1]) <= 60000)
@@ -655,6 +663,8 @@ int main(int argc, char **argv) {
            "tile_kv %d, warps %d, stages %d (the warp groups take turns)\n\n",
            HQ, HK, hd, ctx->arch, def.tile_q, def.tile_kv, def.warps, def.stages, turns.tile_q,
            turns.tile_kv, turns.warps, turns.stages);
+    if (hd != hd_vo)
+        printf("(D is q's and k's head dim; v's and out's is %d)\n\n", hd_vo);
     if (num_only > 0) {
         sweep_table(ctx, stream, &b, only, num_only, quick);
         goto free_all;
@@ -676,6 +686,8 @@ int main(int argc, char **argv) {
             cinfer__prefill_test_no_sm90(false);
         }
     }
+    if (hd != hd_vo) /* D_qk != D_vo: the plain table (and --tile) only */
+        goto free_all;
     /* The variant table once per template (the library's choice, then the sm80 template's); the
      * fp8 table on the sm80 template (the sm90 kernel has no fp8 K/V yet). */
     for (int sm80 = variants_only == 2; sm80 < (variants_only == 1 ? 1 : 2); sm80++) {

@@ -73,7 +73,8 @@
  */
 #include "wgmma.cuh"
 
-#define D              CINFER_HEAD_DIM_QK
+#define D              CINFER_HEAD_DIM_QK /* Q's and K's head dim */
+#define D_VO           CINFER_HEAD_DIM_VO /* V's and O's: D, or 128 at D = 192 */
 #define DT             CINFER_DTYPE_Q
 #define TILE_Q         CINFER_TILE_Q
 #define TILE_KV        CINFER_TILE_KV
@@ -81,11 +82,13 @@
 #define CONSUMERS      (TILE_Q / 64)
 #define THREADS        (CONSUMERS * 128 + 128) /* and the producer warpgroup */
 #define CAUSAL         (CINFER_MASK == 1)
-#define DBLOCKS        (D / 64)
+#define DBLOCKS        (D / 64)    /* column blocks of Q and K */
+#define VBLOCKS        (D_VO / 64) /* of V */
 #define Q_BLOCK_BYTES  (TILE_Q * 128)
 #define Q_BYTES        (DBLOCKS * Q_BLOCK_BYTES) /* one Q tile */
 #define KV_BLOCK_BYTES (TILE_KV * 128)
-#define KV_TILE_BYTES  (DBLOCKS * KV_BLOCK_BYTES) /* one of K or V */
+#define K_TILE_BYTES   (DBLOCKS * KV_BLOCK_BYTES) /* a stage's K, then its V */
+#define V_TILE_BYTES   (VBLOCKS * KV_BLOCK_BYTES)
 /* Where row r, columns 64 b .. 64 b + 63 of a K or V tile lie: in the 8-row group of 128-byte
  * rows at (r / 8) KV_GROUP_BYTES + b KV_BLOCK_STRIDE, row r % 8 of it. A paged batch kernel at
  * D = 128 or 256 interleaves the column blocks by group (KV_INTERLEAVED: group 0 of every block,
@@ -93,7 +96,7 @@
  * kernels/prefill_params.h) where one box per 64 columns did: the TMA unit's cost goes with the
  * boxes (bench/RESULTS.md, developers' sessions 24, 35 and 36). Other kernels keep each column
  * block's rows together (TILE_KV rows x 128 bytes a block). */
-#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && (D == 128 || D == 256))
+#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && (D == 128 || D == 256) && D_VO == D)
 #if KV_INTERLEAVED
 #define KV_GROUP_BYTES  (DBLOCKS * 1024)
 #define KV_BLOCK_STRIDE 1024
@@ -110,7 +113,7 @@
 #define KV_CHUNK_OFFSET(c, b) ((b)*KV_BLOCK_BYTES + (c)*16)
 #define KV_FOLD               make_int4(0, 0, 0, 0)
 #endif
-#define STAGE_BYTES (2 * KV_TILE_BYTES)
+#define STAGE_BYTES (K_TILE_BYTES + V_TILE_BYTES)
 #define PINGPONG    (CONSUMERS == 2)
 /* Q tiles in shared memory: two for single prefill at D = 64 on the two-group tile without a soft
  * cap, an ALiBi bias or a mask in row form (where ITEM_OVERLAP, below, runs; the host allocates
@@ -127,10 +130,10 @@
  * stage (the top of this file); KV_BARS: full (or empty) barriers of the stages. */
 #define KV_APART (STAGES == 2)
 #define KV_BARS  (KV_APART ? 2 * STAGES : STAGES)
-/* O's accumulators per consumer thread (64 rows x D of its warpgroup) and its n8 column blocks; the
- * same for S (64 rows x TILE_KV). */
-#define O_REGS (D / 2)
-#define O_COLS (D / 8)
+/* O's accumulators per consumer thread (64 rows x D_VO of its warpgroup) and its n8 column blocks;
+ * the same for S (64 rows x TILE_KV). */
+#define O_REGS (D_VO / 2)
+#define O_COLS (D_VO / 8)
 #define S_REGS (TILE_KV / 2)
 #define S_COLS (TILE_KV / 8)
 /* GQA packing: PACK query heads of each token in the tile's rows (1: none). */
@@ -142,9 +145,10 @@
 #define CTA_HEADS num_qo_heads
 #endif
 
-#if (D != 64 && D != 128 && D != 256) || (TILE_KV != 64 && TILE_KV != 128) ||                      \
-    (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
-#error "the sm90 prefill kernel takes D = 64, 128 or 256, TILE_KV = 64 or 128, TILE_Q = 64 or 128"
+#if !((D == D_VO && (D == 64 || D == 128 || D == 256)) || (D == 192 && D_VO == 128)) ||            \
+    (TILE_KV != 64 && TILE_KV != 128) || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
+#error                                                                                             \
+    "the sm90 prefill kernel takes D = D_VO = 64, 128 or 256, or 192 / 128, TILE_KV = 64 or 128, TILE_Q = 64 or 128"
 #endif
 /* A mask in its row form (VARIANT_LOGITS_MASK_ROW, e.g. the custom_mask variant): each consumer
  * lane reads its two rows' bit words of a KV tile from global memory one tile ahead (load_mask),
@@ -321,7 +325,7 @@ __device__ __forceinline__ float exp2_row(float *s, int h, float scale, float of
  * the groups take turns at the softmax, SOFTMAX_TURNS, which its compares and vote lengthen;
  * bench/RESULTS.md, developers' session 24).
  */
-#define LAZY_RESCALE (D >= 128)
+#define LAZY_RESCALE (D_VO >= 128)
 #if LAZY_RESCALE
 #define O_RESCALE_WANTED() __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)
 #else
@@ -466,13 +470,13 @@ __device__ __forceinline__ void set_bias(float *s, int kv0, const float *slope_q
 __device__ __forceinline__ void issue_pv(float *o, unsigned (*pa)[4], unsigned s_v) {
 #pragma unroll
     for (int kk = 0; kk < TILE_KV / 16; kk++)
-#if D == 256
+#if D_VO == 256
     {
         /* two products of 128 columns (two blocks of 64 each), O's registers 0..63 and 64..127 */
         cinfer_wgmma_rs_tb(o, pa[kk], V_DESC(kk, 0));
         cinfer_wgmma_rs_tb(o + 64, pa[kk], V_DESC(kk, 2));
     }
-#elif D == 128
+#elif D_VO == 128
         cinfer_wgmma_rs_tb(o, pa[kk], V_DESC(kk, 0));
 #else
         cinfer_wgmma_rs_tb_n64(o, pa[kk], V_DESC(kk, 0));
@@ -562,9 +566,10 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
  * column block, and no page runs (caches whose heads are not packed). */
 __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, const void *map,
                                              [[maybe_unused]] const void *run_map,
-                                             [[maybe_unused]] int4 fold, int t, int rows,
-                                             int kv_row0, int kv_head, unsigned dst, unsigned bar,
-                                             int page, int lane) {
+                                             [[maybe_unused]] int4 fold, int blocks, int t,
+                                             int rows, int kv_row0, int kv_head, unsigned dst,
+                                             unsigned bar, int page, int lane) {
+    const unsigned tile_bytes = (unsigned)blocks * KV_BLOCK_BYTES;
 #if CINFER_PAGED
     const int page_rows = PAGE_ROWS(p);
     const int page0 = __shfl_sync(0xffffffffu, page, 0);
@@ -589,12 +594,12 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
     if (rows == TILE_KV && page_rows < TILE_KV &&
         __all_sync(0xffffffffu, lane * page_rows >= TILE_KV || page == page0 + lane)) {
         if (lane == 0) {
-            cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+            cinfer_mbarrier_arrive_expect_tx(bar, tile_bytes);
 #if KV_INTERLEAVED
             cinfer_tma_load_5d(dst, run_map, 0, 0, c2, c3, page0, bar);
 #else
 #pragma unroll
-            for (int b = 0; b < DBLOCKS; b++)
+            for (int b = 0; b < blocks; b++)
                 cinfer_tma_load_4d(dst + b * KV_BLOCK_BYTES, run_map, b * 64, 0, kv_head, page0,
                                    bar);
 #endif
@@ -604,7 +609,7 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
     const bool mine = tile_box(p, rows, lane);
     const int pages = __popc(__ballot_sync(0xffffffffu, mine)); /* boxes to copy */
     if (lane == 0)
-        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * DBLOCKS));
+        cinfer_mbarrier_arrive_expect_tx(bar, (unsigned)(pages * page_rows * 128 * blocks));
     __syncwarp();
     if (mine) {
         const int in_page = (t * TILE_KV + lane * page_rows) & (p.page_size - 1);
@@ -614,16 +619,16 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
 #else
         const unsigned box = dst + (unsigned)(lane * page_rows * 128);
 #pragma unroll
-        for (int b = 0; b < DBLOCKS; b++)
+        for (int b = 0; b < blocks; b++)
             cinfer_tma_load_4d(box + b * KV_BLOCK_BYTES, map, b * 64, in_page, kv_head, page, bar);
 #endif
     }
 #else
     (void)p, (void)rows, (void)page;
     if (lane == 0) {
-        cinfer_mbarrier_arrive_expect_tx(bar, KV_TILE_BYTES);
+        cinfer_mbarrier_arrive_expect_tx(bar, tile_bytes);
 #pragma unroll
-        for (int b = 0; b < DBLOCKS; b++)
+        for (int b = 0; b < blocks; b++)
             cinfer_tma_load_3d(dst + b * KV_BLOCK_BYTES, map, b * 64, kv_row0 + t * TILE_KV,
                                kv_head, bar);
     }
@@ -837,7 +842,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int i = 0; i < num_tiles; i++) {
                 const unsigned gi = g + (unsigned)i;
                 const int st = (int)(gi % STAGES), t = KV_TILE(i);
-                const unsigned s_k = s_kv + st * STAGE_BYTES, s_v = s_k + KV_TILE_BYTES;
+                const unsigned s_k = s_kv + st * STAGE_BYTES, s_v = s_k + K_TILE_BYTES;
                 /* The tile's rows inside the request; rows past it are another request's, a
                  * page's past kv_len, or not copied (paged), and V's are zeroed: at most once per
                  * item, for the request's last tile. */
@@ -845,7 +850,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 /* K once both groups' Q K^T of the tile STAGES back is done, V once their P V. */
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_K(st), (gi / STAGES - 1) & 1u);
-                copy_kv_half(p, tma.k, tma.k_run, KV_FOLD, t, rows, kv_row0, kv_head, s_k,
+                copy_kv_half(p, tma.k, tma.k_run, KV_FOLD, DBLOCKS, t, rows, kv_row0, kv_head, s_k,
                              FULL_K(st), page, lane);
 #if KV_APART
                 if (gi >= STAGES)
@@ -853,13 +858,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if CINFER_BATCH
                 if (rows < TILE_KV) {
-                    copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, t, rows, kv_row0, kv_head, s_v,
-                                 fix_bar, page, lane);
+                    copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, VBLOCKS, t, rows, kv_row0, kv_head,
+                                 s_v, fix_bar, page, lane);
                     cinfer_mbarrier_wait(fix_bar, fx & 1u);
                     fx++;
                     for (int c = rows * 8 + lane; c < TILE_KV * 8; c += 32)
 #pragma unroll
-                        for (int b = 0; b < DBLOCKS; b++)
+                        for (int b = 0; b < VBLOCKS; b++)
                             cinfer_st_shared_v4(s_v + KV_CHUNK_OFFSET(c, b),
                                                 make_uint4(0, 0, 0, 0));
                     /* The zeros reach the tensor cores (the async proxy) before V is marked
@@ -872,7 +877,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     continue;
                 }
 #endif
-                copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, t, rows, kv_row0, kv_head, s_v,
+                copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, VBLOCKS, t, rows, kv_row0, kv_head, s_v,
                              FULL_V(st), page, lane);
                 NEXT_PAGES();
             }
@@ -1068,7 +1073,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     PIN_O();
                     cinfer_wgmma_fence();
                     issue_qk(s, s_q_rows + (qi % Q_BUFS) * Q_BYTES, s_kv + st * STAGE_BYTES);
-                    issue_pv(o, pa, s_kv + ((gi - 1) % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                    issue_pv(o, pa, s_kv + ((gi - 1) % STAGES) * STAGE_BYTES + K_TILE_BYTES);
 #if PINGPONG
                     cinfer_bar_arrive(2 - wg, 256); /* the other group's turn */
 #endif
@@ -1125,14 +1130,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     cinfer_mbarrier_wait(FULL_K(gn % STAGES), (gn / STAGES) & 1u);
                 }
                 cinfer_wgmma_fence();
-                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + K_TILE_BYTES);
                 issue_qk(s, s_q_rows + ((qi + 1) % Q_BUFS) * Q_BYTES,
                          s_kv + (gn % STAGES) * STAGE_BYTES);
                 CINFER_WGMMA_WAIT(1);
                 first_issued = next_tiles > 0;
 #else
                 cinfer_wgmma_fence();
-                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + KV_TILE_BYTES);
+                issue_pv(o, pa, s_kv + (last % STAGES) * STAGE_BYTES + K_TILE_BYTES);
                 CINFER_WGMMA_WAIT(0);
 #endif
                 PIN_O();
@@ -1186,12 +1191,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     }
                     if (!live)
                         continue;
-                    float *po = p.partial_o + slot * D + 2 * (lane & 2) + (odd ? 8 : 0);
+                    float *po = p.partial_o + slot * D_VO + 2 * (lane & 2) + (odd ? 8 : 0);
 #pragma unroll
                     for (int a = 0; a < O_COLS / 2; a++)
                         *(float4 *)(po + 16 * a) = v[a];
 #else
-                    float *po = p.partial_o + slot * D + 2 * (lane % 4);
+                    float *po = p.partial_o + slot * D_VO + 2 * (lane % 4);
 #pragma unroll
                     for (int j = 0; j < O_COLS; j++)
                         *(float2 *)(po + 8 * j) =

@@ -489,12 +489,12 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 
 /*
  * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
- * 16-bit dtype, D = 64, 128 or 256, no mask or causal, no RoPE; soft cap and window; default
- * attention or a variant of ALiBi slopes, masks in row form and state inits (CINFER__VARIANT_SM90),
- * not with a soft cap; single or batch (ragged or paged; GQA packing by a divisor of tile_q);
- * tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at
- * launch), tile_kv 128 (64 at D = 256), 2 or 3 stages within 227 KiB. The page sizes it copies
- * are the host's to check (prefill.c).
+ * 16-bit dtype, D = 64, 128 or 256 (or D_qk / D_vo = 192 / 128), no mask or causal, no RoPE; soft
+ * cap and window; default attention or a variant of ALiBi slopes, masks in row form and state inits
+ * (CINFER__VARIANT_SM90), not with a soft cap; single or batch (ragged or paged; GQA packing by a
+ * divisor of tile_q); tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer
+ * warpgroup is added at launch), tile_kv 128 (64 at D = 256), 2 or 3 stages within 227 KiB. The
+ * page sizes it copies are the host's to check (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
     if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
@@ -505,10 +505,13 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
             "f16 or bf16",
             fam->name, cinfer__dtype_name(spec->dtype_q), cinfer__dtype_name(spec->dtype_kv),
             cinfer__dtype_name(spec->dtype_o));
-    if ((spec->head_dim_qk != 64 && spec->head_dim_qk != 128 && spec->head_dim_qk != 256) ||
-        spec->head_dim_vo != spec->head_dim_qk)
+    const bool asym = spec->head_dim_qk == 192 && spec->head_dim_vo == 128;
+    if (!asym &&
+        ((spec->head_dim_qk != 64 && spec->head_dim_qk != 128 && spec->head_dim_qk != 256) ||
+         spec->head_dim_vo != spec->head_dim_qk))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                             "%s (sm90): head dims %d / %d, expected 64, 128 or 256 for both",
+                             "%s (sm90): head dims %d / %d, expected 64, 128 or 256 for both, or "
+                             "192 / 128",
                              fam->name, (int)spec->head_dim_qk, (int)spec->head_dim_vo);
     if ((spec->batch != 0 && spec->batch != 1) || (spec->paged != 0 && spec->paged != 1) ||
         (spec->paged && !spec->batch))
@@ -535,12 +538,14 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
                              "and state inits only (not with a soft cap)",
                              fam->name, (int)spec->pos,
                              spec->variant ? cinfer_variant_name(spec->variant) : "none");
-    /* D = 256 keeps O in 128 registers per thread: S of 64-row K tiles (32 more) fits beside it. */
+    /* D = 256 keeps O in 128 registers per thread: S of 64-row K tiles (32 more) fits beside it.
+     * At 192 / 128 O takes 64, as at D = 128, and the K/V tiles may have 128 rows or 64. */
     if (!((spec->tile_q == 64 && spec->warps == 4) || (spec->tile_q == 128 && spec->warps == 8)) ||
-        spec->tile_kv != (spec->head_dim_qk > 128 ? 64 : 128) || !in_range(spec->stages, 2, 3))
+        (spec->tile_kv != (spec->head_dim_vo > 128 ? 64 : 128) && !(asym && spec->tile_kv == 64)) ||
+        !in_range(spec->stages, 2, 3))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s (sm90): tile_q %d / warps %d / tile_kv %d / stages %d, expected "
-                             "64 / 4 or 128 / 8, 128 (64 at D = 256), 2..3",
+                             "64 / 4 or 128 / 8, 128 (64 at D = 256, 64 or 128 at 192 / 128), 2..3",
                              fam->name, (int)spec->tile_q, (int)spec->warps, (int)spec->tile_kv,
                              (int)spec->stages);
     return CINFER_STATUS_SUCCESS;

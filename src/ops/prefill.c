@@ -124,12 +124,8 @@ int cinfer__prefill_threads(const cinfer__prefill_config_t *cfg) {
 
 size_t cinfer__prefill_kv_smem_bytes(int head_dim, cinfer__dtype_t kv_dtype,
                                      const cinfer__prefill_config_t *cfg) {
-    /* sm90: 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile and the stages of K
-     * and V, rows of head_dim 16-bit elements, unpadded */
-    if (cfg->sm90) /* D = 64: two Q tiles (kernels/prefill_sm90.cuh, Q_BUFS) */
-        return 1024 + 2 * (size_t)head_dim *
-                          ((head_dim == 64 ? 2 : 1) * (size_t)cfg->tile_q +
-                           2 * (size_t)cfg->stages * cfg->tile_kv);
+    if (cfg->sm90)
+        return cinfer__prefill_sm90_smem_bytes(head_dim, head_dim, cfg);
     const size_t row_chunks = (size_t)head_dim / 8 + 1;
     if (!is_fp8(kv_dtype))
         return 16 * row_chunks * ((size_t)cfg->tile_q + 2 * (size_t)cfg->stages * cfg->tile_kv);
@@ -328,6 +324,27 @@ static int single_tiles(int head_dim, int max_smem_optin, cinfer__prefill_config
 static const cinfer__prefill_config_t turn_tiles = {
     .tile_q = 256, .tile_kv = 64, .warps = 8, .stages = 4};
 
+size_t cinfer__prefill_sm90_smem_bytes(int head_dim, int head_dim_vo,
+                                       const cinfer__prefill_config_t *cfg) {
+    /* 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile (two at D = 64:
+     * kernels/prefill_sm90.cuh, Q_BUFS) and the stages of K and V, rows of 16-bit elements,
+     * unpadded */
+    const size_t q_tiles = head_dim == 64 ? 2 : 1;
+    return 1024 + 2 * ((size_t)head_dim * q_tiles * (size_t)cfg->tile_q +
+                       (size_t)cfg->stages * cfg->tile_kv * (size_t)(head_dim + head_dim_vo));
+}
+
+/* The dynamic shared memory of tiles cfg for options of head dims head_dim / head_dim_vo and K/V
+ * of kv_dtype: the sm90 kernel's rows have each matrix's own head dim, the sm80 kernel's the larger
+ * of the two (tile_dim). */
+static size_t tile_smem(int head_dim, int head_dim_vo, cinfer__dtype_t kv_dtype,
+                        const cinfer__prefill_config_t *cfg) {
+    if (cfg->sm90)
+        return cinfer__prefill_sm90_smem_bytes(head_dim, head_dim_vo, cfg);
+    return cinfer__prefill_kv_smem_bytes(head_dim > head_dim_vo ? head_dim : head_dim_vo, kv_dtype,
+                                         cfg);
+}
+
 void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
     *cfg = turn_tiles;
 }
@@ -344,7 +361,10 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
  * TFLOP/s, 2 stages 542.2 / 495.6, one consumer warpgroup (64 rows) 386.8 / 369.1; the sm80
  * turn-taking tiles 401.6 / 390.3 in the same call.
  */
-static cinfer__prefill_config_t sm90_config(int head_dim) {
+static cinfer__prefill_config_t sm90_config(int head_dim, int head_dim_vo) {
+    if (head_dim == 192 && head_dim_vo == 128) /* two stages of 80 KiB and a Q tile of 48 */
+        return (cinfer__prefill_config_t){
+            .tile_q = 128, .tile_kv = 128, .warps = 8, .stages = 2, .sm90 = true};
     if (head_dim > 128)
         return (cinfer__prefill_config_t){
             .tile_q = 128, .tile_kv = 64, .warps = 8, .stages = 2, .sm90 = true};
@@ -352,8 +372,8 @@ static cinfer__prefill_config_t sm90_config(int head_dim) {
         .tile_q = 128, .tile_kv = 128, .warps = 8, .stages = 3, .sm90 = true};
 }
 
-void cinfer__prefill_sm90_config(int head_dim, cinfer__prefill_config_t *cfg) {
-    *cfg = sm90_config(head_dim);
+void cinfer__prefill_sm90_config(int head_dim, int head_dim_vo, cinfer__prefill_config_t *cfg) {
+    *cfg = sm90_config(head_dim, head_dim_vo);
 }
 
 static bool test_no_sm90;
@@ -364,9 +384,11 @@ void cinfer__prefill_test_no_sm90(bool on) {
 
 static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
     const bool soft_cap = o->logits_soft_cap > 0;
+    const int vo = cinfer__attention_head_dim_vo(o);
     return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 &&
-           (o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256) &&
-           cinfer__attention_head_dim_vo(o) == o->head_dim &&
+           (((o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256) &&
+             vo == o->head_dim) ||
+            (o->head_dim == 192 && vo == 128)) &&
            cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
            !cinfer__attention_rope(o) &&
            (!o->variant || (!soft_cap && (o->variant->hooks & CINFER__VARIANT_SM90)));
@@ -465,9 +487,10 @@ cinfer_status_t cinfer__prefill_single_specs(const cinfer_attention_options_t *o
         CINFER__CHECK(build_spec(o, causal, false, false, &turn_tiles, 1, &specs[*count]));
         ++*count;
     }
-    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
+    const int vo = cinfer__attention_head_dim_vo(o);
+    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim, vo);
     if (takes_sm90(arch, o) &&
-        cinfer__prefill_smem_bytes(o->head_dim, &sm90) + STATIC_SMEM_RESERVE <=
+        cinfer__prefill_sm90_smem_bytes(o->head_dim, vo, &sm90) + STATIC_SMEM_RESERVE <=
             (size_t)max_smem_optin) {
         CINFER__CHECK(build_spec(o, causal, false, false, &sm90, 1, &specs[*count]));
         ++*count;
@@ -608,7 +631,8 @@ static cinfer_status_t prepare_kernel(cinfer_context_t *ctx, const cinfer__kerne
 static cinfer_status_t load_single(cinfer_context_t *ctx, const cinfer_attention_options_t *o,
                                    int causal, const cinfer__prefill_config_t *cfg,
                                    cinfer__kernel_t *kernel, size_t *smem) {
-    *smem = cinfer__prefill_kv_smem_bytes(tile_dim(o), cinfer__dl_dtype(o->kv_dtype), cfg);
+    *smem = tile_smem(o->head_dim, cinfer__attention_head_dim_vo(o), cinfer__dl_dtype(o->kv_dtype),
+                      cfg);
     if (*smem > (size_t)ctx->max_smem_per_block_optin)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu bytes of "
@@ -664,7 +688,8 @@ static cinfer_status_t choose_single(cinfer_context_t *ctx, const cinfer_attenti
                                      int causal, int32_t qo_len, int32_t kv_len, bool tma,
                                      cinfer__prefill_config_t *cfg, cinfer__kernel_t *kernel,
                                      size_t *smem) {
-    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
+    const cinfer__prefill_config_t sm90 =
+        sm90_config(o->head_dim, cinfer__attention_head_dim_vo(o));
     const int64_t sm90_grid = ((int64_t)qo_len + sm90.tile_q - 1) / sm90.tile_q * o->num_qo_heads;
     if (tma && takes_sm90(ctx->arch, o) && sm90_grid >= (int64_t)ctx->num_sms) {
         /* The sm90 kernel for grids of a wave or more; where it cannot be had (no JIT and not in
@@ -1014,11 +1039,14 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
      * turn-taking tiles where single prefill would take them. Neither while a test replaces the
      * default tiles. */
     const cinfer__prefill_config_t largest = s->tiles[c->num_tiles - 1];
-    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim);
-    const bool sm90_ok = takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) &&
-                         !has_test_default &&
-                         cinfer__prefill_smem_bytes(o->head_dim, &sm90) + STATIC_SMEM_RESERVE <=
-                             (size_t)max_smem_optin;
+    const int vo = cinfer__attention_head_dim_vo(o);
+    const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim, vo);
+    /* (A paged cache at D_qk != D_vo stays on the sm80 kernel: paged_tma maps K and V alike.) */
+    const bool sm90_ok =
+        takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) &&
+        (!paged || vo == o->head_dim) && !has_test_default &&
+        cinfer__prefill_sm90_smem_bytes(o->head_dim, vo, &sm90) + STATIC_SMEM_RESERVE <=
+            (size_t)max_smem_optin;
     /* Above D = 128 the largest sm80 tile has 64 rows: the sm90 kernel's 128 come after it. */
     bool sm90_added = false;
     if (sm90_ok && largest.tile_q == sm90.tile_q) {
@@ -1068,7 +1096,7 @@ static cinfer_status_t load_kernels(cinfer_context_t *ctx, const cinfer_attentio
         if (fixed >= 0 && i != fixed)
             continue;
         const cinfer__prefill_config_t *t = &s->tiles[i];
-        s->smem[i] = cinfer__prefill_kv_smem_bytes(s->tile_dim, s->dtype_kv, t);
+        s->smem[i] = tile_smem(s->head_dim, s->head_dim_vo, s->dtype_kv, t);
         if (s->smem[i] > (size_t)ctx->max_smem_per_block_optin)
             return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                                  "batch prefill tiles (tile_q %d, tile_kv %d, stages %d) need %zu "
@@ -1736,7 +1764,7 @@ static bool single_may_split(const cinfer_context_t *ctx, const batch_setup_t *s
     const int64_t cta_heads = cinfer__prefill_cta_heads(&s->cfg);
     for (int i = 0; i < s->cfg.num_tiles; i++) {
         const int64_t ctas = (qo_len + s->cfg.tile_q[i] - 1) / s->cfg.tile_q[i] * cta_heads;
-        const size_t smem = cinfer__prefill_kv_smem_bytes(s->tile_dim, s->dtype_kv, &s->tiles[i]);
+        const size_t smem = tile_smem(s->head_dim, s->head_dim_vo, s->dtype_kv, &s->tiles[i]);
         int64_t per_sm = 2048 / cinfer__prefill_threads(&s->tiles[i]);
         const int64_t by_smem =
             ((int64_t)ctx->max_smem_per_block_optin + 1024) / (int64_t)(smem > 0 ? smem : 1);

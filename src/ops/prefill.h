@@ -31,9 +31,16 @@ int cinfer__prefill_threads(const cinfer__prefill_config_t *cfg);
  * template's choices, as on other archs). Not thread-safe. */
 void cinfer__prefill_test_no_sm90(bool on);
 
-/* The sm90 prefill kernel's tiles at head_dim (two consumer warpgroups of 64 rows; KV tiles of 128
- * rows in 3 stages, or above D = 128 of 64 rows in 2 stages). */
-void cinfer__prefill_sm90_config(int head_dim, cinfer__prefill_config_t *cfg);
+/* The sm90 prefill kernel's tiles at head dims head_dim / head_dim_vo (two consumer warpgroups of
+ * 64 rows; KV tiles of 128 rows in 3 stages; at D = 256 of 64 rows in 2 stages; at 192 / 128 of 128
+ * rows in 2 stages). */
+void cinfer__prefill_sm90_config(int head_dim, int head_dim_vo, cinfer__prefill_config_t *cfg);
+
+/* Dynamic shared memory of the sm90 kernel of tiles cfg (kernels/prefill_sm90.cuh's layout): 1 KiB
+ * of alignment, the Q tile (two at D = 64) and `stages` K and V tiles, unpadded rows of each
+ * matrix's head dim. */
+size_t cinfer__prefill_sm90_smem_bytes(int head_dim, int head_dim_vo,
+                                       const cinfer__prefill_config_t *cfg);
 
 /* Dynamic shared memory of the kernel for head dim d (kernels/prefill.cu's layout): the Q tile
  * and `stages` K and V tiles, rows of d / 8 16-byte chunks padded by one chunk. */

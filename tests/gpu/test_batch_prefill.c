@@ -1035,6 +1035,49 @@ static void sm90_kernel(void **state) {
     run_case(&c, cinfer_test_seed() + 1530);
 }
 
+/* The sm90 kernel at D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads) over a ragged K/V: both
+ * masks, fp16 and HND, a soft cap, a window and sinks, and split-KV (its plan's choice of kernel);
+ * a paged cache keeps the sm80 kernels there (its maps take K's and V's head dims alike). */
+static void sm90_kernel_d192(void **state) {
+    (void)state;
+    if (strcmp(ctx->arch, "sm_90a") != 0) {
+        printf("sm90_kernel_d192: the device is %s, not sm_90a; skipped\n", ctx->arch);
+        return;
+    }
+    for (int k = 0; k < 7; k++) {
+        char desc[128];
+        bp_case c = base_case("");
+        c.d = 192;
+        c.dvo = 128;
+        c.batch = k == 2 ? 2 : 6;
+        c.qo_lens = k == 2 ? sm90_qo_split : sm90_qo;
+        c.kv_lens = k == 2 ? sm90_kv_split : sm90_kv;
+        c.hq = k == 1 ? 16 : 32;
+        c.hk = k == 1 ? 16 : 8;
+        c.paged = k == 6;
+        c.layout = k == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.causal = k != 1;
+        c.dtype = k == 1 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.soft_cap = k == 3 ? 30.0f : 0.0f;
+        c.window_left = k == 4 ? 150 : -1;
+        c.expect_group = 1;
+        /* (the split case's two tiles of unpacked heads may take a smaller sm80 tile) */
+        c.expect_sm90 = k == 6 ? -1 : k == 2 ? 0 : 1;
+        c.expect_split = k == 2;
+        snprintf(desc, sizeof desc,
+                 "sm90 D_qk 192 D_vo 128: %s heads %d/%d causal %d cap %g window %d%s%s",
+                 c.paged ? "paged" : "ragged", c.hq, c.hk, c.causal, (double)c.soft_cap,
+                 c.window_left, k == 2 ? " split" : "", k == 5 ? " sinks" : "");
+        c.desc = desc;
+        if (k == 5) {
+            c.lse = tv_has_lse(TV_SINKS);
+            run_variant_case(&c, TV_SINKS, cinfer_test_seed() + 1600 + (uint64_t)k);
+        } else {
+            run_case(&c, cinfer_test_seed() + 1600 + (uint64_t)k);
+        }
+    }
+}
+
 /*
  * Split-KV: few query rows over a long KV, where the query tiles alone fill a small part of the
  * GPU, so the plan splits each tile's KV into chunks and the merge kernel folds their float32
@@ -1646,7 +1689,8 @@ static void head_dims_qk_vo(void **state) {
         c.hk = dims[i].hk;
         c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
         c.expect_group = 1; /* never packed */
-        c.expect_sm90 = -1;
+        /* a ragged K/V at 192 / 128 may take the sm90 kernel (sm90_kernel's cases) */
+        c.expect_sm90 = dims[i].d == 192 && dims[i].dvo == 128 && !dims[i].paged ? 0 : -1;
         run_case(&c, cinfer_test_seed() + 4000 + i);
     }
     {
@@ -1929,6 +1973,7 @@ int main(void) {
         cmocka_unit_test_teardown(wide_warp_tiles, teardown_default_tiles),
         cmocka_unit_test_teardown(randomized_grid, teardown_case),
         cmocka_unit_test_teardown(sm90_kernel, teardown_case),
+        cmocka_unit_test_teardown(sm90_kernel_d192, teardown_case),
         cmocka_unit_test_teardown(split_kv, teardown_case),
         cmocka_unit_test_teardown(rope, teardown_case),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, teardown_case),

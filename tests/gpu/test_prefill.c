@@ -694,6 +694,7 @@ typedef struct sm90_dim_cases {
     int strided_at;              /* f % 5: out a slice of a wider buffer */
     int no_lse_at;               /* f: lse = NULL */
     uint64_t seed;
+    int dvo; /* v's and out's head dim (0: d) */
 } sm90_dim_cases;
 
 static void run_sm90_dim_cases(const sm90_dim_cases *x) {
@@ -703,6 +704,7 @@ static void run_sm90_dim_cases(const sm90_dim_cases *x) {
         char desc[160];
         prefill_case c = base_case("");
         c.d = x->d;
+        c.dvo = x->dvo;
         c.qo_len = lens[(f + x->len_shift) % 8][0];
         c.kv_len = lens[(f + x->len_shift) % 8][1];
         c.causal = (f + f / 8 + x->causal_shift) % 2;
@@ -743,7 +745,7 @@ static void run_sm90_dim_cases(const sm90_dim_cases *x) {
 /* The D = 128 tiles the sm90 cases take: the library's (2 consumer warpgroups, 3 stages), that
  * one in 2 stages, and one consumer warpgroup (64 query rows). */
 static void sm90_tile_set(cinfer__prefill_config_t tiles[3]) {
-    cinfer__prefill_sm90_config(128, &tiles[0]);
+    cinfer__prefill_sm90_config(128, 128, &tiles[0]);
     tiles[1] = tiles[2] = tiles[0];
     tiles[1].stages = 2;
     tiles[2].tile_q = 64; /* one consumer warpgroup */
@@ -900,7 +902,8 @@ static void sm90_tiles_d64(void **state) {
         return;
     cinfer__prefill_config_t tiles[3];
     sm90_tile_set(tiles);
-    const sm90_dim_cases d64 = {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600};
+    const sm90_dim_cases d64 = {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600,
+                                64};
     run_sm90_dim_cases(&d64);
     sm90_many_items_causal(64, &tiles[0], cinfer_test_seed() + 1507);
 }
@@ -912,12 +915,43 @@ static void sm90_tiles_d256(void **state) {
     if (!sm90_device("sm90_tiles_d256"))
         return;
     cinfer__prefill_config_t wide[2];
-    cinfer__prefill_sm90_config(256, &wide[0]);
+    cinfer__prefill_sm90_config(256, 256, &wide[0]);
     wide[1] = wide[0];
     wide[1].tile_q = 64;
     wide[1].warps = 4;
-    const sm90_dim_cases d256 = {256, {&wide[0], &wide[0], &wide[1]}, 3, 1, 0, 3, 1, 2, 6, 1700};
+    const sm90_dim_cases d256 = {256, {&wide[0], &wide[0], &wide[1]}, 3, 1, 0, 3, 1, 2, 6, 1700,
+                                 256};
     run_sm90_dim_cases(&d256);
+}
+
+/* D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads: Q and K tiles of three column blocks, V and O
+ * of two): the library's tiles (K/V tiles of 128 rows in 2 stages), K/V tiles of 64 rows in 3
+ * stages, and one consumer warpgroup; then the library's choice for grids of a wave or more. */
+static void sm90_tiles_d192(void **state) {
+    (void)state;
+    if (!sm90_device("sm90_tiles_d192"))
+        return;
+    cinfer__prefill_config_t t[3];
+    cinfer__prefill_sm90_config(192, 128, &t[0]);
+    t[1] = t[2] = t[0];
+    t[1].tile_kv = 64;
+    t[1].stages = 3;
+    t[2].tile_q = 64;
+    t[2].warps = 4;
+    const sm90_dim_cases d192 = {192, {&t[0], &t[1], &t[2]}, 5, 0, 1, 2, 3, 1, 7, 1800, 128};
+    run_sm90_dim_cases(&d192);
+    for (int causal = 0; causal < 2; causal++) {
+        prefill_case c =
+            base_case(causal ? "sm90 D_qk 192 D_vo 128, the library's tiles, 2000 rows, causal"
+                             : "sm90 D_qk 192 D_vo 128, the library's tiles, 2000 rows");
+        c.d = 192;
+        c.dvo = 128;
+        c.qo_len = c.kv_len = 2000;
+        c.causal = causal;
+        c.hq = c.hk = 16; /* 256 query tiles: a grid of more than a wave */
+        c.check_heads = 3;
+        run_case(&c, cinfer_test_seed() + 1820 + (uint64_t)causal);
+    }
 }
 
 /*
@@ -1711,6 +1745,7 @@ int main(void) {
         cmocka_unit_test_teardown(sm90_tiles, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(sm90_tiles_d64, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(sm90_tiles_d256, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_tiles_d192, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),
