@@ -3,7 +3,8 @@
 by side: cinfer (single_prefill_with_kv_cache, the library's choice of kernel), SDPA with the cuDNN
 backend and with the FlashAttention-2 backend, and FlexAttention (torch.compile'd; its compile
 time is not timed), at bench_prefill's shapes: one request, 32 query / 8 KV heads (GQA), bf16,
-S = qo_len = kv_len in {1k, 4k, 16k}, causal and not, D = --head-dim (128 by default).
+S = qo_len = kv_len in {1k, 4k, 16k}, causal and not, D = --head-dim (128 by default; 192 is
+D_qk / D_vo = 192 / 128, DeepSeek's prefill heads).
 
 Each shape is timed in --rounds rounds, each round timing every implementation once (the order
 rotating from round to round), and each figure is the median of its rounds. Under sustained load
@@ -15,14 +16,15 @@ back-to-back groups of calls (20 at 1k, 4 at 4k, one at 16k) between one pair of
 each call's host time (Python's argument handling and the launch) overlaps the kernel before it
 rather than adding to the figure.
 
-FLOPs = 4 * S^2 * Hq * D, halved for causal (PERF.md), as bench_prefill counts them. A round's
+FLOPs = 4 * S^2 * Hq * D (2 * S^2 * Hq * (D_qk + D_vo) at 192 / 128), halved for causal (PERF.md),
+as bench_prefill counts them. A round's
 figure is the median of CUDA-event timings of --iters runs after warm-up (bench/peers.py's Timer:
 the upper median for an even count), on random data. An implementation that refuses a shape
 (e.g. cuDNN for some head dims) prints its error instead of a figure. Without PyTorch or a CUDA
 device it says so and exits 0; without libcinfer.so ($CINFER_LIBRARY, else the source tree's
 build/) the cinfer column is left out.
 
-    python3 bench/peers_prefill.py [--head-dim 64|128|256] [--iters N] [--rounds N] [--no-flex]
+    python3 bench/peers_prefill.py [--head-dim 64|128|192|256] [--iters N] [--rounds N] [--no-flex]
 """
 import argparse
 import os
@@ -36,7 +38,7 @@ LENS = (1024, 4096, 16384)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256))
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 192, 256))
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
@@ -71,9 +73,11 @@ def main():
         except Exception as e:  # an older PyTorch
             print(f"peers_prefill: FlexAttention not available ({e})")
     d = args.head_dim
+    dv = 128 if d == 192 else d  # v's and out's head dim
     timer = Timer(torch, args.iters)
-    print(f"single prefill, {HQ}/{HK} heads, D = {d}, bf16, {torch.cuda.get_device_name()}, PyTorch "
-          f"{torch.__version__} (TFLOP/s; median of {args.rounds} alternating rounds of "
+    dims = f"{d} / {dv}" if dv != d else f"{d}"
+    print(f"single prefill, {HQ}/{HK} heads, D = {dims}, bf16, {torch.cuda.get_device_name()}, "
+          f"PyTorch {torch.__version__} (TFLOP/s; median of {args.rounds} alternating rounds of "
           f"{args.iters} timings each)\n")
     names = (["cinfer"] if cinfer else []) + ["SDPA cuDNN", "SDPA FA2"] + (
         ["FlexAttention"] if flex else [])
@@ -84,13 +88,13 @@ def main():
     for s in LENS:
         q = torch.randn(1, HQ, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
         k = torch.randn(1, HK, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        v = torch.randn(1, HK, s, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn(1, HK, s, dv, device="cuda", dtype=torch.bfloat16, generator=gen)
         # SDPA's backends take GQA as repeated K/V heads (enable_gqa is not on every backend);
         # cinfer takes [S, heads, D] (NHD).
         kr, vr = k.repeat_interleave(HQ // HK, 1), v.repeat_interleave(HQ // HK, 1)
         qn, kn, vn = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))
         for causal in (True, False):
-            flops = 4.0 * s * s * HQ * d / (2 if causal else 1)
+            flops = 2.0 * s * s * HQ * (d + dv) / (2 if causal else 1)
             reps = 20 if s <= 1024 else 4 if s <= 4096 else 1
             mask = None
             if flex and causal:
