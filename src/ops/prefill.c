@@ -353,7 +353,8 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
  * The sm90 single-prefill kernel (kernels/prefill_sm90.cuh): two consumer warpgroups of 64 query
  * rows on wgmma, a producer warpgroup issuing TMA copies, KV tiles of 128 rows in 3 stages (225 KiB
  * of shared memory at D = 128, one CTA per SM; at D = 256, whose O takes 128 registers per thread,
- * KV tiles of 64 rows in 2 stages, 193 KiB). Taken on sm_90a at D = 64, 128 or 256 with q and K/V
+ * KV tiles of 64 rows in 2 stages, 193 KiB; at D_qk / D_vo = 192 / 128 KV tiles of 128 rows in 2
+ * stages, 209 KiB). Taken on sm_90a at D = 64, 128 or 256, or 192 / 128, with q and K/V
  * of one 16-bit dtype, no RoPE, and default attention (soft cap and window included) or a variant
  * of ALiBi slopes, masks in row form (custom_mask) and state inits only (CINFER__VARIANT_SM90; not
  * with a soft cap), when its grid fills a wave (choose_single) and the tensors suit TMA (tma_ok).
