@@ -593,6 +593,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_prefill: --consecutive-pages times trace batches: give --trace\n");
         return 2;
     }
+    if (hd != hd_vo && (sweep || split || pack || batch_only || variants_only || trace || fp8)) {
+        fprintf(stderr,
+                "bench_prefill: --head-dim %d (D_vo %d) times the plain single prefill "
+                "table or --tile only\n",
+                hd, hd_vo);
+        return 2;
+    }
     int *trace_lens = NULL;
     const int trace_n = trace ? load_trace(trace, &trace_lens) : 0;
     if (trace && trace_n == 0) {
