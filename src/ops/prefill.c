@@ -1042,10 +1042,8 @@ static cinfer_status_t batch_setup_smem(const char *arch, int max_smem_optin,
     const cinfer__prefill_config_t largest = s->tiles[c->num_tiles - 1];
     const int vo = cinfer__attention_head_dim_vo(o);
     const cinfer__prefill_config_t sm90 = sm90_config(o->head_dim, vo);
-    /* (A paged cache at D_qk != D_vo stays on the sm80 kernel: paged_tma maps K and V alike.) */
     const bool sm90_ok =
-        takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) &&
-        (!paged || vo == o->head_dim) && !has_test_default &&
+        takes_sm90(arch, o) && sm90_pages_ok(paged, o->page_size) && !has_test_default &&
         cinfer__prefill_sm90_smem_bytes(o->head_dim, vo, &sm90) + STATIC_SMEM_RESERVE <=
             (size_t)max_smem_optin;
     /* Above D = 128 the largest sm80 tile has 64 rows: the sm90 kernel's 128 come after it. */
@@ -1523,21 +1521,22 @@ static cinfer_status_t paged_kv(const cinfer_batch_prefill_t *op, const DLTensor
     return CINFER_STATUS_SUCCESS;
 }
 
-/* K's and V's maps of a paged cache, of one geometry (p's K/V addresses), and with run_box
- * (not NULL) their maps of page runs. */
+/* K's and V's maps of a paged cache (p's K/V addresses; K's dims and strides, and V's: the same
+ * arrays but at D_qk != D_vo), and with run_box (not NULL) their maps of page runs. */
 static cinfer_status_t encode_paged_maps(cinfer_context_t *ctx, const cinfer_prefill_params *p,
                                          cinfer__dtype_t dtype, int rank, const int64_t *dims,
-                                         const int64_t *strides, const uint32_t *box,
+                                         const int64_t *strides, const int64_t *v_dims,
+                                         const int64_t *v_strides, const uint32_t *box,
                                          const uint32_t *run_box, cinfer_prefill_tma *tma) {
     CINFER__CHECK(
         encode_map(ctx, tma->k, p->k, dtype, rank, dims, strides, box, "encoding k's tensor map"));
-    CINFER__CHECK(
-        encode_map(ctx, tma->v, p->v, dtype, rank, dims, strides, box, "encoding v's tensor map"));
+    CINFER__CHECK(encode_map(ctx, tma->v, p->v, dtype, rank, v_dims, v_strides, box,
+                             "encoding v's tensor map"));
     if (!run_box)
         return CINFER_STATUS_SUCCESS;
     CINFER__CHECK(encode_map(ctx, tma->k_run, p->k, dtype, rank, dims, strides, run_box,
                              "encoding k's tensor map of page runs"));
-    return encode_map(ctx, tma->v_run, p->v, dtype, rank, dims, strides, run_box,
+    return encode_map(ctx, tma->v_run, p->v, dtype, rank, v_dims, v_strides, run_box,
                       "encoding v's tensor map of page runs");
 }
 
@@ -1555,7 +1554,7 @@ void cinfer__batch_prefill_test_no_fold(bool on) {
  * (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h):
  * 5-d maps with the KV head folded in where the heads are packed, so that one box copies a page's
  * rows in every column block; else the 4-d maps in boxes of 8 rows x 64 columns, without page
- * runs.
+ * runs. At D_qk / D_vo = 192 / 128 V's maps have V's own head dim and strides.
  */
 static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTensor *k,
                                  const cinfer_prefill_params *p, int tile_kv,
@@ -1566,7 +1565,7 @@ static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTenso
     const int64_t pages = k->shape[0], rows = P < tile_kv ? P : tile_kv;
     const int64_t n = p->k_stride_n, h = p->k_stride_h, page = p->k_stride_page;
     const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD, runs = P < tile_kv;
-    const bool interleaved = D == 128 || D == 256;
+    const bool interleaved = (D == 128 || D == 256) && s->head_dim_vo == D;
     if (interleaved && !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n))) {
         /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or
          * groups (HND) */
@@ -1580,14 +1579,16 @@ static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTenso
         tma->kv_fold[0] = 1;
         tma->kv_fold[1] = nhd ? (int)blocks : 0;
         tma->kv_fold[2] = nhd ? 0 : (int)(P / 8);
-        return encode_paged_maps(ctx, p, s->dtype_kv, 5, dims, strides, box, runs ? run_box : NULL,
-                                 tma);
+        return encode_paged_maps(ctx, p, s->dtype_kv, 5, dims, strides, dims, strides, box,
+                                 runs ? run_box : NULL, tma);
     }
-    const int64_t dims[4] = {D, P, Hk, pages};
+    /* (V of its own head dim and strides at D_qk != D_vo: 192 / 128) */
+    const int64_t dims[4] = {D, P, Hk, pages}, v_dims[4] = {s->head_dim_vo, P, Hk, pages};
     const int64_t strides[3] = {n, h, page};
+    const int64_t v_strides[3] = {p->v_stride_n, p->v_stride_h, p->v_stride_page};
     const uint32_t box[4] = {64, (uint32_t)(interleaved ? 8 : rows), 1, 1};
     const uint32_t run_box[4] = {64, (uint32_t)P, 1, (uint32_t)(tile_kv / P)};
-    return encode_paged_maps(ctx, p, s->dtype_kv, 4, dims, strides, box,
+    return encode_paged_maps(ctx, p, s->dtype_kv, 4, dims, strides, v_dims, v_strides, box,
                              runs && !interleaved ? run_box : NULL, tma);
 }
 

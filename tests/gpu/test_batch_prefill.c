@@ -1035,39 +1035,49 @@ static void sm90_kernel(void **state) {
     run_case(&c, cinfer_test_seed() + 1530);
 }
 
-/* The sm90 kernel at D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads) over a ragged K/V: both
- * masks, fp16 and HND, a soft cap, a window and sinks, and split-KV (its plan's choice of kernel);
- * a paged cache keeps the sm80 kernels there (its maps take K's and V's head dims alike). */
+/* The sm90 kernel at D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads) over a ragged K/V and a
+ * paged cache: both masks, fp16 and HND, GQA, a soft cap, a window, sinks and split-KV. */
 static void sm90_kernel_d192(void **state) {
     (void)state;
     if (strcmp(ctx->arch, "sm_90a") != 0) {
         printf("sm90_kernel_d192: the device is %s, not sm_90a; skipped\n", ctx->arch);
         return;
     }
-    for (int k = 0; k < 7; k++) {
-        char desc[128];
+    /* Ragged (0-5), then paged (6-10), whose V maps have V's own head dim and strides: pages of
+     * 16 rows scattered and in runs (one box per 64 columns of a tile's pages), 8-row pages HND
+     * at the pool's end (64-bit offsets), 128 rows (a tile), 256 (a tile of a page's rows). The
+     * split cases have a head per KV head (8 / 8), which keeps the sm90 tile (at 32 / 8 the plan
+     * may take a smaller sm80 tile), so that the kernel's D_vo partial states are checked. */
+    static const int page_sizes[] = {16, 8, 128, 256};
+    for (int k = 0; k < 11; k++) {
+        char desc[160];
         bp_case c = base_case("");
+        const bool split = k == 2 || k == 10;
         c.d = 192;
         c.dvo = 128;
-        c.batch = k == 2 ? 2 : 6;
-        c.qo_lens = k == 2 ? sm90_qo_split : sm90_qo;
-        c.kv_lens = k == 2 ? sm90_kv_split : sm90_kv;
-        c.hq = k == 1 ? 16 : 32;
-        c.hk = k == 1 ? 16 : 8;
-        c.paged = k == 6;
-        c.layout = k == 1 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
-        c.causal = k != 1;
-        c.dtype = k == 1 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.batch = split ? 2 : 6;
+        c.qo_lens = split ? sm90_qo_split : sm90_qo;
+        c.kv_lens = split ? sm90_kv_split : sm90_kv;
+        c.hq = split ? 8 : k == 1 || k == 7 ? 16 : 32;
+        c.hk = split ? 8 : k == 1 ? 16 : k == 8 ? 4 : 8;
+        c.paged = k >= 6;
+        c.page_size = k >= 6 && k < 10 ? page_sizes[k - 6] : k == 10 ? 32 : 16;
+        c.page_runs = k == 6 ? 1 : 0;
+        c.high_pages = k == 7;
+        c.layout = k == 1 || k == 7 ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.causal = k != 1 && k != 7;
+        c.dtype = k == 1 || k == 7 ? CINFER__DT_F16 : CINFER__DT_BF16;
         c.soft_cap = k == 3 ? 30.0f : 0.0f;
-        c.window_left = k == 4 ? 150 : -1;
+        c.window_left = k == 4 || k == 9 ? 150 : -1;
+        c.lse = k != 8;
         c.expect_group = 1;
-        /* (the split case's two tiles of unpacked heads may take a smaller sm80 tile) */
-        c.expect_sm90 = k == 6 ? -1 : k == 2 ? 0 : 1;
-        c.expect_split = k == 2;
+        c.expect_sm90 = 1;
+        c.expect_split = split;
         snprintf(desc, sizeof desc,
-                 "sm90 D_qk 192 D_vo 128: %s heads %d/%d causal %d cap %g window %d%s%s",
-                 c.paged ? "paged" : "ragged", c.hq, c.hk, c.causal, (double)c.soft_cap,
-                 c.window_left, k == 2 ? " split" : "", k == 5 ? " sinks" : "");
+                 "sm90 D_qk 192 D_vo 128: %s page %d%s heads %d/%d causal %d cap %g window %d%s%s",
+                 c.paged ? "paged" : "ragged", c.paged ? c.page_size : 0,
+                 c.page_runs ? " runs" : "", c.hq, c.hk, c.causal, (double)c.soft_cap,
+                 c.window_left, split ? " split" : "", k == 5 ? " sinks" : "");
         c.desc = desc;
         if (k == 5) {
             c.lse = tv_has_lse(TV_SINKS);
@@ -1689,8 +1699,8 @@ static void head_dims_qk_vo(void **state) {
         c.hk = dims[i].hk;
         c.dtype = i % 2 ? CINFER__DT_F16 : CINFER__DT_BF16;
         c.expect_group = 1; /* never packed */
-        /* a ragged K/V at 192 / 128 may take the sm90 kernel (sm90_kernel's cases) */
-        c.expect_sm90 = dims[i].d == 192 && dims[i].dvo == 128 && !dims[i].paged ? 0 : -1;
+        /* 192 / 128 may take the sm90 kernel (sm90_kernel_d192's cases) */
+        c.expect_sm90 = dims[i].d == 192 && dims[i].dvo == 128 ? 0 : -1;
         run_case(&c, cinfer_test_seed() + 4000 + i);
     }
     {
