@@ -41,8 +41,8 @@
  *
  * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
  * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's). --head-dim 192 is D_qk /
- * D_vo = 192 / 128 (DeepSeek's prefill heads): the plain single prefill table (or --tile) only,
- * FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
+ * D_vo = 192 / 128 (DeepSeek's prefill heads): the plain single prefill table (or --tile) and the
+ * trace batches only, FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
  *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2]
@@ -319,7 +319,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
         const int pages = (lens[i] + page - 1) / page;
         kv[i + 1] = kv[i] + (paged ? pages : lens[i]);
         last[i] = lens[i] - (pages - 1) * page;
-        *flop += 4.0 * HQ * hd * (double)lens[i] * (lens[i] + 1) / 2;
+        *flop += 2.0 * HQ * (hd + hd_vo) * (double)lens[i] * (lens[i] + 1) / 2;
     }
     const int64_t total = qo[batch];
     if (total > b->max_s) {
@@ -344,6 +344,7 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
     o.num_qo_heads = HQ;
     o.num_kv_heads = HK;
     o.head_dim = hd;
+    o.head_dim_vo = hd_vo;
     o.page_size = page;
     o.max_batch_size = batch;
     const cinfer_kv_storage_t storage = paged ? CINFER_KV_STORAGE_PAGED : CINFER_KV_STORAGE_RAGGED;
@@ -356,13 +357,17 @@ static double time_batch(cinfer_context_t *ctx, CUstream stream, const buffers_t
                                    &op));
     CI(cinfer_batch_prefill_plan(op, qo, kv, paged ? last : NULL, batch, stream));
 
+    /* (v and out of their own head dim at --head-dim 192) */
     int64_t q_shape[3] = {total, HQ, hd}, kv_shape[3] = {total, HK, hd};
+    int64_t out_shape[3] = {total, HQ, hd_vo}, v_shape[3] = {total, HK, hd_vo};
     int64_t cache_shape[4] = {num_pages, page, HK, hd}, idx_shape[1] = {num_entries};
-    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev), tout = tensor(b->out, bf16, 3, q_shape, dev);
+    int64_t v_cache_shape[4] = {num_pages, page, HK, hd_vo};
+    DLTensor tq = tensor(b->q, bf16, 3, q_shape, dev),
+             tout = tensor(b->out, bf16, 3, out_shape, dev);
     DLTensor tk =
         paged ? tensor(b->k, bf16, 4, cache_shape, dev) : tensor(b->k, bf16, 3, kv_shape, dev);
     DLTensor tv =
-        paged ? tensor(b->v, bf16, 4, cache_shape, dev) : tensor(b->v, bf16, 3, kv_shape, dev);
+        paged ? tensor(b->v, bf16, 4, v_cache_shape, dev) : tensor(b->v, bf16, 3, v_shape, dev);
     DLTensor ti = tensor(d_indices, (DLDataType){kDLInt, 32, 1}, 1, idx_shape, dev);
     batch_run_t run = {op, &tq, &tk, &tv, paged ? &ti : NULL, &tout, stream};
     const double ms = bench_time_groups(stream, 1, iters, run_batch, &run);
@@ -593,10 +598,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_prefill: --consecutive-pages times trace batches: give --trace\n");
         return 2;
     }
-    if (hd != hd_vo && (sweep || split || pack || batch_only || variants_only || trace || fp8)) {
+    if (hd != hd_vo && (sweep || split || pack || variants_only || fp8)) {
         fprintf(stderr,
                 "bench_prefill: --head-dim %d (D_vo %d) times the plain single prefill "
-                "table or --tile only\n",
+                "table, --tile and --trace (with --batch-only) only\n",
                 hd, hd_vo);
         return 2;
     }
@@ -693,8 +698,8 @@ int main(int argc, char **argv) {
             cinfer__prefill_test_no_sm90(false);
         }
     }
-    if (hd != hd_vo) /* D_qk != D_vo: the plain table (and --tile) only */
-        goto free_all;
+    if (hd != hd_vo) /* D_qk != D_vo: the plain table, --tile and the trace batches only */
+        goto batch_tables;
     /* The variant table once per template (the library's choice, then the sm80 template's); the
      * fp8 table on the sm80 template (the sm90 kernel has no fp8 K/V yet). */
     for (int sm80 = variants_only == 2; sm80 < (variants_only == 1 ? 1 : 2); sm80++) {
@@ -773,9 +778,12 @@ int main(int argc, char **argv) {
 batch_tables:;
     cinfer__prefill_test_no_sm90(false);
     if (trace_n > 0) {
+        char dims[48] = "";
+        if (hd != hd_vo)
+            snprintf(dims, sizeof dims, " (q and k) / %d (v and out)", hd_vo);
         printf("\nbatch prefill, whole prompts of consecutive trace requests (causal, %d/%d heads, "
-               "D = %d, bf16; paged: page %d)\n\n",
-               HQ, HK, hd, page_rows);
+               "D = %d%s, bf16; paged: page %d)\n\n",
+               HQ, HK, hd, dims, page_rows);
         printf("| KV | requests | tokens | mean prompt | time (ms) | TFLOP/s |\n"
                "|---|---|---|---|---|---|\n");
         static const int64_t budgets[] = {16384, 65536};
@@ -793,13 +801,19 @@ batch_tables:;
             start += n;
             if (n == 0)
                 continue; /* the next prompt alone exceeds the budget */
-            for (int paged = 0; paged < (consecutive ? 3 : 2); paged++) {
+            /* At D_qk != D_vo also the scattered pages on the sm80 template (kv 3), which ran
+             * them before the sm90 kernel took paged caches at 192 / 128. */
+            for (int kv = 0; kv < 4; kv++) {
+                if ((kv == 2 && !consecutive) || (kv == 3 && hd == hd_vo))
+                    continue;
                 double flop = 0;
-                const double ms =
-                    time_batch(ctx, stream, &b, req_lens, n, paged, quick ? 5 : 20, &flop);
-                static const char *const kv_names[] = {"ragged", "paged",
-                                                       "paged, consecutive pages"};
-                printf("| %s | %d | %lld | %.0f | %.3f | %.1f |\n", kv_names[paged], n,
+                cinfer__prefill_test_no_sm90(kv == 3);
+                const double ms = time_batch(ctx, stream, &b, req_lens, n, kv == 3 ? 1 : kv,
+                                             quick ? 5 : 20, &flop);
+                cinfer__prefill_test_no_sm90(false);
+                static const char *const kv_names[] = {
+                    "ragged", "paged", "paged, consecutive pages", "paged, sm80 template"};
+                printf("| %s | %d | %lld | %.0f | %.3f | %.1f |\n", kv_names[kv], n,
                        (long long)total, (double)total / n, ms, flop / (ms * 1e-3) / 1e12);
                 fflush(stdout);
             }
