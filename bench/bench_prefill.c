@@ -4,8 +4,7 @@
  * kernel (the sm90 one on sm_90a) and the sm80 template's (cinfer__prefill_test_no_sm90); then the
  * variants at 16k causal (soft cap 30, a 4k sliding window, ALiBi, custom masks), each timed in
  * rounds that alternate it with plain causal, with the median of the rounds' ratios to plain, on
- * the library's choice and on the sm80 template (the --fp8 table on the sm80 template only: the
- * sm90 kernel has no fp8 K/V yet).
+ * the library's choice and on the sm80 template (the --fp8 table too).
  *
  * FLOPs counted = 4 * S^2 * Hq * D (two GEMMs of 2 * S^2 * D per head), halved for causal
  * (PERF.md), so the figures compare directly with FlashInfer's and FlashAttention's. The window
@@ -36,8 +35,9 @@
  * the cascade's shared prefix first, then causal chunks of a few to 4096 rows.
  *
  * With --fp8 e4m3 (or e5m2), single prefill with fp8 K/V (k_scale = v_scale = 1, q and out bf16)
- * against bf16 K/V on the same shapes, both timed in this run (S = 4k and 16k, causal and not),
- * with the ratio; the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
+ * against bf16 K/V on the same shapes, both timed in this run (S = 1k, 4k and 16k, causal and
+ * not), with the ratio, on the library's choice and on the sm80 template (with --fp8-only that
+ * table alone); the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
  *
  * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
  * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's). --head-dim 192 is D_qk /
@@ -45,7 +45,8 @@
  * trace batches only, FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
- *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2]
+ *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256]
+ *                      [--fp8 e4m3|e5m2 [--fp8-only]]
  *                      [--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS]
  *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
@@ -531,14 +532,14 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
 
 int main(int argc, char **argv) {
     bench_name = "bench_prefill";
-    int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0, consecutive = 0;
+    int quick = 0, sweep = 0, split = 0, pack = 0, batch_only = 0, consecutive = 0, fp8_only = 0;
     int variants_only = 0;
     const char *trace = NULL, *fp8 = NULL;
     cinfer__prefill_config_t only[16];
     int num_only = 0;
     static const char usage[] =
         "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] "
-        "[--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2] "
+        "[--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2 [--fp8-only]] "
         "[--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] "
         "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n";
     for (int i = 1; i < argc; i++) {
@@ -580,6 +581,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "e4m3") == 0 || strcmp(argv[i + 1], "e5m2") == 0))
             fp8 = argv[++i];
+        else if (strcmp(argv[i], "--fp8-only") == 0)
+            fp8_only = 1;
         else if (strcmp(argv[i], "--tile") == 0 && i + 1 < argc && num_only < 16 &&
                  parse_tile(argv[i + 1], &only[num_only])) {
             num_only++;
@@ -594,6 +597,10 @@ int main(int argc, char **argv) {
         }
     }
     /* Argument errors before the device is looked for. */
+    if (fp8_only && !fp8) {
+        fprintf(stderr, "bench_prefill: --fp8-only times the fp8 table: give --fp8 e4m3|e5m2\n");
+        return 2;
+    }
     if (consecutive && !trace) {
         fprintf(stderr, "bench_prefill: --consecutive-pages times trace batches: give --trace\n");
         return 2;
@@ -683,6 +690,8 @@ int main(int argc, char **argv) {
     }
     if (batch_only)
         goto batch_tables;
+    if (fp8_only)
+        goto fp8_table;
     /* "plain": the library's choice (the sm90 kernel on sm_90a, grids of a wave or more); "plain,
      * sm80 template": the choice with the sm90 kernel left out (issue 5's figures). */
     if (!variants_only)
@@ -700,8 +709,7 @@ int main(int argc, char **argv) {
     }
     if (hd != hd_vo) /* D_qk != D_vo: the plain table, --tile and the trace batches only */
         goto batch_tables;
-    /* The variant table once per template (the library's choice, then the sm80 template's); the
-     * fp8 table on the sm80 template (the sm90 kernel has no fp8 K/V yet). */
+    /* The variant table once per template (the library's choice, then the sm80 template's). */
     for (int sm80 = variants_only == 2; sm80 < (variants_only == 1 ? 1 : 2); sm80++) {
         cinfer__prefill_test_no_sm90(sm80 != 0);
         /* Variants against plain causal at S = 16k, in rounds that alternate the two (plain, then
@@ -751,15 +759,19 @@ int main(int argc, char **argv) {
     if (variants_only)
         goto free_all;
 
-    cinfer__prefill_test_no_sm90(true);
-    if (fp8) {
+fp8_table:
+    /* fp8 K/V against bf16 K/V on the library's choice (the sm90 kernel on sm_90a), then on the
+     * sm80 template */
+    for (int sm80 = 0; fp8 && sm80 < 2; sm80++) {
+        cinfer__prefill_test_no_sm90(sm80 != 0);
         printf("\nsingle prefill, fp8 %s K/V against bf16 K/V (q and out bf16), %d/%d heads, D = "
-               "%d, same run\n\n",
-               fp8, HQ, HK, hd);
+               "%d, %s, same run\n\n",
+               fp8, HQ, HK, hd,
+               sm80 ? "sm80 template" : "the library's choice (sm90 kernel on sm_90a)");
         printf("| S | causal | bf16 KV (ms) | TFLOP/s | fp8 KV (ms) | TFLOP/s | fp8 / bf16 speed "
                "|\n|---|---|---|---|---|---|---|\n");
-        static const int64_t fp8_lens[] = {4096, 16384};
-        for (int li = 0; li < 2; li++)
+        static const int64_t fp8_lens[] = {1024, 4096, 16384};
+        for (int li = 0; li < 3; li++)
             for (int causal = 1; causal >= 0; causal--) {
                 workload_t w = {fp8_lens[li], causal, 0.0f, -1, NULL, 0};
                 workload_t w8 = w;

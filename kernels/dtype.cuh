@@ -131,23 +131,27 @@ __device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_cross(int dtype, unsigne
 
 /*
  * Four fp8 values (element i in byte i) as two fp16x2 words, lo = elements 0 and 1, hi = elements
- * 2 and 3, by byte permutes, shifts and masks alone: the prefill kernel converts each K/V tile
- * once per CTA with these (kernels/prefill.cu), on the integer pipe, because Hopper issues the F2FP
- * converter at a fraction of that rate and shares its pipe with the softmax's exp2. e5m2 is the
- * top byte of an fp16, exactly. e4m3 is value / 2^8, exactly (see cinfer_e4m3_to_f16_div256;
- * callers fold 256 into their scales), except that the NaN encodings (0x7f, 0xff) come out as
- * +-480 / 256.
+ * 2 and 3, by byte permutes, shifts and masks alone: the prefill kernels convert each K/V tile
+ * with these (kernels/prefill.cu, kernels/prefill_sm90.cuh), on the integer pipe, because Hopper
+ * issues the F2FP converter at a fraction of that rate and shares its pipe with the softmax's
+ * exp2. e5m2 is the top byte of an fp16, exactly. e4m3 is value / 2^8, exactly (see
+ * cinfer_e4m3_to_f16_div256; callers fold 256 into their scales), except that the NaN encodings
+ * (0x7f, 0xff) come out as +-480 / 256.
  */
 __device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_bits(int dtype, unsigned w, unsigned *lo,
                                                              unsigned *hi) {
     if (dtype == CINFER_DT_E4M3) {
-        /* An fp16 of value / 256 is the sign and the seven magnitude bits shifted up 7: its high
-         * byte the sign over the magnitude's top six bits, its low byte the magnitude's lowest
-         * bit in bit 7. Both bytes are formed for all four values at once and interleaved. */
-        const unsigned high = ((w >> 1) & 0x3f3f3f3fu) | (w & 0x80808080u);
-        const unsigned low = (w << 7) & 0x80808080u;
-        *lo = __byte_perm(low, high, 0x5140u);
-        *hi = __byte_perm(low, high, 0x7362u);
+        /* An fp16 of value / 256 is the sign in bit 15 and the seven magnitude bits in bits 7..13.
+         * A prmt whose selector nibbles have bit 3 set fills a byte with the sign of the byte
+         * they name, so each pair of values becomes two sign-extended 16-bit halves (the byte,
+         * then its sign 8 times): shifted up 7, bit 15 of a half is the sign and bits 7..13 the
+         * magnitude; the mask clears bit 14 (the sign again) and the low half's sign bits that
+         * crossed into the high half. Three operations per pair. */
+        unsigned x, y;
+        asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(x) : "r"(w));
+        asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(y) : "r"(w));
+        *lo = (x << 7) & 0xbf80bf80u;
+        *hi = (y << 7) & 0xbf80bf80u;
     } else {
         *lo = __byte_perm(w, 0u, 0x1404u);
         *hi = __byte_perm(w, 0u, 0x3424u);

@@ -5,7 +5,8 @@
  * order, but for non-causal single prefill: ITEM_SETUP), the work list of batch kernels (split-KV
  * partial states, GQA packing) and what is computed are the same (kernels/prefill_params.h), for
  * the specs spec.c's validate_prefill lets through:
- * 16-bit q = K/V = out, D = 64, 128 or 256 (or D_qk / D_vo = 192 / 128: Q and K in three column
+ * 16-bit q = out, K/V of that dtype or fp8 (e4m3, e5m2: converted to fp16 in shared memory, KV_FP8
+ * below; not at 192 / 128), D = 64, 128 or 256 (or D_qk / D_vo = 192 / 128: Q and K in three column
  * blocks, V and O in two; DeepSeek's prefill heads), no mask or causal, soft cap, sliding window,
  * default attention or a variant of ALiBi slopes, a mask in row form (custom_mask) and state inits
  * (no RoPE); single prefill, or batch over a ragged K/V or a paged cache whose pages hold a power
@@ -75,11 +76,17 @@
  * non-causal, bench_prefill --head-dim 192 --tile (developers' session 39): 128-row KV tiles in 2
  * stages 730 / 657 TFLOP/s, 64-row ones in 3 stages 645 / 589, in 2 stages 650 / 637.
  */
+/* fp8 K/V (e4m3, e5m2; D = D_VO): both products run in fp16 (see KV_FP8 below). */
+#define KV_FP8 (CINFER_DTYPE_KV == CINFER_DT_E4M3 || CINFER_DTYPE_KV == CINFER_DT_E5M2)
+#if KV_FP8
+#define CINFER_WGMMA_F16 1
+#endif
 #include "wgmma.cuh"
 
-#define D              CINFER_HEAD_DIM_QK /* Q's and K's head dim */
-#define D_VO           CINFER_HEAD_DIM_VO /* V's and O's: D, or 128 at D = 192 */
-#define DT             CINFER_DTYPE_Q
+#define D              CINFER_HEAD_DIM_QK            /* Q's and K's head dim */
+#define D_VO           CINFER_HEAD_DIM_VO            /* V's and O's: D, or 128 at D = 192 */
+#define DT             CINFER_DTYPE_Q                /* q's and out's */
+#define MMA_DT         (KV_FP8 ? CINFER_DT_F16 : DT) /* the products' inputs (P's too) */
 #define TILE_Q         CINFER_TILE_Q
 #define TILE_KV        CINFER_TILE_KV
 #define STAGES         CINFER_STAGES
@@ -100,7 +107,8 @@
  * kernels/prefill_params.h) where one box per 64 columns did: the TMA unit's cost goes with the
  * boxes (bench/RESULTS.md, developers' sessions 24, 35 and 36). Other kernels keep each column
  * block's rows together (TILE_KV rows x 128 bytes a block). */
-#define KV_INTERLEAVED (CINFER_BATCH && CINFER_PAGED && (D == 128 || D == 256) && D_VO == D)
+#define KV_INTERLEAVED                                                                             \
+    (CINFER_BATCH && CINFER_PAGED && (D == 128 || D == 256) && D_VO == D && !KV_FP8)
 #if KV_INTERLEAVED
 #define KV_GROUP_BYTES  (DBLOCKS * 1024)
 #define KV_BLOCK_STRIDE 1024
@@ -118,7 +126,29 @@
 #define KV_FOLD               make_int4(0, 0, 0, 0)
 #endif
 #define STAGE_BYTES (K_TILE_BYTES + V_TILE_BYTES)
-#define PINGPONG    (CONSUMERS == 2)
+/*
+ * fp8 K/V (KV_FP8): the stages keep the fp16 layout above, and each tile is converted in place.
+ * The producer's TMA boxes (64 columns x 2 x rows; the middle dim has one index in the tensor
+ * maps, so its second half is out of bounds and comes in as zeros) put a row's 64 fp8 bytes of a
+ * column block in the first half of the 128 bytes that the block's fp16 row takes, and the
+ * producer warpgroup's other three warps (converters) turn each such row into its fp16 row in
+ * place: four lanes a row, all loads before a __syncwarp and the stores after it, so no row is
+ * read by one warp and written by another. With an even number of column blocks (FP8_PAIRS: D =
+ * 128, 256) the odd blocks' boxes start the middle dim at -1, so that their bytes take the second
+ * half of the row: a warp's load of 4 rows of block 2 p and 4 of block 2 p + 1 then spans all 32
+ * banks (with every row's bytes in the first half, 8 rows' loads took 8 wavefronts for 512 bytes).
+ * e4m3 comes out divided by 256 (the integer conversion of kernels/dtype.cuh, as the sm80
+ * template's; the host folds 256 into q_scale and v_scale), e5m2 exactly. Rows past the request's
+ * K/V (or not copied) come out zero. Each Q tile is converted in place too, to fp16 of q x
+ * q_in_scale (sm_scale, so that a bf16 q beyond fp16's range stays finite; q_scale leaves it out).
+ * The converters then arrive at the barriers the consumers wait for (a tile's "full" ones, the Q
+ * tile's q_conv), and the TMA copies complete on barriers of their own ("landed"). Both products
+ * run in fp16, P too.
+ */
+#define FP8_PAIRS (KV_FP8 && DBLOCKS % 2 == 0)
+/* Arrivals at a full barrier per copy: the converter warps' with fp8 K/V, else the copy's. */
+#define CONVERTERS (KV_FP8 ? 3 : 1)
+#define PINGPONG   (CONSUMERS == 2)
 /* Q tiles in shared memory: two for single prefill at D = 64 on the two-group tile without a soft
  * cap, an ALiBi bias or a mask in row form (where ITEM_OVERLAP, below, runs; the host allocates
  * two at D = 64 for every tile), taken item by item in turn, so that the next item's Q is copied
@@ -127,7 +157,8 @@
  * slower with it, the one-group tile 1-2%, trace batches 1-4%; at D = 128 two Q tiles need 2
  * stages, and those ran 2-6% slower with the overlap than without. */
 #define Q_BUFS                                                                                     \
-    (D == 64 && PINGPONG && !CINFER_BATCH && !CINFER_SOFTCAP && !VARIANT_ALIBI_SLOPE && !MASK_ROWS \
+    (D == 64 && PINGPONG && !CINFER_BATCH && !CINFER_SOFTCAP && !VARIANT_ALIBI_SLOPE &&            \
+             !MASK_ROWS && !KV_FP8                                                                 \
          ? 2                                                                                       \
          : 1)
 /* K and V halves of the stages on barriers of their own (2 stages, D = 256), else one pair per
@@ -149,6 +180,9 @@
 #define CTA_HEADS num_qo_heads
 #endif
 
+#if KV_FP8 && D != D_VO
+#error "the sm90 prefill kernel takes fp8 K/V with D = D_VO"
+#endif
 #if !((D == D_VO && (D == 64 || D == 128 || D == 256)) || (D == 192 && D_VO == 128)) ||            \
     (TILE_KV != 64 && TILE_KV != 128) || (CONSUMERS != 1 && CONSUMERS != 2) || TILE_Q % PACK != 0
 #error                                                                                             \
@@ -216,8 +250,15 @@
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
  * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
  * SM). With one consumer, 256 threads get 255 registers each at launch and nothing moves. */
+#if KV_FP8
+/* the converters' conversions of two quads in flight and their lane constants, with no local
+ * memory: the consumers' code uses fewer than 210 */
+#define PRODUCER_REGS 56
+#define CONSUMER_REGS 224
+#else
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
+#endif
 
 /* S of KV tile kv0 with -inf where a position is at or past kv_len, (causal) past the position of
  * the lane's row (pos[0] for its first row, pos[1] for its second, 8 rows on), or (window) before
@@ -402,7 +443,7 @@ __device__ __forceinline__ void pack_p(const float *s, unsigned (*pa)[4]) {
     for (int kk = 0; kk < TILE_KV / 16; kk++)
 #pragma unroll
         for (int r = 0; r < 4; r++)
-            pa[kk][r] = cinfer_pack_half2(DT, s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+            pa[kk][r] = cinfer_pack_half2(MMA_DT, s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
 /* S = Q K^T of this warpgroup's 64 rows against the K tile at s_k (ALIBI_ACC: S += Q K^T, S holding
@@ -557,6 +598,23 @@ __device__ __forceinline__ int tile_page(const cinfer_prefill_params &p, int t, 
 }
 #endif
 
+/* A box of a K/V map at column c0 (64 b), row (in the page) and head (and page): 16-bit maps are
+ * (D, rows, heads) or (D, page rows, heads, pages); fp8 maps have a middle dim of one index after
+ * D (KV_FP8 above), which odd column blocks (FP8_PAIRS) take from -1: their rows' bytes come in
+ * after the 64 zeros. */
+#if KV_FP8
+#define FP8_C1(c0) (FP8_PAIRS ? -(((c0) / 64) & 1) : 0)
+#define KV_LOAD_RAGGED(dst, map, c0, row, head, bar)                                               \
+    cinfer_tma_load_4d(dst, map, c0, FP8_C1(c0), row, head, bar)
+#define KV_LOAD_PAGED(dst, map, c0, row, head, page, bar)                                          \
+    cinfer_tma_load_5d(dst, map, c0, FP8_C1(c0), row, head, page, bar)
+#else
+#define KV_LOAD_RAGGED(dst, map, c0, row, head, bar)                                               \
+    cinfer_tma_load_3d(dst, map, c0, row, head, bar)
+#define KV_LOAD_PAGED(dst, map, c0, row, head, page, bar)                                          \
+    cinfer_tma_load_4d(dst, map, c0, row, head, page, bar)
+#endif
+
 /* The producer warp's copies of one of K or V (map: its tensor map) of KV tile t (positions
  * t TILE_KV ..) into the stage's half at dst, completing on bar, which this call arms with the
  * bytes it copies. rows: the tile's rows that belong to the request (1..TILE_KV). A paged batch
@@ -604,8 +662,7 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
 #else
 #pragma unroll
             for (int b = 0; b < blocks; b++)
-                cinfer_tma_load_4d(dst + b * KV_BLOCK_BYTES, run_map, b * 64, 0, kv_head, page0,
-                                   bar);
+                KV_LOAD_PAGED(dst + b * KV_BLOCK_BYTES, run_map, b * 64, 0, kv_head, page0, bar);
 #endif
         }
         return;
@@ -624,7 +681,7 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
         const unsigned box = dst + (unsigned)(lane * page_rows * 128);
 #pragma unroll
         for (int b = 0; b < blocks; b++)
-            cinfer_tma_load_4d(box + b * KV_BLOCK_BYTES, map, b * 64, in_page, kv_head, page, bar);
+            KV_LOAD_PAGED(box + b * KV_BLOCK_BYTES, map, b * 64, in_page, kv_head, page, bar);
 #endif
     }
 #else
@@ -633,8 +690,8 @@ __device__ __forceinline__ void copy_kv_half(const cinfer_prefill_params &p, con
         cinfer_mbarrier_arrive_expect_tx(bar, tile_bytes);
 #pragma unroll
         for (int b = 0; b < blocks; b++)
-            cinfer_tma_load_3d(dst + b * KV_BLOCK_BYTES, map, b * 64, kv_row0 + t * TILE_KV,
-                               kv_head, bar);
+            KV_LOAD_RAGGED(dst + b * KV_BLOCK_BYTES, map, b * 64, kv_row0 + t * TILE_KV, kv_head,
+                           bar);
     }
 #endif
 }
@@ -676,6 +733,139 @@ __device__ __forceinline__ unsigned item_index(unsigned r) {
     return r * gridDim.x + b;
 }
 
+#if KV_FP8
+/* Converter warp cw (0..CONVERTERS - 1) of the Q tile at s_qt, in place: fp16 of q x scale. */
+__device__ __forceinline__ void convert_q(unsigned s_qt, float scale, int cw, int lane) {
+    for (int c = cw * 32 + lane; c < TILE_Q * D / 8; c += CONVERTERS * 32) {
+        float f[8];
+        cinfer_unpack8(f, DT, cinfer_ld_shared_v4(s_qt + 16u * c));
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            f[e] *= scale;
+        cinfer_st_shared_v4(s_qt + 16u * c, cinfer_pack8(CINFER_DT_F16, f));
+    }
+}
+
+/* Row groups a converter warp has in flight at once (4 registers each). */
+#define CONVERT_UNROLL 4
+
+/* One 8-row group's fp8 bytes of a lane (in, as loaded) as the lane's two fp16 chunks of its row
+ * (KV_FP8 above), stored at row + st0 and row + st1; zeros where keep is false. */
+__device__ __forceinline__ void convert_store(uint4 in, unsigned row, unsigned st0, unsigned st1,
+                                              bool keep) {
+    const unsigned w[4] = {in.x, in.y, in.z, in.w};
+    unsigned h[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        cinfer_fp8x4_to_f16x2x2_bits(CINFER_DTYPE_KV, w[e], &h[2 * e], &h[2 * e + 1]);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        h[e] = keep ? h[e] : 0u;
+    cinfer_st_shared_v4(row + st0, make_uint4(h[0], h[1], h[2], h[3]));
+    cinfer_st_shared_v4(row + st1, make_uint4(h[4], h[5], h[6], h[7]));
+}
+
+#if FP8_PAIRS
+/* Converter warp cw's share of a K or V tile of `blocks` column blocks (even) at base, in place
+ * (KV_FP8 above), in quads q of 16 row segments (a row's 64 columns of a block): block pair p = q
+ * / (TILE_KV / 8), rows 8 h .. 8 h + 7 (h = q % (TILE_KV / 8)) of blocks 2 p and 2 p + 1, taken
+ * in two loads per lane (v = 0, 1). Lane j = lane % 4 of a segment takes its fp8 bytes 16 j .. 16
+ * j + 15 (after the 64 zeros in an odd block), which become fp16 chunks 2 j and 2 j + 1 of the
+ * swizzled row (kernels/wgmma.cuh: chunk c of row r at c ^ (r % 8)). Lanes 0..15 take block 2 p,
+ * lanes 16..31 block 2 p + 1 (half), rows 8 h + 4 (v ^ half) + (lane / 4) % 4: every load spans
+ * the 32 banks and every store's 8 rows have 8 swizzles. The warp takes quads cw, cw +
+ * CONVERTERS, .., two at a time: their loads, a __syncwarp, their stores. Rows from `rows` on come
+ * out zero. */
+__device__ __forceinline__ void convert_kv(unsigned base, int blocks, int rows, int cw, int lane) {
+    const int j = lane % 4, half = lane / 16, rr = (lane / 4) % 4;
+    unsigned row_of[2], st0[2], st1[2];
+    int r_of[2];
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        r_of[v] = 4 * (v ^ half) + rr; /* the row in the octet */
+        row_of[v] = (unsigned)half * KV_BLOCK_BYTES + 128u * r_of[v];
+        st0[v] = 16u * ((2 * j) ^ r_of[v]);
+        st1[v] = 16u * ((2 * j + 1) ^ r_of[v]);
+    }
+    const unsigned ld = 64u * half + 16u * j;
+    const int quads = blocks / 2 * (TILE_KV / 8);
+    for (int q0 = cw; q0 < quads; q0 += CONVERTERS * 2) {
+        uint4 in[2][2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int q = q0 + u * CONVERTERS;
+            const unsigned at = base + (unsigned)(q / (TILE_KV / 8)) * 2 * KV_BLOCK_BYTES +
+                                1024u * (q % (TILE_KV / 8));
+            if (q < quads) {
+                in[u][0] = cinfer_ld_shared_v4(at + row_of[0] + ld);
+                in[u][1] = cinfer_ld_shared_v4(at + row_of[1] + ld);
+            }
+        }
+        __syncwarp(); /* every lane's bytes of the rows are read before any is written */
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int q = q0 + u * CONVERTERS;
+            const unsigned at = base + (unsigned)(q / (TILE_KV / 8)) * 2 * KV_BLOCK_BYTES +
+                                1024u * (q % (TILE_KV / 8));
+            const int r8 = 8 * (q % (TILE_KV / 8));
+            if (q < quads)
+#pragma unroll
+                for (int v = 0; v < 2; v++)
+                    convert_store(in[u][v], at + row_of[v], st0[v], st1[v],
+                                  rows >= TILE_KV || r8 + r_of[v] < rows);
+        }
+    }
+}
+#else
+/* Converter warp cw's share of a K or V tile at base, in place (KV_FP8 above), in groups of 8 row
+ * segments (a row's 64 columns of a column block): segment s (block s / TILE_KV, row s % TILE_KV)
+ * at base + 128 s, so group g at base + 1024 g (`groups` of them: blocks x TILE_KV / 8). Four lanes
+ * a segment: lane j = lane % 4 of segment lane / 4 takes fp8 bytes 16 j .. 16 j + 15, which become
+ * fp16 chunks 2 j and 2 j + 1 of the swizzled row (kernels/wgmma.cuh: chunk c of row r at c ^ (r %
+ * 8)), so every address is the lane's own plus 1024 g. The warp takes groups cw, cw + CONVERTERS,
+ * .., CONVERT_UNROLL at a time: their loads, a __syncwarp, their stores. Rows from `rows` on come
+ * out zero. */
+__device__ __forceinline__ void convert_kv(unsigned base, int blocks, int rows, int cw, int lane) {
+    const int groups = blocks * TILE_KV / 8;
+    const int j = lane % 4, r8 = lane / 4;
+    const unsigned lane_row = base + 128u * r8;
+    const unsigned st0 = 16u * ((2 * j) ^ r8), st1 = 16u * ((2 * j + 1) ^ r8);
+    for (int g0 = cw; g0 < groups; g0 += CONVERTERS * CONVERT_UNROLL) {
+        uint4 in[CONVERT_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CONVERT_UNROLL; u++)
+            if (g0 + u * CONVERTERS < groups)
+                in[u] = cinfer_ld_shared_v4(lane_row + 1024u * (g0 + u * CONVERTERS) + 16u * j);
+        __syncwarp();          /* every lane's bytes of the rows are read before any is written */
+        if (rows >= TILE_KV) { /* a whole tile: the common case, without the row test */
+#pragma unroll
+            for (int u = 0; u < CONVERT_UNROLL; u++)
+                if (g0 + u * CONVERTERS < groups)
+                    convert_store(in[u], lane_row + 1024u * (g0 + u * CONVERTERS), st0, st1, true);
+        } else {
+#pragma unroll
+            for (int u = 0; u < CONVERT_UNROLL; u++) {
+                const int g = g0 + u * CONVERTERS;
+                if (g < groups)
+                    convert_store(in[u], lane_row + 1024u * g, st0, st1,
+                                  ((8 * g + r8) & (TILE_KV - 1)) < rows);
+            }
+        }
+    }
+}
+
+#endif
+
+/* A converter warp's writes are done: they reach the tensor cores (the async proxy) before its
+ * arrival at bar. */
+__device__ __forceinline__ void converted(unsigned bar, int lane) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+    if (lane == 0)
+        cinfer_mbarrier_arrive(bar);
+}
+#endif
+
 /* Declares item k's values (the same in the producer and the consumers): its query heads and KV
  * head, p (params of its request alone), its first K/V and q rows in the tensor maps, its query
  * tile (q0, q_span tokens, q_rows rows), delta (token i's position is i + delta), and the KV tiles
@@ -684,7 +874,7 @@ __device__ __forceinline__ unsigned item_index(unsigned r) {
 /* The group of query heads [head, head + PACK) of KV head kv_head. */
 #define ITEM_HEADS(k)                                                                              \
     [[maybe_unused]] const int kv_head = (int)((k) % (unsigned)params.num_kv_heads);               \
-    const int head = kv_head * PACK
+    [[maybe_unused]] const int head = kv_head * PACK
 #else
 /* Query head h and its KV head. */
 #define ITEM_HEAD_IS(h)                                                                            \
@@ -747,7 +937,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     CINFER_KERNEL_NAME(const cinfer_prefill_params params, const cinfer_variant_params vp,
                        const __grid_constant__ cinfer_prefill_tma tma) {
     extern __shared__ uint4 smem[];
-    __shared__ unsigned long long bars[2 * KV_BARS + 2 * Q_BUFS + 1];
+    /* (fp8 K/V: the landed barriers of the stages' K and V, and q_conv) */
+    __shared__ unsigned long long
+        bars[2 * KV_BARS + 2 * Q_BUFS + 1 + (KV_FP8 ? 2 * STAGES + 1 : 0)];
 #if SOFTMAX_TURNS
     __shared__ float zero; /* 0, read by SOFTMAX_TURN_WAIT */
 #endif
@@ -763,6 +955,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define EMPTY_K(st) (empty + 8u * (unsigned)(st))
 #define FULL_V(st)  (full + 8u * (unsigned)((st) + (KV_APART ? STAGES : 0)))
 #define EMPTY_V(st) (empty + 8u * (unsigned)((st) + (KV_APART ? STAGES : 0)))
+#if KV_FP8
+    /* The copies complete on a stage's landed barriers; the converters then arrive at its full
+     * ones (and at q_conv once the Q tile is converted), which the consumers wait for. */
+    const unsigned landed = q_empty + 8u * Q_BUFS, q_conv = landed + 16u * STAGES;
+#define COPIED_K(st) (landed + 8u * (unsigned)(st))
+#define COPIED_V(st) (landed + 8u * (unsigned)((st) + STAGES))
+#define Q_READY(b)   (q_conv + 8u * (unsigned)(b))
+#else
+#define COPIED_K(st) FULL_K(st)
+#define COPIED_V(st) FULL_V(st)
+#define Q_READY(b)   (q_full + 8u * (unsigned)(b))
+#endif
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
 #if CINFER_BATCH
@@ -777,13 +981,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; st++) {
             /* One stage barrier pair takes both copies' arrivals (K's and V's). */
-            cinfer_mbarrier_init(FULL_K(st), KV_APART ? 1 : 2);
+            cinfer_mbarrier_init(FULL_K(st), (KV_APART ? 1 : 2) * CONVERTERS);
             cinfer_mbarrier_init(EMPTY_K(st), CONSUMERS * 128);
 #if KV_APART
-            cinfer_mbarrier_init(FULL_V(st), 1);
+            cinfer_mbarrier_init(FULL_V(st), CONVERTERS);
             cinfer_mbarrier_init(EMPTY_V(st), CONSUMERS * 128);
 #endif
+#if KV_FP8
+            cinfer_mbarrier_init(COPIED_K(st), 1);
+            cinfer_mbarrier_init(COPIED_V(st), 1);
+#endif
         }
+#if KV_FP8
+        cinfer_mbarrier_init(Q_READY(0), CONVERTERS);
+#endif
         for (int b = 0; b < Q_BUFS; b++)
             cinfer_mbarrier_init(q_full + 8u * b, 1);
         cinfer_mbarrier_init(fix_bar, 1);
@@ -855,12 +1066,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_K(st), (gi / STAGES - 1) & 1u);
                 copy_kv_half(p, tma.k, tma.k_run, KV_FOLD, DBLOCKS, t, rows, kv_row0, kv_head, s_k,
-                             FULL_K(st), page, lane);
+                             COPIED_K(st), page, lane);
 #if KV_APART
                 if (gi >= STAGES)
                     cinfer_mbarrier_wait(EMPTY_V(st), (gi / STAGES - 1) & 1u);
 #endif
-#if CINFER_BATCH
+#if CINFER_BATCH && !KV_FP8 /* (fp8: the converters zero the rows) */
                 if (rows < TILE_KV) {
                     copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, VBLOCKS, t, rows, kv_row0, kv_head,
                                  s_v, fix_bar, page, lane);
@@ -882,11 +1093,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
 #endif
                 copy_kv_half(p, tma.v, tma.v_run, KV_FOLD, VBLOCKS, t, rows, kv_row0, kv_head, s_v,
-                             FULL_V(st), page, lane);
+                             COPIED_V(st), page, lane);
                 NEXT_PAGES();
             }
             g += (unsigned)num_tiles;
         }
+#if KV_FP8
+        /* The converters (the warpgroup's other warps, cw 0..2): the same items and tiles as
+         * the copies, each converted once it has landed (KV_FP8 above). */
+        g = qi = 0;
+        const int cw = warp - CONSUMERS * 4 - 1;
+        for (unsigned r = 0; cw >= 0; r++) {
+            const unsigned k = item_index(r);
+            if (k >= num_items)
+                break;
+            ITEM_SETUP(k);
+            if (num_tiles <= 0)
+                continue;
+            cinfer_mbarrier_wait(q_full + 8u * (qi % Q_BUFS), (qi / Q_BUFS) & 1u);
+            convert_q(s_q + (qi % Q_BUFS) * Q_BYTES, p.q_in_scale, cw, lane);
+            converted(Q_READY(qi % Q_BUFS), lane);
+            qi++;
+            for (int i = 0; i < num_tiles; i++) {
+                const unsigned gi = g + (unsigned)i;
+                const int st = (int)(gi % STAGES), rows = tile_rows(p, KV_TILE(i));
+                const unsigned s_k = s_kv + st * STAGE_BYTES;
+                cinfer_mbarrier_wait(COPIED_K(st), (gi / STAGES) & 1u);
+                convert_kv(s_k, DBLOCKS, rows, cw, lane);
+                converted(FULL_K(st), lane);
+                cinfer_mbarrier_wait(COPIED_V(st), (gi / STAGES) & 1u);
+                convert_kv(s_k + K_TILE_BYTES, VBLOCKS, rows, cw, lane);
+                converted(FULL_V(st), lane);
+            }
+            g += (unsigned)num_tiles;
+        }
+#endif
     } else {
         /* A consumer: warpgroup wg, rows wg * 64 + 16 (warp % 4) + lane / 4 (+ 8) of the tile. */
 #if CONSUMERS == 2
@@ -1030,7 +1271,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if ITEM_OVERLAP
                     CINFER_WGMMA_WAIT(0); /* an unread Q K^T of the previous item's last turn */
 #endif
-                    cinfer_mbarrier_wait(q_full + 8u * (qi % Q_BUFS), (qi / Q_BUFS) & 1u);
+                    cinfer_mbarrier_wait(Q_READY(qi % Q_BUFS), (qi / Q_BUFS) & 1u);
                     cinfer_mbarrier_wait(FULL_K(g % STAGES), (g / STAGES) & 1u);
 #if PINGPONG
                     /* Group 0's first turn of the CTA is its own; every other waits for the other

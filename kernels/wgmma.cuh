@@ -75,8 +75,9 @@ __device__ __forceinline__ void cinfer_wgmma_pin_n(float *d, const int n) {
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
         "+f"(d[63])
 
-/* The instruction's input type for a kernel's 16-bit dtype. */
-#if CINFER_DTYPE_Q == CINFER_DT_BF16
+/* The instruction's input type for a kernel's 16-bit dtype (fp16 where the kernel defines
+ * CINFER_WGMMA_F16 first: the sm90 prefill kernel's fp8 K/V, converted to fp16). */
+#if CINFER_DTYPE_Q == CINFER_DT_BF16 && !defined(CINFER_WGMMA_F16)
 #define CINFER__WGMMA_TYPES ".f32.bf16.bf16"
 #else
 #define CINFER__WGMMA_TYPES ".f32.f16.f16"

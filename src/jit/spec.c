@@ -488,8 +488,9 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 }
 
 /*
- * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = K/V = out of one
- * 16-bit dtype, D = 64, 128 or 256 (or D_qk / D_vo = 192 / 128), no mask or causal, no RoPE; soft
+ * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = out of one 16-bit
+ * dtype, K/V of it or fp8 (e4m3, e5m2; not at 192 / 128), D = 64, 128 or 256 (or D_qk / D_vo =
+ * 192 / 128), no mask or causal, no RoPE; soft
  * cap and window; default attention or a variant of ALiBi slopes, masks in row form and state inits
  * (CINFER__VARIANT_SM90), not with a soft cap; single or batch (ragged or paged; GQA packing by a
  * divisor of tile_q); tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer
@@ -497,15 +498,16 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
  * page sizes it copies are the host's to check (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
-    if (!is_value_dtype(spec->dtype_q) || spec->dtype_kv != spec->dtype_q ||
-        spec->dtype_o != spec->dtype_q)
+    const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
+    const bool asym = spec->head_dim_qk == 192 && spec->head_dim_vo == 128;
+    if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
+        spec->dtype_o != spec->dtype_q || (fp8 && asym))
         return cinfer__error(
             CINFER_STATUS_UNSUPPORTED,
-            "%s (sm90): dtype_q %s / dtype_kv %s / dtype_o %s: expected one dtype, "
-            "f16 or bf16",
+            "%s (sm90): dtype_q %s / dtype_kv %s / dtype_o %s: expected q and o of one dtype, "
+            "f16 or bf16, and K/V of it or fp8 (e4m3, e5m2; fp8 not at head dims 192 / 128)",
             fam->name, cinfer__dtype_name(spec->dtype_q), cinfer__dtype_name(spec->dtype_kv),
             cinfer__dtype_name(spec->dtype_o));
-    const bool asym = spec->head_dim_qk == 192 && spec->head_dim_vo == 128;
     if (!asym &&
         ((spec->head_dim_qk != 64 && spec->head_dim_qk != 128 && spec->head_dim_qk != 256) ||
          spec->head_dim_vo != spec->head_dim_qk))

@@ -386,12 +386,12 @@ void cinfer__prefill_test_no_sm90(bool on) {
 static bool takes_sm90(const char *arch, const cinfer_attention_options_t *o) {
     const bool soft_cap = o->logits_soft_cap > 0;
     const int vo = cinfer__attention_head_dim_vo(o);
+    const cinfer__dtype_t kv = cinfer__dl_dtype(o->kv_dtype);
     return !test_no_sm90 && strcmp(arch, "sm_90a") == 0 &&
            (((o->head_dim == 64 || o->head_dim == 128 || o->head_dim == 256) &&
              vo == o->head_dim) ||
-            (o->head_dim == 192 && vo == 128)) &&
-           cinfer__dl_dtype(o->kv_dtype) == cinfer__dl_dtype(o->q_dtype) &&
-           !cinfer__attention_rope(o) &&
+            (o->head_dim == 192 && vo == 128 && !is_fp8(kv))) &&
+           (kv == cinfer__dl_dtype(o->q_dtype) || is_fp8(kv)) && !cinfer__attention_rope(o) &&
            (!o->variant || (!soft_cap && (o->variant->hooks & CINFER__VARIANT_SM90)));
 }
 
@@ -436,12 +436,16 @@ static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map
                                  what, (long long)bytes);
         gstrides[i - 1] = (cuuint64_t)bytes;
     }
-    const CUtensorMapDataType dt = dtype == CINFER__DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    /* fp8 K/V as bytes, unswizzled (the kernel converts them: KV_FP8 in kernels/prefill_sm90.cuh)
+     */
+    const CUtensorMapDataType dt = is_fp8(dtype)              ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == CINFER__DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     CINFER__CU(ctx->cu,
                cuTensorMapEncodeTiled(
                    (CUtensorMap *)map, dt, (cuuint32_t)rank, (void *)base, gdims, gstrides, gbox,
-                   elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   is_fp8(dtype) ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                what);
     return CINFER_STATUS_SUCCESS;
@@ -451,12 +455,21 @@ static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map
  * boxes of 64 x box_rows x 1. */
 static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map, const DLTensor *t,
                                   int rows_dim, int heads_dim, int box_rows, const char *what) {
+    const cinfer__dtype_t dtype = cinfer__tensor_dtype(t);
+    if (is_fp8(dtype)) {
+        /* (D, 1, rows, heads) in boxes of 64 x 2 x rows x 1: a row's 64 bytes, then 64 zeros (the
+         * middle dim's second index is out of bounds), the 128 bytes its fp16 row will take */
+        const int64_t dims[4] = {t->shape[2], 1, t->shape[rows_dim], t->shape[heads_dim]};
+        const int64_t strides[3] = {t->shape[2], cinfer__tensor_stride(t, rows_dim),
+                                    cinfer__tensor_stride(t, heads_dim)};
+        const uint32_t box[4] = {64, 2, (uint32_t)box_rows, 1};
+        return encode_map(ctx, map, cinfer__tensor_data(t), dtype, 4, dims, strides, box, what);
+    }
     const int64_t dims[3] = {t->shape[2], t->shape[rows_dim], t->shape[heads_dim]};
     const int64_t strides[2] = {cinfer__tensor_stride(t, rows_dim),
                                 cinfer__tensor_stride(t, heads_dim)};
     const uint32_t box[3] = {64, (uint32_t)box_rows, 1};
-    return encode_map(ctx, map, cinfer__tensor_data(t), cinfer__tensor_dtype(t), 3, dims, strides,
-                      box, what);
+    return encode_map(ctx, map, cinfer__tensor_data(t), dtype, 3, dims, strides, box, what);
 }
 
 static bool takes_turns(const cinfer_attention_options_t *o) {
@@ -1565,6 +1578,16 @@ static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTenso
     const int64_t pages = k->shape[0], rows = P < tile_kv ? P : tile_kv;
     const int64_t n = p->k_stride_n, h = p->k_stride_h, page = p->k_stride_page;
     const bool nhd = s->kv_layout == CINFER_KV_LAYOUT_NHD, runs = P < tile_kv;
+    if (is_fp8(s->dtype_kv)) {
+        /* (D, 1, page rows, heads, pages): encode_tma's boxes, of a page's rows (or a tile's
+         * part of a longer page), or of a tile's pages */
+        const int64_t dims[5] = {D, 1, P, Hk, pages};
+        const int64_t strides[4] = {D, n, h, page};
+        const uint32_t box[5] = {64, 2, (uint32_t)rows, 1, 1};
+        const uint32_t run_box[5] = {64, 2, (uint32_t)P, 1, (uint32_t)(tile_kv / P)};
+        return encode_paged_maps(ctx, p, s->dtype_kv, 5, dims, strides, dims, strides, box,
+                                 runs ? run_box : NULL, tma);
+    }
     const bool interleaved = (D == 128 || D == 256) && s->head_dim_vo == D;
     if (interleaved && !test_no_fold && (Hk == 1 || (nhd ? h == D : h == P * n))) {
         /* (64 columns, 8 rows, blocks, groups, pages); the head folded into blocks (NHD) or

@@ -1088,6 +1088,82 @@ static void sm90_kernel_d192(void **state) {
     }
 }
 
+/* fp8 K/V (e4m3, e5m2) on the sm90 kernel (each K/V tile converted to fp16 in shared memory):
+ * ragged and paged (pages of 8-256 rows, scattered, in runs and at the pool's end, a combined
+ * cache), D = 64, 128 and 256, both masks, fp16 and bf16 q, GQA packed and not, HND, k_scale /
+ * v_scale, split-KV, a soft cap, a window and sinks. */
+static void sm90_kernel_fp8(void **state) {
+    (void)state;
+    if (strcmp(ctx->arch, "sm_90a") != 0) {
+        printf("sm90_kernel_fp8: the device is %s, not sm_90a; skipped\n", ctx->arch);
+        return;
+    }
+    static const struct {
+        int d, paged, page_size, runs, high, combined, hnd, causal, e5m2, f16, hq, hk, scales;
+        int split, window;
+        float cap;
+        tv_kind variant;
+    } cases[] = {
+        {128, 0, 0, 0, 0, 0, 0, 1, 0, 0, 32, 8, 0, 0, -1, 0.0f, TV_NONE},
+        {128, 0, 0, 0, 0, 0, 1, 0, 1, 1, 16, 16, 1, 0, -1, 0.0f, TV_NONE},
+        {128, 1, 16, 0, 0, 0, 0, 1, 0, 0, 32, 8, 1, 0, -1, 0.0f, TV_NONE},
+        {128, 1, 8, 0, 1, 0, 1, 1, 1, 0, 16, 8, 0, 0, -1, 0.0f, TV_NONE},
+        {128, 1, 64, 1, 0, 0, 0, 0, 0, 1, 32, 4, 0, 0, -1, 0.0f, TV_NONE},
+        {128, 1, 256, 0, 0, 1, 0, 1, 1, 0, 32, 8, 0, 0, -1, 0.0f, TV_NONE},
+        {64, 1, 16, 0, 0, 0, 0, 1, 1, 0, 32, 8, 0, 0, -1, 0.0f, TV_NONE},
+        {256, 1, 16, 0, 0, 0, 1, 1, 0, 1, 8, 2, 1, 0, -1, 0.0f, TV_NONE},
+        {256, 0, 0, 0, 0, 0, 0, 0, 1, 0, 8, 8, 0, 0, -1, 0.0f, TV_NONE},
+        {128, 0, 0, 0, 0, 0, 0, 1, 0, 0, 8, 8, 0, 1, -1, 0.0f, TV_NONE},
+        {128, 1, 32, 0, 0, 0, 0, 0, 1, 0, 8, 8, 1, 1, -1, 0.0f, TV_NONE},
+        {128, 1, 16, 0, 0, 0, 0, 1, 0, 0, 32, 8, 0, 0, -1, 30.0f, TV_NONE},
+        {128, 0, 0, 0, 0, 0, 0, 1, 1, 0, 32, 8, 0, 0, 150, 0.0f, TV_NONE},
+        {128, 1, 16, 0, 0, 0, 0, 1, 0, 1, 32, 8, 0, 0, -1, 0.0f, TV_SINKS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char desc[192];
+        bp_case c = base_case("");
+        c.d = cases[i].d;
+        c.batch = cases[i].split ? 2 : c.d == 256 ? 20 : 6;
+        c.qo_lens = cases[i].split ? sm90_qo_split : c.d == 256 ? sm90_qo_d256 : sm90_qo;
+        c.kv_lens = cases[i].split ? sm90_kv_split : c.d == 256 ? sm90_kv_d256 : sm90_kv;
+        c.paged = cases[i].paged;
+        c.page_size = c.paged ? cases[i].page_size : 16;
+        c.page_runs = cases[i].runs;
+        c.high_pages = cases[i].high;
+        c.combined = cases[i].combined;
+        c.layout = cases[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.causal = cases[i].causal;
+        c.kv_dtype = cases[i].e5m2 ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+        c.dtype = cases[i].f16 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.hq = cases[i].hq;
+        c.hk = cases[i].hk;
+        if (cases[i].scales) {
+            c.k_scale = 0.7f;
+            c.v_scale = 2.5f;
+        }
+        c.soft_cap = cases[i].cap;
+        c.window_left = cases[i].window;
+        c.expect_sm90 = 1;
+        c.expect_split = cases[i].split;
+        snprintf(desc, sizeof desc,
+                 "sm90 fp8 %s D %d: %s page %d%s%s%s%s heads %d/%d causal %d q %s%s%s cap %g "
+                 "window %d %s",
+                 cinfer__dtype_name(c.kv_dtype), c.d, c.paged ? "paged" : "ragged",
+                 c.paged ? c.page_size : 0, c.page_runs ? " runs" : "", c.high_pages ? " high" : "",
+                 c.combined ? " combined" : "", cases[i].hnd ? " HND" : "", c.hq, c.hk, c.causal,
+                 cinfer__dtype_name(c.dtype), cases[i].scales ? " k/v scales" : "",
+                 cases[i].split ? " split" : "", (double)c.soft_cap, c.window_left,
+                 tv_name(cases[i].variant));
+        c.desc = desc;
+        if (cases[i].variant != TV_NONE) {
+            c.lse = tv_has_lse(cases[i].variant);
+            run_variant_case(&c, cases[i].variant, cinfer_test_seed() + 1700 + i);
+        } else {
+            run_case(&c, cinfer_test_seed() + 1700 + i);
+        }
+    }
+}
+
 /*
  * Split-KV: few query rows over a long KV, where the query tiles alone fill a small part of the
  * GPU, so the plan splits each tile's KV into chunks and the merge kernel folds their float32
@@ -1984,6 +2060,7 @@ int main(void) {
         cmocka_unit_test_teardown(randomized_grid, teardown_case),
         cmocka_unit_test_teardown(sm90_kernel, teardown_case),
         cmocka_unit_test_teardown(sm90_kernel_d192, teardown_case),
+        cmocka_unit_test_teardown(sm90_kernel_fp8, teardown_case),
         cmocka_unit_test_teardown(split_kv, teardown_case),
         cmocka_unit_test_teardown(rope, teardown_case),
         cmocka_unit_test_teardown(split_kv_workspace_is_exact, teardown_case),

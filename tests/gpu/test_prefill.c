@@ -924,6 +924,92 @@ static void sm90_tiles_d256(void **state) {
     run_sm90_dim_cases(&d256);
 }
 
+/*
+ * fp8 K/V (e4m3, e5m2) on the sm90 kernel, which converts each K/V tile in shared memory to fp16
+ * and runs both products in fp16 (KV_FP8, kernels/prefill_sm90.cuh): at D = 128 its three tiles
+ * (3 stages, 2 stages with K and V on barriers of their own, one consumer warpgroup), D = 64 and
+ * 256; both masks, lengths off the tiles (kv_len 0, qo_len > kv_len), fp16 and bf16 q, GQA, HND,
+ * strided out, k_scale / v_scale with q beyond [-1, 1], a soft cap, a window, ALiBi, sinks, a
+ * custom mask, and a grid of more items than SMs.
+ */
+static void sm90_fp8(void **state) {
+    (void)state;
+    if (!sm90_device("sm90_fp8"))
+        return;
+    cinfer__prefill_config_t t128[3], t64, t256;
+    sm90_tile_set(t128);
+    cinfer__prefill_sm90_config(64, 64, &t64);
+    cinfer__prefill_sm90_config(256, 256, &t256);
+    static const struct {
+        int d, tile, qo, kv, causal, e5m2, f16, hq, hk, hnd, strided, scales;
+        float cap;
+        int window;
+        tv_kind variant;
+    } cases[] = {
+        {128, 0, 1000, 1000, 1, 0, 0, 8, 2, 0, 0, 0, 0.0f, -1, TV_NONE},
+        {128, 0, 777, 1111, 0, 1, 1, 4, 1, 1, 0, 0, 0.0f, -1, TV_NONE},
+        {128, 1, 1111, 777, 1, 0, 0, 8, 2, 0, 1, 1, 0.0f, -1, TV_NONE},
+        {128, 2, 129, 300, 0, 1, 0, 7, 1, 0, 0, 0, 0.0f, -1, TV_NONE},
+        {128, 0, 1, 1, 1, 1, 1, 4, 2, 0, 0, 0, 0.0f, -1, TV_NONE},
+        {128, 1, 5, 0, 0, 0, 0, 4, 2, 1, 0, 0, 0.0f, -1, TV_NONE},
+        {128, 0, 300, 100, 1, 0, 1, 8, 2, 0, 0, 1, 0.0f, -1, TV_NONE},
+        {128, 0, 64, 4000, 1, 0, 0, 8, 2, 0, 0, 0, 30.0f, -1, TV_NONE},
+        {128, 1, 1000, 1000, 1, 1, 0, 8, 2, 0, 0, 0, 0.0f, 300, TV_NONE},
+        {128, 0, 255, 257, 0, 0, 0, 8, 2, 1, 0, 0, 0.0f, -1, TV_ALIBI},
+        {128, 2, 777, 1111, 1, 1, 1, 4, 1, 0, 0, 0, 0.0f, -1, TV_SINKS},
+        {128, 0, 600, 300, 0, 0, 0, 8, 2, 0, 0, 0, 0.0f, -1, TV_MASK},
+        {64, 0, 1000, 1000, 1, 0, 0, 8, 2, 0, 0, 0, 0.0f, -1, TV_NONE},
+        {64, 0, 777, 1111, 0, 1, 1, 4, 1, 1, 1, 1, 0.0f, -1, TV_NONE},
+        {256, 0, 1111, 777, 1, 0, 1, 4, 1, 0, 0, 1, 0.0f, -1, TV_NONE},
+        {256, 0, 129, 300, 0, 1, 0, 8, 2, 1, 0, 0, 30.0f, -1, TV_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char desc[192];
+        prefill_case c = base_case("");
+        c.d = cases[i].d;
+        c.tiles = c.d == 64 ? &t64 : c.d == 256 ? &t256 : &t128[cases[i].tile];
+        c.qo_len = cases[i].qo;
+        c.kv_len = cases[i].kv;
+        c.causal = cases[i].causal;
+        c.kv_dtype = cases[i].e5m2 ? CINFER__DT_E5M2 : CINFER__DT_E4M3;
+        c.dtype = cases[i].f16 ? CINFER__DT_F16 : CINFER__DT_BF16;
+        c.hq = cases[i].hq;
+        c.hk = cases[i].hk;
+        c.layout = cases[i].hnd ? CINFER_KV_LAYOUT_HND : CINFER_KV_LAYOUT_NHD;
+        c.strided_out = cases[i].strided;
+        if (cases[i].scales) {
+            c.k_scale = 0.5f;
+            c.v_scale = 3.0f;
+            c.q_range = 8.0;
+        }
+        c.soft_cap = cases[i].cap;
+        c.window_left = cases[i].window;
+        c.variant = cases[i].variant;
+        c.no_lse = c.variant != TV_NONE && !tv_has_lse(c.variant);
+        snprintf(desc, sizeof desc,
+                 "sm90 fp8 %s D %d q%d s%d: qo %d kv %d causal %d heads %d/%d q %s%s%s cap %g "
+                 "window %d %s",
+                 cinfer__dtype_name(c.kv_dtype), c.d, c.tiles->tile_q, c.tiles->stages, c.qo_len,
+                 c.kv_len, c.causal, c.hq, c.hk, cinfer__dtype_name(c.dtype),
+                 cases[i].hnd ? " HND" : "", cases[i].scales ? " k/v scales" : "",
+                 (double)c.soft_cap, c.window_left, tv_name(c.variant));
+        c.desc = desc;
+        run_case(&c, cinfer_test_seed() + 1800 + i);
+    }
+    {
+        prefill_case c = base_case("sm90 fp8 e4m3 D 128, many items: qo 4000 kv 300 causal");
+        c.qo_len = 4000;
+        c.kv_len = 300;
+        c.causal = 1;
+        c.kv_dtype = CINFER__DT_E4M3;
+        c.tiles = &t128[0];
+        c.hq = 32;
+        c.hk = 8;
+        c.check_heads = 3;
+        run_case(&c, cinfer_test_seed() + 1830);
+    }
+}
+
 /* D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads: Q and K tiles of three column blocks, V and O
  * of two): the library's tiles (K/V tiles of 128 rows in 2 stages), K/V tiles of 64 rows in 3
  * stages, and one consumer warpgroup; then the library's choice for grids of a wave or more. */
@@ -1746,6 +1832,7 @@ int main(void) {
         cmocka_unit_test_teardown(sm90_tiles_d64, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(sm90_tiles_d256, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(sm90_tiles_d192, cinfer_test_teardown_buffers),
+        cmocka_unit_test_teardown(sm90_fp8, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(randomized_grid, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(fp8_kv, cinfer_test_teardown_buffers),
         cmocka_unit_test_teardown(bad_arguments_are_errors, cinfer_test_teardown_buffers),

@@ -502,7 +502,9 @@ static void rope_specs_render_and_compile(void **state) {
  * The sm90 prefill kernel's specs (kernels/prefill_sm90.cuh): single, batch paged with GQA
  * packing, soft cap with window, the ALiBi variant, a custom mask with a window, D = 64 (single
  * causal; batch with a soft cap on one consumer warpgroup) and D = 256 (64-row K tiles: single
- * with a window, paged batch with a soft cap, a soft cap on one consumer warpgroup) render with
+ * with a window, paged batch with a soft cap, a soft cap on one consumer warpgroup), and fp8 K/V
+ * (e4m3 paged with GQA packing, e5m2 ragged at D = 256 with a soft cap, single at D = 64 with
+ * ALiBi) render with
  * CINFER_BACKEND 2 and compile for sm_90a without warnings that matter here (NVRTC errors would
  * fail); what the kernel does not take is refused by name before NVRTC runs.
  */
@@ -529,6 +531,12 @@ static void sm90_prefill_specs(void **state) {
         "flags=softcap,tile_q=128,tile_kv=64,warps=8,stages=2",
         "prefill:backend=sm90,dtype=f16,head_dim=256,mask=none,flags=softcap,tile_q=64,"
         "tile_kv=64,warps=4,stages=2",
+        "prefill:backend=sm90,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,batch=1,"
+        "paged=1,gqa_pack=4,mask=causal,tile_q=128,tile_kv=128,warps=8,stages=3",
+        "prefill:backend=sm90,dtype_q=f16,dtype_kv=e5m2,dtype_o=f16,head_dim=256,batch=1,"
+        "mask=none,flags=softcap,tile_q=128,tile_kv=64,warps=8,stages=2",
+        "prefill:backend=sm90,dtype_q=bf16,dtype_kv=e5m2,dtype_o=bf16,head_dim=64,batch=1,"
+        "mask=causal,variant=alibi,tile_q=64,tile_kv=128,warps=4,stages=2",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cinfer__spec_t s = parse(good[i]);
@@ -553,9 +561,12 @@ static void sm90_prefill_specs(void **state) {
         {"prefill:backend=sm90,dtype=bf16,head_dim_qk=128,head_dim_vo=64,tile_q=128,tile_kv=128,"
          "warps=8,stages=3",
          CINFER_STATUS_UNSUPPORTED, "head dims 128 / 64"},
-        {"prefill:backend=sm90,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim=128,tile_q=128,"
-         "tile_kv=128,warps=8,stages=3",
+        {"prefill:backend=sm90,dtype_q=bf16,dtype_kv=e4m3,dtype_o=bf16,head_dim_qk=192,"
+         "head_dim_vo=128,tile_q=128,tile_kv=128,warps=8,stages=2",
          CINFER_STATUS_UNSUPPORTED, "dtype_kv e4m3"},
+        {"prefill:backend=sm90,dtype_q=bf16,dtype_kv=i32,dtype_o=bf16,head_dim=128,tile_q=128,"
+         "tile_kv=128,warps=8,stages=3",
+         CINFER_STATUS_UNSUPPORTED, "dtype_kv i32"},
         {"prefill:backend=sm90,dtype=bf16,head_dim=128,pos=rope,tile_q=128,tile_kv=128,warps=8,"
          "stages=3",
          CINFER_STATUS_UNSUPPORTED, "pos 1"},
