@@ -649,6 +649,8 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * of 16 up to 256), v is [kv_len, Hk, D_vo] (NHD) or [Hk, kv_len, D_vo] (HND) and out [qo_len, Hq,
  * D_vo]; the template then runs at the larger dim with the narrower matrices' columns zero-filled
  * (on sm_90a, 192 / 128 runs the wgmma/TMA kernel at each matrix's own dim where it applies).
+ * On sm_90a the wgmma/TMA kernel takes fp8 K/V too (at D = 64, 128 and 256): it converts each K/V
+ * tile to fp16 in shared memory and computes as above.
  * causal: 1 keeps KV position j for query row i only if j <= i + kv_len - qo_len (bottom-right
  * alignment); window_left, logits_soft_cap, sm_scale and the GQA ratio come from options (its
  * page_size, use_cuda_graph, max_batch_size and use_tensor_cores are ignored). Rows with no kept
@@ -774,12 +776,12 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_workspace_size(
  * (up to four: the fourth, at head_dim 128 with 16-bit K/V, no soft cap and no in-kernel RoPE, is
  * single prefill's 256-row turn-taking tile where the device's shared memory allows it; plan picks
  * the tile from the average query length; on sm_90a the 128-row tile is the wgmma/TMA kernel where
- * it applies: head_dim 64, 128 or 256 with head_dim_vo equal (or 192 / 128 over a ragged KV), K/V
- * of q's dtype, no in-kernel RoPE, a variant it takes, and for a paged KV a page_size that is a
- * power of two from 8 to 256; other page sizes run the mma.sync template) and the split-KV merge
- * kernel, or, with use_cuda_graph = 1, the one tile fixed for the average max_total_qo_tokens /
- * max_batch_size and the merge kernel. The object also owns a small pinned host buffer for staging
- * schedules. *out is NULL on failure. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED,
+ * it applies: head_dim 64, 128 or 256 with head_dim_vo equal (or 192 / 128 with 16-bit K/V), K/V
+ * of q's dtype or fp8, no in-kernel RoPE, a variant it takes, and for a paged KV a page_size that
+ * is a power of two from 8 to 256; other page sizes run the mma.sync template) and the split-KV
+ * merge kernel, or, with use_cuda_graph = 1, the one tile fixed for the average max_total_qo_tokens
+ * / max_batch_size and the merge kernel. The object also owns a small pinned host buffer for
+ * staging schedules. *out is NULL on failure. Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED,
  * WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY. Not
  * thread-safe per object.
  */
