@@ -135,7 +135,10 @@ typedef struct cinfer_prefill_params {
  * tile's part of a longer page's) groups, or of a tile's pages for k_run, v_run; kv_fold = {1,
  * D / 64 or 0, 0 or page_size / 8, 0} then gives the head's first block and group as kv_head x
  * kv_fold[1] and kv_head x kv_fold[2]. Other paged caches keep 4-d maps in boxes of 8 rows x 64
- * columns (kv_fold[0] = 0). */
+ * columns (kv_fold[0] = 0). fp8 K/V maps are of bytes, unswizzled, with a middle dim of one index
+ * after D ((D, 1, rows, heads); paged (D, 1, page rows, heads, pages)) in boxes of 64 x 2 x rows
+ * (x 1 x 1, or a tile's pages for k_run, v_run): see KV_FP8 in kernels/prefill_sm90.cuh. At D_qk
+ * / D_vo = 192 / 128 v's maps have v's own D and strides. */
 typedef struct cinfer_prefill_tma {
     unsigned long long q[16] __attribute__((aligned(64)));
     unsigned long long k[16] __attribute__((aligned(64)));

@@ -436,8 +436,7 @@ static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map
                                  what, (long long)bytes);
         gstrides[i - 1] = (cuuint64_t)bytes;
     }
-    /* fp8 K/V as bytes, unswizzled (the kernel converts them: KV_FP8 in kernels/prefill_sm90.cuh)
-     */
+    /* fp8 K/V as unswizzled bytes (the kernel converts them: KV_FP8, kernels/prefill_sm90.cuh) */
     const CUtensorMapDataType dt = is_fp8(dtype)              ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == CINFER__DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -1567,7 +1566,8 @@ void cinfer__batch_prefill_test_no_fold(bool on) {
  * (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h):
  * 5-d maps with the KV head folded in where the heads are packed, so that one box copies a page's
  * rows in every column block; else the 4-d maps in boxes of 8 rows x 64 columns, without page
- * runs. At D_qk / D_vo = 192 / 128 V's maps have V's own head dim and strides.
+ * runs. At D_qk / D_vo = 192 / 128 V's maps have V's own head dim and strides. fp8 K/V: 5-d maps
+ * (D, 1, page rows, heads, pages) in encode_tma's boxes, of a page or a tile's pages.
  */
 static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTensor *k,
                                  const cinfer_prefill_params *p, int tile_kv,
