@@ -36,13 +36,15 @@
  *
  * With --fp8 e4m3 (or e5m2), single prefill with fp8 K/V (k_scale = v_scale = 1, q and out bf16)
  * against bf16 K/V on the same shapes, both timed in this run (S = 1k, 4k and 16k, causal and
- * not), with the ratio, on the library's choice and on the sm80 template (with --fp8-only that
- * table alone); the fp8 data are random finite values of magnitude 2^-3 .. 1.875.
+ * not), with the ratio, on the library's choice and on the sm80 template (--fp8-only skips the
+ * plain and variant tables before it); the fp8 data are random finite values of magnitude 2^-3 ..
+ * 1.875.
  *
  * With --head-dim 64 (or 256), every table at that D instead of 128 (Llama-3-8B's heads count
  * otherwise; D = 64 is e.g. gpt-oss's and Llama-3.2-1B's, 256 Gemma's). --head-dim 192 is D_qk /
  * D_vo = 192 / 128 (DeepSeek's prefill heads): the plain single prefill table (or --tile) and the
- * trace batches only, FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
+ * trace batches only (with a row of scattered pages on the sm80 template, the kernel that ran them
+ * before developers' session 40), FLOPs 2 S^2 Hq (D_qk + D_vo), halved for causal.
  *
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
  *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256]
@@ -597,8 +599,9 @@ int main(int argc, char **argv) {
         }
     }
     /* Argument errors before the device is looked for. */
-    if (fp8_only && !fp8) {
-        fprintf(stderr, "bench_prefill: --fp8-only times the fp8 table: give --fp8 e4m3|e5m2\n");
+    if (fp8_only && (!fp8 || batch_only || variants_only)) {
+        fprintf(stderr, "bench_prefill: --fp8-only times the fp8 table: give --fp8 e4m3|e5m2, "
+                        "without --batch-only or --variants-only\n");
         return 2;
     }
     if (consecutive && !trace) {
@@ -608,7 +611,7 @@ int main(int argc, char **argv) {
     if (hd != hd_vo && (sweep || split || pack || variants_only || fp8)) {
         fprintf(stderr,
                 "bench_prefill: --head-dim %d (D_vo %d) times the plain single prefill "
-                "table, --tile and --trace (with --batch-only) only\n",
+                "table, --tile and --trace's batches (with --batch-only those alone)\n",
                 hd, hd_vo);
         return 2;
     }

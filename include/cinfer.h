@@ -499,9 +499,10 @@ typedef struct cinfer_attention_options {
     float rope_scale; /* ROPE_LLAMA: > 0, positions are divided by it (default 1) */
     float rope_theta; /* ROPE_LLAMA: > 0, the frequency base (default 1e4) */
     /* D of v and out when it differs from head_dim (D_qk != D_vo, e.g. 192 / 128); 0 (default) =
-     * head_dim. Single and batch prefill, on the mma.sync template (sm_90a included), with 16-bit
-     * K/V, no in-kernel RoPE, both dims multiples of 16 up to 256; the default sm_scale stays
-     * 1/sqrt(head_dim). Decode returns CINFER_STATUS_UNSUPPORTED for it. */
+     * head_dim. Single and batch prefill with 16-bit K/V, no in-kernel RoPE, both dims multiples
+     * of 16 up to 256 (on sm_90a 192 / 128 runs the wgmma/TMA kernel where it applies, else the
+     * mma.sync template at the larger dim); the default sm_scale stays 1/sqrt(head_dim). Decode
+     * returns CINFER_STATUS_UNSUPPORTED for it. */
     int head_dim_vo;
 } cinfer_attention_options_t;
 
@@ -650,7 +651,7 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * D_vo]; the template then runs at the larger dim with the narrower matrices' columns zero-filled
  * (on sm_90a, 192 / 128 runs the wgmma/TMA kernel at each matrix's own dim where it applies).
  * On sm_90a the wgmma/TMA kernel takes fp8 K/V too (at D = 64, 128 and 256): it converts each K/V
- * tile to fp16 in shared memory and computes as above.
+ * tile to fp16 in shared memory, with the same fp16 math and q x sm_scale limit as the template.
  * causal: 1 keeps KV position j for query row i only if j <= i + kv_len - qo_len (bottom-right
  * alignment); window_left, logits_soft_cap, sm_scale and the GQA ratio come from options (its
  * page_size, use_cuda_graph, max_batch_size and use_tensor_cores are ignored). Rows with no kept

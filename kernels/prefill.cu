@@ -85,8 +85,9 @@
  * like rows past the request's end: zero Q, never stored. The planner's items then hold
  * TILE_Q / G tokens and the grid multiplies them by Hk (prefill_params.h).
  *
- * The sm90 backend's kernel (CINFER_BACKEND 2: wgmma and TMA, single prefill of default attention
- * for now) is kernels/prefill_sm90.cuh, which this file includes in place of everything below.
+ * The sm90 backend's kernel (CINFER_BACKEND 2: wgmma and TMA; its limits are
+ * validate_prefill_sm90's in src/jit/spec.c) is kernels/prefill_sm90.cuh, which this file includes
+ * in place of everything below.
  *
  * Prelude: CINFER_DTYPE_Q (== O), CINFER_DTYPE_KV (== Q, or e4m3 / e5m2), CINFER_HEAD_DIM_QK
  * and CINFER_HEAD_DIM_VO (see D_QK below), CINFER_MASK (0 none, 1 causal), CINFER_POS (0 none, 1

@@ -117,7 +117,8 @@ typedef struct cinfer_prefill_params {
     float v_scale; /* multiplies the output */
     /* fp8 K/V: q is multiplied by q_in_scale (sm_scale) as it becomes the fp16 mma operand, so
      * that a bf16 q beyond fp16's range stays finite; q_scale is divided by it (and e4m3 scales
-     * q_scale and v_scale by 256, kernels/prefill.cu). Unused with 16-bit K/V. */
+     * q_scale and v_scale by 256, kernels/prefill.cu and KV_FP8 in kernels/prefill_sm90.cuh).
+     * Unused with 16-bit K/V. */
     float q_in_scale;
 } cinfer_prefill_params;
 
@@ -127,7 +128,8 @@ typedef struct cinfer_prefill_params {
  * elements, boxes of 64 x tile rows x 1 with the 128-byte swizzle. A paged cache's k and v are
  * 4-d, (D, page rows, heads, pages), in boxes of one page (or tile rows of a longer one), and
  * k_run, v_run the same maps in boxes of tile rows / page size pages (pages shorter than a tile;
- * else unused). At D = 128 and 256 (the kernel's KV_INTERLEAVED layout) a paged cache whose KV
+ * else unused). At D = 128 and 256 with 16-bit K/V (the kernel's KV_INTERLEAVED layout) a paged
+ * cache whose KV
  * heads are packed (a head's row right after the previous head's, NHD; a head's page rows right
  * after the previous head's, HND) has 5-d maps instead, (64 columns, 8 rows, column blocks, groups
  * of 8 rows, pages), the KV head folded into the blocks dim (NHD: block kv_head D / 64 + b) or the
@@ -137,7 +139,8 @@ typedef struct cinfer_prefill_params {
  * kv_fold[1] and kv_head x kv_fold[2]. Other paged caches keep 4-d maps in boxes of 8 rows x 64
  * columns (kv_fold[0] = 0). fp8 K/V maps are of bytes, unswizzled, with a middle dim of one index
  * after D ((D, 1, rows, heads); paged (D, 1, page rows, heads, pages)) in boxes of 64 x 2 x rows
- * (x 1 x 1, or a tile's pages for k_run, v_run): see KV_FP8 in kernels/prefill_sm90.cuh. At D_qk
+ * x 1 (paged: x 1 x 1, or x a tile's pages for k_run, v_run): see KV_FP8 in
+ * kernels/prefill_sm90.cuh. At D_qk
  * / D_vo = 192 / 128 v's maps have v's own D and strides. */
 typedef struct cinfer_prefill_tma {
     unsigned long long q[16] __attribute__((aligned(64)));

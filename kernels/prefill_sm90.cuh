@@ -40,7 +40,9 @@
  *              developers' session 23). A batch tile that reaches past its request's KV (rows of
  *              another request, rows of a page past kv_len, or pages not copied) gets those V
  *              rows zeroed by the producer before its V is marked full: P is 0 there, but 0 x
- *              NaN would not be.
+ *              NaN would not be. With fp8 K/V (KV_FP8 below) the boxes are 64 x 2 x rows, the
+ *              copies complete on "landed" barriers, and the warpgroup's other three warps
+ *              convert each landed tile in place (zeroing those rows) and then mark it full.
  * Each consumer warpgroup, for KV tile t:
  *   S_t = Q K_t^T   wgmma m64nTILE_KVk16, A (its 64 rows of Q) and B (K_t) from shared memory;
  *   O += P_{t-1} V_{t-1}  (m64nDk16) issued right after, A = P_{t-1} in registers, B = V_{t-1} read

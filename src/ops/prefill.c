@@ -354,13 +354,14 @@ void cinfer__prefill_turn_config(cinfer__prefill_config_t *cfg) {
  * rows on wgmma, a producer warpgroup issuing TMA copies, KV tiles of 128 rows in 3 stages (225 KiB
  * of shared memory at D = 128, one CTA per SM; at D = 256, whose O takes 128 registers per thread,
  * KV tiles of 64 rows in 2 stages, 193 KiB; at D_qk / D_vo = 192 / 128 KV tiles of 128 rows in 2
- * stages, 209 KiB). Taken on sm_90a at D = 64, 128 or 256, or 192 / 128, with q and K/V
- * of one 16-bit dtype, no RoPE, and default attention (soft cap and window included) or a variant
- * of ALiBi slopes, masks in row form (custom_mask) and state inits only (CINFER__VARIANT_SM90; not
- * with a soft cap), when its grid fills a wave (choose_single) and the tensors suit TMA (tma_ok).
- * H200, S = 16k causal / non-causal (bench_prefill --tile, 2026-11-30): 3 stages 679.8 / 685.7
- * TFLOP/s, 2 stages 542.2 / 495.6, one consumer warpgroup (64 rows) 386.8 / 369.1; the sm80
- * turn-taking tiles 401.6 / 390.3 in the same call.
+ * stages, 209 KiB). Taken on sm_90a at D = 64, 128 or 256, or 192 / 128, with 16-bit q and out
+ * of one dtype and K/V of it or fp8 e4m3 / e5m2 (fp8 not at 192 / 128), no RoPE, and default
+ * attention (soft cap and window included) or a variant of ALiBi slopes, masks in row form
+ * (custom_mask) and state inits only (CINFER__VARIANT_SM90; not with a soft cap), when its grid
+ * fills a wave (choose_single) and the tensors suit TMA (tma_ok). H200, S = 16k causal / non-causal
+ * (bench_prefill --tile, 2026-11-30): 3 stages 679.8 / 685.7 TFLOP/s, 2 stages 542.2 / 495.6, one
+ * consumer warpgroup (64 rows) 386.8 / 369.1; the sm80 turn-taking tiles 401.6 / 390.3 in the same
+ * call.
  */
 static cinfer__prefill_config_t sm90_config(int head_dim, int head_dim_vo) {
     if (head_dim == 192 && head_dim_vo == 128) /* two stages of 80 KiB and a Q tile of 48 */
@@ -413,8 +414,9 @@ static bool tma_ok(const DLTensor *t) {
 /*
  * A TMA tensor map of `rank` dims of 16-bit elements (dtype) at base: dims[0] the head dim
  * (contiguous), strides[i] the element stride of dims[i + 1] (a dim of one index may have any, so
- * it takes the row's), boxes of box[] with the 128-byte swizzle; positions past the tensor read as
- * zeros. UNSUPPORTED when a stride is not a positive multiple of 16 bytes.
+ * it takes the row's), boxes of box[] with the 128-byte swizzle (fp8 K/V: bytes, unswizzled;
+ * KV_FP8 in kernels/prefill_sm90.cuh); positions past the tensor read as zeros. UNSUPPORTED when a
+ * stride is not a positive multiple of 16 bytes.
  */
 static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map, const void *base,
                                   cinfer__dtype_t dtype, int rank, const int64_t *dims,
@@ -451,13 +453,14 @@ static cinfer_status_t encode_map(cinfer_context_t *ctx, unsigned long long *map
 }
 
 /* The map of a 3-d tensor t as (D, rows, heads): rows dim rows_dim, heads dim heads_dim of t, in
- * boxes of 64 x box_rows x 1. */
+ * boxes of 64 x box_rows x 1; fp8 (D, 1, rows, heads) in boxes of 64 x 2 x box_rows x 1. */
 static cinfer_status_t encode_tma(cinfer_context_t *ctx, unsigned long long *map, const DLTensor *t,
                                   int rows_dim, int heads_dim, int box_rows, const char *what) {
     const cinfer__dtype_t dtype = cinfer__tensor_dtype(t);
     if (is_fp8(dtype)) {
-        /* (D, 1, rows, heads) in boxes of 64 x 2 x rows x 1: a row's 64 bytes, then 64 zeros (the
-         * middle dim's second index is out of bounds), the 128 bytes its fp16 row will take */
+        /* (D, 1, rows, heads) in boxes of 64 x 2 x rows x 1: a row's 64 bytes and 64 zeros (the
+         * middle dim's other index is out of bounds; the kernel starts odd column blocks at -1 at
+         * D = 128 and 256, zeros first), the 128 bytes its fp16 row will take */
         const int64_t dims[4] = {t->shape[2], 1, t->shape[rows_dim], t->shape[heads_dim]};
         const int64_t strides[3] = {t->shape[2], cinfer__tensor_stride(t, rows_dim),
                                     cinfer__tensor_stride(t, heads_dim)};
@@ -580,7 +583,8 @@ static void set_tile_bytes(cinfer_prefill_params *p, int tile_kv, cinfer__dtype_
 /*
  * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
  * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
- * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu), which
+ * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu, and KV_FP8
+ * in kernels/prefill_sm90.cuh), which
  * q_scale and v_scale put back.
  */
 static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
@@ -1562,12 +1566,13 @@ void cinfer__batch_prefill_test_no_fold(bool on) {
  * A paged cache's K and V maps (p holds its checked addresses and strides, k is the K cache for
  * its page count): 4-d, (D, page rows, heads, pages), in boxes of one page (or TILE_KV rows of a
  * longer one) and, for pages shorter than a tile, boxes of a tile's pages (k_run, v_run). At D =
- * 128 and 256 the sm90 kernel interleaves a tile's column blocks by groups of 8 rows
- * (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in kernels/prefill_params.h):
- * 5-d maps with the KV head folded in where the heads are packed, so that one box copies a page's
- * rows in every column block; else the 4-d maps in boxes of 8 rows x 64 columns, without page
- * runs. At D_qk / D_vo = 192 / 128 V's maps have V's own head dim and strides. fp8 K/V: 5-d maps
- * (D, 1, page rows, heads, pages) in encode_tma's boxes, of a page or a tile's pages.
+ * 128 and 256 with 16-bit K/V the sm90 kernel interleaves a tile's column blocks by groups of 8
+ * rows (KV_INTERLEAVED, kernels/prefill_sm90.cuh; the maps and kv_fold in
+ * kernels/prefill_params.h): 5-d maps with the KV head folded in where the heads are packed, so
+ * that one box copies a page's rows in every column block; else the 4-d maps in boxes of 8 rows x
+ * 64 columns, without page runs. At D_qk / D_vo = 192 / 128 V's maps have V's own head dim and
+ * strides. fp8 K/V: 5-d maps (D, 1, page rows, heads, pages) in encode_tma's boxes, of a page or a
+ * tile's pages.
  */
 static cinfer_status_t paged_tma(const cinfer_batch_prefill_t *op, const DLTensor *k,
                                  const cinfer_prefill_params *p, int tile_kv,

@@ -1427,8 +1427,9 @@ static void workspace_size_is_the_layout(void **state) {
 }
 
 /* On sm_90a the sm90 kernel replaces the 128-row sm80 tile as the largest candidate (no turn-taking
- * tiles then) for default attention at D = 128 over a ragged K/V or pages of a power of two
- * of 8..256 rows; other page sizes, soft cap and other head dims keep the sm80 tiles. */
+ * tiles then) at D = 64, 128 and 256 (and D_qk / D_vo = 192 / 128, unpacked), with 16-bit or fp8
+ * K/V, a soft cap or not, over a ragged K/V or pages of a power of two of 8..256 rows; other page
+ * sizes and other head dims keep the sm80 tiles. */
 static void sm90_tile_on_sm90a(void **state) {
     (void)state;
     cinfer_context_t ctx = fake_context();
@@ -1441,23 +1442,41 @@ static void sm90_tile_on_sm90a(void **state) {
         int page_size;
         float soft_cap;
         int head_dim, sm90;
+        int head_dim_vo, fp8; /* 0: head_dim; e4m3 K/V */
     } cases[] = {
-        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1}, {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 128, 1},
-        {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 128, 1},   {CINFER_KV_STORAGE_PAGED, 256, 0.0f, 128, 1},
-        {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0},   {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0},
-        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1}, {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 1},
-        {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 64, 1},   {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 96, 0},
-        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 256, 1}, {CINFER_KV_STORAGE_PAGED, 32, 0.0f, 256, 1},
-        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 192, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 128, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 128, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 256, 0.0f, 128, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 4, 0.0f, 128, 0, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 128, 0, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1, 0, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 64, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 64, 1, 0, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 96, 0, 0, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 256, 1, 0, 0},
+        {CINFER_KV_STORAGE_PAGED, 32, 0.0f, 256, 1, 0, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 192, 0, 0, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 192, 1, 128, 0},
+        {CINFER_KV_STORAGE_PAGED, 16, 0.0f, 192, 1, 128, 0},
+        {CINFER_KV_STORAGE_PAGED, 17, 0.0f, 192, 0, 128, 0},
+        {CINFER_KV_STORAGE_RAGGED, 16, 0.0f, 128, 1, 0, 1},
+        {CINFER_KV_STORAGE_PAGED, 16, 30.0f, 128, 1, 0, 1},
+        {CINFER_KV_STORAGE_PAGED, 8, 0.0f, 64, 1, 0, 1},
+        {CINFER_KV_STORAGE_PAGED, 64, 0.0f, 256, 1, 0, 1},
+        {CINFER_KV_STORAGE_PAGED, 5, 0.0f, 128, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cinfer_attention_options_t x = o;
         x.page_size = cases[i].page_size;
         x.logits_soft_cap = cases[i].soft_cap;
         x.head_dim = cases[i].head_dim;
-        assert_int_equal(
-            cinfer__batch_prefill_kernel_specs(&ctx, &x, cases[i].storage, 1, 4096, specs, &n),
-            CINFER_STATUS_SUCCESS);
+        x.head_dim_vo = cases[i].head_dim_vo;
+        if (cases[i].fp8)
+            x.kv_dtype = (DLDataType){10, 8, 1}; /* float8_e4m3fn */
+        if (cinfer__batch_prefill_kernel_specs(&ctx, &x, cases[i].storage, 1, 4096, specs, &n) !=
+            CINFER_STATUS_SUCCESS)
+            fail_msg("case %zu: %s", i, cinfer_last_error());
         int sm90 = 0;
         for (int k = 0; k < n; k++) {
             assert_int_equal(cinfer__spec_validate(&specs[k]), CINFER_STATUS_SUCCESS);
@@ -1466,12 +1485,14 @@ static void sm90_tile_on_sm90a(void **state) {
         if (sm90 != cases[i].sm90)
             fail_msg("case %zu: %d sm90 specs, expected %d", i, sm90, cases[i].sm90);
         if (cases[i].sm90) {
-            /* 32, 64 and the sm90 128-row tile (KV 64 rows above D = 128, after the sm80 tile
-             * of 64 rows that is the largest there), then the merge kernel */
+            /* 32, 64 and the sm90 128-row tile (KV 64 rows at D = 256; above D = 128 after the
+             * sm80 tile of 64 rows that is the largest there), then the merge kernel; D_qk !=
+             * D_vo never packs */
             assert_int_equal(n, 4);
             assert_int_equal(specs[2].tile_q, 128);
-            assert_int_equal(specs[2].tile_kv, cases[i].head_dim > 128 ? 64 : 128);
-            assert_int_equal(specs[2].gqa_pack, 4);
+            assert_int_equal(specs[2].tile_kv, cases[i].head_dim == 256 ? 64 : 128);
+            assert_int_equal(specs[2].gqa_pack, cases[i].head_dim_vo ? 0 : 4);
+            assert_int_equal(specs[2].dtype_kv, cases[i].fp8 ? CINFER__DT_E4M3 : CINFER__DT_BF16);
             assert_int_equal(specs[3].op, CINFER__OP_DECODE_MERGE);
         }
     }
