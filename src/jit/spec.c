@@ -332,8 +332,8 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
     /* The fields set so far (dtype and head_dim set several): a field set twice, directly or
      * through an alias, is an error (which value would win is not obvious). Empty items (",," or
      * a trailing comma) are skipped. */
-    const char *seen[64];
-    size_t seen_len[64], num_seen = 0;
+    const char *seen[64], *seen_by[64]; /* a field, and the key that set it */
+    size_t seen_len[64], seen_by_len[64], num_seen = 0;
     static const char *const dtype_fields[] = {"dtype_q", "dtype_kv", "dtype_o", NULL};
     static const char *const head_dim_fields[] = {"head_dim_qk", "head_dim_vo", NULL};
     while (*p) {
@@ -356,16 +356,23 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
             const char *name = targets ? targets[k] : p;
             const size_t len = targets ? strlen(name) : key_len;
             for (size_t i = 0; i < num_seen; i++)
-                if (seen_len[i] == len && strncmp(seen[i], name, len) == 0)
-                    return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                         "spec \"%s\": field %.*s is given twice%s%.*s%s", text,
-                                         (int)len, name, targets ? " (through " : "",
-                                         targets ? (int)key_len : 0, p, targets ? ")" : "");
+                if (seen_len[i] == len && strncmp(seen[i], name, len) == 0) {
+                    const bool alias = targets || seen_by_len[i] != len;
+                    return cinfer__error(
+                        CINFER_STATUS_INVALID_ARGUMENT,
+                        "spec \"%s\": field %.*s is set twice, by %.*s= and by %.*s=%s", text,
+                        (int)len, name, (int)seen_by_len[i], seen_by[i], (int)key_len, p,
+                        alias ? " (dtype= sets dtype_q, dtype_kv and dtype_o, head_dim= sets "
+                                "head_dim_qk and head_dim_vo: give the fields one by one)"
+                              : "");
+                }
             if (num_seen == sizeof seen / sizeof seen[0])
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                      "spec \"%s\": more than %zu fields", text,
                                      sizeof seen / sizeof seen[0]);
             seen[num_seen] = name;
+            seen_by[num_seen] = p;
+            seen_by_len[num_seen] = key_len;
             seen_len[num_seen++] = len;
         }
         const char *value = eq + 1;
@@ -490,24 +497,30 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
 /*
  * Limits of the sm90 prefill kernel (kernels/prefill_sm90.cuh), for now: q = out of one 16-bit
  * dtype, K/V of it or fp8 (e4m3, e5m2; not at 192 / 128), D = 64, 128 or 256 (or D_qk / D_vo =
- * 192 / 128), no mask or causal, no RoPE; soft
- * cap and window; default attention or a variant of ALiBi slopes, masks in row form and state inits
- * (CINFER__VARIANT_SM90), not with a soft cap; single or batch (ragged or paged; GQA packing by a
- * divisor of tile_q); tile_q 64 or 128 (one or two consumer warpgroups: warps 4 or 8, a producer
- * warpgroup is added at launch), tile_kv 128 (64 at D = 256), 2 or 3 stages within 227 KiB. The
- * page sizes it copies are the host's to check (prefill.c).
+ * 192 / 128), no mask or causal, no RoPE; soft cap and window; default attention or a variant of
+ * ALiBi slopes, masks in row form and state inits (CINFER__VARIANT_SM90), not with a soft cap;
+ * single or batch (ragged or paged; GQA packing by a divisor of tile_q); tile_q 64 or 128 (one or
+ * two consumer warpgroups: warps 4 or 8, a producer warpgroup is added at launch), tile_kv 128 (64
+ * at D = 256, 64 or 128 at 192 / 128), 2 or 3 stages, within 227 KiB of shared memory
+ * (cinfer__spec_sm90_prefill_smem). The page sizes it copies are the host's to check (prefill.c).
  */
 static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const family_t *fam) {
     const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
     const bool asym = spec->head_dim_qk == 192 && spec->head_dim_vo == 128;
     if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
-        spec->dtype_o != spec->dtype_q || (fp8 && asym))
+        spec->dtype_o != spec->dtype_q)
         return cinfer__error(
             CINFER_STATUS_UNSUPPORTED,
             "%s (sm90): dtype_q %s / dtype_kv %s / dtype_o %s: expected q and o of one dtype, "
-            "f16 or bf16, and K/V of it or fp8 (e4m3, e5m2; fp8 not at head dims 192 / 128)",
+            "f16 or bf16, and K/V of it or fp8 (e4m3, e5m2)",
             fam->name, cinfer__dtype_name(spec->dtype_q), cinfer__dtype_name(spec->dtype_kv),
             cinfer__dtype_name(spec->dtype_o));
+    if (fp8 && spec->head_dim_qk != spec->head_dim_vo)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s (sm90): dtype_kv %s with head_dim_qk %d / head_dim_vo %d: fp8 K/V "
+                             "is supported with one head dim (64, 128 or 256); give dtype_kv=%s",
+                             fam->name, cinfer__dtype_name(spec->dtype_kv), (int)spec->head_dim_qk,
+                             (int)spec->head_dim_vo, cinfer__dtype_name(spec->dtype_q));
     if (!asym &&
         ((spec->head_dim_qk != 64 && spec->head_dim_qk != 128 && spec->head_dim_qk != 256) ||
          spec->head_dim_vo != spec->head_dim_qk))
@@ -550,7 +563,26 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
                              "64 / 4 or 128 / 8, 128 (64 at D = 256, 64 or 128 at 192 / 128), 2..3",
                              fam->name, (int)spec->tile_q, (int)spec->warps, (int)spec->tile_kv,
                              (int)spec->stages);
+    const size_t smem = cinfer__spec_sm90_prefill_smem(spec->head_dim_qk, spec->head_dim_vo,
+                                                       spec->tile_q, spec->tile_kv, spec->stages);
+    if (smem > 227 * 1024)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s (sm90): tile_q %d / tile_kv %d / stages %d at head dims %d / %d "
+                             "need %zu bytes of shared memory, more than 227 KiB (fewer stages or "
+                             "a smaller tile_kv)",
+                             fam->name, (int)spec->tile_q, (int)spec->tile_kv, (int)spec->stages,
+                             (int)spec->head_dim_qk, (int)spec->head_dim_vo, smem);
     return CINFER_STATUS_SUCCESS;
+}
+
+size_t cinfer__spec_sm90_prefill_smem(int head_dim_qk, int head_dim_vo, int tile_q, int tile_kv,
+                                      int stages) {
+    /* 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile (two at D = 64:
+     * kernels/prefill_sm90.cuh, Q_BUFS) and the stages of K and V, rows of 16-bit elements (fp8
+     * K/V is converted in place into them), unpadded */
+    const size_t q_tiles = head_dim_qk == 64 ? 2 : 1;
+    return 1024 + 2 * ((size_t)head_dim_qk * q_tiles * (size_t)tile_q +
+                       (size_t)stages * (size_t)tile_kv * (size_t)(head_dim_qk + head_dim_vo));
 }
 
 /*

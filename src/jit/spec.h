@@ -122,6 +122,10 @@ void cinfer__spec_format(const cinfer__spec_t *spec, char *dst, size_t cap);
 /* Checks that a spec is complete and within its family's limits (dtypes, head dims, tiles);
  * INVALID_ARGUMENT or UNSUPPORTED with a message naming the field. */
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec);
+/* The dynamic shared memory of the sm90 prefill kernel (kernels/prefill_sm90.cuh) at these head
+ * dims and tiles, in bytes; its specs are valid up to 227 KiB. */
+size_t cinfer__spec_sm90_prefill_smem(int head_dim_qk, int head_dim_vo, int tile_q, int tile_kv,
+                                      int stages);
 
 /* The result of rendering a spec for one target. */
 typedef struct cinfer__rendered {

@@ -326,12 +326,8 @@ static const cinfer__prefill_config_t turn_tiles = {
 
 size_t cinfer__prefill_sm90_smem_bytes(int head_dim, int head_dim_vo,
                                        const cinfer__prefill_config_t *cfg) {
-    /* 1 KiB to align the tiles to the swizzle's 1024 bytes, the Q tile (two at D = 64:
-     * kernels/prefill_sm90.cuh, Q_BUFS) and the stages of K and V, rows of 16-bit elements,
-     * unpadded */
-    const size_t q_tiles = head_dim == 64 ? 2 : 1;
-    return 1024 + 2 * ((size_t)head_dim * q_tiles * (size_t)cfg->tile_q +
-                       (size_t)cfg->stages * cfg->tile_kv * (size_t)(head_dim + head_dim_vo));
+    return cinfer__spec_sm90_prefill_smem(head_dim, head_dim_vo, cfg->tile_q, cfg->tile_kv,
+                                          cfg->stages);
 }
 
 /* The dynamic shared memory of tiles cfg for options of head dims head_dim / head_dim_vo and K/V

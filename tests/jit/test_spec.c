@@ -99,16 +99,30 @@ static void bad_text_names_the_problem(void **state) {
     assert_non_null(
         strstr(cinfer_last_error(), "spec \"merge_states:dtype=bf17,head_dim=64\", field dtype: "));
     assert_non_null(strstr(cinfer_last_error(), "\"bf17\""));
-    /* A field given twice is an error; empty items are skipped wherever they are. */
+    /* A field set twice is an error naming both keys; empty items are skipped wherever they are. */
     assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf16,dtype=f16", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(cinfer_last_error(), "field dtype_q is given twice (through dtype)"));
+    assert_non_null(
+        strstr(cinfer_last_error(), "field dtype_q is set twice, by dtype= and by dtype="));
+    assert_non_null(strstr(cinfer_last_error(), "give the fields one by one"));
+    /* the alias first or second, each named */
     assert_int_equal(cinfer__spec_parse("decode:dtype_kv=e4m3,dtype=bf16", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(cinfer_last_error(), "field dtype_kv is given twice (through dtype)"));
+    assert_non_null(
+        strstr(cinfer_last_error(), "field dtype_kv is set twice, by dtype_kv= and by dtype="));
+    assert_int_equal(cinfer__spec_parse("decode:dtype=bf16,dtype_kv=e4m3", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(cinfer_last_error(), "field dtype_kv is set twice, by dtype= and by dtype_kv="));
+    assert_non_null(strstr(cinfer_last_error(), "dtype= sets dtype_q, dtype_kv and dtype_o"));
+    assert_int_equal(cinfer__spec_parse("prefill:head_dim=128,head_dim_qk=192", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(),
+                           "field head_dim_qk is set twice, by head_dim= and by head_dim_qk="));
     assert_int_equal(cinfer__spec_parse("merge_states:vec=8,vec=1", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(cinfer_last_error(), "field vec is given twice"));
+    assert_non_null(strstr(cinfer_last_error(), "field vec is set twice, by vec= and by vec="));
+    assert_null(strstr(cinfer_last_error(), "one by one"));
     cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
     cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
@@ -537,6 +551,8 @@ static void sm90_prefill_specs(void **state) {
         "mask=none,flags=softcap,tile_q=128,tile_kv=64,warps=8,stages=2",
         "prefill:backend=sm90,dtype_q=bf16,dtype_kv=e5m2,dtype_o=bf16,head_dim=64,batch=1,"
         "mask=causal,variant=alibi,tile_q=64,tile_kv=128,warps=4,stages=2",
+        "prefill:backend=sm90,dtype=bf16,head_dim_qk=192,head_dim_vo=128,tile_q=128,tile_kv=64,"
+        "warps=8,stages=3",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cinfer__spec_t s = parse(good[i]);
@@ -567,6 +583,14 @@ static void sm90_prefill_specs(void **state) {
         {"prefill:backend=sm90,dtype_q=bf16,dtype_kv=i32,dtype_o=bf16,head_dim=128,tile_q=128,"
          "tile_kv=128,warps=8,stages=3",
          CINFER_STATUS_UNSUPPORTED, "dtype_kv i32"},
+        {"prefill:backend=sm90,dtype_q=bf16,dtype_kv=e5m2,dtype_o=bf16,head_dim_qk=192,"
+         "head_dim_vo=128,tile_q=128,tile_kv=64,warps=8,stages=2",
+         CINFER_STATUS_UNSUPPORTED, "head_dim_qk 192 / head_dim_vo 128"},
+        {"prefill:backend=sm90,dtype=bf16,head_dim_qk=192,head_dim_vo=128,tile_q=128,tile_kv=128,"
+         "warps=8,stages=3",
+         CINFER_STATUS_INVALID_ARGUMENT, "more than 227 KiB"},
+        {"prefill:backend=sm90,dtype=bf16,head_dim=256,tile_q=128,tile_kv=64,warps=8,stages=3",
+         CINFER_STATUS_INVALID_ARGUMENT, "more than 227 KiB"},
         {"prefill:backend=sm90,dtype=bf16,head_dim=128,pos=rope,tile_q=128,tile_kv=128,warps=8,"
          "stages=3",
          CINFER_STATUS_UNSUPPORTED, "pos 1"},
