@@ -793,27 +793,25 @@ __device__ __forceinline__ void convert_kv(unsigned base, int blocks, int rows, 
     const int quads = blocks / 2 * (TILE_KV / 8);
     for (int q0 = cw; q0 < quads; q0 += CONVERTERS * 2) {
         uint4 in[2][2];
+        unsigned at[2]; /* quad q0 + u CONVERTERS's first row of block 2 p */
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int q = q0 + u * CONVERTERS;
-            const unsigned at = base + (unsigned)(q / (TILE_KV / 8)) * 2 * KV_BLOCK_BYTES +
-                                1024u * (q % (TILE_KV / 8));
+            at[u] = base + (unsigned)(q / (TILE_KV / 8)) * 2 * KV_BLOCK_BYTES +
+                    1024u * (q % (TILE_KV / 8));
             if (q < quads) {
-                in[u][0] = cinfer_ld_shared_v4(at + row_of[0] + ld);
-                in[u][1] = cinfer_ld_shared_v4(at + row_of[1] + ld);
+                in[u][0] = cinfer_ld_shared_v4(at[u] + row_of[0] + ld);
+                in[u][1] = cinfer_ld_shared_v4(at[u] + row_of[1] + ld);
             }
         }
         __syncwarp(); /* every lane's bytes of the rows are read before any is written */
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            const int q = q0 + u * CONVERTERS;
-            const unsigned at = base + (unsigned)(q / (TILE_KV / 8)) * 2 * KV_BLOCK_BYTES +
-                                1024u * (q % (TILE_KV / 8));
-            const int r8 = 8 * (q % (TILE_KV / 8));
+            const int q = q0 + u * CONVERTERS, r8 = 8 * (q % (TILE_KV / 8));
             if (q < quads)
 #pragma unroll
                 for (int v = 0; v < 2; v++)
-                    convert_store(in[u][v], at + row_of[v], st0[v], st1[v],
+                    convert_store(in[u][v], at[u] + row_of[v], st0[v], st1[v],
                                   rows >= TILE_KV || r8 + r_of[v] < rows);
         }
     }

@@ -759,22 +759,25 @@ static bool sm90_device(const char *test) {
     return false;
 }
 
-/* A grid of many items: 4000 causal queries over 300 positions with Llama heads at head dim d
- * (1024 items, the 896 of the first 28 query tiles of each head keeping nothing: most CTAs take
- * one item with KV tiles, then items without). */
-static void sm90_many_items_causal(int d, const cinfer__prefill_config_t *tiles, uint64_t seed) {
+/* A grid of many items: 4000 causal queries over 300 positions with Llama heads at head dim d and
+ * K/V of kv_dtype (CINFER__DT_NONE: q's) (1024 items, the 896 of the first 28 query tiles of each
+ * head keeping nothing: most CTAs take one item with KV tiles, then items without). */
+static void sm90_many_items_causal(int d, cinfer__dtype_t kv_dtype,
+                                   const cinfer__prefill_config_t *tiles, uint64_t seed) {
     char desc[160];
     prefill_case c = base_case("");
     c.qo_len = 4000;
     c.kv_len = 300;
     c.causal = 1;
     c.d = d;
+    c.kv_dtype = kv_dtype;
     c.tiles = tiles;
     c.hq = 32;
     c.hk = 8;
     c.check_heads = 3;
-    snprintf(desc, sizeof desc, "sm90 D %d q%d s%d, many items: qo %d kv %d causal", c.d,
-             c.tiles->tile_q, c.tiles->stages, c.qo_len, c.kv_len);
+    snprintf(desc, sizeof desc, "sm90 D %d q%d s%d%s%s, many items: qo %d kv %d causal", c.d,
+             c.tiles->tile_q, c.tiles->stages, kv_dtype != CINFER__DT_NONE ? " K/V " : "",
+             kv_dtype != CINFER__DT_NONE ? cinfer__dtype_name(kv_dtype) : "", c.qo_len, c.kv_len);
     c.desc = desc;
     run_case(&c, seed);
 }
@@ -890,7 +893,7 @@ static void sm90_tiles(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1500 + (uint64_t)f);
     }
-    sm90_many_items_causal(128, &tiles[1], cinfer_test_seed() + 1506);
+    sm90_many_items_causal(128, CINFER__DT_NONE, &tiles[1], cinfer_test_seed() + 1506);
 }
 
 /* D = 64 (P V as m64n64k16, 32 O registers per thread; single prefill without a soft cap, ALiBi
@@ -905,7 +908,7 @@ static void sm90_tiles_d64(void **state) {
     const sm90_dim_cases d64 = {64, {&tiles[0], &tiles[1], &tiles[2]}, 0, 0, 1, 1, 2, 3, 4, 1600,
                                 64};
     run_sm90_dim_cases(&d64);
-    sm90_many_items_causal(64, &tiles[0], cinfer_test_seed() + 1507);
+    sm90_many_items_causal(64, CINFER__DT_NONE, &tiles[0], cinfer_test_seed() + 1507);
 }
 
 /* D = 256 (128 O registers per thread, K/V tiles of 64 rows in 2 stages; one consumer warpgroup
@@ -996,18 +999,7 @@ static void sm90_fp8(void **state) {
         c.desc = desc;
         run_case(&c, cinfer_test_seed() + 1800 + i);
     }
-    {
-        prefill_case c = base_case("sm90 fp8 e4m3 D 128, many items: qo 4000 kv 300 causal");
-        c.qo_len = 4000;
-        c.kv_len = 300;
-        c.causal = 1;
-        c.kv_dtype = CINFER__DT_E4M3;
-        c.tiles = &t128[0];
-        c.hq = 32;
-        c.hk = 8;
-        c.check_heads = 3;
-        run_case(&c, cinfer_test_seed() + 1830);
-    }
+    sm90_many_items_causal(128, CINFER__DT_E4M3, &t128[0], cinfer_test_seed() + 1830);
 }
 
 /* D_qk / D_vo = 192 / 128 (DeepSeek's prefill heads: Q and K tiles of three column blocks, V and O
