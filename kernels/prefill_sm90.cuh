@@ -250,8 +250,11 @@
 #endif
 
 /* Registers per thread of the producer warpgroup and of each consumer one after setmaxnreg (a
- * multiple of 8; 128 x (PRODUCER_REGS + CONSUMERS x CONSUMER_REGS) within the 64 Ki registers of an
- * SM). With one consumer, 256 threads get 255 registers each at launch and nothing moves. */
+ * multiple of 8). setmaxnreg moves registers within what the CTA got at launch: with
+ * __launch_bounds__(THREADS, 1), 168 a thread (64 Ki / 384, rounded down to 8), so PRODUCER_REGS +
+ * 2 x CONSUMER_REGS may not pass 3 x 168 = 504. With more, the consumers' setmaxnreg.inc waits
+ * forever (a hang, not an error: developers' session 41), so the check below refuses it. With one
+ * consumer, 256 threads get 255 registers each at launch and nothing moves. */
 #if KV_FP8
 /* the converters' conversions of two quads in flight and their lane constants, with no local
  * memory: the consumers' code uses fewer than 210 */
@@ -260,6 +263,9 @@
 #else
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
+#endif
+#if CONSUMERS == 2 && PRODUCER_REGS + 2 * CONSUMER_REGS > 3 * (65536 / THREADS / 8 * 8)
+#error "setmaxnreg: PRODUCER_REGS + 2 x CONSUMER_REGS exceed the CTA's registers at launch"
 #endif
 
 /* S of KV tile kv0 with -inf where a position is at or past kv_len, (causal) past the position of
