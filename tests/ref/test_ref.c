@@ -192,6 +192,29 @@ static void test_e4m3_bits(void **state) {
     assert_int_equal(cinfer__ref_double_to_e4m3(1.1875), 0x3A);
 }
 
+/*
+ * The prefill kernels' e4m3 conversion to fp16 of value / 256 (kernels/dtype.cuh): the integer
+ * form (byte permutes with sign fill, a shift by 7 and a mask; the sm80 template's) and the
+ * converter form (F2FP, exact, then an fp16 multiply by 2^-8; the sm90 kernel's) must give the same
+ * words. The second is exact where value / 256 is an fp16, so both equal that fp16's bits: checked
+ * here for every finite encoding against the float64 decoder (the integer form's formula, per
+ * byte, as dtype.cuh computes it per pair).
+ */
+static void test_e4m3_div256_bits(void **state) {
+    (void)state;
+    for (unsigned b = 0; b < 256; b++) {
+        if ((b & 0x7fu) == 0x7fu)
+            continue; /* NaN: the integer form gives +-480 / 256, the converter NaN */
+        const double v = cinfer__ref_e4m3_to_double((uint8_t)b) / 256.0;
+        const uint16_t want = cinfer__ref_double_to_f16(v);
+        assert_near(cinfer__ref_f16_to_double(want), v, 0.0);   /* exact in fp16 */
+        const unsigned half = b | ((b & 0x80u) ? 0xff00u : 0u); /* the byte, then its sign */
+        const uint16_t got = (uint16_t)((half << 7) & 0xbf80u);
+        if (got != want)
+            fail_msg("e4m3 0x%02x: integer form 0x%04x, fp16 of value / 256 0x%04x", b, got, want);
+    }
+}
+
 static void test_e5m2_bits(void **state) {
     (void)state;
     /* 57344 = 1.75 * 2^15: exponent 30 = 11110, mantissa 11 -> 0 11110 11 = 0x7B. */
@@ -1465,6 +1488,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_bits),
         cmocka_unit_test(test_f32_bits),
         cmocka_unit_test(test_e4m3_bits),
+        cmocka_unit_test(test_e4m3_div256_bits),
         cmocka_unit_test(test_e5m2_bits),
         cmocka_unit_test(test_dtype_round_trip_all_patterns),
         cmocka_unit_test(test_dtype_bulk),
