@@ -178,13 +178,22 @@ static int list_ops(void) {
         "\nvalues: dtype_q/kv/o f16, bf16, f32, e4m3, e5m2, i32, u8 (or float16, bfloat16, ...;\n"
         "  dtype= sets all three); head_dim_qk/vo numbers (head_dim= sets both); backend simt,\n"
         "  sm80, sm90 (prefill: sm80, or sm90 for sm_90a); mask none, causal, custom; pos none,\n"
-        "  rope, alibi (alibi is a variant); flags none or softcap+window+lse+maskrows;\n"
+        "  rope, alibi (alibi is a variant); flags none, softcap (decode, decode_tc) or\n"
+        "  softcap+window (prefill);\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
         "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers; gqa_pack 0 or the\n"
         "  query heads per KV head a batch prefill CTA packs into its rows (mla: query heads per\n"
         "  token, a power of two up to 16, or 64 with tile_q 64). A field left out is\n"
         "  0, or the first name of its list (none, simt): give every field the family's limits\n"
-        "  need (an error names the one that is missing or out of range).\n");
+        "  need (an error names the one that is missing or out of range); a field the family\n"
+        "  does not list is an error.\n"
+        "\nexamples (Llama-3-8B's heads, bf16):\n"
+        "  decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=4\n"
+        "  decode_tc:dtype=bf16,head_dim=128,paged=1,tile_q=4,warps=3,stages=2\n"
+        "  prefill:backend=sm90,dtype=bf16,head_dim=128,mask=causal,tile_q=128,tile_kv=128,\n"
+        "    warps=8,stages=3 (one argument, without the line break)\n"
+        "  prefill:backend=sm80,dtype=bf16,head_dim=128,batch=1,paged=1,mask=causal,tile_q=64,\n"
+        "    tile_kv=64,warps=4,stages=2\n");
     return CLI_EXIT_OK;
 }
 
@@ -231,10 +240,19 @@ int cli_compile(int argc, char **argv) {
     /* NVRTC's version is part of every cache key; loading it here keeps its dlopen out of the
      * first lookup's time. */
     cinfer__jit_nvrtc_version();
+    const uint64_t write_failures = cinfer__cache_write_failures();
     for (int i = 0; i < a.num_specs; i++)
         for (int j = 0; j < num_archs; j++)
             if (compile_one(&specs[i], archs[j], name_width, arch_width) != CINFER_STATUS_SUCCESS)
                 goto out_destroy_context;
+    /* Filling the cache is what compile is for: a cubin it could not store is a failure (the
+     * library itself only warns and goes on in memory). */
+    if (cinfer__cache_write_failures() != write_failures) {
+        cinfer__error(CINFER_STATUS_IO_ERROR,
+                      "the kernel cache could not store the cubins (the warning above says why); "
+                      "set CINFER_CACHE_DIR to a writable folder");
+        goto out_destroy_context;
+    }
     for (int i = 0; ctx && i < a.num_specs; i++)
         if (load_one(ctx, &specs[i], name_width, arch_width) != CINFER_STATUS_SUCCESS)
             goto out_destroy_context;

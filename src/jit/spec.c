@@ -46,12 +46,17 @@ enum {
     F_MASK = 1u << 8,
     F_POS = 1u << 9,
     F_FLAGS = 1u << 10,
-    F_TILE = 1u << 11,
+    F_TILE_Q = 1u << 11,
     F_VARIANT = 1u << 12,
     F_VEC = 1u << 13,
     F_BATCH = 1u << 14,
     F_GQA_PACK = 1u << 15,
+    F_TILE_KV = 1u << 16,
+    F_WARPS = 1u << 17,
+    F_STAGES = 1u << 18,
 };
+
+#define F_TILES (F_TILE_Q | F_TILE_KV | F_WARPS | F_STAGES)
 
 enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS, K_VARIANT };
 
@@ -60,7 +65,7 @@ static const char *const layout_names[] = {"nhd", "hnd", NULL};
 static const char *const mask_names[] = {"none", "causal", "custom", NULL};
 static const char *const pos_names[] = {"none", "rope", "alibi", NULL};
 /* Bit i of flags is named flag_names[i]. */
-static const char *const flag_names[] = {"softcap", "window", "lse", "maskrows", NULL};
+static const char *const flag_names[] = {"softcap", "window", NULL};
 
 typedef struct field {
     const char *name;
@@ -85,15 +90,23 @@ static const field_t fields[] = {
     FIELD("mask", F_MASK, K_ENUM, mask, mask_names),
     FIELD("pos", F_POS, K_ENUM, pos, pos_names),
     FIELD("flags", F_FLAGS, K_FLAGS, flags, flag_names),
-    FIELD("tile_q", F_TILE, K_INT, tile_q, NULL),
-    FIELD("tile_kv", F_TILE, K_INT, tile_kv, NULL),
-    FIELD("warps", F_TILE, K_INT, warps, NULL),
-    FIELD("stages", F_TILE, K_INT, stages, NULL),
+    FIELD("tile_q", F_TILE_Q, K_INT, tile_q, NULL),
+    FIELD("tile_kv", F_TILE_KV, K_INT, tile_kv, NULL),
+    FIELD("warps", F_WARPS, K_INT, warps, NULL),
+    FIELD("stages", F_STAGES, K_INT, stages, NULL),
     FIELD("vec", F_VEC, K_INT, vec, NULL),
     FIELD("gqa_pack", F_GQA_PACK, K_INT, gqa_pack, NULL),
     FIELD("variant", F_VARIANT, K_VARIANT, variant, NULL),
 };
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])
+
+/* The field of that name (one of fields[]'s: the callers' names are). */
+static const field_t *field_named(const char *name) {
+    for (size_t i = 0; i < NUM_FIELDS; i++)
+        if (strcmp(fields[i].name, name) == 0)
+            return &fields[i];
+    return NULL;
+}
 
 /* ---- families ---- */
 
@@ -115,17 +128,17 @@ static const family_t families[CINFER__OP_COUNT] = {
                                  F_DTYPE_O | F_HD_VO | F_VEC, 0},
     [CINFER__OP_DECODE] = {"decode", "decode.cu", "CINFER_OP_DECODE",
                            F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
-                               F_POS | F_FLAGS | F_TILE | F_VARIANT,
+                               F_POS | F_FLAGS | F_TILE_Q | F_TILE_KV | F_WARPS | F_VARIANT,
                            CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_DECODE_MERGE] = {"decode_merge", "decode.cu", "CINFER_OP_DECODE_MERGE",
-                                 F_DTYPE_O | F_HD_VO | F_TILE, 0},
+                                 F_DTYPE_O | F_HD_VO | F_WARPS, 0},
     [CINFER__OP_DECODE_TC] = {"decode_tc", "decode_tc.cu", "CINFER_OP_DECODE_TC",
                               F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_PAGED |
-                                  F_FLAGS | F_TILE | F_VARIANT,
+                                  F_FLAGS | F_TILE_Q | F_WARPS | F_STAGES | F_VARIANT,
                               CINFER__FLAG_SOFT_CAP},
     [CINFER__OP_PREFILL] = {"prefill", "prefill.cu", "CINFER_OP_PREFILL",
                             F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO |
-                                F_PAGED | F_BATCH | F_MASK | F_POS | F_FLAGS | F_TILE | F_VARIANT |
+                                F_PAGED | F_BATCH | F_MASK | F_POS | F_FLAGS | F_TILES | F_VARIANT |
                                 F_GQA_PACK,
                             CINFER__FLAG_SOFT_CAP | CINFER__FLAG_WINDOW},
     [CINFER__OP_APPEND_PAGED_KV_CACHE] = {"append_paged_kv_cache", "append.cu",
@@ -146,7 +159,7 @@ static const family_t families[CINFER__OP_COUNT] = {
     [CINFER__OP_SEGMENT_PACKBITS] = {"segment_packbits", "packbits.cu",
                                      "CINFER_OP_SEGMENT_PACKBITS", 0, 0},
     [CINFER__OP_MLA] = {"mla", "mla.cu", "CINFER_OP_MLA",
-                        F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_MASK | F_TILE |
+                        F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_MASK | F_TILES |
                             F_GQA_PACK,
                         0},
     [CINFER__OP_MLA_MERGE] = {"mla_merge", "mla.cu", "CINFER_OP_MLA_MERGE", F_DTYPE_O | F_HD_VO, 0},
@@ -229,10 +242,10 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
         int dt = find_dtype(v, len);
         if (dt < 0)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "spec field %s: unknown dtype \"%.*s\" (expected f16, bf16, f32, "
-                                 "e4m3, e5m2, i32 or u8, or float16, bfloat16, float32, "
-                                 "float8_e4m3fn, float8_e5m2, int32, uint8)",
-                                 f->name, (int)len, v);
+                                 "unknown dtype \"%.*s\" (expected f16, bf16, f32, e4m3, e5m2, "
+                                 "i32 or u8, or float16, bfloat16, float32, float8_e4m3fn, "
+                                 "float8_e5m2, int32, uint8)",
+                                 (int)len, v);
         *out = dt;
         return CINFER_STATUS_SUCCESS;
     }
@@ -245,8 +258,7 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
                 cinfer__fmt(names + used, sizeof names - used, "%s%s", k ? ", " : "", f->values[k]);
             }
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "spec field %s: unknown value \"%.*s\" (expected one of %s)",
-                                 f->name, (int)len, v, names);
+                                 "unknown value \"%.*s\" (expected one of %s)", (int)len, v, names);
         }
         *out = i;
         return CINFER_STATUS_SUCCESS;
@@ -259,14 +271,14 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
         const cinfer_variant_t *var = cinfer__variant_builtin(v, len);
         if (!var)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "spec field variant: unknown variant \"%.*s\" (expected none or a "
-                                 "built-in: sigmoid, sinks, alibi, dump_logits, custom_mask)",
+                                 "unknown variant \"%.*s\" (expected none or a built-in: sigmoid, "
+                                 "sinks, alibi, dump_logits, custom_mask)",
                                  (int)len, v);
         *out = (int64_t)(intptr_t)var;
         return CINFER_STATUS_SUCCESS;
     }
     if (f->kind == K_FLAGS) {
-        /* Flags are joined with '+', e.g. flags=softcap+lse; "none" is the empty set. */
+        /* Flags are joined with '+', e.g. flags=softcap+window; "none" is the empty set. */
         int64_t bits = 0;
         const char *p = v, *end = v + len;
         while (p < end) {
@@ -276,7 +288,9 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
                 int i = find_name(flag_names, p, n);
                 if (i < 0)
                     return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                         "spec field flags: unknown flag \"%.*s\"", (int)n, p);
+                                         "unknown flag \"%.*s\" (expected none, or flags joined by "
+                                         "'+' of softcap, window)",
+                                         (int)n, p);
                 bits |= 1ll << i;
             }
             p += n + (q ? 1 : 0);
@@ -286,21 +300,38 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
     }
     char buf[32];
     if (len == 0 || len >= sizeof buf)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec field %s: bad number \"%.*s\"",
-                             f->name, (int)len, v);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "bad number \"%.*s\"", (int)len, v);
     memcpy(buf, v, len);
     buf[len] = '\0';
     char *endp;
     long long n = strtoll(buf, &endp, 10);
     if (*endp || n < 0 || n > (1ll << 31) - 1)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "spec field %s: \"%s\" is not a number in [0, 2^31)", f->name, buf);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "\"%s\" is not a number in [0, 2^31)",
+                             buf);
     *out = n;
     return CINFER_STATUS_SUCCESS;
 }
 
-/* An error of a field's value, said again with the spec it came from and the field as written
- * (dtype and head_dim set several fields: their messages name the first). */
+/* The fields of family fam as text, ", "-separated, and its flags joined by '+' ("none" if none).
+ */
+static void family_fields_text(const family_t *fam, char *dst, size_t cap) {
+    dst[0] = '\0';
+    for (size_t i = 0; i < NUM_FIELDS; i++)
+        if (fam->fields & fields[i].bit) {
+            const size_t n = strlen(dst);
+            cinfer__fmt(dst + n, cap - n, "%s%s", n ? ", " : "", fields[i].name);
+        }
+    if (!dst[0])
+        cinfer__fmt(dst, cap, "none");
+}
+
+static void format_value(const field_t *f, int64_t v, char *dst, size_t cap);
+
+static void family_flags_text(const family_t *fam, char *dst, size_t cap) {
+    format_value(field_named("flags"), fam->flags, dst, cap);
+}
+
+/* An error of a field's value, said again with the spec it came from and the field as written. */
 static cinfer_status_t in_spec(cinfer_status_t status, const char *text, const char *key,
                                size_t key_len) {
     char why[1024];
@@ -328,6 +359,7 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
                              (int)op_len, text, known);
     }
     cinfer__spec_init(spec, (cinfer__op_t)op);
+    const family_t *fam = &families[op];
     const char *p = colon ? colon + 1 : text + op_len;
     /* The fields set so far (dtype and head_dim set several): a field set twice, directly or
      * through an alias, is an error (which value would win is not obvious). Empty items (",," or
@@ -352,9 +384,32 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
                                      : key_len == 8 && strncmp(p, "head_dim", 8) == 0
                                          ? head_dim_fields
                                          : NULL;
+        /* A field the operation does not have is an error (it would change nothing); an alias
+         * sets those of its fields the operation has, and at least one. */
+        const field_t *f = NULL;
+        if (!targets) {
+            for (size_t i = 0; i < NUM_FIELDS; i++)
+                if (strlen(fields[i].name) == key_len && strncmp(fields[i].name, p, key_len) == 0)
+                    f = &fields[i];
+            if (!f)
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "spec \"%s\": unknown field \"%.*s\"", text, (int)key_len, p);
+        }
+        bool applies = false;
+        for (int k = 0; targets ? targets[k] != NULL : k < 1; k++)
+            applies = applies || (fam->fields & (targets ? field_named(targets[k])->bit : f->bit));
+        if (!applies) {
+            char have[256];
+            family_fields_text(fam, have, sizeof have);
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec \"%s\": field %.*s does not apply to %s (its fields: %s)",
+                                 text, (int)key_len, p, fam->name, have);
+        }
         for (int k = 0; targets ? targets[k] != NULL : k < 1; k++) {
             const char *name = targets ? targets[k] : p;
             const size_t len = targets ? strlen(name) : key_len;
+            if (targets && !(fam->fields & field_named(name)->bit))
+                continue;
             for (size_t i = 0; i < num_seen; i++)
                 if (seen_len[i] == len && strncmp(seen[i], name, len) == 0) {
                     const bool alias = targets || seen_by_len[i] != len;
@@ -389,16 +444,17 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
                 return in_spec(st, text, p, key_len);
             spec->head_dim_qk = spec->head_dim_vo = (int32_t)v;
         } else {
-            const field_t *f = NULL;
-            for (size_t i = 0; i < NUM_FIELDS; i++)
-                if (strlen(fields[i].name) == key_len && strncmp(fields[i].name, p, key_len) == 0)
-                    f = &fields[i];
-            if (!f)
-                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                     "spec \"%s\": unknown field \"%.*s\"", text, (int)key_len, p);
             cinfer_status_t st = parse_value(f, value, value_len, &v);
             if (st != CINFER_STATUS_SUCCESS)
                 return in_spec(st, text, p, key_len);
+            if (f->kind == K_FLAGS && (v & ~(int64_t)fam->flags)) {
+                char unused[96], have[96];
+                format_value(f, v & ~(int64_t)fam->flags, unused, sizeof unused);
+                family_flags_text(fam, have, sizeof have);
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "spec \"%s\": flags %s do not apply to %s (its flags: %s)",
+                                     text, unused, fam->name, have);
+            }
             set_field(spec, f, v);
         }
         p += n + (comma ? 1 : 0);
@@ -491,6 +547,9 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: tile_q %d / tile_kv %d outside [1, 8]", fam->name,
                              (int)spec->tile_q, (int)spec->tile_kv);
+    if (!in_range(spec->paged, 0, 1))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: paged %d, expected 0 or 1",
+                             fam->name, (int)spec->paged);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -752,6 +811,9 @@ static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const fami
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: tile_q %d (1..16), warps %d (1..8), stages %d (2..4)", fam->name,
                              (int)spec->tile_q, (int)spec->warps, (int)spec->stages);
+    if (!in_range(spec->paged, 0, 1))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: paged %d, expected 0 or 1",
+                             fam->name, (int)spec->paged);
     return CINFER_STATUS_SUCCESS;
 }
 
@@ -792,6 +854,19 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
                              (int)spec->op);
     const family_t *fam = &families[spec->op];
+    /* Fields the family needs and the spec leaves out, named as such (not as bad values). */
+    for (size_t i = 0; i < NUM_FIELDS; i++) {
+        const field_t *f = &fields[i];
+        if (f->bit == F_BACKEND && (fam->fields & F_BACKEND) && spec->backend == 0)
+            break; /* simt, which validate_prefill names first (with a "not given?" hint) */
+        const bool needed = f->kind == K_DTYPE || (f->bit & F_TILES);
+        if (!needed || !(fam->fields & f->bit) || get_field(spec, f) != 0)
+            continue;
+        const char *hint =
+            f->kind == K_DTYPE ? "=f16 or =bf16; dtype= sets dtype_q, dtype_kv and dtype_o" : "=N";
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: %s is not given (%s%s)",
+                             fam->name, f->name, f->name, hint);
+    }
     if ((fam->fields & F_DTYPE_O) && !is_value_dtype(spec->dtype_o))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: dtype_o %s is not supported (f16 or bf16)", fam->name,
@@ -883,7 +958,10 @@ static void name_token(const cinfer__spec_t *spec, const field_t *f, char *dst, 
         cinfer__fmt(dst, cap, "%s", v ? flags : "");
         break;
     }
-    case F_TILE:
+    case F_TILE_Q:
+    case F_TILE_KV:
+    case F_WARPS:
+    case F_STAGES:
         cinfer__fmt(dst, cap, "%c%lld", f->name[0] == 't' ? f->name[5] : f->name[0], (long long)v);
         break;
     case F_VEC:

@@ -70,12 +70,7 @@ typedef enum cinfer__pos {
 } cinfer__pos_t;
 
 /* Switches compiled into a kernel only when used. */
-enum {
-    CINFER__FLAG_SOFT_CAP = 1u << 0,
-    CINFER__FLAG_WINDOW = 1u << 1,
-    CINFER__FLAG_LSE = 1u << 2,      /* the kernel writes LSE */
-    CINFER__FLAG_MASK_ROWS = 1u << 3 /* merge_state_in_place with a row mask */
-};
+enum { CINFER__FLAG_SOFT_CAP = 1u << 0, CINFER__FLAG_WINDOW = 1u << 1 };
 
 /*
  * One kernel. Build it with cinfer__spec_init (which zeroes every byte, padding included) and set

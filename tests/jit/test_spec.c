@@ -56,8 +56,8 @@ static void text_form_round_trips(void **state) {
         cinfer__spec_t again = parse(back);
         assert_memory_equal(&s, &again, sizeof s);
     }
-    /* Aliases set both fields; fields a family does not use are dropped by normalization. */
-    cinfer__spec_t a = parse("merge_states:dtype=bf16,head_dim=64,vec=8,layout=hnd,tile_q=64");
+    /* Aliases set those of their fields the family has. */
+    cinfer__spec_t a = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     cinfer__spec_t b = parse("merge_states:dtype_o=bf16,head_dim_vo=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
     /* DLPack / PyTorch dtype names parse to the same spec. */
@@ -103,7 +103,7 @@ static void bad_text_names_the_problem(void **state) {
     assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf16,dtype=f16", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(
-        strstr(cinfer_last_error(), "field dtype_q is set twice, by dtype= and by dtype="));
+        strstr(cinfer_last_error(), "field dtype_o is set twice, by dtype= and by dtype="));
     assert_non_null(strstr(cinfer_last_error(), "give the fields one by one"));
     /* the alias first or second, each named */
     assert_int_equal(cinfer__spec_parse("decode:dtype_kv=e4m3,dtype=bf16", &s),
@@ -123,6 +123,30 @@ static void bad_text_names_the_problem(void **state) {
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "field vec is set twice, by vec= and by vec="));
     assert_null(strstr(cinfer_last_error(), "one by one"));
+    /* A field, an alias or a flag the operation does not have is an error that lists what it
+     * has (it would change nothing: the kernel of the spec without it). */
+    assert_int_equal(
+        cinfer__spec_parse("merge_states:dtype=bf16,head_dim=64,vec=8,variant=sinks", &s),
+        CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(),
+                           "field variant does not apply to merge_states (its fields: dtype_o, "
+                           "head_dim_vo, vec)"));
+    assert_int_equal(cinfer__spec_parse("decode:dtype=bf16,head_dim=128,stages=2", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field stages does not apply to decode"));
+    assert_int_equal(cinfer__spec_parse("packbits:dtype=bf16", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "(its fields: vec)"));
+    assert_int_equal(cinfer__spec_parse("seq_lens:head_dim=64", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "(its fields: none)"));
+    assert_int_equal(cinfer__spec_parse("decode:flags=softcap+window", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(
+        strstr(cinfer_last_error(), "flags window do not apply to decode (its flags: softcap)"));
+    assert_int_equal(cinfer__spec_parse("prefill:flags=softcap+bogus", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field flags: unknown flag \"bogus\" (expected"));
+    assert_non_null(strstr(cinfer_last_error(), "'+' of softcap, window)"));
     cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
     cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
@@ -144,7 +168,7 @@ static void mutated_texts_parse_or_fail_cleanly(void **state) {
         "decode_tc:dtype_q=f16,dtype_kv=e4m3,dtype_o=f16,head_dim=128,paged=1,tile_q=4,warps=3,"
         "stages=2,variant=sinks",
         "prefill:backend=sm90,dtype=bf16,head_dim=128,mask=causal,tile_q=128,tile_kv=128,warps=8,"
-        "stages=3,flags=softcap+window+lse",
+        "stages=3,flags=softcap+window",
         "prefill:backend=sm80,dtype_q=f16,dtype_kv=e5m2,dtype_o=f16,head_dim_qk=192,head_dim_vo="
         "128,"
         "batch=1,paged=1,variant=custom_mask,gqa_pack=4,pos=rope",
@@ -279,6 +303,23 @@ static void validation_rejects_unsupported_specs(void **state) {
     s = parse("prefill:dtype=bf16,head_dim=128");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
     assert_non_null(strstr(cinfer_last_error(), "not given? backend=sm80 or backend=sm90"));
+    /* Any other field left out that has no default is named as such, not as a bad value. */
+    s = parse("prefill:backend=sm80,dtype=bf16,head_dim=128,tile_q=64,tile_kv=64,stages=2");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "prefill: warps is not given (warps=N)"));
+    s = parse("decode:dtype=bf16,head_dim=128,tile_q=4,tile_kv=4");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "decode: warps is not given (warps=N)"));
+    s = parse("merge_states:head_dim=128,vec=8");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "merge_states: dtype_o is not given (dtype_o=f16"));
+    /* decode's paged is 0 or 1, as prefill's */
+    s = parse("decode:dtype=bf16,head_dim=128,paged=2,tile_q=4,tile_kv=4,warps=4");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "decode: paged 2, expected 0 or 1"));
+    s = parse("decode_tc:dtype=bf16,head_dim=128,paged=3,tile_q=4,warps=3,stages=2");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "decode_tc: paged 3, expected 0 or 1"));
 }
 
 static void rendering_is_consistent(void **state) {
@@ -479,11 +520,15 @@ static void rope_specs_render_and_compile(void **state) {
     assert_int_equal(cinfer__spec_parse("decode:dtype=bf16,pos=rope_llama", &bad),
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(),
-                           "spec field pos: unknown value \"rope_llama\" (expected one of none, "
+                           "field pos: unknown value \"rope_llama\" (expected one of none, "
                            "rope, alibi)"));
     /* The tensor-core decode has no RoPE: the field is not part of its specs. */
-    s = parse("decode_tc:dtype=bf16,head_dim=128,paged=1,pos=rope,tile_q=4,warps=4,stages=2");
-    assert_int_equal(s.pos, CINFER__POS_NONE);
+    assert_int_equal(
+        cinfer__spec_parse("decode_tc:dtype=bf16,head_dim=128,paged=1,pos=rope,tile_q=4,warps=4,"
+                           "stages=2",
+                           &bad),
+        CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "field pos does not apply to decode_tc"));
 
     /* NVRTC compiles the RoPE kernels: prefill with a chunk column per thread (D = 128), with the
      * generic copies (D = 80, two warps), the smallest head dim (16, one unit per row), and

@@ -482,6 +482,20 @@ static void compile_unknown_field_names_it(void **state) {
     result_free(&r);
 }
 
+/* compile exists to fill the cache: a cubin it cannot store fails the command (the library only
+ * warns and compiles in memory). */
+static void compile_into_an_unusable_cache_fails(void **state) {
+    fixture_t *f = *state;
+    result_t r =
+        RUN_ENV(f, ENV("CINFER_CACHE_DIR=/dev/null/cache"), "compile", "--arch", "sm_90a", SPEC);
+    /* (stderr: the library's warning first, then the error) */
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "cinfer: warning: kernel cache not usable"));
+    assert_non_null(strstr(r.err, "cinfer: error: the kernel cache could not store the cubins"));
+    assert_non_null(strstr(r.err, "[CINFER_STATUS_IO_ERROR]"));
+    result_free(&r);
+}
+
 static void compile_bad_arch_fails_before_compiling(void **state) {
     fixture_t *f = *state;
     result_t r = RUN(f, "compile", "--arch", "sm_xx", SPEC);
@@ -515,10 +529,18 @@ static void compile_list_ops(void **state) {
         assert_non_null(strstr(line, "dtype_o, head_dim_vo, vec"));
         free(line);
     }
+    /* each family's own tile fields: the CUDA-core decode has no stages, the tensor-core one no
+     * tile_kv */
     char *decode = line_starting(r.out, "decode ");
     assert_non_null(decode);
-    assert_non_null(strstr(decode, "tile_q, tile_kv, warps, stages"));
+    assert_non_null(strstr(decode, "tile_q, tile_kv, warps, variant"));
     free(decode);
+    char *decode_tc = line_starting(r.out, "decode_tc ");
+    assert_non_null(decode_tc);
+    assert_non_null(strstr(decode_tc, "tile_q, warps, stages, variant"));
+    free(decode_tc);
+    /* examples of the attention families' specs */
+    assert_non_null(strstr(r.out, "decode_tc:dtype=bf16,head_dim=128,paged=1,tile_q=4,warps=3,"));
     result_free(&r);
 }
 
@@ -679,7 +701,7 @@ static void bench_serve_without_a_device_replays_on_the_host(void **state) {
 #define CI_KERNELS_SM80 14
 #define CI_KERNELS_SM90 16
 #define CI_MERGE        "decode_merge:dtype=bf16,head_dim=128,warps=4"
-#define CI_MERGE_KERNEL "decode_merge_bf16_hd128_q0_k0_w4_s0"
+#define CI_MERGE_KERNEL "decode_merge_bf16_hd128_w4"
 
 static void aot_help_and_usage_errors(void **state) {
     fixture_t *f = *state;
@@ -845,6 +867,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(cache_ls_flags_a_corrupt_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_then_hit_then_list_then_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_unknown_field_names_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(compile_into_an_unusable_cache_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_bad_arch_fails_before_compiling, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_list_ops, setup, teardown),
         cmocka_unit_test_setup_teardown(compile_defaults_to_sm90a_without_device, setup, teardown),
