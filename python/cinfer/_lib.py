@@ -562,7 +562,10 @@ def candidate_paths() -> List[Path]:
         paths.append(Path(env))
     here = Path(__file__).resolve().parent
     paths.append(here / "libcinfer.so")
-    paths.append(here.parent.parent / "build" / "libcinfer.so")
+    # A source checkout (python/cinfer in the repository, installed editable or not at all) finds
+    # the library of its build folder; an installed copy (site-packages) has no such folder.
+    if (here.parent.parent / "CMakeLists.txt").is_file():
+        paths.append(here.parent.parent / "build" / "libcinfer.so")
     return paths
 
 
@@ -584,10 +587,14 @@ def library_path() -> Path:
         if p.is_file():
             return p
     tried = ", ".join(str(p) for p in paths)
+    if len(paths) > 1:  # a source checkout
+        raise errors.CinferError(
+            f"libcinfer.so not found (tried {tried}); set CINFER_LIBRARY to a built "
+            "libcinfer.so, or build this checkout's: `cmake -S . -B build && cmake --build build`")
     raise errors.CinferError(
-        f"libcinfer.so not found (tried {tried}); build it with "
-        "`cmake -S . -B build && cmake --build build` or set CINFER_LIBRARY"
-    )
+        f"libcinfer.so not found (tried {tried}); set CINFER_LIBRARY to a built libcinfer.so "
+        "(`make install` puts one in PREFIX/lib), or install the wheel of `make wheel`, which "
+        "carries its own")
 
 
 def lib() -> ctypes.CDLL:

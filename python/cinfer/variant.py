@@ -254,9 +254,13 @@ def variant_builtin(name: str) -> Variant:
 
     Raises
     ------
+    TypeError
+        ``name`` is not a str.
     ValueError
         An unknown name.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"variant_builtin: name is {type(name).__name__}, expected a str")
     v = _builtins.get(name)
     if v is None:
         handle = _lib.lib().cinfer_variant_builtin(str(name).encode())

@@ -68,6 +68,8 @@ def test_variant_python_errors(lib):
         cinfer.Variant("v", "", scalars=[("a", "float32"), "b"])
     with pytest.raises(ValueError, match="no built-in"):
         cinfer.variant_builtin("nope")
+    with pytest.raises(TypeError, match="name is NoneType, expected a str"):
+        cinfer.variant_builtin(None)
 
 
 def test_builtins(lib):

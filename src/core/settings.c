@@ -42,7 +42,16 @@ static void read_settings(void) {
     memset(&s, 0, sizeof s);
     read_cache_dir(&s);
     const char *log = getenv("CINFER_LOG");
-    s.log_level = log && log[0] ? atoi(log) : CINFER__LOG_QUIET;
+    s.log_level = CINFER__LOG_QUIET;
+    if (log && log[0]) {
+        if (strlen(log) == 1 && log[0] >= '0' && log[0] <= '2')
+            s.log_level = log[0] - '0';
+        else /* (not through cinfer__warn: it reads these settings) */
+            fprintf(stderr,
+                    "cinfer: warning: CINFER_LOG = \"%s\" is not 0, 1 or 2; logging stays "
+                    "quiet\n",
+                    log);
+    }
     const char *jit = getenv("CINFER_JIT");
     s.jit_enabled = !(jit && (strcasecmp(jit, "off") == 0 || strcmp(jit, "0") == 0));
     if (jit && jit[0] && s.jit_enabled && strcasecmp(jit, "on") != 0 && strcmp(jit, "1") != 0)

@@ -150,10 +150,17 @@ static void load_nvrtc(void) {
     void *lib = open_nvrtc(tried, sizeof tried, t.path, sizeof t.path);
     if (!lib) {
         nvrtc_status = CINFER_STATUS_COMPILE_ERROR;
-        cinfer__fmt(nvrtc_message, sizeof nvrtc_message,
-                    "NVRTC not found (tried %s); install the CUDA toolkit's NVRTC or set "
-                    "CINFER_NVRTC_PATH",
-                    tried);
+        const char *why = dlerror();
+        if (cinfer__settings()->nvrtc_path[0])
+            cinfer__fmt(nvrtc_message, sizeof nvrtc_message,
+                        "CINFER_NVRTC_PATH = \"%s\" could not be loaded (%s); point it at a CUDA "
+                        "toolkit's libnvrtc.so, or unset it to search the usual places",
+                        tried, why ? why : "dlopen failed");
+        else
+            cinfer__fmt(nvrtc_message, sizeof nvrtc_message,
+                        "NVRTC not found (tried %s); install the CUDA toolkit's NVRTC or set "
+                        "CINFER_NVRTC_PATH",
+                        tried);
         return;
     }
 #define CINFER__NVRTC_LOAD(name)                                                                   \

@@ -3,6 +3,24 @@
 
 #include "ops/tensor.h"
 
+/* DLPack's name of a device type (dlpack.h's DLDeviceType), for messages. */
+static const char *dl_device_name(DLDeviceType type) {
+    switch (type) {
+    case kDLCPU:
+        return "kDLCPU";
+    case kDLCUDA:
+        return "kDLCUDA";
+    case kDLCUDAHost:
+        return "kDLCUDAHost";
+    case kDLCUDAManaged:
+        return "kDLCUDAManaged";
+    case kDLROCM:
+        return "kDLROCM";
+    default:
+        return "another DLPack device type";
+    }
+}
+
 /* DLPack 1.x codes for fp8 and bool, which the installed dlpack.h (0.6) may not name. */
 #define CINFER__DL_BOOL          6
 #define CINFER__DL_FLOAT8_E4M3FN 10
@@ -180,8 +198,11 @@ static cinfer_status_t check_layout(const cinfer_context_t *ctx, const char *arg
     if (ctx) {
         if (t->device.device_type != kDLCUDA || t->device.device_id != ctx->device)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "%s: on device type %d id %d, expected CUDA device %d (kDLCUDA)",
-                                 arg, (int)t->device.device_type, t->device.device_id, ctx->device);
+                                 "%s: on device type %d (%s) id %d, expected CUDA device %d "
+                                 "(kDLCUDA)",
+                                 arg, (int)t->device.device_type,
+                                 dl_device_name(t->device.device_type), t->device.device_id,
+                                 ctx->device);
     }
     return CINFER_STATUS_SUCCESS;
 }

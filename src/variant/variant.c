@@ -237,12 +237,16 @@ static cinfer_status_t init_variant(cinfer_variant_t *v, const char *name, const
     bool seen_scalar = false;
     for (int i = 0; i < num_params; i++) {
         const cinfer_param_t *p = &params[i];
-        if (!p->name || !is_identifier(p->name, CINFER__VARIANT_NAME_MAX))
+        if (!p->name)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "variant %s: params[%d].name is NULL, expected a C identifier of "
+                                 "1..%d characters",
+                                 name, i, CINFER__VARIANT_NAME_MAX - 1);
+        if (!is_identifier(p->name, CINFER__VARIANT_NAME_MAX))
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "variant %s: params[%d].name \"%s\": expected a C identifier of "
                                  "1..%d characters",
-                                 name, i, p->name ? p->name : "(null)",
-                                 CINFER__VARIANT_NAME_MAX - 1);
+                                 name, i, p->name, CINFER__VARIANT_NAME_MAX - 1);
         if (is_reserved_name(p->name))
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "variant %s: params[%d].name \"%s\" is a C/C++ keyword or a "

@@ -114,6 +114,18 @@ static void settings_follow_the_environment(void **state) {
     assert_true(cinfer__settings()->jit_enabled);
     assert_int_equal(cinfer__settings()->log_level, 0);
 
+    /* a CINFER_LOG that is not 0, 1 or 2 leaves logging quiet (with a warning on stderr) */
+    static const char *const bad_logs[] = {"abc", "-3", "7", "1x", "11"};
+    for (size_t i = 0; i < sizeof bad_logs / sizeof bad_logs[0]; i++) {
+        setenv("CINFER_LOG", bad_logs[i], 1);
+        cinfer__settings_reload();
+        assert_int_equal(cinfer__settings()->log_level, 0);
+    }
+    setenv("CINFER_LOG", "1", 1);
+    cinfer__settings_reload();
+    assert_int_equal(cinfer__settings()->log_level, 1);
+    unsetenv("CINFER_LOG");
+
     unsetenv("XDG_CACHE_HOME");
     cinfer__settings_reload();
     assert_string_equal(cinfer__settings()->cache_dir, "/tmp/home/.cache/cinfer");
