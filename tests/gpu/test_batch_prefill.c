@@ -861,10 +861,8 @@ static bp_case sm90_paged_case(int d) {
  */
 static void sm90_kernel(void **state) {
     (void)state;
-    if (strcmp(ctx->arch, "sm_90a") != 0) {
-        printf("sm90_kernel: the device is %s, not sm_90a; skipped\n", ctx->arch);
+    if (!cinfer_test_sm90_device(ctx, "sm90_kernel"))
         return;
-    }
     static const struct {
         int paged, page_size, layout_hnd, combined, hq, hk, causal, f16;
     } shapes[] = {
@@ -1039,10 +1037,8 @@ static void sm90_kernel(void **state) {
  * paged cache: both masks, fp16 and HND, GQA, a soft cap, a window, sinks and split-KV. */
 static void sm90_kernel_d192(void **state) {
     (void)state;
-    if (strcmp(ctx->arch, "sm_90a") != 0) {
-        printf("sm90_kernel_d192: the device is %s, not sm_90a; skipped\n", ctx->arch);
+    if (!cinfer_test_sm90_device(ctx, "sm90_kernel_d192"))
         return;
-    }
     /* Ragged (0-5), then paged (6-10), whose V maps have V's own head dim and strides: pages of
      * 16 rows scattered and in runs (one box per 64 columns of a tile's pages), 8-row pages HND
      * at the pool's end (64-bit offsets), 128 rows (a tile), 256 (a tile of a page's rows). The
@@ -1094,10 +1090,8 @@ static void sm90_kernel_d192(void **state) {
  * v_scale, split-KV, a soft cap, a window and sinks. */
 static void sm90_kernel_fp8(void **state) {
     (void)state;
-    if (strcmp(ctx->arch, "sm_90a") != 0) {
-        printf("sm90_kernel_fp8: the device is %s, not sm_90a; skipped\n", ctx->arch);
+    if (!cinfer_test_sm90_device(ctx, "sm90_kernel_fp8"))
         return;
-    }
     static const struct {
         int d, paged, page_size, runs, high, combined, hnd, causal, e5m2, f16, hq, hk, scales;
         int split, window;

@@ -752,13 +752,6 @@ static void sm90_tile_set(cinfer__prefill_config_t tiles[3]) {
     tiles[2].warps = 4;
 }
 
-static bool sm90_device(const char *test) {
-    if (strcmp(ctx->arch, "sm_90a") == 0)
-        return true;
-    printf("%s: the device is %s, not sm_90a; skipped\n", test, ctx->arch);
-    return false;
-}
-
 /* A grid of many items: 4000 causal queries over 300 positions with Llama heads at head dim d and
  * K/V of kv_dtype (CINFER__DT_NONE: q's) (1024 items, the 896 of the first 28 query tiles of each
  * head keeping nothing: most CTAs take one item with KV tiles, then items without). */
@@ -784,7 +777,7 @@ static void sm90_many_items_causal(int d, cinfer__dtype_t kv_dtype,
 
 static void sm90_tiles(void **state) {
     (void)state;
-    if (!sm90_device("sm90_tiles"))
+    if (!cinfer_test_sm90_device(ctx, "sm90_tiles"))
         return;
     static const int lens[][2] = {{1000, 1000}, {777, 1111}, {1111, 777}, {128, 128}, {129, 300},
                                   {300, 129},   {1, 1},      {5, 0},      {600, 300}, {64, 4000},
@@ -901,7 +894,7 @@ static void sm90_tiles(void **state) {
  * Q K^T) with the three tiles of sm90_tiles, and its many-items case. */
 static void sm90_tiles_d64(void **state) {
     (void)state;
-    if (!sm90_device("sm90_tiles_d64"))
+    if (!cinfer_test_sm90_device(ctx, "sm90_tiles_d64"))
         return;
     cinfer__prefill_config_t tiles[3];
     sm90_tile_set(tiles);
@@ -915,7 +908,7 @@ static void sm90_tiles_d64(void **state) {
  * too). */
 static void sm90_tiles_d256(void **state) {
     (void)state;
-    if (!sm90_device("sm90_tiles_d256"))
+    if (!cinfer_test_sm90_device(ctx, "sm90_tiles_d256"))
         return;
     cinfer__prefill_config_t wide[2];
     cinfer__prefill_sm90_config(256, 256, &wide[0]);
@@ -937,7 +930,7 @@ static void sm90_tiles_d256(void **state) {
  */
 static void sm90_fp8(void **state) {
     (void)state;
-    if (!sm90_device("sm90_fp8"))
+    if (!cinfer_test_sm90_device(ctx, "sm90_fp8"))
         return;
     cinfer__prefill_config_t t128[3], t64, t256;
     sm90_tile_set(t128);
@@ -1007,7 +1000,7 @@ static void sm90_fp8(void **state) {
  * stages, and one consumer warpgroup; then the library's choice for grids of a wave or more. */
 static void sm90_tiles_d192(void **state) {
     (void)state;
-    if (!sm90_device("sm90_tiles_d192"))
+    if (!cinfer_test_sm90_device(ctx, "sm90_tiles_d192"))
         return;
     cinfer__prefill_config_t t[3];
     cinfer__prefill_sm90_config(192, 128, &t[0]);

@@ -82,6 +82,13 @@ void cinfer_test_gpu_teardown(cinfer_context_t *ctx) {
     cinfer_context_destroy(ctx);
 }
 
+bool cinfer_test_sm90_device(const cinfer_context_t *ctx, const char *test) {
+    if (strcmp(ctx->arch, "sm_90a") == 0)
+        return true;
+    printf("%s: the device is %s, not sm_90a; skipped\n", test, ctx->arch);
+    return false;
+}
+
 int cinfer_test_device(void) {
     return test_device;
 }

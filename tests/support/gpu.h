@@ -67,6 +67,10 @@ void cinfer_test_gpu_teardown(cinfer_context_t *ctx);
 /* The device ordinal of the context made by cinfer_test_gpu_setup (0). */
 int cinfer_test_device(void);
 
+/* True if ctx's device is sm_90a (the wgmma/TMA kernels' arch); else prints "<test>: the device is
+ * <arch>, not sm_90a; skipped" and returns false. */
+bool cinfer_test_sm90_device(const cinfer_context_t *ctx, const char *test);
+
 /* Prints "file:line: <message>" as a cmocka error and fails the current test (longjmp). */
 void cinfer_test_fail_at(const char *file, int line, const char *fmt, ...) CINFER__PRINTF(3, 4);
 
