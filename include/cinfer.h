@@ -284,11 +284,11 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  *     for it once and adds the bias with an fma per logit (a transform pays a conversion and an
  *     fma per logit). Prefill holds the bias in units of its kernels' q . k, slope * (kv_idx -
  *     qo_idx) / q_scale, in float32, where q_scale = sm_scale * k_scale for 16-bit K/V; for fp8
- *     K/V q_scale = k_scale (* 256 for e4m3), because the kernel multiplies q by sm_scale as it
- *     converts it, so sm_scale does not enter. Prefill refuses (CINFER_STATUS_UNSUPPORTED) such
- *     a variant when q_scale is below 2^-64; with |kv_idx - qo_idx| < 2^31 the bias then stays
- *     finite for |slope| up to 2^32. Larger slopes are not checked (the hook is device code) and
- *     may make the bias infinite.
+ *     K/V q_scale = k_scale (* 256 for e4m3 on the sm80 template), because the kernel multiplies
+ *     q by sm_scale as it converts it, so sm_scale does not enter. Prefill refuses
+ *     (CINFER_STATUS_UNSUPPORTED) such a variant when q_scale (k_scale for e4m3) is below 2^-64;
+ *     with |kv_idx - qo_idx| < 2^31 the bias then stays finite for |slope| up to 2^32. Larger
+ *     slopes are not checked (the hook is device code) and may make the bias infinite.
  *   #define VARIANT_STATE_INIT 1
  *   __device__ void variant_state_init(const cinfer_variant_params *params, int batch_idx,
  *       int qo_idx, int qo_head_idx, float *max_log2, float *denominator);

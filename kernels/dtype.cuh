@@ -157,26 +157,6 @@ __device__ __forceinline__ void cinfer_fp8x4_to_f16x2x2_bits(int dtype, unsigned
     }
 }
 
-/*
- * The e4m3 case of cinfer_fp8x4_to_f16x2x2_bits with the sm_89+ converter: one F2FP per pair
- * (exact), then an fp16 multiply by 2^-8, also exact (the smallest e4m3, 2^-9, becomes the fp16
- * subnormal 2^-17), so the words are bit for bit the integer form's for all 254 finite encodings;
- * the NaN ones stay NaN. Four instructions per four values against the integer form's six: the
- * sm90 prefill kernel's converter warps run its e4m3 tiles 4-23% faster with it (H200, developers'
- * session 41, bench/RESULTS.md). Before sm_89, the integer form.
- */
-__device__ __forceinline__ void cinfer_e4m3x4_to_f16x2x2_div256(unsigned w, unsigned *lo,
-                                                                unsigned *hi) {
-#if __CUDA_ARCH__ >= 890
-    cinfer_fp8x4_to_f16x2x2(CINFER_DT_E4M3, w, lo, hi);
-    const unsigned inv256 = 0x1c001c00u; /* 2^-8 in both halves */
-    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(*lo) : "r"(inv256));
-    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(*hi) : "r"(inv256));
-#else
-    cinfer_fp8x4_to_f16x2x2_bits(CINFER_DT_E4M3, w, lo, hi);
-#endif
-}
-
 /* Unpacks 8 fp8 values held in an 8-byte vector (e4m3 values come out divided by 256). */
 __device__ __forceinline__ void cinfer_unpack8_fp8(float *dst, int dtype, uint2 v) {
     const unsigned words[2] = {v.x, v.y};

@@ -139,9 +139,9 @@
  * 128, 256) the odd blocks' boxes start the middle dim at -1, so that their bytes take the second
  * half of the row: a warp's load of 4 rows of block 2 p and 4 of block 2 p + 1 then spans all 32
  * banks (with every row's bytes in the first half, 8 rows' loads took 8 wavefronts for 512 bytes).
- * e4m3 comes out divided by 256 (F2FP then a multiply by 2^-8, cinfer_e4m3x4_to_f16x2x2_div256 in
- * kernels/dtype.cuh: the sm80 template's values, bit for bit; the host folds 256 into q_scale and
- * v_scale), e5m2 exactly (byte permutes). Rows past the request's
+ * e4m3 comes out exact (F2FP, cinfer_fp8x4_to_f16x2x2 in kernels/dtype.cuh; the host leaves out
+ * of this kernel's q_scale and v_scale the 256 it puts into the sm80 template's), e5m2 exactly too
+ * (byte permutes). Rows past the request's
  * K/V (or not copied) come out zero. Each Q tile is converted in place too, to fp16 of q x
  * q_in_scale (sm_scale, so that a bf16 q beyond fp16's range stays finite; q_scale leaves it out).
  * The converters then arrive at the barriers the consumers wait for (a tile's "full" ones, the Q
@@ -767,7 +767,7 @@ __device__ __forceinline__ void convert_store(uint4 in, unsigned row, unsigned s
 #pragma unroll
     for (int e = 0; e < 4; e++)
 #if CINFER_DTYPE_KV == CINFER_DT_E4M3
-        cinfer_e4m3x4_to_f16x2x2_div256(w[e], &h[2 * e], &h[2 * e + 1]);
+        cinfer_fp8x4_to_f16x2x2(CINFER_DTYPE_KV, w[e], &h[2 * e], &h[2 * e + 1]);
 #else
         cinfer_fp8x4_to_f16x2x2_bits(CINFER_DTYPE_KV, w[e], &h[2 * e], &h[2 * e + 1]);
 #endif

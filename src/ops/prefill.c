@@ -28,7 +28,8 @@ static bool is_fp8(cinfer__dtype_t dt) {
     return dt == CINFER__DT_E4M3 || dt == CINFER__DT_E5M2;
 }
 
-static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p);
+static void set_scales(const cinfer_attention_options_t *o, bool exact_e4m3,
+                       cinfer_prefill_params *p);
 
 /* The least kernel q_scale (set_scales) a variant with an ALiBi slope hook runs with: the kernels
  * hold the bias in q . k units, slope (j - i) / q_scale, in float32, finite for |slope| up to 2^32
@@ -39,7 +40,7 @@ static cinfer_status_t alibi_scale_check(const cinfer_attention_options_t *o) {
     if (!o->variant || !(o->variant->hooks & CINFER__VARIANT_ALIBI_SLOPE))
         return CINFER_STATUS_SUCCESS;
     cinfer_prefill_params p;
-    set_scales(o, &p);
+    set_scales(o, true, &p); /* the smaller q_scale of the two e4m3 forms */
     if (p.q_scale >= ALIBI_MIN_Q_SCALE)
         return CINFER_STATUS_SUCCESS;
     return cinfer__error(CINFER_STATUS_UNSUPPORTED,
@@ -579,11 +580,12 @@ static void set_tile_bytes(cinfer_prefill_params *p, int tile_kv, cinfer__dtype_
 /*
  * The scale fields of the params (ops/options.h); v_scale multiplies the output. With fp8 K/V the
  * kernel multiplies q by q_in_scale = sm_scale as it converts it to fp16 (the mmas' dtype), which
- * q_scale then leaves out, and its e4m3 fragments hold K/V / 256 (kernels/prefill.cu, and KV_FP8
- * in kernels/prefill_sm90.cuh), which
- * q_scale and v_scale put back.
+ * q_scale then leaves out. The sm80 template's e4m3 fragments hold K/V / 256 (kernels/prefill.cu),
+ * which q_scale and v_scale put back; the sm90 kernel's hold e4m3 K/V exactly (exact_e4m3: KV_FP8
+ * in kernels/prefill_sm90.cuh).
  */
-static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_params *p) {
+static void set_scales(const cinfer_attention_options_t *o, bool exact_e4m3,
+                       cinfer_prefill_params *p) {
     double sm_scale, q_scale, v_scale = o->v_scale;
     cinfer__attention_logit_scales(o, &sm_scale, &q_scale, &p->soft_cap_log2);
     const cinfer__dtype_t kv = cinfer__dl_dtype(o->kv_dtype);
@@ -592,7 +594,7 @@ static void set_scales(const cinfer_attention_options_t *o, cinfer_prefill_param
         p->q_in_scale = (float)sm_scale;
         q_scale /= (double)p->q_in_scale;
     }
-    if (kv == CINFER__DT_E4M3) {
+    if (kv == CINFER__DT_E4M3 && !exact_e4m3) {
         q_scale *= 256.0;
         v_scale *= 256.0;
     }
@@ -887,7 +889,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     p.window_left =
         o->window_left < 0 ? 0 : (o->window_left > kv_len ? (int)kv_len : o->window_left);
 
-    set_scales(o, &p);
+    set_scales(o, cfg.sm90, &p);
     set_tile_bytes(&p, cfg.tile_kv, kv_dtype);
     cinfer_pos_rope_params rope;
     cinfer__attention_rope_params(o, &rope);
@@ -1301,7 +1303,7 @@ static void op_base(cinfer_batch_prefill_t *op, const cinfer_attention_options_t
     p->window_left = options->window_left < 0                        ? 0
                      : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
                                                                      : options->window_left;
-    set_scales(options, p);
+    set_scales(options, false, p); /* the sm90 tile's e4m3 scales: at run */
     cinfer__attention_rope_params(options, &op->rope);
     p->page_size = s->cfg.page_size;
     p->page_shift = cinfer__page_shift(s->cfg.page_size);
@@ -1709,6 +1711,12 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
 
     const int tile = op->tile;
     set_tile_bytes(&p, s->tiles[tile].tile_kv, s->dtype_kv);
+    if (s->tiles[tile].sm90 && s->dtype_kv == CINFER__DT_E4M3) {
+        /* op_base's scales put back the sm80 template's K/V / 256; the sm90 kernel's e4m3 is
+         * exact (set_scales). Powers of two: exact in float. */
+        p.q_scale *= 0x1p-8f;
+        p.v_scale *= 0x1p-8f;
+    }
     const int64_t blocks = persistent_grid(
         ctx, &s->tiles[tile], cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work));
     if (blocks == 0)

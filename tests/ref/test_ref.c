@@ -193,12 +193,10 @@ static void test_e4m3_bits(void **state) {
 }
 
 /*
- * The prefill kernels' e4m3 conversion to fp16 of value / 256 (kernels/dtype.cuh): the integer
- * form (byte permutes with sign fill, a shift by 7 and a mask; the sm80 template's) and the
- * converter form (F2FP, exact, then an fp16 multiply by 2^-8; the sm90 kernel's) must give the same
- * words. The second is exact where value / 256 is an fp16, so both equal that fp16's bits: checked
- * here for every finite encoding against the float64 decoder (the integer form's formula, per
- * byte, as dtype.cuh computes it per pair).
+ * The sm80 prefill template's e4m3 conversion to fp16 of value / 256 (kernels/dtype.cuh,
+ * cinfer_fp8x4_to_f16x2x2_bits: byte permutes with sign fill, a shift by 7 and a mask) must give
+ * the fp16 of value / 256, which is exact: checked here for every finite encoding against the
+ * float64 decoder (the integer form's formula, per byte, as dtype.cuh computes it per pair).
  */
 static void test_e4m3_div256_bits(void **state) {
     (void)state;

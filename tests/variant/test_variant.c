@@ -790,7 +790,8 @@ static void logit_scales(void **state) {
 
 /* Prefill holds an ALiBi bias in q . k units (slope / q_scale) in float32: a q_scale below 2^-64
  * is refused by name for variants with the slope hook, and only for them; with fp8 K/V q_scale is
- * the kernel's (k_scale, times 256 for e4m3). */
+ * the kernel's: k_scale (the sm80 template's is 256 times that for e4m3; the check takes the
+ * smaller, the sm90 kernel's). */
 static void alibi_needs_a_bounded_scale(void **state) {
     (void)state;
     cinfer_attention_options_t o = CINFER_ATTENTION_OPTIONS_INIT;
@@ -812,13 +813,13 @@ static void alibi_needs_a_bounded_scale(void **state) {
     o.k_scale = 1e-21f; /* q_scale = sm_scale k_scale */
     assert_int_equal(cinfer__prefill_kernel_spec(&o, 0, 227 * 1024, &spec),
                      CINFER_STATUS_UNSUPPORTED);
-    /* fp8 K/V: the kernel scales q by sm_scale as it converts it, so q_scale is k_scale (times
-     * 256 for e4m3) and sm_scale does not enter. */
+    /* fp8 K/V: the kernel scales q by sm_scale as it converts it, so q_scale is k_scale and
+     * sm_scale does not enter. */
     o.kv_dtype = (DLDataType){10, 8, 1}; /* float8_e4m3fn */
     o.sm_scale = 1e-20f;
-    o.k_scale = 1.0f; /* q_scale 256 */
+    o.k_scale = 1e-19f; /* q_scale 1e-19 */
     assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec), CINFER_STATUS_SUCCESS);
-    o.k_scale = 1e-22f; /* q_scale 2.56e-20 < 2^-64 */
+    o.k_scale = 1e-20f; /* q_scale 1e-20 < 2^-64 (the template's would be 2.56e-18) */
     assert_int_equal(cinfer__prefill_kernel_spec(&o, 1, 227 * 1024, &spec),
                      CINFER_STATUS_UNSUPPORTED);
     o.kv_dtype = (DLDataType){12, 8, 1}; /* float8_e5m2 */
