@@ -100,10 +100,10 @@ static const field_t fields[] = {
 };
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])
 
-/* The field of that name (one of fields[]'s: the callers' names are). */
-static const field_t *field_named(const char *name) {
+/* The field named by the len bytes at name, or NULL. */
+static const field_t *field_named(const char *name, size_t len) {
     for (size_t i = 0; i < NUM_FIELDS; i++)
-        if (strcmp(fields[i].name, name) == 0)
+        if (strlen(fields[i].name) == len && strncmp(fields[i].name, name, len) == 0)
             return &fields[i];
     return NULL;
 }
@@ -211,6 +211,15 @@ void cinfer__spec_normalize(cinfer__spec_t *spec) {
 
 /* ---- text form ---- */
 
+/* names (NULL-terminated) joined by ", " into dst. */
+static void join_names(const char *const *names, char *dst, size_t cap) {
+    dst[0] = '\0';
+    for (int k = 0; names[k]; k++) {
+        const size_t used = strlen(dst);
+        cinfer__fmt(dst + used, cap - used, "%s%s", k ? ", " : "", names[k]);
+    }
+}
+
 static int find_name(const char *const *names, const char *text, size_t len) {
     for (int i = 0; names[i]; i++)
         if (strlen(names[i]) == len && strncmp(names[i], text, len) == 0)
@@ -252,11 +261,8 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
     if (f->kind == K_ENUM) {
         int i = find_name(f->values, v, len);
         if (i < 0) {
-            char names[96] = "";
-            for (int k = 0; f->values[k]; k++) {
-                const size_t used = strlen(names);
-                cinfer__fmt(names + used, sizeof names - used, "%s%s", k ? ", " : "", f->values[k]);
-            }
+            char names[96];
+            join_names(f->values, names, sizeof names);
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                  "unknown value \"%.*s\" (expected one of %s)", (int)len, v, names);
         }
@@ -286,11 +292,14 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
             size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
             if (!(n == 4 && strncmp(p, "none", 4) == 0)) {
                 int i = find_name(flag_names, p, n);
-                if (i < 0)
+                if (i < 0) {
+                    char names[96];
+                    join_names(flag_names, names, sizeof names);
                     return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                          "unknown flag \"%.*s\" (expected none, or flags joined by "
-                                         "'+' of softcap, window)",
-                                         (int)n, p);
+                                         "'+' of %s)",
+                                         (int)n, p, names);
+                }
                 bits |= 1ll << i;
             }
             p += n + (q ? 1 : 0);
@@ -328,7 +337,7 @@ static void family_fields_text(const family_t *fam, char *dst, size_t cap) {
 static void format_value(const field_t *f, int64_t v, char *dst, size_t cap);
 
 static void family_flags_text(const family_t *fam, char *dst, size_t cap) {
-    format_value(field_named("flags"), fam->flags, dst, cap);
+    format_value(field_named("flags", strlen("flags")), fam->flags, dst, cap);
 }
 
 /* An error of a field's value, said again with the spec it came from and the field as written. */
@@ -388,16 +397,16 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
          * sets those of its fields the operation has, and at least one. */
         const field_t *f = NULL;
         if (!targets) {
-            for (size_t i = 0; i < NUM_FIELDS; i++)
-                if (strlen(fields[i].name) == key_len && strncmp(fields[i].name, p, key_len) == 0)
-                    f = &fields[i];
+            f = field_named(p, key_len);
             if (!f)
                 return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                                      "spec \"%s\": unknown field \"%.*s\"", text, (int)key_len, p);
         }
         bool applies = false;
-        for (int k = 0; targets ? targets[k] != NULL : k < 1; k++)
-            applies = applies || (fam->fields & (targets ? field_named(targets[k])->bit : f->bit));
+        for (int k = 0; targets ? targets[k] != NULL : k < 1; k++) {
+            const field_t *t = targets ? field_named(targets[k], strlen(targets[k])) : f;
+            applies = applies || (fam->fields & t->bit);
+        }
         if (!applies) {
             char have[256];
             family_fields_text(fam, have, sizeof have);
@@ -408,7 +417,7 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
         for (int k = 0; targets ? targets[k] != NULL : k < 1; k++) {
             const char *name = targets ? targets[k] : p;
             const size_t len = targets ? strlen(name) : key_len;
-            if (targets && !(fam->fields & field_named(name)->bit))
+            if (targets && !(fam->fields & field_named(name, len)->bit))
                 continue;
             for (size_t i = 0; i < num_seen; i++)
                 if (seen_len[i] == len && strncmp(seen[i], name, len) == 0) {
@@ -517,6 +526,14 @@ static bool in_range(int32_t v, int32_t lo, int32_t hi) {
     return v >= lo && v <= hi;
 }
 
+/* decode's and decode_tc's paged: a switch, 0 or 1 (prefill checks it with batch). */
+static cinfer_status_t paged_check(const cinfer__spec_t *spec, const family_t *fam) {
+    if (!in_range(spec->paged, 0, 1))
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: paged %d, expected 0 or 1",
+                             fam->name, (int)spec->paged);
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* Limits of the CUDA-core decode kernel (kernels/decode.cu): 16-byte rows of 8 elements per lane,
  * at most one warp per row (D <= 256), register arrays of tile_q heads x tile_kv tokens. */
 static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_t *fam) {
@@ -547,10 +564,7 @@ static cinfer_status_t validate_decode(const cinfer__spec_t *spec, const family_
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: tile_q %d / tile_kv %d outside [1, 8]", fam->name,
                              (int)spec->tile_q, (int)spec->tile_kv);
-    if (!in_range(spec->paged, 0, 1))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: paged %d, expected 0 or 1",
-                             fam->name, (int)spec->paged);
-    return CINFER_STATUS_SUCCESS;
+    return paged_check(spec, fam);
 }
 
 /*
@@ -811,10 +825,7 @@ static cinfer_status_t validate_decode_tc(const cinfer__spec_t *spec, const fami
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: tile_q %d (1..16), warps %d (1..8), stages %d (2..4)", fam->name,
                              (int)spec->tile_q, (int)spec->warps, (int)spec->stages);
-    if (!in_range(spec->paged, 0, 1))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: paged %d, expected 0 or 1",
-                             fam->name, (int)spec->paged);
-    return CINFER_STATUS_SUCCESS;
+    return paged_check(spec, fam);
 }
 
 /* The paged KV append (kernels/append.cu) reads f16/bf16 rows (dtype_o, checked above) and
