@@ -49,7 +49,7 @@
  * Usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only]
  *                      [--variants-only [sm80|both]] [--head-dim 64|128|192|256]
  *                      [--fp8 e4m3|e5m2 [--fp8-only]]
- *                      [--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS]
+ *                      [--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] [--len S]
  *                      [--tile Q,KV,WARPS,STAGES[,sm90] ...].
  * --sweep
  * also times the tile configurations of the sm80 kernel and the sm90 one at S = 16k, causal,
@@ -63,7 +63,10 @@
  * lowers its SM clock for its power cap within about a second of back-to-back long launches
  * (bench/RESULTS.md, developers' session 27), so without it a long row's figure depends on what ran
  * just before it (the first row of a process runs at the full clock, later ones at the capped one);
- * with it every row is timed at the clock sustained load settles to. Prints Markdown tables.
+ * with it every row is timed at the clock sustained load settles to. --len S (4096..32768) puts S
+ * in place of 16384 in the single prefill tables, the variant table and the sweep: at 16896 the
+ * sm90 kernel's 128-row items (132 query tiles x 32 heads) fill 32 waves of the H200's 132 SMs
+ * exactly, where 16384's 4096 items are 31 waves and 4 items. Prints Markdown tables.
  */
 #include <math.h>
 #include <stdio.h>
@@ -82,6 +85,9 @@ static int hd_vo = 128; /* v's and out's head dim: hd, or 128 with --head-dim 19
 static int page_rows = 16;
 /* --steady's milliseconds of back-to-back runs before each timing (0: none) */
 static int steady_ms = 0;
+/* The long S of the single prefill tables (their 16k rows), the variant table and the sweep:
+ * 16384, or --len's */
+static int64_t long_s = 16384;
 
 /* Device buffers for the largest S, shared by every configuration. */
 typedef struct buffers {
@@ -507,10 +513,11 @@ static void sweep_table(cinfer_context_t *ctx, CUstream stream, const buffers_t 
     };
     /* Columns: causal, non-causal, and causal with soft cap 30 (whose kernel has other
      * register and MUFU loads, so possibly another best tile). */
-    static const workload_t cols[] = {{16384, 1, 0.0f, -1, NULL, 0},
-                                      {16384, 0, 0.0f, -1, NULL, 0},
-                                      {16384, 1, 30.0f, -1, NULL, 0}};
-    printf("\ntile sweep at S = 16384 (TFLOP/s; - = does not fit the device)\n\n");
+    const workload_t cols[] = {{long_s, 1, 0.0f, -1, NULL, 0},
+                               {long_s, 0, 0.0f, -1, NULL, 0},
+                               {long_s, 1, 30.0f, -1, NULL, 0}};
+    printf("\ntile sweep at S = %lld (TFLOP/s; - = does not fit the device)\n\n",
+           (long long)long_s);
     printf("| tile_q | tile_kv | warps | stages | causal | non-causal | soft cap 30 causal |\n");
     printf("|---|---|---|---|---|---|---|\n");
     if (!tiles) {
@@ -542,7 +549,7 @@ int main(int argc, char **argv) {
     static const char usage[] =
         "usage: bench_prefill [--quick] [--sweep] [--split] [--pack] [--batch-only] "
         "[--variants-only [sm80|both]] [--head-dim 64|128|192|256] [--fp8 e4m3|e5m2 [--fp8-only]] "
-        "[--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] "
+        "[--trace FILE [--consecutive-pages] [--page-size N]] [--steady MS] [--len S] "
         "[--tile Q,KV,WARPS,STAGES[,sm90] ...]\n";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -578,6 +585,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--steady") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
                  atoi(argv[i + 1]) <= 60000)
             steady_ms = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--len") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 4096 &&
+                 atoi(argv[i + 1]) <= 32768)
+            long_s = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
             trace = argv[++i];
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc &&
@@ -593,6 +603,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_prefill: unknown or incomplete argument '%s'%s\n", argv[i],
                     strcmp(argv[i], "--page-size") == 0 ? " (a page size of 1..256 rows)"
                     : strcmp(argv[i], "--steady") == 0  ? " (1..60000 milliseconds)"
+                    : strcmp(argv[i], "--len") == 0     ? " (4096..32768 tokens)"
                                                         : "");
             fputs(usage, stderr);
             return 2;
@@ -629,7 +640,7 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
     buffers_t b;
-    b.max_s = trace ? 65536 : 16384;
+    b.max_s = trace ? 65536 : long_s > 16384 ? long_s : 16384;
     const size_t q_bytes = (size_t)b.max_s * HQ * hd * 2, kv_bytes = (size_t)b.max_s * HK * hd * 2;
     CU(cuMemAlloc(&b.q, q_bytes));
     CU(cuMemAlloc(&b.out, q_bytes));
@@ -699,7 +710,7 @@ int main(int argc, char **argv) {
      * sm80 template": the choice with the sm90 kernel left out (issue 5's figures). */
     if (!variants_only)
         printf("| workload | S | causal | time (ms) | TFLOP/s |\n|---|---|---|---|---|\n");
-    static const int64_t lens[] = {1024, 4096, 16384};
+    const int64_t lens[] = {1024, 4096, long_s};
     for (int li = 0; li < (variants_only ? 0 : 3); li++) {
         for (int causal = 1; causal >= 0; causal--) {
             workload_t w = {lens[li], causal, 0.0f, -1, NULL, 0};
@@ -720,25 +731,25 @@ int main(int argc, char **argv) {
          * differ by up to 10% between calls) moves both sides of a ratio alike. The ratio is that
          * of TFLOP/s (the window row's FLOPs are its band's), each round's, the median of
          * VARIANT_ROUNDS. */
-        static const struct {
+        const struct {
             const char *name;
             workload_t w;
         } rows[] = {
-            {"soft cap 30", {16384, 1, 30.0f, -1, NULL, 0}},
-            {"window 4k (band FLOPs)", {16384, 1, 0.0f, 4095, NULL, 0}},
-            {"alibi (variant, default slopes)", {16384, 1, 0.0f, -1, "alibi", 0}},
-            {"alibi (variant, slopes tensor)", {16384, 1, 0.0f, -1, "alibi_slopes", 0}},
+            {"soft cap 30", {long_s, 1, 30.0f, -1, NULL, 0}},
+            {"window 4k (band FLOPs)", {long_s, 1, 0.0f, 4095, NULL, 0}},
+            {"alibi (variant, default slopes)", {long_s, 1, 0.0f, -1, "alibi", 0}},
+            {"alibi (variant, slopes tensor)", {long_s, 1, 0.0f, -1, "alibi_slopes", 0}},
             {"alibi (variant, slopes tensor of the paper's values)",
-             {16384, 1, 0.0f, -1, "alibi_slopes_paper", 0}},
-            {"custom mask (variant, causal + mask)", {16384, 1, 0.0f, -1, "custom_mask", 0}},
+             {long_s, 1, 0.0f, -1, "alibi_slopes_paper", 0}},
+            {"custom mask (variant, causal + mask)", {long_s, 1, 0.0f, -1, "custom_mask", 0}},
             {"custom mask, 1 in 32 dropped (causal FLOPs)",
-             {16384, 1, 0.0f, -1, "custom_mask_holes", 0}},
+             {long_s, 1, 0.0f, -1, "custom_mask_holes", 0}},
         };
-        const workload_t plain = {16384, 1, 0.0f, -1, NULL, 0};
+        const workload_t plain = {long_s, 1, 0.0f, -1, NULL, 0};
         const int iters = quick ? 3 : 7;
-        printf("\nvariants at S = 16384, causal, each in %d rounds alternating with plain causal, "
+        printf("\nvariants at S = %lld, causal, each in %d rounds alternating with plain causal, "
                "%s (median times; of plain: the median of the rounds' TFLOP/s ratios)\n\n",
-               VARIANT_ROUNDS,
+               (long long)long_s, VARIANT_ROUNDS,
                sm80 ? "sm80 template" : "the library's choice (sm90 kernel on sm_90a)");
         printf("| workload | S | causal | time (ms) | TFLOP/s | plain (ms) | of plain |\n"
                "|---|---|---|---|---|---|---|\n");
@@ -773,7 +784,7 @@ fp8_table:
                sm80 ? "sm80 template" : "the library's choice (sm90 kernel on sm_90a)");
         printf("| S | causal | bf16 KV (ms) | TFLOP/s | fp8 KV (ms) | TFLOP/s | fp8 / bf16 speed "
                "|\n|---|---|---|---|---|---|---|\n");
-        static const int64_t fp8_lens[] = {1024, 4096, 16384};
+        const int64_t fp8_lens[] = {1024, 4096, long_s};
         for (int li = 0; li < 3; li++)
             for (int causal = 1; causal >= 0; causal--) {
                 workload_t w = {fp8_lens[li], causal, 0.0f, -1, NULL, 0};
