@@ -137,8 +137,9 @@
  * place: four lanes a row, all loads before a __syncwarp and the stores after it, so no row is
  * read by one warp and written by another. With an even number of column blocks (FP8_PAIRS: D =
  * 128, 256) the odd blocks' boxes start the middle dim at -1, so that their bytes take the second
- * half of the row: a warp's load of 4 rows of block 2 p and 4 of block 2 p + 1 then spans all 32
- * banks (with every row's bytes in the first half, 8 rows' loads took 8 wavefronts for 512 bytes).
+ * half of the row: a quarter warp's load of a row of block 2 p and one of block 2 p + 1 then spans
+ * all 32 banks (with every row's bytes in the first half, 8 rows' loads took 8 wavefronts for 512
+ * bytes).
  * e4m3 comes out exact (F2FP, cinfer_fp8x4_to_f16x2x2 in kernels/dtype.cuh; the host leaves out
  * of this kernel's q_scale and v_scale the 256 it puts into the sm80 template's), e5m2 exactly too
  * (byte permutes). Rows past the request's
@@ -784,18 +785,19 @@ __device__ __forceinline__ void convert_store(uint4 in, unsigned row, unsigned s
  * / (TILE_KV / 8), rows 8 h .. 8 h + 7 (h = q % (TILE_KV / 8)) of blocks 2 p and 2 p + 1, taken
  * in two loads per lane (v = 0, 1). Lane j = lane % 4 of a segment takes its fp8 bytes 16 j .. 16
  * j + 15 (after the 64 zeros in an odd block), which become fp16 chunks 2 j and 2 j + 1 of the
- * swizzled row (kernels/wgmma.cuh: chunk c of row r at c ^ (r % 8)). Lanes 0..15 take block 2 p,
- * lanes 16..31 block 2 p + 1 (half), rows 8 h + 4 (v ^ half) + (lane / 4) % 4: every load spans
- * the 32 banks and every store's 8 rows have 8 swizzles. The warp takes quads cw, cw +
- * CONVERTERS, .., two at a time: their loads, a __syncwarp, their stores. Rows from `rows` on come
- * out zero. */
+ * swizzled row (kernels/wgmma.cuh: chunk c of row r at c ^ (r % 8)). Lane 8 k + 4 b + j takes
+ * block 2 p + b (half), row 8 h + 4 v + (k ^ b): a 16-byte access is served a quarter warp (8
+ * lanes, 128 bytes) at a time, and each quarter reads a row of each block, the 32 banks, and
+ * stores two rows of opposite parity, whose swizzled chunks are the 32 banks too. The warp takes
+ * quads cw, cw + CONVERTERS, .., two at a time: their loads, a __syncwarp, their stores. Rows from
+ * `rows` on come out zero. */
 __device__ __forceinline__ void convert_kv(unsigned base, int blocks, int rows, int cw, int lane) {
-    const int j = lane % 4, half = lane / 16, rr = (lane / 4) % 4;
+    const int j = lane % 4, half = (lane / 4) % 2, k = lane / 8;
     unsigned row_of[2], st0[2], st1[2];
     int r_of[2];
 #pragma unroll
     for (int v = 0; v < 2; v++) {
-        r_of[v] = 4 * (v ^ half) + rr; /* the row in the octet */
+        r_of[v] = 4 * v + (k ^ half); /* the row in the octet */
         row_of[v] = (unsigned)half * KV_BLOCK_BYTES + 128u * r_of[v];
         st0[v] = 16u * ((2 * j) ^ r_of[v]);
         st1[v] = 16u * ((2 * j + 1) ^ r_of[v]);
