@@ -1208,9 +1208,11 @@ cinfer_status_t cinfer_batch_prefill_workspace_size(cinfer_context_t *ctx,
 struct cinfer_batch_prefill {
     cinfer_context_t *ctx;
     batch_setup_t setup;
-    void *workspace;             /* device */
-    cinfer_prefill_params base;  /* the scale, head and workspace fields of every launch */
-    cinfer_pos_rope_params rope; /* the RoPE kernels' frequency table (their last parameter) */
+    void *workspace;                  /* device */
+    cinfer_prefill_params base;       /* the scale, head and workspace fields of every launch */
+    float sm90_q_scale, sm90_v_scale; /* base's q_scale and v_scale for the sm90 tile (they
+                                         differ for e4m3 K/V: set_scales) */
+    cinfer_pos_rope_params rope;      /* the RoPE kernels' frequency table (their last parameter) */
 
     /* Plan's host side: scratch of max_batch_size requests and the pinned mirrors of the
      * workspace's schedule (ops/staging.h). */
@@ -1303,7 +1305,11 @@ static void op_base(cinfer_batch_prefill_t *op, const cinfer_attention_options_t
     p->window_left = options->window_left < 0                        ? 0
                      : options->window_left > CINFER_PREFILL_MAX_LEN ? CINFER_PREFILL_MAX_LEN
                                                                      : options->window_left;
-    set_scales(options, false, p); /* the sm90 tile's e4m3 scales: at run */
+    set_scales(options, false, p);
+    cinfer_prefill_params sm90;
+    set_scales(options, true, &sm90);
+    op->sm90_q_scale = sm90.q_scale;
+    op->sm90_v_scale = sm90.v_scale;
     cinfer__attention_rope_params(options, &op->rope);
     p->page_size = s->cfg.page_size;
     p->page_shift = cinfer__page_shift(s->cfg.page_size);
@@ -1711,11 +1717,9 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
 
     const int tile = op->tile;
     set_tile_bytes(&p, s->tiles[tile].tile_kv, s->dtype_kv);
-    if (s->tiles[tile].sm90 && s->dtype_kv == CINFER__DT_E4M3) {
-        /* op_base's scales put back the sm80 template's K/V / 256; the sm90 kernel's e4m3 is
-         * exact (set_scales). Powers of two: exact in float. */
-        p.q_scale *= 0x1p-8f;
-        p.v_scale *= 0x1p-8f;
+    if (s->tiles[tile].sm90) {
+        p.q_scale = op->sm90_q_scale;
+        p.v_scale = op->sm90_v_scale;
     }
     const int64_t blocks = persistent_grid(
         ctx, &s->tiles[tile], cinfer__prefill_grid(&s->cfg, s->cfg.tile_q[tile], op->num_work));
