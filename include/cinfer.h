@@ -198,7 +198,8 @@ CINFER_API const char *cinfer_cache_dir(void);
  * of its logits. Two states over disjoint subsets merge exactly into the state over their union:
  *   lse = log2(2^lse_a + 2^lse_b),  v = (2^lse_a v_a + 2^lse_b v_b) / 2^lse.
  * Empty states (lse = -inf) contribute nothing; two empty states merge to (0, -inf).
- * Values are fp16 or bf16; lse is float32. Any head dim D >= 1; v's last dim must be contiguous.
+ * Values are fp16 or bf16; lse is float32. Head dims 1 <= D <= 1024 (beyond: UNSUPPORTED); v's
+ * last dim must be contiguous.
  * ------------------------------------------------------------------------------------------- */
 
 /*
@@ -206,7 +207,7 @@ CINFER_API const char *cinfer_cache_dir(void);
  * v_a, v_b, v_out: [n, H, D] fp16 or bf16 (one dtype for all three).
  * lse_a, lse_b, lse_out: [n, H] float32, base 2.
  * The outputs may alias the inputs exactly (same pointers and strides).
- * Returns SUCCESS, INVALID_ARGUMENT, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
                                               const DLTensor *lse_a, const DLTensor *v_b,
@@ -249,6 +250,12 @@ CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTe
  * of these hooks, announcing each with its macro (a hook defined without its macro is a
  * redefinition error; a macro without the hook does not compile):
  *
+ *   #define VARIANT_QUERY_TRANSFORM 1
+ *   __device__ float variant_query_transform(const cinfer_variant_params *params, float q,
+ *       int batch_idx, int qo_idx, int qo_head_idx, int dim_idx);
+ *     each query element q[dim_idx] as the kernel loads it (after in-kernel RoPE, before
+ *     sm_scale); returns the new element, which prefill rounds back to q's 16-bit dtype. Prefill
+ *     runs such a variant on the mma.sync template (the sm90 kernel takes no transforms).
  *   #define VARIANT_LOGITS_TRANSFORM 1
  *   __device__ float variant_logits_transform(const cinfer_variant_params *params, float logit,
  *       int batch_idx, int qo_idx, int kv_idx, int qo_head_idx, int kv_head_idx);
@@ -694,7 +701,8 @@ CINFER_API cinfer_status_t cinfer_single_prefill(cinfer_context_t *ctx,
  * one in the last bits). The size function loads the batch kernels (JIT-compiling up to five on
  * first use) only when a split is possible. Returns cinfer_single_prefill's statuses and
  * WORKSPACE_TOO_SMALL; the size function returns SUCCESS, INVALID_ARGUMENT (NULL, bad options,
- * causal, lengths), UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR.
+ * causal, negative lengths), UNSUPPORTED (a length of 2^30 or more), NO_DEVICE, CUDA_ERROR,
+ * COMPILE_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_single_prefill_workspace_size(
     cinfer_context_t *ctx, const cinfer_attention_options_t *options, int causal, int64_t qo_len,
@@ -1201,8 +1209,9 @@ typedef enum cinfer_bitorder {
 /*
  * y = packbits(x): element e of x (nonzero = 1) becomes one bit of byte e / 8 of y, in the given
  * bit order; the unused high (little) or low (big) bits of the last byte are 0.
- * x: [n] bool or uint8 (DLPack kDLBool or kDLUInt, 8 bits), contiguous; y: [(n + 7) / 8] uint8,
- * contiguous. n may be 0. Uses 16-byte accesses when both start on 16-byte boundaries.
+ * x: [n] bool or uint8 (DLPack type code 6, kDLBool in DLPack >= 0.8, or kDLUInt; 8 bits),
+ * contiguous; y: [(n + 7) / 8] uint8, contiguous. n may be 0. Uses 16-byte accesses when both start
+ * on 16-byte boundaries.
  */
 CINFER_API cinfer_status_t cinfer_packbits(cinfer_context_t *ctx, const DLTensor *x,
                                            cinfer_bitorder_t bitorder, DLTensor *y,

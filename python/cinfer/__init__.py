@@ -164,3 +164,6 @@ __all__ = [
     "variant",
     "variant_builtin",
 ]
+
+# The __future__ import binds the name `annotations` in this module; it is not part of the API.
+del annotations

@@ -122,9 +122,11 @@ class Variant:
     name : str
         A C identifier of at most 63 characters (it appears in kernel names).
     source : str
-        CUDA C defining any of the hooks of ``include/cinfer.h`` (``variant_logits_transform``,
-        ``variant_logits_mask``, ``variant_state_init``, ``variant_output_transform``, and
-        ``VARIANT_USE_SOFTMAX 0``), each announced with its ``#define``. The parameters are
+        CUDA C defining any of the hooks of ``include/cinfer.h`` (``variant_query_transform``,
+        ``variant_logits_transform``, ``variant_logits_mask``, ``variant_logits_mask_bits``,
+        ``variant_logits_mask_row``, ``variant_alibi_slope``, ``variant_state_init``,
+        ``variant_output_transform``, and ``VARIANT_USE_SOFTMAX 0``), each announced with its
+        ``#define`` (``VARIANT_QUERY_TRANSFORM 1`` and so on). The parameters are
         members of ``const cinfer_variant_params *params``: a tensor is a pointer to its element
         0, a scalar is a value.
     tensors : sequence of (str, dtype)

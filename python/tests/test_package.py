@@ -84,6 +84,12 @@ def test_import_without_torch_and_without_library(tmp_path):
         "    assert 'install torch' in str(e), str(e)\n"
         "else:\n"
         "    raise AssertionError('expected ImportError from cinfer.torch_ops')\n"
+        "import types\n"
+        "public = {n for n in dir(cinfer) if not n.startswith('_')\n"
+        "          and not isinstance(getattr(cinfer, n), types.ModuleType)}\n"
+        "extra = public - set(cinfer.__all__)\n"
+        "assert not extra, sorted(extra)\n"
+        "assert set(cinfer.__all__) <= set(dir(cinfer)), set(cinfer.__all__) - set(dir(cinfer))\n"
         "print('ok')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR),

@@ -69,7 +69,7 @@ static cinfer_status_t options_check(const cinfer_attention_options_t *o) {
     }
     char hint[96];
     cinfer__fmt(hint, sizeof hint,
-                "the q_dtype (%s), or fp8 e4m3 (kDLFloat8_e4m3fn) or e5m2 (kDLFloat8_e5m2)",
+                "the q_dtype (%s), or fp8 e4m3 or e5m2 (DLPack codes 10 and 12, 8 bits)",
                 q == CINFER__DT_BF16 ? "bf16" : "fp16");
     CINFER__CHECK(cinfer__attention_options_check(
         o,
