@@ -177,9 +177,9 @@ static int list_ops(void) {
     printf(
         "\nvalues: dtype_q/kv/o f16, bf16, f32, e4m3, e5m2, i32, u8 (or float16, bfloat16, ...;\n"
         "  dtype= sets all three); head_dim_qk/vo numbers (head_dim= sets both); backend simt,\n"
-        "  sm80, sm90 (prefill: sm80, or sm90 for sm_90a); mask none, causal, custom; pos none,\n"
-        "  rope, alibi (alibi is a variant); flags none, softcap (decode, decode_tc) or\n"
-        "  softcap+window (prefill);\n"
+        "  sm80, sm90 (prefill: sm80, or sm90 for sm_90a); mask none, causal (a custom mask is\n"
+        "  data given at run time: variant=custom_mask); pos none, rope, alibi (alibi is a\n"
+        "  variant); flags none, softcap (decode, decode_tc) or softcap+window (prefill);\n"
         "  variant none or a built-in (sigmoid, sinks, alibi, dump_logits, custom_mask);\n"
         "  paged, batch 0 or 1; tile_q, tile_kv, warps, stages, vec numbers; gqa_pack 0 or the\n"
         "  query heads per KV head a batch prefill CTA packs into its rows (mla: query heads per\n"

@@ -62,7 +62,7 @@ enum field_kind { K_DTYPE, K_INT, K_ENUM, K_FLAGS, K_VARIANT };
 
 static const char *const backend_names[] = {"simt", "sm80", "sm90", NULL};
 static const char *const layout_names[] = {"nhd", "hnd", NULL};
-static const char *const mask_names[] = {"none", "causal", "custom", NULL};
+static const char *const mask_names[] = {"none", "causal", NULL};
 static const char *const pos_names[] = {"none", "rope", "alibi", NULL};
 /* Bit i of flags is named flag_names[i]. */
 static const char *const flag_names[] = {"softcap", "window", NULL};
@@ -260,6 +260,11 @@ static cinfer_status_t parse_value(const field_t *f, const char *v, size_t len, 
     }
     if (f->kind == K_ENUM) {
         int i = find_name(f->values, v, len);
+        if (i < 0 && f->bit == F_MASK && len == 6 && strncmp(v, "custom", 6) == 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "\"custom\" is not a mask of the spec (expected none or causal): "
+                                 "a custom mask is data given at run time, through the custom_mask "
+                                 "variant (prefill: variant=custom_mask)");
         if (i < 0) {
             char names[96];
             join_names(f->values, names, sizeof names);
@@ -476,7 +481,11 @@ static void format_value(const field_t *f, int64_t v, char *dst, size_t cap) {
     if (f->kind == K_DTYPE) {
         cinfer__fmt(dst, cap, "%s", cinfer__dtype_name((cinfer__dtype_t)v));
     } else if (f->kind == K_ENUM) {
-        cinfer__fmt(dst, cap, "%s", f->values[v]);
+        /* A spec built in code may hold a value past the names (validation refuses it). */
+        int64_t count = 0;
+        while (f->values[count])
+            count++;
+        cinfer__fmt(dst, cap, "%s", v >= 0 && v < count ? f->values[v] : "invalid");
     } else if (f->kind == K_VARIANT) {
         const cinfer_variant_t *var = (const cinfer_variant_t *)(intptr_t)v;
         cinfer__fmt(dst, cap, "%s", var ? cinfer_variant_name(var) : "none");
@@ -616,7 +625,7 @@ static cinfer_status_t validate_prefill_sm90(const cinfer__spec_t *spec, const f
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s (sm90): mask %s is not supported (none, causal)", fam->name,
-                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+                             mask_names[(unsigned)spec->mask < 2 ? spec->mask : 0]);
     if (spec->pos != CINFER__POS_NONE ||
         (spec->variant &&
          (!(spec->variant->hooks & CINFER__VARIANT_SM90) || (spec->flags & CINFER__FLAG_SOFT_CAP))))
@@ -699,7 +708,7 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
-                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+                             mask_names[(unsigned)spec->mask < 2 ? spec->mask : 0]);
     if ((spec->batch != 0 && spec->batch != 1) || (spec->paged != 0 && spec->paged != 1))
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: batch %d / paged %d, expected 0 or 1 each", fam->name,
@@ -768,7 +777,7 @@ static cinfer_status_t validate_mla(const cinfer__spec_t *spec, const family_t *
     if (spec->mask != CINFER__MASK_NONE && spec->mask != CINFER__MASK_CAUSAL)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: mask %s is not supported (none, causal)", fam->name,
-                             mask_names[(unsigned)spec->mask < 3 ? spec->mask : 0]);
+                             mask_names[(unsigned)spec->mask < 2 ? spec->mask : 0]);
     const int32_t g = spec->gqa_pack;
     if (spec->tile_q == 64) {
         /* the warpgroup kernel (kernels/mla_sm90.cuh, sm_90a): 64 heads of one token */

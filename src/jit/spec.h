@@ -58,11 +58,9 @@ typedef enum cinfer__backend {
 } cinfer__backend_t;
 
 typedef enum cinfer__layout { CINFER__LAYOUT_NHD = 0, CINFER__LAYOUT_HND = 1 } cinfer__layout_t;
-typedef enum cinfer__mask {
-    CINFER__MASK_NONE = 0,
-    CINFER__MASK_CAUSAL,
-    CINFER__MASK_CUSTOM
-} cinfer__mask_t;
+/* The masks a kernel applies by position alone. A custom mask is data passed at run time: the
+ * custom_mask variant (variant/), not a value of this field. */
+typedef enum cinfer__mask { CINFER__MASK_NONE = 0, CINFER__MASK_CAUSAL } cinfer__mask_t;
 typedef enum cinfer__pos {
     CINFER__POS_NONE = 0,
     CINFER__POS_ROPE_LLAMA,

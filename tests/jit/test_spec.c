@@ -150,6 +150,15 @@ static void bad_text_names_the_problem(void **state) {
     cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
     cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_memory_equal(&a, &b, sizeof a);
+    /* A custom mask is run-time data, the custom_mask variant's: mask= has no such value. */
+    assert_int_equal(cinfer__spec_parse("prefill:backend=sm80,mask=custom", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(),
+                           "spec \"prefill:backend=sm80,mask=custom\", field mask: \"custom\" is "
+                           "not a mask of the spec (expected none or causal)"));
+    assert_non_null(strstr(cinfer_last_error(), "variant=custom_mask"));
+    assert_int_equal(cinfer__spec_parse("mla:mask=sliding", &s), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "(expected one of none, causal)"));
 }
 
 /*

@@ -539,6 +539,10 @@ static void compile_list_ops(void **state) {
     assert_non_null(decode_tc);
     assert_non_null(strstr(decode_tc, "tile_q, warps, stages, variant"));
     free(decode_tc);
+    /* The masks a spec takes, and where a custom mask comes from instead. */
+    assert_non_null(strstr(r.out, "mask none, causal (a custom mask is"));
+    assert_non_null(strstr(r.out, "variant=custom_mask"));
+    assert_null(strstr(r.out, "causal, custom"));
     /* examples of the attention families' specs */
     assert_non_null(strstr(r.out, "decode_tc:dtype=bf16,head_dim=128,paged=1,tile_q=4,warps=3,"));
     result_free(&r);
