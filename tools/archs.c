@@ -1,36 +1,18 @@
 /*
- * The --arch lists of `cinfer compile` and `cinfer aot`: NVRTC target names checked for their form
- * and, when NVRTC loads, against the archs it can target.
+ * The --arch lists of `cinfer compile`, `cinfer aot` and `cinfer bench serve`: NVRTC target names
+ * checked for their form, against the oldest arch cinfer supports (sm_80) and, when NVRTC loads,
+ * against the archs it can target.
  */
 #include <stdbool.h>
 #include <string.h>
 
 #include "cli.h"
+#include "jit/spec.h"
 
-/* "sm_" then two or three digits, then optionally "a" (arch-specific) or "f" (family). */
-static bool arch_number(const char *arch, int *number) {
-    if (strncmp(arch, "sm_", 3) != 0)
-        return false;
-    const char *p = arch + 3;
-    int n = 0, digits = 0;
-    for (; *p >= '0' && *p <= '9'; p++, digits++)
-        n = n * 10 + (*p - '0');
-    if (digits < 2 || digits > 3)
-        return false;
-    if (*p == 'a' || *p == 'f')
-        p++;
-    *number = n;
-    return *p == '\0';
-}
-
-/* Checks one arch's form and, when NVRTC loads, that NVRTC can target it. */
+/* Checks one arch's form and minimum and, when NVRTC loads, that NVRTC can target it. */
 static cinfer_status_t check_arch(const char *arch) {
-    int number = 0;
-    if (!arch_number(arch, &number))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "--arch: \"%s\" is not an arch of the form sm_XY, sm_XYa or sm_XYf "
-                             "(e.g. sm_80, sm_90a)",
-                             arch);
+    CINFER__CHECK(cinfer__arch_check(arch, "--arch"));
+    const int number = cinfer__arch_number(arch);
     const cinfer__nvrtc_t *nv;
     int count = 0, archs[64];
     /* Without NVRTC only cached kernels can be had; the lookup reports that itself. */

@@ -68,8 +68,9 @@ typedef struct cli_device {
 
 /*
  * Splits a comma list of archs ("sm_80,sm_90a") into archs[0..*count), duplicates dropped:
- * INVALID_ARGUMENT for a name not of the form sm_XY, sm_XYa or sm_XYf or more than max_archs,
- * UNSUPPORTED for an arch the loaded NVRTC cannot target (not checked when NVRTC is missing).
+ * INVALID_ARGUMENT for a name not of the form sm_XY, sm_XYa or sm_XYf, an empty item or more than
+ * max_archs, UNSUPPORTED for an arch older than sm_80 (cinfer__arch_check) or one the loaded
+ * NVRTC cannot target (not checked when NVRTC is missing).
  */
 cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], int max_archs,
                                 int *count);

@@ -1033,6 +1033,35 @@ static void define_field(cinfer__str_t *s, const cinfer__spec_t *spec, const fie
     cinfer__str_printf(s, "#define CINFER_%s %lld\n", upper, (long long)get_field(spec, f));
 }
 
+int cinfer__arch_number(const char *arch) {
+    if (!arch || strncmp(arch, "sm_", 3) != 0)
+        return -1;
+    const char *p = arch + 3;
+    int n = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++)
+        n = n * 10 + (*p - '0');
+    if (digits < 2 || digits > 3)
+        return -1;
+    if (*p == 'a' || *p == 'f')
+        p++;
+    return *p == '\0' ? n : -1;
+}
+
+cinfer_status_t cinfer__arch_check(const char *arch, const char *what) {
+    const int number = cinfer__arch_number(arch);
+    if (number < 0)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: \"%s\" is not an arch of the form sm_XY, sm_XYa or sm_XYf (e.g. "
+                             "sm_80, sm_90a)",
+                             what, arch ? arch : "(null)");
+    if (number < CINFER__MIN_ARCH)
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: %s is older than sm_%d, the oldest arch cinfer's kernels are "
+                             "written for (compute capability 8.0: bf16, cp.async, mma.sync)",
+                             what, arch, CINFER__MIN_ARCH);
+    return CINFER_STATUS_SUCCESS;
+}
+
 /* Options every kernel is compiled with; they are part of the key. */
 static const char *const base_options[] = {"--std=c++17", "-default-device", "--fmad=true",
                                            "-DCINFER_NVRTC=1"};
@@ -1044,10 +1073,7 @@ cinfer_status_t cinfer__spec_render(const cinfer__spec_t *in, const char *arch, 
     cinfer__spec_t spec = *in;
     cinfer__spec_normalize(&spec);
     CINFER__CHECK(cinfer__spec_validate(&spec));
-    if (!arch || strncmp(arch, "sm_", 3) != 0 || strlen(arch) > 16)
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "arch \"%s\" is not of the form sm_XY (e.g. sm_80, sm_90a)",
-                             arch ? arch : "(null)");
+    CINFER__CHECK(cinfer__arch_check(arch, "arch"));
     const family_t *fam = &families[spec.op];
     /* Kernels of warpgroup instructions (wgmma) exist in the sm_90a target alone. */
     const bool wgmma = (spec.op == CINFER__OP_PREFILL && spec.backend == CINFER__BACKEND_SM90) ||

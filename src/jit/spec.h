@@ -120,6 +120,19 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec);
 size_t cinfer__spec_sm90_prefill_smem(int head_dim_qk, int head_dim_vo, int tile_q, int tile_kv,
                                       int stages);
 
+/*
+ * Arch names, as NVRTC takes them: "sm_" then two or three digits, then optionally "a"
+ * (arch-specific) or "f" (family). cinfer__arch_number gives the digits as a number (80 for
+ * "sm_80", 90 for "sm_90a"), or -1 for a name not of that form. cinfer__arch_check refuses such a
+ * name (INVALID_ARGUMENT) and an arch older than CINFER__MIN_ARCH (UNSUPPORTED), with a message
+ * that starts with `what` (the argument, e.g. "--arch").
+ */
+int cinfer__arch_number(const char *arch);
+cinfer_status_t cinfer__arch_check(const char *arch, const char *what);
+/* The oldest arch the kernels are written for: sm_80 (bf16, cp.async and mma.sync's m16n8k16,
+ * which every kernel family uses); a device of compute capability below 8.0 is refused too. */
+#define CINFER__MIN_ARCH 80
+
 /* The result of rendering a spec for one target. */
 typedef struct cinfer__rendered {
     char name[192];         /* readable kernel name, a C identifier: the entry point in the cubin */
@@ -136,6 +149,7 @@ typedef struct cinfer__rendered {
  * Renders spec for arch ("sm_90a", "sm_80", ...): name, source, NVRTC options and the cache key
  * (library version, kernel-source hash, NVRTC version, arch, options, name and the whole source).
  * nvrtc_version is major * 1000 + minor * 10 (0 if unknown). Free with cinfer__rendered_free.
+ * The spec is validated first; the arch is checked by cinfer__arch_check.
  */
 cinfer_status_t cinfer__spec_render(const cinfer__spec_t *spec, const char *arch, int nvrtc_version,
                                     cinfer__rendered_t *out);

@@ -161,6 +161,42 @@ static void bad_text_names_the_problem(void **state) {
     assert_non_null(strstr(cinfer_last_error(), "(expected one of none, causal)"));
 }
 
+/* Arch names: the form NVRTC takes, and sm_80 at least, in the renderer as in the tool. */
+static void archs_are_checked_for_form_and_minimum(void **state) {
+    (void)state;
+    assert_int_equal(cinfer__arch_number("sm_80"), 80);
+    assert_int_equal(cinfer__arch_number("sm_90a"), 90);
+    assert_int_equal(cinfer__arch_number("sm_100f"), 100);
+    assert_int_equal(cinfer__arch_number("sm_120a"), 120);
+    static const char *const malformed[] = {"sm_8",  "sm_1000", "sm_90b", "compute_90", "sm_",
+                                            "SM_90", "sm_90aa", "",       "sm_-80"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+        assert_int_equal(cinfer__arch_number(malformed[i]), -1);
+    assert_int_equal(cinfer__arch_number(NULL), -1);
+
+    cinfer__spec_t s = parse("merge_states:dtype=bf16,head_dim=128,vec=8");
+    cinfer__rendered_t r;
+    static const char *const old[] = {"sm_75", "sm_70", "sm_61", "sm_50"};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        assert_int_equal(cinfer__spec_render(&s, old[i], 13000, &r), CINFER_STATUS_UNSUPPORTED);
+        char expected[128];
+        snprintf(expected, sizeof expected, "arch: %s is older than sm_80", old[i]);
+        assert_non_null(strstr(cinfer_last_error(), expected));
+    }
+    assert_int_equal(cinfer__spec_render(&s, "compute_90", 13000, &r),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "arch: \"compute_90\" is not an arch of the form"));
+    assert_int_equal(cinfer__spec_render(&s, NULL, 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(cinfer__arch_check("sm_86", "--arch"), CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__arch_check("sm_75", "--arch"), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "--arch: sm_75 is older than sm_80"));
+    static const char *const fine[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100f"};
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        render(&s, fine[i], &r);
+        cinfer__rendered_free(&r);
+    }
+}
+
 /*
  * Spec texts mutated from valid ones (pieces inserted: separators, names, numbers past every
  * integer type, printf directives, bytes outside ASCII; ranges deleted or repeated) either fail to
@@ -869,6 +905,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(text_form_round_trips),
         cmocka_unit_test(bad_text_names_the_problem),
+        cmocka_unit_test(archs_are_checked_for_form_and_minimum),
         cmocka_unit_test(mutated_texts_parse_or_fail_cleanly),
         cmocka_unit_test(validation_rejects_unsupported_specs),
         cmocka_unit_test(rendering_is_consistent),

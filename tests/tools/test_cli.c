@@ -512,6 +512,20 @@ static void compile_bad_arch_fails_before_compiling(void **state) {
     assert_failed_with(&r, 1, "sm_99");
     assert_string_equal(r.out, "");
     result_free(&r);
+    /* Archs older than sm_80 are refused up front, by name, not by ptxas's output. */
+    r = RUN(f, "compile", "--arch", "sm_80,sm_75", SPEC);
+    assert_failed_with(&r, 1, "--arch: sm_75 is older than sm_80");
+    assert_non_null(strstr(r.err, "[CINFER_STATUS_UNSUPPORTED]"));
+    assert_null(strstr(r.err, "ptxas"));
+    assert_int_equal(COUNT(r.err, ""), 1);
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    char bundle[400];
+    snprintf(bundle, sizeof bundle, "%s/old.aot", f->root);
+    r = RUN(f, "aot", "--arch", "sm_70", "--set", "ci", "-o", bundle);
+    assert_failed_with(&r, 1, "--arch: sm_70 is older than sm_80");
+    assert_string_equal(r.out, "");
+    result_free(&r);
     r = RUN(f, "cache", "ls");
     assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
     result_free(&r);
