@@ -85,14 +85,15 @@ static void default_arch(const cinfer_context_t *ctx, char *dst, size_t cap) {
         cinfer__fmt(dst, cap, "%s", FALLBACK_ARCH);
 }
 
-/* Parses every spec and renders it once, which validates it and yields its kernel name. */
+/* Parses and validates every spec (a field left out told from one given out of range), then
+ * renders it once for the first arch, which yields its kernel name. */
 static cinfer_status_t parse_specs(const compile_args_t *a, const char *arch, parsed_spec_t *out) {
     for (int i = 0; i < a->num_specs; i++) {
-        CINFER__CHECK(cinfer__spec_parse(a->texts[i], &out[i].spec));
+        CINFER__CHECK(cinfer__spec_parse_valid(a->texts[i], &out[i].spec));
         cinfer__rendered_t r;
         cinfer_status_t st = cinfer__spec_render(&out[i].spec, arch, 0, &r);
         if (st != CINFER_STATUS_SUCCESS) {
-            /* Validation speaks of the kernel family: say which of the specs it was. */
+            /* The arch's checks speak of the kernel family: say which of the specs it was. */
             char why[1024];
             cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());
             return cinfer__error(st, "spec \"%s\": %s", a->texts[i], why);

@@ -353,7 +353,11 @@ static cinfer_status_t in_spec(cinfer_status_t status, const char *text, const c
     return cinfer__error(status, "spec \"%s\", field %.*s: %s", text, (int)key_len, key, why);
 }
 
-cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
+/* The parser; *given (when not NULL) gets the bits of the fields the text sets, directly or
+ * through an alias. */
+static cinfer_status_t parse_text(const char *text, cinfer__spec_t *spec, uint32_t *given) {
+    if (given)
+        *given = 0;
     if (!text)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec text is NULL");
     const char *colon = strchr(text, ':');
@@ -374,21 +378,24 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
     }
     cinfer__spec_init(spec, (cinfer__op_t)op);
     const family_t *fam = &families[op];
-    const char *p = colon ? colon + 1 : text + op_len;
     /* The fields set so far (dtype and head_dim set several): a field set twice, directly or
-     * through an alias, is an error (which value would win is not obvious). Empty items (",," or
-     * a trailing comma) are skipped. */
+     * through an alias, is an error (which value would win is not obvious). So is an empty item
+     * (",,", a comma at the end, or nothing after the colon), as in the tool's --arch lists: a
+     * field may have been lost there. */
     const char *seen[64], *seen_by[64]; /* a field, and the key that set it */
     size_t seen_len[64], seen_by_len[64], num_seen = 0;
     static const char *const dtype_fields[] = {"dtype_q", "dtype_kv", "dtype_o", NULL};
     static const char *const head_dim_fields[] = {"head_dim_qk", "head_dim_vo", NULL};
-    while (*p) {
+    for (const char *p = colon ? colon + 1 : NULL; p;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        if (n == 0) {
-            p += comma ? 1 : 0;
-            continue;
-        }
+        const char *next = comma ? comma + 1 : NULL;
+        if (n == 0)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "spec \"%s\": empty field at column %d (expected FIELD=VALUE "
+                                 "items after the colon, separated by one comma, none after the "
+                                 "last)",
+                                 text, (int)(p - text) + 1);
         const char *eq = memchr(p, '=', n);
         if (!eq)
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -443,6 +450,8 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
             seen_by[num_seen] = p;
             seen_by_len[num_seen] = key_len;
             seen_len[num_seen++] = len;
+            if (given)
+                *given |= field_named(name, len)->bit;
         }
         const char *value = eq + 1;
         size_t value_len = n - key_len - 1;
@@ -471,10 +480,14 @@ cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
             }
             set_field(spec, f, v);
         }
-        p += n + (comma ? 1 : 0);
+        p = next;
     }
     cinfer__spec_normalize(spec);
     return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec) {
+    return parse_text(text, spec, NULL);
 }
 
 static void format_value(const field_t *f, int64_t v, char *dst, size_t cap) {
@@ -680,10 +693,9 @@ static cinfer_status_t validate_prefill(const cinfer__spec_t *spec, const family
     if (spec->backend == CINFER__BACKEND_SM90)
         return validate_prefill_sm90(spec, fam);
     if (spec->backend != CINFER__BACKEND_SM80)
-        return cinfer__error(
-            CINFER_STATUS_UNSUPPORTED, "%s: backend %s is not implemented (sm80, sm90)%s",
-            fam->name, backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0],
-            spec->backend == 0 ? " (not given? backend=sm80 or backend=sm90)" : "");
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: backend %s is not implemented (sm80, sm90)", fam->name,
+                             backend_names[(unsigned)spec->backend < 3 ? spec->backend : 0]);
     const bool fp8 = spec->dtype_kv == CINFER__DT_E4M3 || spec->dtype_kv == CINFER__DT_E5M2;
     if (!is_value_dtype(spec->dtype_q) || (spec->dtype_kv != spec->dtype_q && !fp8) ||
         spec->dtype_o != spec->dtype_q)
@@ -869,39 +881,54 @@ static cinfer_status_t validate_pos(const cinfer__spec_t *spec, const family_t *
     return CINFER_STATUS_SUCCESS;
 }
 
-cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
+/* What to write for a required field left out. */
+static const char *missing_hint(const field_t *f) {
+    if (f->kind == K_DTYPE)
+        return "=f16 or =bf16; dtype= sets dtype_q, dtype_kv and dtype_o";
+    switch (f->bit) {
+    case F_BACKEND:
+        return "=sm80, or backend=sm90 for sm_90a";
+    case F_HD_QK:
+    case F_HD_VO:
+        return "=N; head_dim=N sets every head dim of the operation";
+    case F_VEC:
+        return "=1 or vec=8: elements per access, 8 for rows on 16-byte boundaries";
+    default:
+        return "=N";
+    }
+}
+
+/*
+ * The checks of cinfer__spec_validate. given holds the bits of the fields the spec's text gave
+ * (parse_text), 0 when unknown: a required field that is 0 (or none, or simt) and not among them
+ * is "not given" (INVALID_ARGUMENT); one the text gave as 0 goes on to the family's limits,
+ * which name the value and the range.
+ */
+static cinfer_status_t validate(const cinfer__spec_t *spec, uint32_t given) {
     if ((unsigned)spec->op >= CINFER__OP_COUNT)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "spec: invalid operation %d",
                              (int)spec->op);
     const family_t *fam = &families[spec->op];
-    /* Fields the family needs and the spec leaves out, named as such (not as bad values). */
+    /* Fields the family cannot do without, left out: named as such, not as bad values. A
+     * prefill's backend (simt is not implemented), the dtypes, head dims, tiles and vec; the
+     * other fields have a usable 0 (no mask, not paged, ...). */
+    const uint32_t required =
+        F_BACKEND | F_DTYPE_Q | F_DTYPE_KV | F_DTYPE_O | F_HD_QK | F_HD_VO | F_TILES | F_VEC;
     for (size_t i = 0; i < NUM_FIELDS; i++) {
         const field_t *f = &fields[i];
-        if (f->bit == F_BACKEND && (fam->fields & F_BACKEND) && spec->backend == 0)
-            break; /* simt, which validate_prefill names first (with a "not given?" hint) */
-        const bool needed = f->kind == K_DTYPE || (f->bit & F_TILES);
-        if (!needed || !(fam->fields & f->bit) || get_field(spec, f) != 0)
+        if (!(f->bit & required & fam->fields) || (f->bit & given) || get_field(spec, f) != 0)
             continue;
-        const char *hint =
-            f->kind == K_DTYPE ? "=f16 or =bf16; dtype= sets dtype_q, dtype_kv and dtype_o" : "=N";
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "%s: %s is not given (%s%s)",
-                             fam->name, f->name, f->name, hint);
+                             fam->name, f->name, f->name, missing_hint(f));
     }
     if ((fam->fields & F_DTYPE_O) && !is_value_dtype(spec->dtype_o))
         return cinfer__error(CINFER_STATUS_UNSUPPORTED,
                              "%s: dtype_o %s is not supported (f16 or bf16)", fam->name,
                              cinfer__dtype_name(spec->dtype_o));
     if ((fam->fields & F_HD_VO) && (spec->head_dim_vo < 1 || spec->head_dim_vo > 1024))
-        return cinfer__error(
-            CINFER_STATUS_UNSUPPORTED, "%s: head_dim_vo %d is out of range [1, 1024]%s", fam->name,
-            (int)spec->head_dim_vo,
-            spec->head_dim_vo == 0 ? " (not given? head_dim=N sets both head dims)" : "");
-    if ((fam->fields & F_VEC) && spec->vec == 0)
-        return cinfer__error(
-            CINFER_STATUS_INVALID_ARGUMENT,
-            "%s: vec is not given, expected vec=1 or vec=8 (elements per access: 8 "
-            "for rows on 16-byte boundaries)",
-            fam->name);
+        return cinfer__error(CINFER_STATUS_UNSUPPORTED,
+                             "%s: head_dim_vo %d is out of range [1, 1024]", fam->name,
+                             (int)spec->head_dim_vo);
     if ((fam->fields & F_VEC) && spec->vec != 1 && spec->vec != 8)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED, "%s: vec %d is not supported (1 or 8)",
                              fam->name, (int)spec->vec);
@@ -935,6 +962,22 @@ cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: flags 0x%x are not used by this family", fam->name,
                              (unsigned)(spec->flags & ~fam->flags));
+    return CINFER_STATUS_SUCCESS;
+}
+
+cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec) {
+    return validate(spec, 0);
+}
+
+cinfer_status_t cinfer__spec_parse_valid(const char *text, cinfer__spec_t *spec) {
+    uint32_t given = 0;
+    CINFER__CHECK(parse_text(text, spec, &given));
+    const cinfer_status_t st = validate(spec, given);
+    if (st != CINFER_STATUS_SUCCESS) {
+        char why[1024];
+        cinfer__fmt(why, sizeof why, "%s", cinfer_last_error());
+        return cinfer__error(st, "spec \"%s\": %s", text, why);
+    }
     return CINFER_STATUS_SUCCESS;
 }
 

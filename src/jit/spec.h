@@ -106,15 +106,22 @@ const char *cinfer__op_name(cinfer__op_t op);
 /*
  * Parses the text form "OP[:FIELD=VALUE[,FIELD=VALUE...]]", e.g.
  * "merge_states:dtype_o=bf16,head_dim_vo=128". Aliases: dtype= sets q, kv and o; head_dim= sets
- * qk and vo. Unknown ops, fields or values are INVALID_ARGUMENT with a message naming them.
+ * qk and vo. Unknown ops, fields or values, a field set twice, a field the op does not have and
+ * an empty item (",,", a trailing comma, nothing after the colon) are INVALID_ARGUMENT with a
+ * message naming them. A spec that parses may still be incomplete (see cinfer__spec_validate).
  */
 cinfer_status_t cinfer__spec_parse(const char *text, cinfer__spec_t *spec);
 /* The canonical text form of a (normalized) spec; parses back to the same spec. */
 void cinfer__spec_format(const cinfer__spec_t *spec, char *dst, size_t cap);
 
 /* Checks that a spec is complete and within its family's limits (dtypes, head dims, tiles);
- * INVALID_ARGUMENT or UNSUPPORTED with a message naming the field. */
+ * INVALID_ARGUMENT or UNSUPPORTED with a message naming the field. A field the family needs
+ * (backend, dtypes, head dims, tiles, vec) left at 0 is INVALID_ARGUMENT, "not given". */
 cinfer_status_t cinfer__spec_validate(const cinfer__spec_t *spec);
+/* cinfer__spec_parse, then cinfer__spec_validate with what the text gave: a needed field the text
+ * leaves out is "not given" (INVALID_ARGUMENT), one it gives as 0 is out of its family's limits,
+ * named with its value and range. Validation errors begin with the spec text. */
+cinfer_status_t cinfer__spec_parse_valid(const char *text, cinfer__spec_t *spec);
 /* The dynamic shared memory of the sm90 prefill kernel (kernels/prefill_sm90.cuh) at these head
  * dims and tiles, in bytes; its specs are valid up to 227 KiB. */
 size_t cinfer__spec_sm90_prefill_smem(int head_dim_qk, int head_dim_vo, int tile_q, int tile_kv,

@@ -99,7 +99,7 @@ static void bad_text_names_the_problem(void **state) {
     assert_non_null(
         strstr(cinfer_last_error(), "spec \"merge_states:dtype=bf17,head_dim=64\", field dtype: "));
     assert_non_null(strstr(cinfer_last_error(), "\"bf17\""));
-    /* A field set twice is an error naming both keys; empty items are skipped wherever they are. */
+    /* A field set twice is an error naming both keys. */
     assert_int_equal(cinfer__spec_parse("merge_states:dtype=bf16,dtype=f16", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(
@@ -147,9 +147,6 @@ static void bad_text_names_the_problem(void **state) {
                      CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "field flags: unknown flag \"bogus\" (expected"));
     assert_non_null(strstr(cinfer_last_error(), "'+' of softcap, window)"));
-    cinfer__spec_t a = parse("merge_states:dtype=bf16,,head_dim=64,vec=8,");
-    cinfer__spec_t b = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
-    assert_memory_equal(&a, &b, sizeof a);
     /* A custom mask is run-time data, the custom_mask variant's: mask= has no such value. */
     assert_int_equal(cinfer__spec_parse("prefill:backend=sm80,mask=custom", &s),
                      CINFER_STATUS_INVALID_ARGUMENT);
@@ -159,6 +156,88 @@ static void bad_text_names_the_problem(void **state) {
     assert_non_null(strstr(cinfer_last_error(), "variant=custom_mask"));
     assert_int_equal(cinfer__spec_parse("mla:mask=sliding", &s), CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "(expected one of none, causal)"));
+    /* An empty item is an error naming its column, wherever it is (a field may have been lost
+     * there), as an empty item of the tool's --arch lists is. */
+    static const struct {
+        const char *text;
+        const char *column;
+    } empty[] = {{"merge_states:dtype=bf16,,head_dim=64,vec=8", "column 25"},
+                 {"merge_states:dtype=bf16,head_dim=64,vec=8,", "column 43"},
+                 {"merge_states:,dtype=bf16,head_dim=64,vec=8", "column 14"},
+                 {"seq_lens:", "column 10"}};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
+        assert_int_equal(cinfer__spec_parse(empty[i].text, &s), CINFER_STATUS_INVALID_ARGUMENT);
+        char expected[256];
+        snprintf(expected, sizeof expected, "spec \"%s\": empty field at %s (expected FIELD=VALUE",
+                 empty[i].text, empty[i].column);
+        if (!strstr(cinfer_last_error(), expected))
+            fail_msg("\"%s\": %s", empty[i].text, cinfer_last_error());
+    }
+    /* An operation without fields needs no colon. */
+    cinfer__spec_t a = parse("seq_lens");
+    assert_int_equal(a.op, CINFER__OP_SEQ_LENS);
+}
+
+/* Through cinfer__spec_parse_valid, a field the text leaves out is "not given" (INVALID_ARGUMENT,
+ * with what to write), and one it gives as 0 is out of range (its value and the range). */
+static void missing_fields_are_told_from_zeros(void **state) {
+    (void)state;
+    cinfer__spec_t s;
+    static const struct {
+        const char *text;
+        cinfer_status_t status;
+        const char *message;
+    } cases[] = {
+        {"merge_states:dtype=bf16,vec=8", CINFER_STATUS_INVALID_ARGUMENT,
+         "merge_states: head_dim_vo is not given (head_dim_vo=N; head_dim=N sets every head dim"},
+        {"merge_states:dtype=bf16,head_dim=0,vec=8", CINFER_STATUS_UNSUPPORTED,
+         "merge_states: head_dim_vo 0 is out of range [1, 1024]"},
+        {"merge_states:dtype=bf16,head_dim=64", CINFER_STATUS_INVALID_ARGUMENT,
+         "merge_states: vec is not given (vec=1 or vec=8"},
+        {"merge_states:dtype=bf16,head_dim=64,vec=0", CINFER_STATUS_UNSUPPORTED,
+         "merge_states: vec 0 is not supported (1 or 8)"},
+        {"merge_states:head_dim=64,vec=8", CINFER_STATUS_INVALID_ARGUMENT,
+         "merge_states: dtype_o is not given (dtype_o=f16 or =bf16"},
+        {"merge_states:dtype=none,head_dim=64,vec=8", CINFER_STATUS_UNSUPPORTED,
+         "merge_states: dtype_o none is not supported (f16 or bf16)"},
+        {"decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4",
+         CINFER_STATUS_INVALID_ARGUMENT, "decode: warps is not given (warps=N)"},
+        {"decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=0",
+         CINFER_STATUS_INVALID_ARGUMENT, "decode: warps 0 outside [1, 8]"},
+        {"decode:dtype=bf16,head_dim=128,paged=1,tile_q=0,tile_kv=4,warps=4",
+         CINFER_STATUS_INVALID_ARGUMENT, "decode: tile_q 0 / tile_kv 4 outside [1, 8]"},
+        {"decode_tc:dtype=bf16,head_dim=128,tile_q=4,warps=3,stages=0",
+         CINFER_STATUS_INVALID_ARGUMENT, "stages 0 (2..4)"},
+        {"prefill:dtype=bf16,head_dim=128,tile_q=64,tile_kv=64,warps=4,stages=2",
+         CINFER_STATUS_INVALID_ARGUMENT, "prefill: backend is not given (backend=sm80"},
+        {"prefill:backend=simt,dtype=bf16,head_dim=128,tile_q=64,tile_kv=64,warps=4,stages=2",
+         CINFER_STATUS_UNSUPPORTED, "prefill: backend simt is not implemented (sm80, sm90)"},
+        {"prefill:backend=sm80,dtype=bf16,head_dim=128,tile_q=64,tile_kv=64,warps=0,stages=2",
+         CINFER_STATUS_INVALID_ARGUMENT, "prefill: warps 0, expected 1, 2, 4 or 8"},
+        {"mla:dtype=bf16,head_dim_qk=576,head_dim_vo=512,tile_q=16,tile_kv=32,warps=4",
+         CINFER_STATUS_INVALID_ARGUMENT, "mla: stages is not given (stages=N)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const cinfer_status_t st = cinfer__spec_parse_valid(cases[i].text, &s);
+        char prefix[512];
+        snprintf(prefix, sizeof prefix, "spec \"%s\": ", cases[i].text);
+        if (st != cases[i].status || strncmp(cinfer_last_error(), prefix, strlen(prefix)) != 0 ||
+            !strstr(cinfer_last_error(), cases[i].message))
+            fail_msg("\"%s\": status %d, \"%s\"; expected %d, \"%s\"", cases[i].text, (int)st,
+                     cinfer_last_error(), (int)cases[i].status, cases[i].message);
+        /* an out-of-range value is not called missing */
+        if (cases[i].status == CINFER_STATUS_UNSUPPORTED || strstr(cases[i].message, " 0"))
+            assert_null(strstr(cinfer_last_error(), "not given"));
+    }
+    /* A complete spec passes, as it is: the same spec cinfer__spec_parse gives. */
+    assert_int_equal(cinfer__spec_parse_valid("merge_states:dtype=bf16,head_dim=64,vec=8", &s),
+                     CINFER_STATUS_SUCCESS);
+    cinfer__spec_t t = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
+    assert_memory_equal(&s, &t, sizeof s);
+    /* Parse errors are the parser's. */
+    assert_int_equal(cinfer__spec_parse_valid("merge_states:dtype=bf16,,head_dim=64,vec=8", &s),
+                     CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "empty field at column 25"));
 }
 
 /* Arch names: the form NVRTC takes, and sm_80 at least, in the renderer as in the tool. */
@@ -338,16 +417,24 @@ static void validation_rejects_unsupported_specs(void **state) {
     assert_non_null(strstr(cinfer_last_error(), "head_dim_vo % 8"));
     s = parse("merge_states:dtype=bf16,head_dim=128"); /* vec is required */
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(cinfer_last_error(), "vec is not given, expected vec=1 or vec=8"));
+    assert_non_null(strstr(cinfer_last_error(), "vec is not given (vec=1 or vec=8: elements"));
+    /* A spec without its text cannot tell 0 from left out: a required 0 is "not given" (the
+     * parser's cinfer__spec_parse_valid tells them apart). */
     s = parse("merge_states:dtype=bf16,head_dim=0,vec=1");
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(), "merge_states: head_dim_vo is not given"));
+    s = parse("merge_states:dtype=bf16,head_dim=2048,vec=1");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(cinfer_last_error(), "head_dim_vo 2048 is out of range [1, 1024]"));
     s = parse("merge_states:dtype=bf16,head_dim=64,vec=8");
     assert_int_equal(cinfer__spec_render(&s, "gfx90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(cinfer_last_error(), "sm_XY"));
-    /* prefill's backend has no default: its absence is named. */
+    /* prefill's backend has no default: its absence is named, as every missing field's is. */
     s = parse("prefill:dtype=bf16,head_dim=128");
-    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(cinfer_last_error(), "not given? backend=sm80 or backend=sm90"));
+    assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(cinfer_last_error(),
+                           "prefill: backend is not given (backend=sm80, or backend=sm90 for "
+                           "sm_90a)"));
     /* Any other field left out that has no default is named as such, not as a bad value. */
     s = parse("prefill:backend=sm80,dtype=bf16,head_dim=128,tile_q=64,tile_kv=64,stages=2");
     assert_int_equal(cinfer__spec_render(&s, "sm_90a", 13000, &r), CINFER_STATUS_INVALID_ARGUMENT);
@@ -905,6 +992,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(text_form_round_trips),
         cmocka_unit_test(bad_text_names_the_problem),
+        cmocka_unit_test(missing_fields_are_told_from_zeros),
         cmocka_unit_test(archs_are_checked_for_form_and_minimum),
         cmocka_unit_test(mutated_texts_parse_or_fail_cleanly),
         cmocka_unit_test(validation_rejects_unsupported_specs),

@@ -469,8 +469,36 @@ static void compile_unknown_field_names_it(void **state) {
     r = RUN(f, "compile", "nope:dtype=bf16");
     assert_failed_with(&r, 1, "unknown operation \"nope\"");
     result_free(&r);
-    r = RUN(f, "compile", "merge_states:dtype=bf16,head_dim=0");
-    assert_failed_with(&r, 1, "head_dim_vo 0");
+    /* A field left out is "not given" (INVALID_ARGUMENT, as every missing field); one given as 0
+     * is out of range, with its value and the range. */
+    r = RUN(f, "compile", "merge_states:dtype=bf16,head_dim=0,vec=8");
+    assert_failed_with(&r, 1, "head_dim_vo 0 is out of range [1, 1024]");
+    assert_null(strstr(r.err, "not given"));
+    result_free(&r);
+    r = RUN(f, "compile", "merge_states:dtype=bf16");
+    assert_failed_with(&r, 1, "merge_states: head_dim_vo is not given (head_dim_vo=N");
+    assert_non_null(strstr(r.err, "[CINFER_STATUS_INVALID_ARGUMENT]"));
+    result_free(&r);
+    r = RUN(f, "compile", "--arch", "sm_90a",
+            "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4,warps=0");
+    assert_failed_with(&r, 1, "decode: warps 0 outside [1, 8]");
+    assert_null(strstr(r.err, "not given"));
+    result_free(&r);
+    r = RUN(f, "compile", "--arch", "sm_90a",
+            "decode:dtype=bf16,head_dim=128,paged=1,tile_q=4,tile_kv=4");
+    assert_failed_with(&r, 1, "decode: warps is not given (warps=N)");
+    result_free(&r);
+    /* An empty item of a spec is refused as one of --arch is. */
+    r = RUN(f, "compile", "--arch", "sm_90a", "merge_states:dtype=bf16,,head_dim=128,vec=8");
+    assert_failed_with(&r, 1,
+                       "spec \"merge_states:dtype=bf16,,head_dim=128,vec=8\": empty field at "
+                       "column 25");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    /* A custom mask is a variant, not a value of mask=. */
+    r = RUN(f, "compile", "--arch", "sm_90a", "prefill:backend=sm80,mask=custom");
+    assert_failed_with(&r, 1, "\"custom\" is not a mask of the spec (expected none or causal)");
+    assert_non_null(strstr(r.err, "variant=custom_mask"));
     result_free(&r);
     /* Of several specs, the one that fails validation is named. */
     r = RUN(f, "compile", "--arch", "sm_90a", SPEC, "merge_states:dtype=bf16,head_dim=64,vec=5");
