@@ -53,8 +53,9 @@ cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], 
             seen = seen || strcmp(archs[i], arch) == 0;
         if (!seen) {
             if (*count == max_archs)
-                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "--arch: more than %d archs",
-                                     max_archs);
+                return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                     "--arch \"%s\": expected at most %d arch%s", list, max_archs,
+                                     max_archs == 1 ? "" : "s");
             memcpy(archs[(*count)++], arch, n + 1);
         }
         if (p[n] == '\0')

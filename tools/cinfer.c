@@ -84,6 +84,7 @@ static void print_usage(FILE *out) {
     fprintf(
         out,
         "\n"
+        "An option that takes a value is given once (a comma list holds several archs).\n"
         "environment: CINFER_CACHE_DIR, CINFER_AOT_PATH, CINFER_LOG (0, 1, 2), CINFER_JIT (off), "
         "CINFER_NVRTC_PATH, CINFER_CUDA_PATH (CUDA_HOME, CUDA_PATH: toolkits searched for "
         "NVRTC)\n");

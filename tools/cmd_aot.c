@@ -34,36 +34,41 @@ typedef struct aot_args {
 static int parse_args(int argc, char **argv, aot_args_t *a) {
     memset(a, 0, sizeof *a);
     a->set = "default";
+    const char *jobs = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(arg)) {
             a->help = true;
             return CLI_EXIT_OK;
-        } else if (strcmp(arg, "--arch") == 0 || strcmp(arg, "--set") == 0 ||
-                   strcmp(arg, "-o") == 0 || strcmp(arg, "--list") == 0 || strcmp(arg, "-j") == 0) {
-            if (!value)
-                return cli_usage_error("aot", "%s needs a value", arg);
-            i++;
-            if (strcmp(arg, "--arch") == 0)
-                a->arch_list = value;
-            else if (strcmp(arg, "--set") == 0)
-                a->set = value, a->set_given = true;
-            else if (strcmp(arg, "-o") == 0)
-                a->output = value;
-            else if (strcmp(arg, "--list") == 0)
-                a->list = value;
-            else if ((a->jobs = atoi(value)) < 1 || a->jobs > MAX_JOBS)
-                return cli_usage_error("aot", "-j %s: expected 1..%d", value, MAX_JOBS);
-        } else if (strncmp(arg, "--arch=", 7) == 0) {
-            a->arch_list = arg + 7;
-        } else if (strncmp(arg, "--set=", 6) == 0) {
-            a->set = arg + 6;
-            a->set_given = true;
-        } else {
-            return cli_usage_error("aot", "unexpected argument \"%s\"", arg);
         }
+        /* Every option takes one value: "--name value", or "--name=value" for --arch and --set. */
+        static const char *const names[] = {"--arch", "--set", "-o", "--list", "-j"};
+        const char **slots[] = {&a->arch_list, &a->set, &a->output, &a->list, &jobs};
+        size_t k = 0;
+        const char *value = NULL;
+        for (; k < sizeof names / sizeof names[0]; k++) {
+            const size_t n = strlen(names[k]);
+            if (strcmp(arg, names[k]) == 0) {
+                if (i + 1 >= argc)
+                    return cli_usage_error("aot", "%s needs a value", arg);
+                value = argv[++i];
+                break;
+            }
+            if (k < 2 && strncmp(arg, names[k], n) == 0 && arg[n] == '=') {
+                value = arg + n + 1;
+                break;
+            }
+        }
+        if (k == sizeof names / sizeof names[0])
+            return cli_usage_error("aot", "unexpected argument \"%s\"", arg);
+        const bool set_twice = slots[k] == &a->set ? a->set_given : *slots[k] != NULL;
+        if (set_twice)
+            return cli_usage_error("aot", CLI_GIVEN_TWICE, names[k], *slots[k], value);
+        *slots[k] = value;
+        a->set_given = a->set_given || slots[k] == &a->set;
     }
+    if (jobs && ((a->jobs = atoi(jobs)) < 1 || a->jobs > MAX_JOBS))
+        return cli_usage_error("aot", "-j %s: expected 1..%d", jobs, MAX_JOBS);
     if (a->list) {
         if (a->arch_list || a->output || a->set_given || a->jobs)
             return cli_usage_error("aot", "--list takes no other arguments");

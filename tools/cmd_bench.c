@@ -23,9 +23,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -93,8 +95,22 @@ static const char *const serve_synopsis =
     "  --check-every N       the steps checked: every Nth (default 16)\n"
     "  --json FILE           write every figure and each step's shapes and times\n"
     "  --seed N              page-allocation and data seed (default 1)\n"
-    "  --arch ARCH           no device: compile for ARCH (default sm_90a)\n"
+    "  --arch ARCH           no device: compile for ARCH, sm_80 or later (default sm_90a;\n"
+    "                        checked before the replay starts)\n"
     "  --quiet               no progress line\n";
+
+/* A usage error of `bench serve`: the message, then the options (its synopsis); exit status 2. */
+static int serve_usage_error(const char *fmt, ...) CINFER__PRINTF(1, 2);
+static int serve_usage_error(const char *fmt, ...) {
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cinfer: error: %s\n", message);
+    fputs(serve_synopsis, stderr);
+    return CLI_EXIT_USAGE;
+}
 
 /* A decimal integer option in [lo, hi]. */
 static bool int_option(const char *name, const char *text, long long lo, long long hi,
@@ -103,8 +119,8 @@ static bool int_option(const char *name, const char *text, long long lo, long lo
     errno = 0;
     const long long v = strtoll(text, &end, 10);
     if (end == text || *end || errno || v < lo || v > hi) {
-        *rc = cli_usage_error("bench", "%s = \"%s\", expected an integer in [%lld, %lld]", name,
-                              text, lo, hi);
+        *rc = serve_usage_error("%s = \"%s\", expected an integer in [%lld, %lld]", name, text, lo,
+                                hi);
         return false;
     }
     *out = v;
@@ -122,6 +138,12 @@ static int parse_serve_args(int argc, char **argv, serve_args_t *a) {
     a->requests = 1024;
     a->arch = FALLBACK_ARCH;
     a->seed = 1;
+    static const char *const known[] = {
+        "--model",     "--trace",  "--requests",    "--steps", "--kv-budget-gb", "--prefill-chunk",
+        "--max-batch", "--layers", "--check-every", "--json",  "--seed",         "--arch"};
+    enum { NUM_KNOWN = sizeof known / sizeof known[0] };
+    /* The value each option was given, so one given twice is named with both. */
+    const char *given[NUM_KNOWN] = {NULL};
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (cli_is_help(arg)) {
@@ -140,11 +162,8 @@ static int parse_serve_args(int argc, char **argv, serve_args_t *a) {
         char name[64];
         const char *value = NULL;
         const char *eq = strchr(arg, '=');
-        if (strncmp(arg, "--", 2) != 0 || (eq && (size_t)(eq - arg) >= sizeof name)) {
-            fprintf(stderr, "cinfer: error: unexpected argument \"%s\"\n", arg);
-            fputs(serve_synopsis, stderr);
-            return CLI_EXIT_USAGE;
-        }
+        if (strncmp(arg, "--", 2) != 0 || (eq && (size_t)(eq - arg) >= sizeof name))
+            return serve_usage_error("unexpected argument \"%s\"", arg);
         if (eq) {
             memcpy(name, arg, (size_t)(eq - arg));
             name[eq - arg] = '\0';
@@ -152,37 +171,27 @@ static int parse_serve_args(int argc, char **argv, serve_args_t *a) {
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        static const char *const known[] = {"--model",     "--trace",        "--requests",
-                                            "--steps",     "--kv-budget-gb", "--prefill-chunk",
-                                            "--max-batch", "--layers",       "--check-every",
-                                            "--json",      "--seed",         "--arch"};
-        bool is_known = false;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-            is_known |= strcmp(name, known[k]) == 0;
-        if (!is_known) {
-            fprintf(stderr, "cinfer: error: unknown option \"%s\"\n", name);
-            fputs(serve_synopsis, stderr);
-            return CLI_EXIT_USAGE;
-        }
+        int k = 0;
+        while (k < NUM_KNOWN && strcmp(name, known[k]) != 0)
+            k++;
+        if (k == NUM_KNOWN)
+            return serve_usage_error("unknown option \"%s\"", name);
         if (!value) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "cinfer: error: %s needs a value\n", name);
-                fputs(serve_synopsis, stderr);
-                return CLI_EXIT_USAGE;
-            }
+            if (i + 1 >= argc)
+                return serve_usage_error("%s needs a value", name);
             value = argv[++i];
         }
+        if (given[k])
+            return serve_usage_error(CLI_GIVEN_TWICE, name, given[k], value);
+        given[k] = value;
         long long v = 0;
         int rc = CLI_EXIT_OK;
         if (strcmp(name, "--model") == 0) {
             a->model = serve_model_find(value);
-            if (!a->model) {
-                fprintf(stderr,
-                        "cinfer: error: --model = \"%s\", expected one of llama3-8b, "
-                        "llama3-70b-tp8, qwen2.5-7b, mistral-7b, gemma2-9b\n",
-                        value);
-                return CLI_EXIT_USAGE;
-            }
+            if (!a->model)
+                return serve_usage_error("--model = \"%s\", expected one of llama3-8b, "
+                                         "llama3-70b-tp8, qwen2.5-7b, mistral-7b, gemma2-9b",
+                                         value);
         } else if (strcmp(name, "--trace") == 0) {
             a->trace_path = value;
         } else if (strcmp(name, "--json") == 0) {
@@ -193,13 +202,9 @@ static int parse_serve_args(int argc, char **argv, serve_args_t *a) {
             char *end;
             errno = 0;
             const double gb = strtod(value, &end);
-            if (end == value || *end || errno || !(gb > 0 && gb <= 1e5)) {
-                fprintf(stderr,
-                        "cinfer: error: --kv-budget-gb = \"%s\", expected a number of GB in "
-                        "(0, 100000]\n",
-                        value);
-                return CLI_EXIT_USAGE;
-            }
+            if (end == value || *end || errno || !(gb > 0 && gb <= 1e5))
+                return serve_usage_error(
+                    "--kv-budget-gb = \"%s\", expected a number of GB in (0, 100000]", value);
             a->kv_budget_gb = gb;
         } else if (strcmp(name, "--requests") == 0) {
             if (!int_option(name, value, 0, INT32_MAX, &v, &rc))
@@ -1247,6 +1252,24 @@ static int serve_host(const serve_args_t *a, const char *trace_path, const serve
     return rc;
 }
 
+/*
+ * --json FILE must be writable, found out before the replay rather than after it: the file is
+ * opened for appending, which creates it when it is missing (*created) and leaves an existing
+ * file as it was until the end of the run writes it.
+ */
+static cinfer_status_t check_json_path(const char *path, bool *created) {
+    *created = access(path, F_OK) != 0;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "--json %s: cannot create the file (%s); checked before the replay",
+                             path, strerror(errno));
+    fclose(f);
+    return CINFER_STATUS_SUCCESS;
+}
+
+static int bench_serve_run(const serve_args_t *a);
+
 static int bench_serve(int argc, char **argv) {
     serve_args_t a;
     int rc = parse_serve_args(argc, argv, &a);
@@ -1257,9 +1280,29 @@ static int bench_serve(int argc, char **argv) {
                serve_synopsis);
         return CLI_EXIT_OK;
     }
+    /* What can be checked before the replay (minutes on a GPU) is checked now: the arch the
+     * no-device path compiles for, and that the JSON file can be created. */
+    char arch[1][CLI_ARCH_CHARS];
+    int num_archs = 0;
+    if (cli_parse_archs(a.arch, arch, 1, &num_archs) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+    bool json_created = false;
+    if (a.json_path && check_json_path(a.json_path, &json_created) != CINFER_STATUS_SUCCESS)
+        return cli_fail();
+    rc = bench_serve_run(&a);
+    /* A file created by the check and never written (the run failed first) is not left behind. */
+    struct stat st;
+    if (json_created && stat(a.json_path, &st) == 0 && st.st_size == 0)
+        unlink(a.json_path);
+    return rc;
+}
+
+/* Everything after the arguments' checks: the trace, the schedule, the replay. */
+static int bench_serve_run(const serve_args_t *a) {
+    int rc = CLI_EXIT_OK;
     char trace_path[4096], tried[3 * 4096 + 16];
-    if (a.trace_path) {
-        snprintf(trace_path, sizeof trace_path, "%s", a.trace_path);
+    if (a->trace_path) {
+        snprintf(trace_path, sizeof trace_path, "%s", a->trace_path);
     } else if (!default_trace(trace_path, sizeof trace_path, tried, sizeof tried)) {
         cinfer__error(CINFER_STATUS_IO_ERROR,
                       "the default trace %s was not found (tried %s); pass --trace FILE",
@@ -1267,22 +1310,22 @@ static int bench_serve(int argc, char **argv) {
         return cli_fail();
     }
     serve_trace_t trace;
-    if (serve_trace_load(trace_path, a.requests, &trace) != CINFER_STATUS_SUCCESS)
+    if (serve_trace_load(trace_path, a->requests, &trace) != CINFER_STATUS_SUCCESS)
         return cli_fail();
     /* Pages: the budget over every layer's K and V. */
     const double page_all_layers =
-        2.0 * PAGE_SIZE * a.model->num_kv_heads * a.model->head_dim * 2.0 * a.layers;
-    const double pages = floor(a.kv_budget_gb * 1e9 / page_all_layers);
+        2.0 * PAGE_SIZE * a->model->num_kv_heads * a->model->head_dim * 2.0 * a->layers;
+    const double pages = floor(a->kv_budget_gb * 1e9 / page_all_layers);
     if (pages < 1 || pages > INT32_MAX) {
         serve_trace_free(&trace);
         cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                       "--kv-budget-gb = %g gives %.0f pages of %.0f bytes over %d layers, expected "
                       "1..2^31 - 1 pages",
-                      a.kv_budget_gb, pages, page_all_layers, a.layers);
+                      a->kv_budget_gb, pages, page_all_layers, a->layers);
         return cli_fail();
     }
-    const serve_sched_config_t cfg = {PAGE_SIZE,  (int64_t)pages, a.prefill_chunk, a.max_batch,
-                                      a.requests, a.steps,        a.seed};
+    const serve_sched_config_t cfg = {PAGE_SIZE,   (int64_t)pages, a->prefill_chunk, a->max_batch,
+                                      a->requests, a->steps,       a->seed};
     serve_sched_t *sched = NULL;
     if (serve_sched_create(&cfg, &trace, &sched) != CINFER_STATUS_SUCCESS) {
         serve_trace_free(&trace);
@@ -1291,11 +1334,11 @@ static int bench_serve(int argc, char **argv) {
     cinfer_context_t *ctx = NULL;
     const cinfer_status_t st = cinfer_context_create(NULL, &ctx);
     if (st == CINFER_STATUS_NO_DEVICE)
-        rc = serve_host(&a, trace_path, &trace, sched, (int64_t)pages);
+        rc = serve_host(a, trace_path, &trace, sched, (int64_t)pages);
     else if (st != CINFER_STATUS_SUCCESS)
         rc = cli_fail();
     else
-        rc = serve_gpu(ctx, &a, trace_path, &trace, sched, (int64_t)pages);
+        rc = serve_gpu(ctx, a, trace_path, &trace, sched, (int64_t)pages);
     cinfer_context_destroy(ctx);
     serve_sched_destroy(sched);
     serve_trace_free(&trace);

@@ -45,12 +45,15 @@ static int parse_args(int argc, char **argv, compile_args_t *a) {
         } else if (cli_is_help(arg)) {
             a->help = true;
             return CLI_EXIT_OK;
-        } else if (strcmp(arg, "--arch") == 0) {
-            if (i + 1 >= argc)
+        } else if (strcmp(arg, "--arch") == 0 || strncmp(arg, "--arch=", 7) == 0) {
+            const char *value = arg[6] == '=' ? arg + 7 : i + 1 < argc ? argv[++i] : NULL;
+            if (!value)
                 return cli_usage_error("compile", "--arch needs a value, e.g. --arch sm_90a");
-            a->arch_list = argv[++i];
-        } else if (strncmp(arg, "--arch=", 7) == 0) {
-            a->arch_list = arg + 7;
+            if (a->arch_list)
+                return cli_usage_error("compile",
+                                       CLI_GIVEN_TWICE " (a comma list holds several archs)",
+                                       "--arch", a->arch_list, value);
+            a->arch_list = value;
         } else if (strcmp(arg, "--load") == 0) {
             a->load = true;
         } else if (strcmp(arg, "--list-ops") == 0) {

@@ -242,7 +242,7 @@ static void help_lists_every_command(void **state) {
 
 static void usage_errors_exit_2(void **state) {
     fixture_t *f = *state;
-    static const char *const cases[][4] = {
+    static const char *const cases[][7] = {
         {NULL},
         {"frobnicate", NULL},
         {"help", "frobnicate", NULL},
@@ -250,6 +250,8 @@ static void usage_errors_exit_2(void **state) {
         {"compile", "--arch", NULL},
         {"compile", "--frobnicate", SPEC, NULL},
         {"compile", "--list-ops", SPEC, NULL},
+        {"compile", "--arch", "sm_90a", "--arch", "sm_80", SPEC, NULL},
+        {"compile", "--arch=sm_90a", "--arch", "sm_90a", SPEC, NULL},
         {"cache", NULL},
         {"cache", "frobnicate", NULL},
         {"cache", "ls", "extra", NULL},
@@ -267,6 +269,11 @@ static void usage_errors_exit_2(void **state) {
     }
     result_t r = RUN(f, "frobnicate");
     assert_non_null(strstr(r.err, "unknown command \"frobnicate\""));
+    result_free(&r);
+    /* An option of one value given twice is refused, naming both values (the last does not
+     * silently win). */
+    r = RUN(f, "compile", "--arch", "sm_90a", "--arch=sm_80", SPEC);
+    assert_failed_with(&r, 2, "--arch is given twice (\"sm_90a\", then \"sm_80\"): give it once");
     result_free(&r);
 }
 
@@ -554,6 +561,11 @@ static void compile_bad_arch_fails_before_compiling(void **state) {
     assert_failed_with(&r, 1, "--arch: sm_70 is older than sm_80");
     assert_string_equal(r.out, "");
     result_free(&r);
+    r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--arch", "sm_75", "--steps", "2");
+    assert_failed_with(&r, 1, "--arch: sm_75 is older than sm_80");
+    /* before the replay */
+    assert_string_equal(r.out, "");
+    result_free(&r);
     r = RUN(f, "cache", "ls");
     assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
     result_free(&r);
@@ -681,6 +693,14 @@ static void bench_serve_usage_errors_name_the_option(void **state) {
         {ARGS("bench", "serve", "--model", "gpt-5"), 2, "--model = \"gpt-5\", expected one of"},
         {ARGS("bench", "serve", "--kv-budget-gb", "-1"), 2, "--kv-budget-gb = \"-1\""},
         {ARGS("bench", "serve", "--frobnicate"), 2, "unknown option \"--frobnicate\""},
+        {ARGS("bench", "serve", "--steps", "2", "--steps=3"), 2,
+         "--steps is given twice (\"2\", then \"3\"): give it once"},
+        {ARGS("bench", "serve", "--model", "qwen2.5-7b", "--model", "gemma2-9b"), 2,
+         "--model is given twice"},
+        {ARGS("bench", "serve", "--arch", "sm_80,sm_90a"), 1,
+         "--arch \"sm_80,sm_90a\": expected at most 1 arch"},
+        {ARGS("bench", "serve", "--json", "/nonexistent/cinfer-test/serve.json"), 1,
+         "--json /nonexistent/cinfer-test/serve.json: cannot create the file"},
         {ARGS("bench", "serve", "--steps"), 2, "--steps needs a value"},
         {ARGS("bench", "serve", "stray"), 2, "unexpected argument \"stray\""},
         {ARGS("bench", "serve", "--trace", "/nonexistent/cinfer/t.csv"), 1,
@@ -690,8 +710,21 @@ static void bench_serve_usage_errors_name_the_option(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         result_t r = run_env(f, ENV(NO_DRIVER), cases[i].args);
         assert_failed_with(&r, cases[i].status, cases[i].message);
+        /* Every usage error of bench serve shows its options; nothing was replayed. */
+        if (cases[i].status == 2 && cases[i].args[1] && strcmp(cases[i].args[1], "serve") == 0)
+            assert_non_null(strstr(r.err, "usage: cinfer bench serve"));
+        assert_null(strstr(r.out, "schedule:"));
         result_free(&r);
     }
+    /* --json is checked before the replay; a file the check created is not left behind when the
+     * run fails before writing it. */
+    char json[400];
+    snprintf(json, sizeof json, "%s/never.json", f->root);
+    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--json", json, "--trace",
+                         "/nonexistent/cinfer/t.csv");
+    assert_failed_with(&r, 1, "--trace /nonexistent/cinfer/t.csv: cannot open");
+    assert_int_equal(access(json, F_OK), -1);
+    result_free(&r);
     /* A bad trace line is named. */
     char trace[400];
     snprintf(trace, sizeof trace, "%s/bad.csv", f->root);
@@ -699,7 +732,7 @@ static void bench_serve_usage_errors_name_the_option(void **state) {
     assert_non_null(file);
     fputs("TIMESTAMP,ContextTokens,GeneratedTokens\n1,10,2\n2,ten,2\n", file);
     fclose(file);
-    result_t r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--trace", trace);
+    r = RUN_ENV(f, ENV(NO_DRIVER), "bench", "serve", "--trace", trace);
     assert_failed_with(&r, 1, "line 3: ContextTokens = \"ten\"");
     result_free(&r);
     r = RUN(f, "bench", "serve", "--help");
@@ -760,7 +793,7 @@ static void aot_help_and_usage_errors(void **state) {
     assert_non_null(strstr(r.out, "--list FILE"));
     assert_non_null(strstr(r.out, "libcinfer.aot"));
     result_free(&r);
-    static const char *const cases[][6] = {
+    static const char *const cases[][7] = {
         {"aot", NULL},
         {"aot", "-o", "x.aot", NULL},
         {"aot", "--arch", "sm_90a", NULL},
@@ -769,6 +802,10 @@ static void aot_help_and_usage_errors(void **state) {
         {"aot", "--arch", "sm_90a", "-j", "0", NULL},
         {"aot", "--list", NULL},
         {"aot", "--list", "x.aot", "--arch", "sm_80", NULL},
+        {"aot", "--arch", "sm_90a", "--arch=sm_80", "-o", "x.aot", NULL},
+        {"aot", "--set", "ci", "--set=default", NULL},
+        {"aot", "-o", "x.aot", "-o", "y.aot", NULL},
+        {"aot", "-j", "2", "-j", "3", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         r = run_env(f, NULL, cases[i]);
@@ -780,6 +817,9 @@ static void aot_help_and_usage_errors(void **state) {
         assert_string_equal(r.out, "");
         result_free(&r);
     }
+    r = RUN(f, "aot", "--arch", "sm_90a", "-o", "x.aot", "-o", "y.aot");
+    assert_failed_with(&r, 2, "-o is given twice (\"x.aot\", then \"y.aot\"): give it once");
+    result_free(&r);
 }
 
 static void aot_checks_arch_and_set_before_compiling(void **state) {
