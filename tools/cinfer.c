@@ -23,7 +23,9 @@ static const cli_command_t commands[] = {
      "                            modified, age), then a total\n"
      "       cinfer cache clear   remove every entry, lock and temporary file of the cache\n"
      "\n"
-     "The folder is CINFER_CACHE_DIR, else $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer.\n"},
+     "The folder is CINFER_CACHE_DIR, else $XDG_CACHE_HOME/cinfer, else ~/.cache/cinfer. A folder\n"
+     "that does not exist is an empty cache (the first compile creates it): said in a note on\n"
+     "stderr, with exit status 0.\n"},
     {"compile", cli_compile, "compile kernel specs into the kernel cache, optionally load them",
      "usage: cinfer compile [--arch ARCH[,ARCH...]] [--load] SPEC...\n"
      "       cinfer compile --list-ops\n"
@@ -76,7 +78,8 @@ static const cli_command_t *find_command(const char *name) {
 
 static void print_usage(FILE *out) {
     fprintf(out, "usage: cinfer <command> [arguments]\n"
-                 "       cinfer help [command]\n"
+                 "       cinfer help [command]   this list, or a command's usage and options\n"
+                 "       cinfer --version        the library version\n"
                  "\n"
                  "commands:\n");
     for (size_t i = 0; i < NUM_COMMANDS; i++)
@@ -116,6 +119,11 @@ int cli_usage_error(const char *command, const char *fmt, ...) {
 }
 
 int cli_print_help(const char *command) {
+    /* `cinfer help help`: help is no row of the table; its usage is the command list's. */
+    if (strcmp(command, "help") == 0) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
     const cli_command_t *cmd = find_command(command);
     if (!cmd)
         return cli_usage_error(NULL, "unknown command \"%s\"", command);

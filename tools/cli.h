@@ -48,8 +48,8 @@ int cli_usage_error(const char *command, const char *fmt, ...) CINFER__PRINTF(2,
  * value): which one was meant is not for the tool to guess, so every command refuses it. */
 #define CLI_GIVEN_TWICE "%s is given twice (\"%s\", then \"%s\"): give it once"
 
-/* Prints the synopsis of `command` to stdout and returns CLI_EXIT_OK (CLI_EXIT_USAGE for an
- * unknown command). */
+/* Prints the synopsis of `command` to stdout (the command list for "help") and returns
+ * CLI_EXIT_OK (CLI_EXIT_USAGE for an unknown command). */
 int cli_print_help(const char *command);
 
 /* True for "-h" and "--help". */

@@ -2,10 +2,12 @@
  * `cinfer cache ls` and `cinfer cache clear`: the on-disk kernel cache of jit/cache.h, seen from
  * the command line.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,11 +120,26 @@ static cinfer_status_t cache_folder(const char **dir) {
     return CINFER_STATUS_SUCCESS;
 }
 
+/*
+ * A note on stderr when the folder does not exist. The library treats a missing folder as an
+ * empty cache and creates it at the first compile, so it is no error (the exit status stays 0),
+ * but a mistyped CINFER_CACHE_DIR must not look like an empty cache in the right place.
+ */
+static void note_if_missing(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0 && errno == ENOENT)
+        fprintf(stderr,
+                "cinfer: note: the kernel cache folder %s does not exist (taken as an empty cache; "
+                "the first compile creates it)\n",
+                dir);
+}
+
 static int cache_ls(void) {
     listing_t l;
     memset(&l, 0, sizeof l);
     if (cache_folder(&l.dir) != CINFER_STATUS_SUCCESS)
         return cli_fail();
+    note_if_missing(l.dir);
     if (cinfer__cache_list(l.dir, collect, &l) != CINFER_STATUS_SUCCESS) {
         free(l.items);
         return cli_fail();
@@ -183,6 +200,7 @@ static int cache_clear(void) {
     const char *dir;
     if (cache_folder(&dir) != CINFER_STATUS_SUCCESS)
         return cli_fail();
+    note_if_missing(dir);
     /* Entries are counted first: the clear also removes lock and temporary files, and the
      * number a user cares about is the kernels that will have to be compiled again. */
     uint64_t entries = 0, bytes = 0;

@@ -4,8 +4,10 @@
  * reported on their line and are not errors, so the command answers on any machine.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "jit/aot.h"
@@ -126,8 +128,10 @@ static void print_cache(void) {
     }
     char size[32];
     cli_format_bytes(bytes, size, sizeof size);
-    printf(LABEL "%s (%llu entries, %s)\n", "kernel cache:", dir, (unsigned long long)entries,
-           size);
+    struct stat st;
+    const bool missing = stat(dir, &st) != 0 && errno == ENOENT;
+    printf(LABEL "%s (%llu entries, %s%s)\n", "kernel cache:", dir, (unsigned long long)entries,
+           size, missing ? "; the folder does not exist yet: the first compile creates it" : "");
 }
 
 /* The AOT bundle this process would use (CINFER_AOT_PATH, else libcinfer.aot next to the library;

@@ -238,6 +238,16 @@ static void help_lists_every_command(void **state) {
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "cinfer 0."));
     result_free(&r);
+    /* --version is in the command list, and `help help` is that list. */
+    r = RUN(f, "--help");
+    assert_int_equal(COUNT(r.out, "cinfer --version"), 1);
+    result_free(&r);
+    r = RUN(f, "help", "help");
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    assert_non_null(strstr(r.out, "usage: cinfer <command>"));
+    assert_int_equal(COUNT(r.out, "  compile "), 1);
+    result_free(&r);
 }
 
 static void usage_errors_exit_2(void **state) {
@@ -373,16 +383,26 @@ static void cache_ls_on_empty_and_missing_folders(void **state) {
     assert_int_equal(r.status, 0);
     assert_int_equal(COUNT(r.out, "total: 0 entries, 0 B in ", f->cache), 1);
     assert_null(strstr(r.out, "KERNEL"));
+    assert_string_equal(r.err, "");
     result_free(&r);
 
+    /* A missing folder is an empty cache (the first compile creates it): exit 0, with a note on
+     * stderr that names the folder, so a mistyped CINFER_CACHE_DIR is seen. */
     assert_int_equal(rmdir(f->cache), 0);
     r = RUN(f, "cache", "ls");
     assert_int_equal(r.status, 0);
     assert_int_equal(COUNT(r.out, "total: 0 entries"), 1);
+    assert_int_equal(
+        COUNT(r.err, "cinfer: note: the kernel cache folder ", f->cache, " does not exist"), 1);
     result_free(&r);
     r = RUN(f, "cache", "clear");
     assert_int_equal(r.status, 0);
     assert_int_equal(COUNT(r.out, "removed 0 entries"), 1);
+    assert_int_equal(COUNT(r.err, "cinfer: note: ", f->cache, " does not exist"), 1);
+    result_free(&r);
+    r = RUN(f, "info");
+    assert_int_equal(r.status, 0);
+    assert_int_equal(COUNT(r.out, "kernel cache:", "(0 entries", "does not exist yet"), 1);
     result_free(&r);
 }
 
