@@ -269,3 +269,196 @@ int cinfer__page_shift(int page_size) {
             return shift;
     return -1;
 }
+
+/* ---- overlap between tensors ---- */
+
+/* Bytes per element: the dtype's bits times lanes, rounded up to whole bytes (at least one). */
+static int64_t elem_bytes(const DLTensor *t) {
+    const int64_t bits = (int64_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
+    return bits > 8 ? (bits + 7) / 8 : 1;
+}
+
+static bool is_empty(const DLTensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0)
+            return true;
+    return false;
+}
+
+bool cinfer__tensor_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
+    *lo = *hi = 0;
+    if (is_empty(t))
+        return false;
+    /* check_dims bounded the reach of the strides by 2^48 elements, so these do not overflow. */
+    const uint64_t esz = (uint64_t)elem_bytes(t);
+    uint64_t below = 0, above = esz;
+    for (int i = 0; i < t->ndim; i++) {
+        const int64_t st = cinfer__tensor_stride(t, i), last = t->shape[i] - 1;
+        if (st < 0)
+            below += (uint64_t)(-st) * (uint64_t)last * esz;
+        else
+            above += (uint64_t)st * (uint64_t)last * esz;
+    }
+    const uintptr_t at = (uintptr_t)cinfer__tensor_data(t);
+    *lo = at >= below ? at - below : 0; /* clamped: no device address is that low or high */
+    *hi = at <= UINTPTR_MAX - above ? at + above : UINTPTR_MAX;
+    return true;
+}
+
+/* A tensor's elements as sets of bytes: from `base`, every sum of index_k * stride[k] (bytes) for
+ * index_k in [0, size[k]), each `elem` bytes wide. Dims of one index and stride 0 are dropped
+ * (they add no element), negative strides turned around (base moves to the lowest element),
+ * the rest sorted by stride, largest first; reach[k] is the bytes that dims k.. span, element
+ * included. */
+typedef struct elements {
+    int n;
+    int64_t elem, size[8], stride[8], reach[9];
+    uint64_t base;
+} elements_t;
+
+/* false when t has more dims than elements_t holds (the caller then assumes the worst). */
+static bool elements_of(const DLTensor *t, elements_t *e) {
+    memset(e, 0, sizeof *e);
+    e->elem = elem_bytes(t);
+    uint64_t base = (uint64_t)(uintptr_t)cinfer__tensor_data(t);
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t st = cinfer__tensor_stride(t, i) * e->elem;
+        if (t->shape[i] <= 1 || st == 0)
+            continue;
+        if (e->n == 8)
+            return false;
+        if (st < 0) {
+            st = -st;
+            base -= (uint64_t)st * (uint64_t)(t->shape[i] - 1);
+        }
+        int k = e->n++;
+        for (; k > 0 && e->stride[k - 1] < st; k--) { /* insertion, largest stride first */
+            e->stride[k] = e->stride[k - 1];
+            e->size[k] = e->size[k - 1];
+        }
+        e->stride[k] = st;
+        e->size[k] = t->shape[i];
+    }
+    e->base = base;
+    e->reach[e->n] = e->elem;
+    for (int k = e->n - 1; k >= 0; k--)
+        e->reach[k] = e->reach[k + 1] + e->stride[k] * (e->size[k] - 1);
+    return true;
+}
+
+/* floor(a / b) and ceil(a / b) for b > 0. */
+static int64_t div_floor(int64_t a, int64_t b) {
+    return a / b - (a % b != 0 && a < 0);
+}
+static int64_t div_ceil(int64_t a, int64_t b) {
+    return a / b + (a % b != 0 && a > 0);
+}
+
+/*
+ * Whether a's elements from dim ka on, at byte 0, and b's from dim kb on, at byte d, share a
+ * byte. The larger outer stride S is taken apart: when both tensors step by S there (views of one
+ * parent), only rows whose offset j - i puts them within each other's reach can meet, at most
+ * a few offsets, each the same question one dim down; otherwise each row of the one with the
+ * larger stride that falls within the other's reach is asked about in turn. *budget bounds the
+ * questions; when it runs out the answer is "they meet".
+ */
+static bool elements_meet(const elements_t *a, int ka, const elements_t *b, int kb, int64_t d,
+                          int *budget) {
+    if (--*budget < 0)
+        return true;
+    if (d >= a->reach[ka] || d + b->reach[kb] <= 0)
+        return false;
+    if (ka == a->n && kb == b->n)
+        return true;
+    const int64_t sa = ka < a->n ? a->stride[ka] : 0, sb = kb < b->n ? b->stride[kb] : 0;
+    if (sa == sb) {
+        /* Row i of a at i S, row j of b at d + j S meet only if -reach_b < d + (j - i) S <
+         * reach_a (one dim down), with 0 <= i < size_a and 0 <= j < size_b. */
+        const int64_t ra = a->reach[ka + 1], rb = b->reach[kb + 1];
+        int64_t first = div_floor(-rb - d, sa) + 1, last = div_ceil(ra - d, sa) - 1;
+        if (first < 1 - a->size[ka])
+            first = 1 - a->size[ka];
+        if (last > b->size[kb] - 1)
+            last = b->size[kb] - 1;
+        for (int64_t j = first; j <= last; j++)
+            if (elements_meet(a, ka + 1, b, kb + 1, d + j * sa, budget))
+                return true;
+        return false;
+    }
+    if (sa > sb) { /* rows i of a, [i S, i S + reach), against all of b's [d, d + reach_b) */
+        const int64_t ra = a->reach[ka + 1];
+        int64_t first = div_floor(d - ra, sa) + 1, last = div_ceil(d + b->reach[kb], sa) - 1;
+        if (first < 0)
+            first = 0;
+        if (last > a->size[ka] - 1)
+            last = a->size[ka] - 1;
+        for (int64_t i = first; i <= last; i++)
+            if (elements_meet(a, ka + 1, b, kb, d - i * sa, budget))
+                return true;
+        return false;
+    }
+    /* rows j of b, [d + j S, d + j S + reach), against all of a's [0, reach_a) */
+    const int64_t rb = b->reach[kb + 1];
+    int64_t first = div_floor(-rb - d, sb) + 1, last = div_ceil(a->reach[ka] - d, sb) - 1;
+    if (first < 0)
+        first = 0;
+    if (last > b->size[kb] - 1)
+        last = b->size[kb] - 1;
+    for (int64_t j = first; j <= last; j++)
+        if (elements_meet(a, ka, b, kb + 1, d + j * sb, budget))
+            return true;
+    return false;
+}
+
+/* The questions elements_meet may ask before it assumes the worst: enough for views of one
+ * parent (a few offsets per dim) and for a tensor interleaved with a few hundred rows of
+ * another, and still only microseconds of host time in a run call. */
+#define OVERLAP_BUDGET 1024
+
+bool cinfer__tensor_overlap(const DLTensor *a, const DLTensor *b) {
+    uintptr_t alo, ahi, blo, bhi;
+    if (!cinfer__tensor_span(a, &alo, &ahi) || !cinfer__tensor_span(b, &blo, &bhi))
+        return false;
+    if (ahi <= blo || bhi <= alo)
+        return false;
+    elements_t ea, eb;
+    if (!elements_of(a, &ea) || !elements_of(b, &eb))
+        return true;
+    /* The spans meet, so the bases are within 2^52 bytes of each other (2^48 elements of at
+     * most 16 bytes each side): their difference fits an int64. */
+    const int64_t d = (int64_t)(eb.base - ea.base);
+    int budget = OVERLAP_BUDGET;
+    return elements_meet(&ea, 0, &eb, 0, d, &budget);
+}
+
+bool cinfer__tensor_same(const DLTensor *a, const DLTensor *b) {
+    if (cinfer__tensor_data(a) != cinfer__tensor_data(b) || a->ndim != b->ndim ||
+        elem_bytes(a) != elem_bytes(b))
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || cinfer__tensor_step(a, i) != cinfer__tensor_step(b, i))
+            return false;
+    return true;
+}
+
+cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t,
+                                              const cinfer__tensor_arg_t *others, int n) {
+    if (!t)
+        return CINFER_STATUS_SUCCESS;
+    for (int i = 0; i < n; i++) {
+        const cinfer__tensor_arg_t *o = &others[i];
+        if (!o->t || !cinfer__tensor_overlap(t, o->t) ||
+            (o->same_ok && cinfer__tensor_same(t, o->t)))
+            continue;
+        uintptr_t lo, hi, olo, ohi;
+        cinfer__tensor_span(t, &lo, &hi);
+        cinfer__tensor_span(o->t, &olo, &ohi);
+        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                             "%s: [%p, %p) overlaps %s [%p, %p); the call writes %s, expected it "
+                             "not to overlap %s%s%s%s",
+                             arg, (void *)lo, (void *)hi, o->name, (void *)olo, (void *)ohi, arg,
+                             o->name, o->same_ok ? ", or to be " : "", o->same_ok ? o->name : "",
+                             o->same_ok ? " exactly (same data, shape and strides: in place)" : "");
+    }
+    return CINFER_STATUS_SUCCESS;
+}

@@ -58,6 +58,45 @@ cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char 
  */
 cinfer_status_t cinfer__tensor_check_distinct(const char *arg, const DLTensor *t);
 
+/*
+ * The bytes a tensor's elements occupy, from its lowest byte to one past its highest (data +
+ * byte_offset, moved by every dim's stride times its last index, negative strides included, plus
+ * the element's bytes); false for an empty tensor (a size of 0), which occupies none. After
+ * cinfer__tensor_check_dims.
+ */
+bool cinfer__tensor_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi);
+
+/*
+ * Whether some byte of an element of a is a byte of an element of b (after
+ * cinfer__tensor_check_dims of both). Spans that do not meet never overlap; spans that meet are
+ * taken apart dim by dim, largest stride first, so that views that interleave without sharing an
+ * element (the q and k slices of a packed QKV tensor, the K and V halves of a combined cache)
+ * are told apart from views that share one. A layout too tangled to settle within a small
+ * budget of steps counts as overlapping.
+ */
+bool cinfer__tensor_overlap(const DLTensor *a, const DLTensor *b);
+
+/* Whether a and b name the same elements in the same order: the same data + byte_offset, ndim,
+ * shape, element size and stride in every dim of more than one index (an exact, in-place alias). */
+bool cinfer__tensor_same(const DLTensor *a, const DLTensor *b);
+
+/* Another tensor argument of a call, for cinfer__tensor_check_disjoint. */
+typedef struct cinfer__tensor_arg {
+    const char *name;
+    const DLTensor *t; /* NULL: not given, nothing to check */
+    bool same_ok;      /* the written tensor may be this one exactly (cinfer__tensor_same) */
+} cinfer__tensor_arg_t;
+
+/*
+ * For a tensor the call writes (`arg`, after its own checks; NULL passes): it must share no byte
+ * with any of the call's `n` other tensors, inputs or outputs, except that it may be exactly one
+ * marked same_ok (an in-place call), or a kernel would read what another part of it already
+ * overwrote. INVALID_ARGUMENT naming both and their bytes otherwise, like "v_out: [0x..,
+ * 0x..) overlaps v_a [0x.., 0x..); expected v_out not to overlap v_a, or to be v_a exactly".
+ */
+cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t,
+                                              const cinfer__tensor_arg_t *others, int n);
+
 /* Stride of dim in elements (compact strides when t->strides is NULL). */
 int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
 

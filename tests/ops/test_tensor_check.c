@@ -172,6 +172,192 @@ static void shape_mismatch_messages_show_both_shapes(void **state) {
                    "v_b: shape [2, 3, 5], expected [2, *, 4]");
 }
 
+/* ---- overlap between tensors ---- */
+
+/* A view at a made-up device address (nothing is dereferenced). */
+static DLTensor view_at(uintptr_t at, int ndim, int64_t *shape, int64_t *strides, uint8_t bits) {
+    DLTensor t =
+        cinfer_test_dl_view((void *)at, ndim, shape, bits == 32 ? kDLFloat : kDLBfloat, bits);
+    if (bits == 8)
+        t.dtype.code = kDLUInt;
+    t.strides = strides;
+    return t;
+}
+
+static void spans_cover_every_element(void **state) {
+    (void)state;
+    uintptr_t lo, hi;
+    /* compact [4, 8, 64] bf16 from 0x10000 (+ 6 bytes of byte_offset): 4 KiB */
+    int64_t shape[3] = {4, 8, 64}, strides[3] = {512, 64, 1};
+    DLTensor t = view_at(0x10000, 3, shape, NULL, 16);
+    t.byte_offset = 6;
+    assert_true(cinfer__tensor_span(&t, &lo, &hi));
+    assert_int_equal(lo, 0x10006);
+    assert_int_equal(hi, 0x10006 + 4 * 8 * 64 * 2);
+    /* a reversed first dim reaches 3 rows below data; a stride-0 dim reaches nowhere */
+    t.strides = strides;
+    strides[0] = -512;
+    strides[1] = 0;
+    assert_true(cinfer__tensor_span(&t, &lo, &hi));
+    assert_int_equal(lo, 0x10006 - 3 * 512 * 2);
+    assert_int_equal(hi, 0x10006 + 64 * 2);
+    /* permuted strides: [4, 8, 64] over a [8, 4, 64] buffer */
+    strides[0] = 64;
+    strides[1] = 256;
+    assert_true(cinfer__tensor_span(&t, &lo, &hi));
+    assert_int_equal(hi - lo, 4 * 8 * 64 * 2);
+    /* an empty tensor occupies nothing, whatever its strides */
+    shape[1] = 0;
+    assert_false(cinfer__tensor_span(&t, &lo, &hi));
+    /* a 0-d tensor is one element */
+    DLTensor flag = view_at(0x20000, 0, NULL, NULL, 32);
+    assert_true(cinfer__tensor_span(&flag, &lo, &hi));
+    assert_int_equal(hi - lo, 4);
+}
+
+static void views_of_one_buffer_overlap_only_where_they_share_bytes(void **state) {
+    (void)state;
+    /* q, k, v slices of a packed [16, 32 + 8 + 8, 128] bf16 QKV tensor: interleaved rows, no
+     * shared element. */
+    const int64_t row = 48 * 128;
+    int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128}, st[3] = {row, 128, 1};
+    DLTensor q = view_at(0x100000, 3, qs, st, 16), k = view_at(0x100000, 3, ks, st, 16);
+    DLTensor v = k;
+    k.byte_offset = 32 * 128 * 2;
+    v.byte_offset = 40 * 128 * 2;
+    assert_false(cinfer__tensor_overlap(&q, &k));
+    assert_false(cinfer__tensor_overlap(&k, &v));
+    assert_false(cinfer__tensor_overlap(&v, &q));
+    /* k one element wider, or one element earlier, reaches into q's or v's rows */
+    k.byte_offset -= 2;
+    assert_true(cinfer__tensor_overlap(&q, &k));
+    k.byte_offset += 2;
+    ks[1] = 9;
+    assert_true(cinfer__tensor_overlap(&k, &v));
+    ks[1] = 8;
+    /* The K and V halves of a combined NHD cache [4, 2, 16, 8, 128] as two views. */
+    int64_t cs[4] = {4, 16, 8, 128}, cst[4] = {2 * 16 * 8 * 128, 8 * 128, 128, 1};
+    DLTensor kc = view_at(0x200000, 4, cs, cst, 16), vc = kc;
+    vc.byte_offset = 16 * 8 * 128 * 2;
+    assert_false(cinfer__tensor_overlap(&kc, &vc));
+    assert_true(cinfer__tensor_overlap(&kc, &kc));
+    /* the same memory with permuted strides, and 64 bytes into it */
+    int64_t vs[3] = {4, 8, 64}, perm[3] = {64, 256, 1};
+    DLTensor a = view_at(0x300000, 3, vs, NULL, 16), b = view_at(0x300000, 3, vs, perm, 16);
+    assert_true(cinfer__tensor_overlap(&a, &b));
+    assert_false(cinfer__tensor_same(&a, &b));
+    b.strides = NULL;
+    assert_true(cinfer__tensor_same(&a, &b));
+    b.byte_offset = 64;
+    assert_true(cinfer__tensor_overlap(&a, &b));
+    assert_false(cinfer__tensor_same(&a, &b));
+    /* an lse [4, 8] float32 placed right after v, and one byte into it */
+    int64_t ls[2] = {4, 8};
+    DLTensor lse = view_at(0x300000 + 4 * 8 * 64 * 2, 2, ls, NULL, 32);
+    assert_false(cinfer__tensor_overlap(&a, &lse));
+    lse.data = (char *)lse.data - 4;
+    assert_true(cinfer__tensor_overlap(&a, &lse));
+    /* Every 4th byte against every odd byte: no byte in common, but with other strides and
+     * 2000 rows inside each other's span it is more than the check takes apart, and counts as
+     * overlapping (the safe answer). */
+    int64_t n4[1] = {2000}, s4[1] = {4}, n2[1] = {4000}, s2[1] = {2};
+    DLTensor every4 = view_at(0x400000, 1, n4, s4, 8), odd = view_at(0x400001, 1, n2, s2, 8);
+    assert_true(cinfer__tensor_overlap(&every4, &odd));
+    n4[0] = 8; /* a few rows are settled exactly */
+    assert_false(cinfer__tensor_overlap(&every4, &odd));
+    /* an empty tensor overlaps nothing, even at the same address */
+    int64_t none[3] = {0, 8, 64};
+    DLTensor empty = view_at(0x300000, 3, none, NULL, 16);
+    assert_false(cinfer__tensor_overlap(&a, &empty));
+}
+
+/* The bytes a small view covers, as a bitmap of the window [origin, origin + 4096). */
+static void mark_bytes(const DLTensor *t, uintptr_t origin, unsigned char *bytes) {
+    const int64_t esz = t->dtype.bits / 8;
+    int64_t idx[3] = {0, 0, 0}, count = 1;
+    for (int i = 0; i < t->ndim; i++)
+        count *= t->shape[i];
+    for (int64_t n = 0; n < count; n++) {
+        int64_t rest = n, off = 0;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            idx[i] = rest % t->shape[i];
+            rest /= t->shape[i];
+            off += idx[i] * t->strides[i];
+        }
+        const uintptr_t at = (uintptr_t)t->data + t->byte_offset + (uintptr_t)(off * esz);
+        for (int64_t b = 0; b < esz; b++)
+            bytes[at - origin + (uintptr_t)b] = 1;
+    }
+}
+
+/* Random small views (1-3 dims of 0-3 indices, strides of -9..9 elements in any order, element
+ * sizes 1, 2 and 4, byte offsets 0-23) against each other: the overlap test agrees with the bytes
+ * the two cover, exactly. */
+static void overlap_matches_the_bytes_covered(void **state) {
+    (void)state;
+    cinfer_test_rng rng;
+    cinfer_test_rng_init(&rng, 0x0E71A9ull);
+    const uintptr_t origin = 0x100000, at = origin + 2048;
+    static const uint8_t bits[3] = {8, 16, 32};
+    int overlapping = 0, interleaved = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        int64_t shape[2][3], strides[2][3];
+        DLTensor t[2];
+        unsigned char bytes[2][4096];
+        for (int j = 0; j < 2; j++) {
+            const int ndim = 1 + (int)cinfer_test_rng_below(&rng, 3);
+            for (int i = 0; i < ndim; i++) {
+                shape[j][i] = (int64_t)cinfer_test_rng_below(&rng, 4);
+                strides[j][i] = (int64_t)cinfer_test_rng_below(&rng, 19) - 9;
+            }
+            t[j] = view_at(at, ndim, shape[j], strides[j], bits[cinfer_test_rng_below(&rng, 3)]);
+            t[j].byte_offset = cinfer_test_rng_below(&rng, 24);
+            memset(bytes[j], 0, sizeof bytes[j]);
+            mark_bytes(&t[j], origin, bytes[j]);
+        }
+        bool shared = false;
+        for (int b = 0; b < 4096; b++)
+            shared = shared || (bytes[0][b] && bytes[1][b]);
+        uintptr_t lo0, hi0, lo1, hi1;
+        const bool spans_meet = cinfer__tensor_span(&t[0], &lo0, &hi0) &&
+                                cinfer__tensor_span(&t[1], &lo1, &hi1) && lo0 < hi1 && lo1 < hi0;
+        overlapping += shared;
+        interleaved += spans_meet && !shared;
+        if (cinfer__tensor_overlap(&t[0], &t[1]) != shared ||
+            cinfer__tensor_overlap(&t[1], &t[0]) != shared)
+            fail_msg("iteration %d: overlap %d, but the views %s bytes", iter,
+                     (int)cinfer__tensor_overlap(&t[0], &t[1]), shared ? "share" : "share no");
+    }
+    /* both answers, and spans that meet without a shared byte, came up often */
+    assert_true(overlapping > 2500);
+    assert_true(interleaved > 1200);
+}
+
+static void written_tensors_must_not_overlap_the_others(void **state) {
+    (void)state;
+    int64_t vs[3] = {4, 8, 64}, ls[2] = {4, 8};
+    DLTensor v_a = view_at(0x10000, 3, vs, NULL, 16), v_out = v_a;
+    DLTensor lse = view_at(0x20000, 2, ls, NULL, 32);
+    const cinfer__tensor_arg_t in_place_ok[] = {{"lse_a", &lse, true}, {"v_a", &v_a, true}};
+    const cinfer__tensor_arg_t apart[] = {{"v_a", &v_a, false}};
+    /* exactly the input: accepted where in place is, refused where not */
+    assert_int_equal(cinfer__tensor_check_disjoint("v_out", &v_out, in_place_ok, 2),
+                     CINFER_STATUS_SUCCESS);
+    expect_invalid(cinfer__tensor_check_disjoint("v_out", &v_out, apart, 1),
+                   "v_out: [0x10000, 0x11000) overlaps v_a [0x10000, 0x11000); the call writes "
+                   "v_out, expected it not to overlap v_a");
+    /* 64 bytes into it: refused either way, the message offering the exact alias */
+    v_out.byte_offset = 64;
+    expect_invalid(cinfer__tensor_check_disjoint("v_out", &v_out, in_place_ok, 2),
+                   "v_out: [0x10040, 0x11040) overlaps v_a [0x10000, 0x11000); the call writes "
+                   "v_out, expected it not to overlap v_a, or to be v_a exactly");
+    /* NULL tensors (optional arguments) pass */
+    const cinfer__tensor_arg_t none[] = {{"lse", NULL, false}};
+    assert_int_equal(cinfer__tensor_check_disjoint("v_out", &v_out, none, 1),
+                     CINFER_STATUS_SUCCESS);
+    assert_int_equal(cinfer__tensor_check_disjoint("lse", NULL, apart, 1), CINFER_STATUS_SUCCESS);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dims_are_checked_before_the_shape_is_read),
@@ -179,6 +365,10 @@ int main(void) {
         cmocka_unit_test(written_tensors_have_distinct_elements),
         cmocka_unit_test(a_0d_tensor_holds_one_element),
         cmocka_unit_test(shape_mismatch_messages_show_both_shapes),
+        cmocka_unit_test(spans_cover_every_element),
+        cmocka_unit_test(views_of_one_buffer_overlap_only_where_they_share_bytes),
+        cmocka_unit_test(overlap_matches_the_bytes_covered),
+        cmocka_unit_test(written_tensors_must_not_overlap_the_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
