@@ -199,6 +199,21 @@ cinfer_status_t cinfer_append_paged_kv_cache(
         CINFER__CHECK(cinfer__tensor_check(ctx, "error_flag", error_flag, ndim, one,
                                            CINFER__DTS(CINFER__DT_I32)));
     }
+    /* The caches and the flag are written while other threads read the rows and the page
+     * table: none may overlap another or an input (the halves of one buffer, e.g. a combined
+     * cache given as two views, do not overlap). */
+    const cinfer__tensor_arg_t others[] = {{"v_cache", v_cache, false},
+                                           {"error_flag", error_flag, false},
+                                           {"append_k", append_k, false},
+                                           {"append_v", append_v, false},
+                                           {"batch_indices", batch_indices, false},
+                                           {"positions", positions, false},
+                                           {"kv_indices", kv_indices, false},
+                                           {"kv_indptr", kv_indptr, false},
+                                           {"kv_last_page_len", kv_last_page_len, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("k_cache", k_cache, others, 9));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("v_cache", v_cache, others + 1, 8));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("error_flag", error_flag, others + 2, 7));
     if (nnz == 0 || Hk == 0)
         return CINFER_STATUS_SUCCESS;
 
@@ -269,6 +284,11 @@ cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
     CINFER__CHECK(check_index(ctx, "batch_indices", batch_indices, -1));
     const int64_t nnz = batch_indices->shape[0];
     CINFER__CHECK(check_index(ctx, "positions", positions, nnz));
+    const cinfer__tensor_arg_t others[] = {{"positions", positions, false},
+                                           {"append_indptr", append_indptr, false},
+                                           {"seq_lens", seq_lens, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("batch_indices", batch_indices, others, 3));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("positions", positions, others + 1, 2));
     if (nnz == 0)
         return CINFER_STATUS_SUCCESS;
 
@@ -303,6 +323,9 @@ cinfer_status_t cinfer_get_seq_lens(cinfer_context_t *ctx, const DLTensor *kv_in
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT, "page_size = %d, expected >= 1",
                              page_size);
     CINFER__CHECK(check_index(ctx, "seq_lens", seq_lens, batch_size));
+    const cinfer__tensor_arg_t inputs[] = {{"kv_indptr", kv_indptr, false},
+                                           {"kv_last_page_len", kv_last_page_len, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("seq_lens", seq_lens, inputs, 2));
     if (batch_size == 0)
         return CINFER_STATUS_SUCCESS;
 

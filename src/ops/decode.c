@@ -619,6 +619,15 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                 "num_qo_heads from the options",
                                 CINFER_STATUS_PLAN_MISMATCH));
     }
+    const cinfer__tensor_arg_t others[] = {{"lse", lse, false},
+                                           {"q", q, false},
+                                           {"k_cache", k_cache, false},
+                                           {"v_cache", v_cache, false},
+                                           {"kv_indptr", kv_indptr, false},
+                                           {"kv_indices", kv_indices, false},
+                                           {"kv_last_page_len", kv_last_page_len, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 7));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 6));
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
@@ -764,6 +773,10 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         CINFER__CHECK(check_lse(ctx, lse, 1, lse_shape, "[num_qo_heads] from the options",
                                 CINFER_STATUS_INVALID_ARGUMENT));
     }
+    const cinfer__tensor_arg_t others[] = {
+        {"lse", lse, false}, {"q", q, false}, {"k", k, false}, {"v", v, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 4));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 3));
     CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;

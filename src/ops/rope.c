@@ -25,16 +25,6 @@ static bool rows_aligned16(const DLTensor *t) {
     return true;
 }
 
-/* True if a and b are the same view of the same memory (an in-place call). */
-static bool same_view(const DLTensor *a, const DLTensor *b) {
-    if (cinfer__tensor_data(a) != cinfer__tensor_data(b))
-        return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (cinfer__tensor_step(a, i) != cinfer__tensor_step(b, i))
-            return false;
-    return true;
-}
-
 static cinfer_status_t check_options(const cinfer_rope_options_t *o, bool llama31) {
     if (o->size < sizeof *o || o->version != CINFER_ROPE_OPTIONS_VERSION)
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
@@ -96,12 +86,26 @@ static cinfer_status_t check_output(const cinfer_context_t *ctx, const char *arg
         return cinfer__tensor_check_distinct(in_arg, in);
     CINFER__CHECK(
         cinfer__tensor_check(ctx, arg, out, 3, in->shape, CINFER__DTS(cinfer__tensor_dtype(in))));
-    if (cinfer__tensor_data(out) == cinfer__tensor_data(in) && !same_view(out, in))
-        return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                             "%s: same data as %s but different strides; an output must be its "
-                             "input exactly (in place) or not overlap it",
-                             arg, in_arg);
     return cinfer__tensor_check_distinct(arg, out);
+}
+
+/*
+ * An output (the input itself when in place) may be its own input exactly, each thread reading
+ * its elements before it writes them, but must not otherwise overlap it, the other input, the
+ * other output or the `n` (at most 2) position tables, which other threads read.
+ */
+static cinfer_status_t check_apart(const DLTensor *q, const DLTensor *k, const DLTensor *q_out,
+                                   const DLTensor *k_out, const cinfer__tensor_arg_t *tables,
+                                   int n) {
+    const char *q_name = q_out ? "q_out" : "q (rotated in place)";
+    const char *k_name = k_out ? "k_out" : "k (rotated in place)";
+    const DLTensor *qw = q_out ? q_out : q, *kw = k_out ? k_out : k;
+    cinfer__tensor_arg_t for_q[5] = {{"q", q, true}, {k_name, kw, false}, {"k", k, false}};
+    cinfer__tensor_arg_t for_k[4] = {{"k", k, true}, {"q", q, false}};
+    for (int i = 0; i < n; i++)
+        for_q[3 + i] = for_k[2 + i] = tables[i];
+    CINFER__CHECK(cinfer__tensor_check_disjoint(q_name, qw, for_q, 3 + n));
+    return cinfer__tensor_check_disjoint(k_name, kw, for_k, 2 + n);
 }
 
 /*
@@ -161,7 +165,7 @@ static cinfer_status_t setup(cinfer_context_t *ctx, const DLTensor *q, const DLT
     const int v = c->vec ? 8 : 1;
     p->rot_units = CINFER_ROPE_ROT_UNITS((int)r, interleave, v);
     /* In place, the elements past the rotary dim are already where they belong. */
-    const bool in_place = same_view(outs[0], q) && same_view(outs[1], k);
+    const bool in_place = cinfer__tensor_same(outs[0], q) && cinfer__tensor_same(outs[1], k);
     p->units = p->rot_units + (in_place ? 0 : CINFER_ROPE_PASS_UNITS((int)D, (int)r, v));
     /* A token's threads: one per unit of a row, as many rows at once as the block allows, and
      * several tokens per block when one token's rows need fewer threads than the block has. */
@@ -241,6 +245,8 @@ static cinfer_status_t ragged(cinfer_context_t *ctx, const cinfer_rope_options_t
     const int64_t offsets_shape[1] = {batch_size};
     CINFER__CHECK(cinfer__tensor_check(ctx, "offsets", offsets, 1, offsets_shape,
                                        CINFER__DTS(CINFER__DT_I32)));
+    const cinfer__tensor_arg_t tables[2] = {{"indptr", indptr, false}, {"offsets", offsets, false}};
+    CINFER__CHECK(check_apart(q, k, q_out, k_out, tables, 2));
     c.p.indptr = cinfer__tensor_data(indptr);
     c.p.offsets = cinfer__tensor_data(offsets);
     c.p.batch_size = (int)batch_size;
@@ -264,6 +270,8 @@ static cinfer_status_t by_pos_ids(cinfer_context_t *ctx, const cinfer_rope_optio
     const int64_t shape[1] = {q->shape[0]};
     CINFER__CHECK(
         cinfer__tensor_check(ctx, "pos_ids", pos_ids, 1, shape, CINFER__DTS(CINFER__DT_I32)));
+    const cinfer__tensor_arg_t table = {"pos_ids", pos_ids, false};
+    CINFER__CHECK(check_apart(q, k, q_out, k_out, &table, 1));
     c.p.pos_ids = cinfer__tensor_data(pos_ids);
     fill_freq(&c.p, o, llama31);
     return launch(ctx, CINFER__OP_ROPE_POS_IDS, &c, stream);
@@ -325,6 +333,9 @@ cinfer_status_t cinfer_apply_rope_with_cos_sin_cache(cinfer_context_t *ctx, cons
     const int64_t shape[1] = {q->shape[0]};
     CINFER__CHECK(
         cinfer__tensor_check(ctx, "positions", positions, 1, shape, CINFER__DTS(CINFER__DT_I32)));
+    const cinfer__tensor_arg_t tables[2] = {{"positions", positions, false},
+                                            {"cos_sin_cache", cos_sin_cache, false}};
+    CINFER__CHECK(check_apart(q, k, q_out, k_out, tables, 2));
     c.p.pos_ids = cinfer__tensor_data(positions);
     c.p.cos_sin_cache = cinfer__tensor_data(cos_sin_cache);
     c.p.cache_stride = cinfer__tensor_step(cos_sin_cache, 0);

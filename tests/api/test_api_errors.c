@@ -42,6 +42,34 @@ static DLTensor tensor(void *data, int ndim, int64_t *shape, DLDataTypeCode code
             fail_msg("%s: refused, yet launched %ld kernels", #call, launches() - before_);        \
     } while (0)
 
+/* A good call: SUCCESS and at least one kernel launched. */
+#define EXPECT_RUNS(call)                                                                          \
+    do {                                                                                           \
+        const long before_ = launches();                                                           \
+        const cinfer_status_t st_ = (call);                                                        \
+        if (st_ != CINFER_STATUS_SUCCESS)                                                          \
+            fail_msg("%s: %s \"%s\", expected SUCCESS", #call, cinfer_status_name(st_),            \
+                     cinfer_last_error());                                                         \
+        if (launches() == before_)                                                                 \
+            fail_msg("%s: SUCCESS without a launch", #call);                                       \
+    } while (0)
+
+/* A call refused for an output that overlaps another tensor: INVALID_ARGUMENT with a message
+ * that starts with the output's name and names the other one. */
+#define EXPECT_OVERLAP(out, other, call)                                                           \
+    do {                                                                                           \
+        const long before_ = launches();                                                           \
+        const cinfer_status_t st_ = (call);                                                        \
+        const char *msg_ = cinfer_last_error();                                                    \
+        if (st_ != CINFER_STATUS_INVALID_ARGUMENT ||                                               \
+            strncmp(msg_, out ": [0x", strlen(out) + 5) ||                                         \
+            !strstr(msg_, ") overlaps " other " [0x"))                                             \
+            fail_msg("%s: %s \"%s\", expected INVALID_ARGUMENT: %s overlapping %s", #call,         \
+                     cinfer_status_name(st_), msg_, out, other);                                   \
+        if (launches() != before_)                                                                 \
+            fail_msg("%s: refused, yet launched %ld kernels", #call, launches() - before_);        \
+    } while (0)
+
 static int setup(void **state) {
     (void)state;
     const char *fake = getenv("CINFER_CUDA_PATH");
@@ -324,6 +352,359 @@ static void mla_and_rope_limits(void **state) {
                    cinfer_apply_rope_pos_ids(ctx, &r, &q, &k, &qo, &ko, &pos, NULL));
 }
 
+/* ---- outputs that overlap inputs or each other ---- */
+
+/* A view of `pool` at byte `at` with explicit strides (NULL: compact). */
+static DLTensor view(size_t at, int ndim, int64_t *shape, int64_t *strides, DLDataTypeCode code,
+                     uint8_t bits) {
+    DLTensor t = tensor(pool + at, ndim, shape, code, bits);
+    t.strides = strides;
+    return t;
+}
+
+static void merge_outputs_may_only_be_inputs_exactly(void **state) {
+    (void)state;
+    int64_t vs[3] = {4, 8, 64}, ls[2] = {4, 8}, permuted[3] = {64, 256, 1};
+    DLTensor va = view(0x0000, 3, vs, NULL, kDLFloat, 16),
+             vb = view(0x1000, 3, vs, NULL, kDLFloat, 16);
+    DLTensor la = view(0x8000, 2, ls, NULL, kDLFloat, 32),
+             lb = view(0x8100, 2, ls, NULL, kDLFloat, 32);
+    DLTensor vo = view(0x2000, 3, vs, NULL, kDLFloat, 16),
+             lo = view(0x8200, 2, ls, NULL, kDLFloat, 32);
+    EXPECT_RUNS(cinfer_merge_state(ctx, &va, &la, &vb, &lb, &vo, &lo, NULL));
+    /* in place over either input, exactly: documented */
+    EXPECT_RUNS(cinfer_merge_state(ctx, &va, &la, &vb, &lb, &va, &la, NULL));
+    EXPECT_RUNS(cinfer_merge_state(ctx, &va, &la, &vb, &lb, &vb, &lb, NULL));
+    /* inputs overlap each other freely: b 64 bytes into a */
+    DLTensor shifted = va;
+    shifted.byte_offset = 64;
+    EXPECT_RUNS(cinfer_merge_state(ctx, &va, &la, &shifted, &lb, &vo, &lo, NULL));
+    /* v_out over v_a's memory with permuted strides, or 64 bytes into it */
+    DLTensor bad = va;
+    bad.strides = permuted;
+    EXPECT_OVERLAP("v_out", "v_a", cinfer_merge_state(ctx, &va, &la, &vb, &lb, &bad, &lo, NULL));
+    EXPECT_OVERLAP("v_out", "v_a",
+                   cinfer_merge_state(ctx, &va, &la, &vb, &lb, &shifted, &lo, NULL));
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "or to be v_a exactly",
+                   cinfer_merge_state(ctx, &va, &la, &vb, &lb, &shifted, &lo, NULL));
+    /* the two outputs at one address */
+    DLTensor lse_on_v = lo;
+    lse_on_v.data = vo.data;
+    EXPECT_OVERLAP("v_out", "lse_out",
+                   cinfer_merge_state(ctx, &va, &la, &vb, &lb, &vo, &lse_on_v, NULL));
+    /* lse_out over v_b */
+    lse_on_v.data = vb.data;
+    EXPECT_OVERLAP("lse_out", "v_b",
+                   cinfer_merge_state(ctx, &va, &la, &vb, &lb, &vo, &lse_on_v, NULL));
+
+    /* merge_state_in_place: the other state may be (v, lse) exactly, nothing else may meet them */
+    int64_t ms[1] = {4};
+    DLTensor mask = view(0x9000, 1, ms, NULL, kDLUInt, 8);
+    EXPECT_RUNS(cinfer_merge_state_in_place(ctx, &va, &la, &vb, &lb, &mask, NULL));
+    EXPECT_RUNS(cinfer_merge_state_in_place(ctx, &va, &la, &va, &la, NULL, NULL));
+    EXPECT_OVERLAP("v", "v_other",
+                   cinfer_merge_state_in_place(ctx, &va, &la, &shifted, &lb, NULL, NULL));
+    DLTensor mask_in_lse = mask;
+    mask_in_lse.data = la.data;
+    EXPECT_OVERLAP("lse", "mask",
+                   cinfer_merge_state_in_place(ctx, &va, &la, &vb, &lb, &mask_in_lse, NULL));
+
+    /* merge_states: v_out as v's first state, lse_out inside lse */
+    int64_t s4[4] = {4, 3, 8, 64}, s3[3] = {4, 3, 8}, first[3] = {3 * 8 * 64, 64, 1};
+    DLTensor v = view(0x10000, 4, s4, NULL, kDLFloat, 16),
+             l = view(0x18000, 3, s3, NULL, kDLFloat, 32);
+    EXPECT_RUNS(cinfer_merge_states(ctx, &v, &l, &vo, &lo, NULL));
+    EXPECT_RUNS(cinfer_merge_states(ctx, &v, &l, &vo, NULL, NULL));
+    DLTensor state0 = view(0x10000, 3, vs, first, kDLFloat, 16);
+    EXPECT_OVERLAP("v_out", "v", cinfer_merge_states(ctx, &v, &l, &state0, &lo, NULL));
+    DLTensor lse_in_l = view(0x18000 + 64, 2, ls, NULL, kDLFloat, 32);
+    EXPECT_OVERLAP("lse_out", "lse", cinfer_merge_states(ctx, &v, &l, &vo, &lse_in_l, NULL));
+}
+
+static void rope_outputs_in_place_or_apart(void **state) {
+    (void)state;
+    const cinfer_rope_options_t o = CINFER_ROPE_OPTIONS_INIT;
+    /* q, k, v of a packed [4, 4 + 2 + 2, 64] bf16 QKV tensor */
+    int64_t qs[3] = {4, 4, 64}, ks[3] = {4, 2, 64}, packed[3] = {8 * 64, 64, 1}, ps[1] = {4};
+    DLTensor q = view(0x30000, 3, qs, packed, kDLBfloat, 16),
+             k = view(0x30000, 3, ks, packed, kDLBfloat, 16);
+    k.byte_offset = 4 * 64 * 2;
+    DLTensor pos = view(0x38000, 1, ps, NULL, kDLInt, 32);
+    DLTensor qo = view(0x40000, 3, qs, NULL, kDLBfloat, 16),
+             ko = view(0x41000, 3, ks, NULL, kDLBfloat, 16);
+    EXPECT_RUNS(cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, NULL, NULL, &pos, NULL));
+    EXPECT_RUNS(cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &q, &k, &pos, NULL));
+    EXPECT_RUNS(cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &qo, &ko, &pos, NULL));
+    EXPECT_RUNS(cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &qo, NULL, &pos, NULL));
+    /* q_out 256 bytes into q; q_out over k and v (q's rows moved by half a row) */
+    DLTensor bad = q;
+    bad.byte_offset = 256;
+    EXPECT_OVERLAP("q_out", "q", cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &bad, &ko, &pos, NULL));
+    bad.byte_offset = 4 * 64 * 2;
+    EXPECT_OVERLAP("q_out", "k", cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &bad, &ko, &pos, NULL));
+    /* the two outputs at one address; k_out over the positions */
+    DLTensor ko_on_qo = ko;
+    ko_on_qo.data = qo.data;
+    EXPECT_OVERLAP("q_out", "k_out",
+                   cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &qo, &ko_on_qo, &pos, NULL));
+    DLTensor ko_on_pos = ko;
+    ko_on_pos.data = pos.data;
+    EXPECT_OVERLAP("k_out", "pos_ids",
+                   cinfer_apply_rope_pos_ids(ctx, &o, &q, &k, &qo, &ko_on_pos, &pos, NULL));
+    /* in place, with k over q's last two heads */
+    DLTensor k_in_q = k;
+    k_in_q.byte_offset = 2 * 64 * 2;
+    EXPECT_OVERLAP("q (rotated in place)", "k (rotated in place)",
+                   cinfer_apply_rope_pos_ids(ctx, &o, &q, &k_in_q, NULL, NULL, &pos, NULL));
+    /* ... while as inputs of separate outputs they may overlap */
+    EXPECT_RUNS(cinfer_apply_rope_pos_ids(ctx, &o, &q, &k_in_q, &qo, &ko, &pos, NULL));
+
+    /* ragged: q_out over offsets; Llama 3.1: k_out over indptr */
+    int64_t is[1] = {2}, os[1] = {1};
+    DLTensor indptr = view(0x38100, 1, is, NULL, kDLInt, 32),
+             offsets = view(0x40000, 1, os, NULL, kDLInt, 32);
+    EXPECT_OVERLAP("q_out", "offsets",
+                   cinfer_apply_rope(ctx, NULL, &q, &k, &qo, &ko, &indptr, &offsets, NULL));
+    DLTensor ko_on_indptr = ko;
+    ko_on_indptr.data = indptr.data;
+    offsets.data = pool + 0x38200;
+    EXPECT_OVERLAP(
+        "k_out", "indptr",
+        cinfer_apply_llama31_rope(ctx, NULL, &q, &k, &qo, &ko_on_indptr, &indptr, &offsets, NULL));
+    EXPECT_OVERLAP(
+        "k (rotated in place)", "pos_ids",
+        cinfer_apply_llama31_rope_pos_ids(ctx, NULL, &q, &ko_on_pos, &qo, NULL, &pos, NULL));
+    /* the cos/sin table: k_out over it */
+    int64_t ts[2] = {16, 64};
+    DLTensor table = view(0x50000, 2, ts, NULL, kDLFloat, 32), ko_on_table = ko;
+    ko_on_table.data = table.data;
+    EXPECT_OVERLAP("k_out", "cos_sin_cache",
+                   cinfer_apply_rope_with_cos_sin_cache(ctx, &q, &k, &qo, &ko_on_table, &pos,
+                                                        &table, 0, NULL));
+}
+
+static void append_and_page_table_outputs_apart(void **state) {
+    (void)state;
+    cinfer_append_options_t o = CINFER_APPEND_OPTIONS_INIT;
+    int64_t as[3] = {2, 1, 64}, two[1] = {2}, one[1] = {1};
+    DLTensor ak = view(0x60000, 3, as, NULL, kDLBfloat, 16),
+             av = view(0x60100, 3, as, NULL, kDLBfloat, 16);
+    DLTensor bi = view(0x61000, 1, two, NULL, kDLInt, 32),
+             pos = view(0x61010, 1, two, NULL, kDLInt, 32);
+    DLTensor ind = view(0x61020, 1, one, NULL, kDLInt, 32),
+             iptr = view(0x61030, 1, two, NULL, kDLInt, 32);
+    DLTensor last = view(0x61040, 1, one, NULL, kDLInt, 32);
+    DLTensor flag = view(0x61050, 0, NULL, NULL, kDLInt, 32);
+    /* a combined [4, 2, 16, 1, 64] cache, whole or as its K and V halves */
+    int64_t cs5[5] = {4, 2, 16, 1, 64}, cs[4] = {4, 16, 1, 64}, half[4] = {2 * 16 * 64, 64, 64, 1};
+    DLTensor kv = view(0x70000, 5, cs5, NULL, kDLBfloat, 16);
+    DLTensor kc = view(0x70000, 4, cs, half, kDLBfloat, 16), vc = kc;
+    vc.byte_offset = 16 * 64 * 2;
+    EXPECT_RUNS(cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kv, NULL, &ind, &iptr,
+                                             &last, &flag, NULL));
+    EXPECT_RUNS(cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kc, &vc, &ind, &iptr,
+                                             &last, &flag, NULL));
+    /* K and V given as one (not combined) cache */
+    EXPECT_OVERLAP("k_cache", "v_cache",
+                   cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kc, &kc, &ind, &iptr,
+                                                &last, &flag, NULL));
+    /* the flag inside the V half; the appended K rows inside the K half */
+    DLTensor flag_in_v = flag;
+    flag_in_v.data = pool + 0x70000 + 16 * 64 * 2;
+    EXPECT_OVERLAP("v_cache", "error_flag",
+                   cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kc, &vc, &ind, &iptr,
+                                                &last, &flag_in_v, NULL));
+    DLTensor ak_in_k = ak;
+    ak_in_k.data = kc.data;
+    EXPECT_OVERLAP("k_cache", "append_k",
+                   cinfer_append_paged_kv_cache(ctx, &o, &ak_in_k, &av, &bi, &pos, &kv, NULL, &ind,
+                                                &iptr, &last, &flag, NULL));
+    /* the page table inside the combined cache; the flag over positions */
+    DLTensor ind_in_kv = ind;
+    ind_in_kv.data = pool + 0x70000 + 6000;
+    EXPECT_OVERLAP("k_cache", "kv_indices",
+                   cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kv, NULL, &ind_in_kv,
+                                                &iptr, &last, &flag, NULL));
+    DLTensor flag_on_pos = flag;
+    flag_on_pos.data = pos.data;
+    EXPECT_OVERLAP("error_flag", "positions",
+                   cinfer_append_paged_kv_cache(ctx, &o, &ak, &av, &bi, &pos, &kv, NULL, &ind,
+                                                &iptr, &last, &flag_on_pos, NULL));
+
+    /* get_batch_indices_positions: both outputs in one tensor; positions over seq_lens */
+    int64_t nnz[1] = {8};
+    DLTensor append_indptr = view(0x62000, 1, two, NULL, kDLInt, 32),
+             seq_lens = view(0x62010, 1, one, NULL, kDLInt, 32);
+    DLTensor out_b = view(0x62100, 1, nnz, NULL, kDLInt, 32),
+             out_p = view(0x62200, 1, nnz, NULL, kDLInt, 32);
+    EXPECT_RUNS(
+        cinfer_get_batch_indices_positions(ctx, &append_indptr, &seq_lens, &out_b, &out_p, NULL));
+    EXPECT_OVERLAP(
+        "batch_indices", "positions",
+        cinfer_get_batch_indices_positions(ctx, &append_indptr, &seq_lens, &out_b, &out_b, NULL));
+    DLTensor p_on_lens = out_p;
+    p_on_lens.data = pool + 0x62000 + 12;
+    EXPECT_OVERLAP("positions", "seq_lens",
+                   cinfer_get_batch_indices_positions(ctx, &append_indptr, &seq_lens, &out_b,
+                                                      &p_on_lens, NULL));
+    /* get_seq_lens into its own kv_last_page_len */
+    EXPECT_RUNS(cinfer_get_seq_lens(ctx, &iptr, &last, 16, &seq_lens, NULL));
+    EXPECT_OVERLAP("seq_lens", "kv_last_page_len",
+                   cinfer_get_seq_lens(ctx, &iptr, &last, 16, &last, NULL));
+}
+
+static void packbits_outputs_apart(void **state) {
+    (void)state;
+    int64_t n[1] = {64}, bytes[1] = {8};
+    DLTensor x = view(0x63000, 1, n, NULL, kDLUInt, 8),
+             y = view(0x63100, 1, bytes, NULL, kDLUInt, 8);
+    EXPECT_RUNS(cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
+    DLTensor y_on_x = view(0x63000, 1, bytes, NULL, kDLUInt, 8);
+    EXPECT_OVERLAP("y", "x", cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y_on_x, NULL));
+
+    int64_t is[1] = {3};
+    int32_t *ip = (int32_t *)(pool + 0x63200);
+    ip[0] = 0, ip[1] = 32, ip[2] = 64;
+    DLTensor indptr = view(0x63200, 1, is, NULL, kDLInt, 32),
+             indptr_new = view(0x63300, 1, is, NULL, kDLInt, 32);
+    EXPECT_RUNS(
+        cinfer_segment_packbits(ctx, &x, &indptr, CINFER_BITORDER_BIG, &y, &indptr_new, NULL));
+    EXPECT_OVERLAP(
+        "y", "x",
+        cinfer_segment_packbits(ctx, &x, &indptr, CINFER_BITORDER_BIG, &y_on_x, &indptr_new, NULL));
+    DLTensor new_on_y = indptr_new;
+    new_on_y.data = y.data;
+    EXPECT_OVERLAP(
+        "indptr_new", "y",
+        cinfer_segment_packbits(ctx, &x, &indptr, CINFER_BITORDER_BIG, &y, &new_on_y, NULL));
+    new_on_y.data = indptr.data;
+    EXPECT_OVERLAP(
+        "indptr_new", "indptr",
+        cinfer_segment_packbits(ctx, &x, &indptr, CINFER_BITORDER_BIG, &y, &new_on_y, NULL));
+}
+
+static void attention_outputs_apart_from_inputs(void **state) {
+    (void)state;
+    /* batch decode: K and V as the halves of one combined [2, 2, 16, 8, 128] cache, and as one
+     * tensor (both inputs), run; out over q, lse inside out, lse over the page table do not */
+    two_requests_t r;
+    two_requests_init(&r);
+    int64_t half[4] = {2 * 16 * 8 * 128, 8 * 128, 128, 1};
+    r.k.strides = r.v.strides = half;
+    r.v.data = r.kv;
+    r.v.byte_offset = 16 * 8 * 128 * 2;
+    EXPECT_RUNS(two_requests_run(&r));
+    r.v = r.k;
+    EXPECT_RUNS(two_requests_run(&r));
+    r.out.data = r.q.data;
+    EXPECT_OVERLAP("out", "q", two_requests_run(&r));
+    r.out.data = pool + 32768;
+    r.lse.data = pool + 32768 + 4096;
+    EXPECT_OVERLAP("out", "lse", two_requests_run(&r));
+    r.lse.data = r.indptr.data;
+    EXPECT_OVERLAP("lse", "kv_indptr", two_requests_run(&r));
+    r.lse.data = pool + 98304;
+    r.out.data = r.kv + 96; /* 16-byte aligned rows */
+    EXPECT_OVERLAP("out", "k_cache", two_requests_run(&r));
+    two_requests_free(&r);
+
+    /* single prefill and single decode over q, k, v of a packed [16, 32 + 8 + 8, 128] tensor:
+     * out over q, lse over v */
+    const cinfer_attention_options_t o = llama_options();
+    int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128}, packed[3] = {48 * 128, 128, 1},
+            ls[2] = {16, 32};
+    DLTensor q = view(0, 3, qs, packed, kDLBfloat, 16), k = view(0, 3, ks, packed, kDLBfloat, 16);
+    k.byte_offset = 32 * 128 * 2;
+    DLTensor v = k;
+    v.byte_offset = 40 * 128 * 2;
+    DLTensor out = view(0x40000, 3, qs, NULL, kDLBfloat, 16),
+             lse = view(0x60000, 2, ls, NULL, kDLFloat, 32);
+    EXPECT_OVERLAP("out", "q", cinfer_single_prefill(ctx, &o, 1, &q, &k, &v, &q, &lse, NULL, NULL));
+    DLTensor lse_on_v = lse;
+    lse_on_v.data = pool + 40 * 128 * 2;
+    EXPECT_OVERLAP("lse", "v",
+                   cinfer_single_prefill(ctx, &o, 1, &q, &k, &v, &out, &lse_on_v, NULL, NULL));
+    EXPECT_OVERLAP("lse", "v",
+                   cinfer_single_prefill_with_workspace(ctx, &o, 1, &q, &k, &v, &out, &lse_on_v,
+                                                        NULL, NULL, 0, NULL));
+    int64_t q1[2] = {32, 128}, l1[1] = {32}, step[2] = {128, 1};
+    DLTensor dq = view(0, 2, q1, step, kDLBfloat, 16),
+             dout = view(0x40000, 2, q1, NULL, kDLBfloat, 16);
+    DLTensor dlse = view(0x60000, 1, l1, NULL, kDLFloat, 32), dout_on_k = dout;
+    dout_on_k.data = pool + 32 * 128 * 2;
+    EXPECT_OVERLAP(
+        "out", "k",
+        cinfer_single_decode(ctx, &o, &dq, &k, &v, &dout_on_k, &dlse, NULL, NULL, 0, NULL));
+    DLTensor dlse_on_out = dlse;
+    dlse_on_out.data = dout.data;
+    EXPECT_OVERLAP(
+        "out", "lse",
+        cinfer_single_decode(ctx, &o, &dq, &k, &v, &dout, &dlse_on_out, NULL, NULL, 0, NULL));
+
+    /* batch prefill over the packed q, k, v runs; out as q, lse over k do not */
+    size_t bytes = 0;
+    assert_int_equal(
+        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64, &bytes),
+        CINFER_STATUS_SUCCESS);
+    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(workspace);
+    cinfer_batch_prefill_t *op = NULL;
+    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64,
+                                                 workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t qo_indptr[2] = {0, 16}, kv_indptr[2] = {0, 16};
+    assert_int_equal(cinfer_batch_prefill_plan(op, qo_indptr, kv_indptr, NULL, 1, NULL),
+                     CINFER_STATUS_SUCCESS);
+    EXPECT_RUNS(cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &out, &lse, NULL, NULL));
+    EXPECT_OVERLAP("out", "q",
+                   cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &q, &lse, NULL, NULL));
+    DLTensor lse_on_k = lse;
+    lse_on_k.data = pool + 32 * 128 * 2;
+    EXPECT_OVERLAP("lse", "k",
+                   cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &out, &lse_on_k, NULL, NULL));
+    cinfer_batch_prefill_destroy(op);
+    free(workspace);
+}
+
+/* MLA: out over the latent cache, lse over q_pe */
+static void mla_outputs_apart_from_inputs(void **state) {
+    (void)state;
+    cinfer_mla_options_t m = CINFER_MLA_OPTIONS_INIT;
+    m.num_heads = 16;
+    m.sm_scale = 0.1f;
+    size_t bytes = 0;
+    assert_int_equal(cinfer_batch_mla_workspace_size(ctx, &m, 1, 64, &bytes),
+                     CINFER_STATUS_SUCCESS);
+    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(workspace);
+    cinfer_batch_mla_t *op = NULL;
+    assert_int_equal(cinfer_batch_mla_create(ctx, &m, 1, 64, workspace, bytes, &op),
+                     CINFER_STATUS_SUCCESS);
+    const int32_t qo_indptr[2] = {0, 1}, kv_indptr[2] = {0, 1}, last[1] = {10};
+    assert_int_equal(cinfer_batch_mla_plan(op, qo_indptr, kv_indptr, last, 1, NULL),
+                     CINFER_STATUS_SUCCESS);
+    int64_t qn[3] = {1, 16, 512}, qp[3] = {1, 16, 64}, ckv[3] = {1, 64, 512}, kpe[3] = {1, 64, 64},
+            one[1] = {1}, ls[2] = {1, 16};
+    DLTensor q_nope = view(0, 3, qn, NULL, kDLBfloat, 16),
+             q_pe = view(0x4000, 3, qp, NULL, kDLBfloat, 16);
+    DLTensor c = view(0x10000, 3, ckv, NULL, kDLBfloat, 16),
+             p = view(0x20000, 3, kpe, NULL, kDLBfloat, 16);
+    DLTensor ind = view(0x23000, 1, one, NULL, kDLInt, 32);
+    DLTensor out = view(0x30000, 3, qn, NULL, kDLBfloat, 16),
+             lse = view(0x34000, 2, ls, NULL, kDLFloat, 32);
+    EXPECT_RUNS(cinfer_batch_mla_run(op, &q_nope, &q_pe, &c, &p, &ind, &out, &lse, NULL));
+    DLTensor out_on_c = out;
+    out_on_c.data = c.data;
+    EXPECT_OVERLAP("out", "ckv_cache",
+                   cinfer_batch_mla_run(op, &q_nope, &q_pe, &c, &p, &ind, &out_on_c, &lse, NULL));
+    DLTensor lse_on_pe = lse;
+    lse_on_pe.data = q_pe.data;
+    EXPECT_OVERLAP("lse", "q_pe",
+                   cinfer_batch_mla_run(op, &q_nope, &q_pe, &c, &p, &ind, &out, &lse_on_pe, NULL));
+    cinfer_batch_mla_destroy(op);
+    free(workspace);
+}
+
 /* ---- mutated tensors ---- */
 
 /* One argument's descriptor and room for its shape and strides (8 dims, whatever ndim says). */
@@ -488,6 +869,12 @@ int main(void) {
         cmocka_unit_test(builtin_variant_sizes),
         cmocka_unit_test(batch_prefill_run_shapes),
         cmocka_unit_test(mla_and_rope_limits),
+        cmocka_unit_test(merge_outputs_may_only_be_inputs_exactly),
+        cmocka_unit_test(rope_outputs_in_place_or_apart),
+        cmocka_unit_test(append_and_page_table_outputs_apart),
+        cmocka_unit_test(packbits_outputs_apart),
+        cmocka_unit_test(attention_outputs_apart_from_inputs),
+        cmocka_unit_test(mla_outputs_apart_from_inputs),
         cmocka_unit_test(mutated_tensors_are_refused_or_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
