@@ -619,20 +619,26 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                 "num_qo_heads from the options",
                                 CINFER_STATUS_PLAN_MISMATCH));
     }
-    const cinfer__tensor_arg_t others[] = {{"lse", lse, false},
-                                           {"q", q, false},
-                                           {"k_cache", k_cache, false},
-                                           {"v_cache", v_cache, false},
-                                           {"kv_indptr", kv_indptr, false},
-                                           {"kv_indices", kv_indices, false},
-                                           {"kv_last_page_len", kv_last_page_len, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 7));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 6));
+    /* The outputs apart from everything else; nothing may overlap the workspace (the plan's
+     * schedule, the partial states the kernels write). */
+    const cinfer__tensor_arg_t tensors[] = {{"out", out, false},
+                                            {"lse", lse, false},
+                                            {"q", q, false},
+                                            {"k_cache", k_cache, false},
+                                            {"v_cache", v_cache, false},
+                                            {"kv_indptr", kv_indptr, false},
+                                            {"kv_indices", kv_indices, false},
+                                            {"kv_last_page_len", kv_last_page_len, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 7));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 6));
+    CINFER__CHECK(
+        cinfer__tensor_check_workspace(op->workspace, op->layout.total_bytes, tensors, 8));
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(s->variant, args, Hq, B, ctx, "cinfer_batch_decode_run",
                                        variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_check_disjoint(s->variant, args, out, lse));
 
     p.q = cinfer__tensor_data(q);
     p.q_stride_n = cinfer__tensor_stride(q, 0);
@@ -773,15 +779,19 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
         CINFER__CHECK(check_lse(ctx, lse, 1, lse_shape, "[num_qo_heads] from the options",
                                 CINFER_STATUS_INVALID_ARGUMENT));
     }
-    const cinfer__tensor_arg_t others[] = {
-        {"lse", lse, false}, {"q", q, false}, {"k", k, false}, {"v", v, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 4));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 3));
+    const cinfer__tensor_arg_t tensors[] = {{"out", out, false},
+                                            {"lse", lse, false},
+                                            {"q", q, false},
+                                            {"k", k, false},
+                                            {"v", v, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 4));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 3));
     CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(s.variant, args, Hq, 1, ctx, "cinfer_single_decode",
                                        variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_check_disjoint(s.variant, args, out, lse));
 
     cinfer__decode_chunking_t chunking;
     cinfer__decode_layout_t layout;
@@ -789,6 +799,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     CINFER__CHECK(single_plan(&s, len, &chunking, &layout));
     CINFER__CHECK(check_workspace(workspace, workspace_bytes, layout.total_bytes,
                                   "cinfer_single_decode_workspace_size"));
+    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, layout.total_bytes, tensors, 5));
 
     cinfer_decode_params p;
     memset(&p, 0, sizeof p);

@@ -403,14 +403,18 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
     CINFER__CHECK(cinfer__prefill_check_aligned("kpe_cache", kpe_cache));
     CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
     CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
-    const cinfer__tensor_arg_t others[] = {{"lse", lse, false},
-                                           {"q_nope", q_nope, false},
-                                           {"q_pe", q_pe, false},
-                                           {"ckv_cache", ckv_cache, false},
-                                           {"kpe_cache", kpe_cache, false},
-                                           {"kv_indices", kv_indices, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 6));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 5));
+    /* The outputs apart from everything else; nothing may overlap the workspace (the plan's
+     * schedule, the partial states the kernels write). */
+    const cinfer__tensor_arg_t tensors[] = {{"out", out, false},
+                                            {"lse", lse, false},
+                                            {"q_nope", q_nope, false},
+                                            {"q_pe", q_pe, false},
+                                            {"ckv_cache", ckv_cache, false},
+                                            {"kpe_cache", kpe_cache, false},
+                                            {"kv_indices", kv_indices, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 6));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 5));
+    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors, 7));
 
     cinfer_mla_params p = op->base;
     p.q_nope = cinfer__tensor_data(q_nope);

@@ -863,6 +863,7 @@ cinfer__single_prefill_config(cinfer_context_t *ctx, const cinfer_attention_opti
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(o->variant, args, o->num_qo_heads, 1, ctx,
                                        "cinfer_single_prefill", variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_check_disjoint(o->variant, args, out, lse));
 
     const int64_t num_q_tiles = (qo_len + cfg.tile_q - 1) / cfg.tile_q;
     const int64_t blocks = num_q_tiles * Hq;
@@ -1704,6 +1705,7 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     size_t variant_bytes = 0;
     CINFER__CHECK(cinfer__variant_pack(s->variant, args, Hq, op->batch_size, ctx,
                                        "cinfer_batch_prefill_run", variant_blob, &variant_bytes));
+    CINFER__CHECK(cinfer__variant_check_disjoint(s->variant, args, out, lse));
 
     cinfer_prefill_params p = op->base;
     if (s->cfg.paged) {
@@ -1717,13 +1719,14 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
                                  "kv_indices is not NULL, expected NULL for a ragged KV");
         CINFER__CHECK(ragged_kv(op, k, v, &p));
     }
-    const cinfer__tensor_arg_t others[] = {{"lse", lse, false},
-                                           {"q", q, false},
-                                           {"k", k, false},
-                                           {"v", v, false},
-                                           {"kv_indices", kv_indices, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 5));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 4));
+    /* The outputs apart from everything else; nothing may overlap the workspace (the plan's
+     * schedule, the partial states the kernels write). */
+    const cinfer__tensor_arg_t tensors[] = {{"out", out, false}, {"lse", lse, false},
+                                            {"q", q, false},     {"k", k, false},
+                                            {"v", v, false},     {"kv_indices", kv_indices, false}};
+    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 5));
+    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 4));
+    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors, 6));
     set_q_out_lse(&p, q, out, lse);
 
     const int tile = op->tile;

@@ -462,3 +462,17 @@ cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t
     }
     return CINFER_STATUS_SUCCESS;
 }
+
+cinfer_status_t cinfer__tensor_check_workspace(const void *workspace, size_t bytes,
+                                               const cinfer__tensor_arg_t *tensors, int n) {
+    int64_t size = (int64_t)bytes;
+    DLTensor ws;
+    memset(&ws, 0, sizeof ws);
+    ws.data = (void *)(uintptr_t)workspace;
+    ws.ndim = 1;
+    ws.shape = &size;
+    ws.dtype.code = kDLUInt;
+    ws.dtype.bits = 8;
+    ws.dtype.lanes = 1;
+    return cinfer__tensor_check_disjoint("workspace", &ws, tensors, n);
+}

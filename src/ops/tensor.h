@@ -97,6 +97,14 @@ typedef struct cinfer__tensor_arg {
 cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t,
                                               const cinfer__tensor_arg_t *others, int n);
 
+/*
+ * For a device workspace of `bytes` bytes that a call writes (the schedule, split-KV partial
+ * states): none of the call's `n` tensors may overlap it (cinfer__tensor_check_disjoint, the
+ * workspace named "workspace").
+ */
+cinfer_status_t cinfer__tensor_check_workspace(const void *workspace, size_t bytes,
+                                               const cinfer__tensor_arg_t *tensors, int n);
+
 /* Stride of dim in elements (compact strides when t->strides is NULL). */
 int64_t cinfer__tensor_stride(const DLTensor *t, int dim);
 

@@ -517,6 +517,23 @@ static cinfer_status_t check_size(const cinfer_variant_t *v, int i, const DLTens
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__variant_check_disjoint(const cinfer_variant_t *v, const cinfer_args_t *args,
+                                               const DLTensor *out, const DLTensor *lse) {
+    const int num_args = args && v ? args->num_args : 0; /* pack checked it against v */
+    for (int i = 0; i < num_args; i++) {
+        const cinfer_arg_t *a = &args->args[i];
+        if (a->kind != CINFER_PARAM_TENSOR || !a->tensor)
+            continue;
+        char name[128];
+        cinfer__fmt(name, sizeof name, "%s (argument %d of variant %s)", v->param_names[i], i,
+                    v->name);
+        const cinfer__tensor_arg_t arg = {name, a->tensor, false};
+        CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, &arg, 1));
+        CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, &arg, 1));
+    }
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_args_t *args,
                                      int64_t num_qo_heads, int64_t batch_size,
                                      const cinfer_context_t *ctx, const char *op,

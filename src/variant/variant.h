@@ -83,6 +83,12 @@ cinfer_status_t cinfer__variant_pack(const cinfer_variant_t *v, const cinfer_arg
                                      const cinfer_context_t *ctx, const char *op,
                                      unsigned char blob[CINFER__VARIANT_MAX_BYTES], size_t *bytes);
 
+/* After cinfer__variant_pack: the outputs out and lse (NULL: none) must not overlap the variant's
+ * tensor arguments, which the kernels read (or, like dump_logits' logits, write); INVALID_ARGUMENT
+ * naming the parameter otherwise (cinfer__tensor_check_disjoint). */
+cinfer_status_t cinfer__variant_check_disjoint(const cinfer_variant_t *v, const cinfer_args_t *args,
+                                               const DLTensor *out, const DLTensor *lse);
+
 /* A variant without softmax has no LSE: lse must be NULL (INVALID_ARGUMENT naming `op`). */
 cinfer_status_t cinfer__variant_lse_check(const cinfer_variant_t *v, const DLTensor *lse,
                                           const char *op);

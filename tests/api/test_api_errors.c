@@ -285,6 +285,11 @@ static void builtin_variant_sizes(void **state) {
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
                    "(tensor sinks) of variant sinks: shape [1], expected 1-d with at least 32",
                    cinfer_single_prefill(ctx, &o, 1, &q, &k, &k, &out, NULL, &args, NULL));
+    /* ... and [32] inside out, which the call writes while it reads them */
+    int64_t heads[1] = {32};
+    sinks = tensor(pool + 262144 + 4096, 1, heads, kDLFloat, 32);
+    EXPECT_OVERLAP("out", "sinks (argument 0 of variant sinks)",
+                   cinfer_single_prefill(ctx, &o, 1, &q, &k, &k, &out, NULL, &args, NULL));
 }
 
 static void batch_prefill_run_shapes(void **state) {
@@ -606,6 +611,12 @@ static void attention_outputs_apart_from_inputs(void **state) {
     r.lse.data = pool + 98304;
     r.out.data = r.kv + 96; /* 16-byte aligned rows */
     EXPECT_OVERLAP("out", "k_cache", two_requests_run(&r));
+    /* the workspace (schedule and partial states) holds out, or q */
+    r.out.data = r.workspace;
+    EXPECT_OVERLAP("workspace", "out", two_requests_run(&r));
+    r.out.data = pool + 32768;
+    r.q.data = (char *)r.workspace + 256;
+    EXPECT_OVERLAP("workspace", "q", two_requests_run(&r));
     two_requests_free(&r);
 
     /* single prefill and single decode over q, k, v of a packed [16, 32 + 8 + 8, 128] tensor:
@@ -640,6 +651,13 @@ static void attention_outputs_apart_from_inputs(void **state) {
     EXPECT_OVERLAP(
         "out", "lse",
         cinfer_single_decode(ctx, &o, &dq, &k, &v, &dout, &dlse_on_out, NULL, NULL, 0, NULL));
+    size_t need = 0; /* a workspace over out */
+    assert_int_equal(cinfer_single_decode_workspace_size(ctx, &o, 16, &need),
+                     CINFER_STATUS_SUCCESS);
+    assert_true(need > 0 && need < 0x20000);
+    EXPECT_OVERLAP(
+        "workspace", "out",
+        cinfer_single_decode(ctx, &o, &dq, &k, &v, &dout, &dlse, NULL, pool + 0x40000, need, NULL));
 
     /* batch prefill over the packed q, k, v runs; out as q, lse over k do not */
     size_t bytes = 0;
@@ -662,6 +680,11 @@ static void attention_outputs_apart_from_inputs(void **state) {
     lse_on_k.data = pool + 32 * 128 * 2;
     EXPECT_OVERLAP("lse", "k",
                    cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &out, &lse_on_k, NULL, NULL));
+    DLTensor lse_in_workspace = lse;
+    lse_in_workspace.data = workspace;
+    EXPECT_OVERLAP(
+        "workspace", "lse",
+        cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &out, &lse_in_workspace, NULL, NULL));
     cinfer_batch_prefill_destroy(op);
     free(workspace);
 }
@@ -701,6 +724,11 @@ static void mla_outputs_apart_from_inputs(void **state) {
     lse_on_pe.data = q_pe.data;
     EXPECT_OVERLAP("lse", "q_pe",
                    cinfer_batch_mla_run(op, &q_nope, &q_pe, &c, &p, &ind, &out, &lse_on_pe, NULL));
+    DLTensor out_in_workspace = out;
+    out_in_workspace.data = workspace;
+    EXPECT_OVERLAP(
+        "workspace", "out",
+        cinfer_batch_mla_run(op, &q_nope, &q_pe, &c, &p, &ind, &out_in_workspace, &lse, NULL));
     cinfer_batch_mla_destroy(op);
     free(workspace);
 }
