@@ -27,6 +27,15 @@
  *   tensor holds one element. A tensor a call writes (outputs, in-place states and caches) gives
  *   each index its own element: over its dims of more than one index, taken by increasing
  *   |stride|, each |stride| passes the span of those before it (INVALID_ARGUMENT otherwise).
+ * - A tensor a call writes shares no byte with any other tensor of the call, input or output
+ *   (a variant's tensor arguments included), nor with the workspace the call uses (its kernels
+ *   would read what other threads already overwrote), except where a function allows an output
+ *   to be one of its inputs exactly, in place: the same data + byte_offset, element size, shape
+ *   and strides. Views that interleave without sharing an element (slices of a packed QKV
+ *   tensor, the K and V halves of one combined cache) do not overlap: strided views are taken
+ *   apart dim by dim, and only a layout too tangled to settle that way (thousands of rows of one
+ *   between the rows of another) is refused without a shared byte. Inputs may overlap each
+ *   other freely. INVALID_ARGUMENT otherwise, naming both tensors and their bytes.
  * - LSE (log-sum-exp) values are in base 2: lse = log2(sum_j exp(s_j)), where s_j are the logits
  *   in natural units. An empty state has lse = -inf and value 0.
  * - Work is enqueued on the CUDA stream passed as the last argument (NULL = the legacy default
@@ -206,7 +215,8 @@ CINFER_API const char *cinfer_cache_dir(void);
  * v_out, lse_out = merge((v_a, lse_a), (v_b, lse_b)).
  * v_a, v_b, v_out: [n, H, D] fp16 or bf16 (one dtype for all three).
  * lse_a, lse_b, lse_out: [n, H] float32, base 2.
- * The outputs may alias the inputs exactly (same pointers and strides).
+ * An output may be an input exactly (in place: the same data + byte_offset, shape and strides);
+ * any other overlap of an output with an input or the other output is INVALID_ARGUMENT.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
@@ -218,6 +228,10 @@ CINFER_API cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTen
  * (v, lse) = merge((v, lse), (v_other, lse_other)) in place, for the rows where mask is nonzero.
  * v, v_other: [n, H, D] fp16 or bf16; lse, lse_other: [n, H] float32 base 2;
  * mask: NULL (every row) or [n] uint8/bool on the device.
+ * v_other and lse_other may be v and lse exactly (a state merged with itself); otherwise
+ * v_other, lse_other and mask must not overlap v or lse, nor v and lse each other
+ * (INVALID_ARGUMENT).
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v,
                                                        DLTensor *lse, const DLTensor *v_other,
@@ -227,7 +241,9 @@ CINFER_API cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DL
 /*
  * Folds num_states states per row: v: [n, num_states, H, D] fp16 or bf16, lse: [n, num_states, H]
  * float32 -> v_out: [n, H, D] (same dtype as v), lse_out: [n, H] float32. num_states may be 0
- * (every output row is (0, -inf)). lse_out may be NULL.
+ * (every output row is (0, -inf)). lse_out may be NULL. v_out and lse_out must not overlap v,
+ * lse or each other (INVALID_ARGUMENT).
+ * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR, NOT_FOUND.
  */
 CINFER_API cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v,
                                                const DLTensor *lse, DLTensor *v_out,
@@ -599,10 +615,12 @@ CINFER_API cinfer_status_t cinfer_batch_decode_plan(cinfer_batch_decode_t *op,
  * args: the arguments of options->variant (NULL for default attention and for variants without
  * parameters), checked against its declaration; they are passed by value, so a captured graph
  * replays with the values of the capture.
+ * out and lse must not overlap each other, q, the caches, the page table, the workspace or the
+ * tensors of args.
  * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim, non-contiguous last dim, not
- * on the context's device, index arrays not int32, lse not float32); PLAN_MISMATCH (shapes or
- * dtypes that differ from the options or the plan); UNSUPPORTED (misaligned rows, K and V with
- * different strides); CUDA_ERROR.
+ * on the context's device, index arrays not int32, lse not float32, out or lse overlapping
+ * another tensor or the workspace); PLAN_MISMATCH (shapes or dtypes that differ from the options
+ * or the plan); UNSUPPORTED (misaligned rows, K and V with different strides); CUDA_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_batch_decode_run(
     cinfer_batch_decode_t *op, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
@@ -626,7 +644,8 @@ CINFER_API void cinfer_batch_decode_destroy(cinfer_batch_decode_t *op);
  * captured kv_len and addresses). Otherwise the schedule is copied into the workspace from
  * pageable memory (an asynchronous copy on stream), and a call while stream is capturing returns
  * UNSUPPORTED (capture batch decode in graph mode instead). args: the arguments of
- * options->variant, as for cinfer_batch_decode_run.
+ * options->variant, as for cinfer_batch_decode_run. out and lse must not overlap each other, q, k,
+ * v, the workspace or the tensors of args (INVALID_ARGUMENT).
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, WORKSPACE_TOO_SMALL, NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND, OUT_OF_MEMORY.
  */
@@ -671,6 +690,7 @@ CINFER_API cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
  * unless that grid is under two waves of resident CTAs and the next smaller tile is estimated to
  * finish sooner (a short causal prompt, a short query over a long KV): such a call loads both
  * kernels. Thread-safe. args: the arguments of options->variant, as for cinfer_batch_decode_run.
+ * out and lse must not overlap each other, q, k, v or the tensors of args (INVALID_ARGUMENT).
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED, NO_DEVICE, CUDA_ERROR, COMPILE_ERROR,
  * NOT_FOUND, OUT_OF_MEMORY.
  */
@@ -861,7 +881,8 @@ CINFER_API cinfer_status_t cinfer_batch_prefill_plan(cinfer_batch_prefill_t *op,
  *   the variant hooks is the request's index in the plan.
  * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim or dtype, non-contiguous last
  * dim, not on the context's device, kv_indices given for a ragged KV or missing for a paged one,
- * variant arguments that do not match the declaration, lse with a variant without softmax);
+ * variant arguments that do not match the declaration, lse with a variant without softmax, out
+ * or lse overlapping each other, q, k, v, kv_indices, the workspace or the tensors of args);
  * PLAN_MISMATCH (shapes or dtypes that differ from the options or the plan); UNSUPPORTED
  * (misaligned rows, paged K and V with different strides); CUDA_ERROR.
  */
@@ -954,8 +975,9 @@ CINFER_API cinfer_status_t cinfer_batch_mla_plan(cinfer_batch_mla_t *op, const i
  * entries in [0, max_pages) (not range-checked); out [total_q, H, 512] of q_dtype; lse NULL or
  * [total_q, H] float32. Any strides with a contiguous last dim whose rows stay 16-byte aligned.
  * Returns SUCCESS; INVALID_ARGUMENT (NULL, no plan yet, wrong ndim or dtype, non-contiguous last
- * dim, not on the context's device); PLAN_MISMATCH (shapes that contradict the options or the
- * plan); UNSUPPORTED (misaligned rows); CUDA_ERROR.
+ * dim, not on the context's device, out or lse overlapping each other, an input or the
+ * workspace); PLAN_MISMATCH (shapes that contradict the options or the plan); UNSUPPORTED
+ * (misaligned rows); CUDA_ERROR.
  */
 CINFER_API cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_nope,
                                                 const DLTensor *q_pe, const DLTensor *ckv_cache,
@@ -969,8 +991,9 @@ CINFER_API void cinfer_batch_mla_destroy(cinfer_batch_mla_t *op);
 /* ---------------------------------------------------------------------------------------------
  * KV-cache and position utilities: appending to a paged KV cache, page-table helpers, rotary
  * position embeddings (RoPE) and bit packing of boolean masks. Every function returns a status
- * (SUCCESS; INVALID_ARGUMENT for a NULL, a wrong shape, dtype, device or stride, a bad option;
- * UNSUPPORTED outside the kernels' limits; NO_DEVICE; CUDA_ERROR; COMPILE_ERROR; NOT_FOUND),
+ * (SUCCESS; INVALID_ARGUMENT for a NULL, a wrong shape, dtype, device or stride, a bad option,
+ * an output that overlaps an input or another output; UNSUPPORTED outside the kernels' limits;
+ * NO_DEVICE; CUDA_ERROR; COMPILE_ERROR; NOT_FOUND),
  * enqueues its work on `stream` (last argument) asynchronously, never allocates, synchronizes or
  * reads device memory on the host (so it can be captured in a CUDA graph once its kernel is
  * loaded), and is thread-safe. Index tensors are int32.
@@ -1048,7 +1071,9 @@ typedef struct cinfer_append_options {
  *
  * Rows are copied with 16-byte accesses when D % 8 == 0 and every row starts on a 16-byte
  * boundary (8 for fp8 caches), element by element otherwise. Positions written twice in one call
- * (two tokens with the same request and position) hold one of the two rows.
+ * (two tokens with the same request and position) hold one of the two rows. k_cache, v_cache and
+ * error_flag must not overlap each other or any input (INVALID_ARGUMENT); the K and V halves of
+ * one combined cache given as two views do not overlap.
  * Returns SUCCESS, INVALID_ARGUMENT, UNSUPPORTED (D outside 1..1024), NO_DEVICE, CUDA_ERROR,
  * COMPILE_ERROR, NOT_FOUND.
  */
@@ -1068,7 +1093,8 @@ CINFER_API cinfer_status_t cinfer_append_paged_kv_cache(
  * i >= append_indptr[batch_size], e.g. padding) get batch index -1 and position -1, which
  * cinfer_append_paged_kv_cache skips.
  * append_indptr: [batch_size + 1] int32, non-decreasing; seq_lens: [batch_size] int32;
- * batch_indices, positions: [nnz] int32 outputs (nnz is their length). All on the device.
+ * batch_indices, positions: [nnz] int32 outputs (nnz is their length), overlapping neither each
+ * other nor the inputs (INVALID_ARGUMENT). All on the device.
  */
 CINFER_API cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
                                                               const DLTensor *append_indptr,
@@ -1083,7 +1109,8 @@ CINFER_API cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *
  *   kv_last_page_len[b] there, which agrees whenever that is 0). Computed in 64 bits and
  *   saturated to the int32 range.
  * kv_indptr: [batch_size + 1] int32; kv_last_page_len: [batch_size] int32; page_size >= 1;
- * seq_lens: [batch_size] int32 output. All on the device.
+ * seq_lens: [batch_size] int32 output, overlapping neither input (INVALID_ARGUMENT). All on the
+ * device.
  */
 CINFER_API cinfer_status_t cinfer_get_seq_lens(cinfer_context_t *ctx, const DLTensor *kv_indptr,
                                                const DLTensor *kv_last_page_len, int page_size,
@@ -1112,7 +1139,9 @@ CINFER_API cinfer_status_t cinfer_get_seq_lens(cinfer_context_t *ctx, const DLTe
  * q: [nnz, Hq, D], k: [nnz, Hk, D], fp16 or bf16 (one dtype), any token and head strides, last
  * dim contiguous; Hq, Hk >= 0. q_out, k_out: the outputs, same shapes and dtype (any strides),
  * or NULL to rotate in place. An output may be the input itself (same data and strides) but must
- * not otherwise overlap it. D up to 1024, rotary_dim even and at most min(D, 512).
+ * not otherwise overlap it, nor the other input or output, nor the positions and tables (indptr,
+ * offsets, pos_ids, positions, cos_sin_cache); rotated in place, q and k must not overlap each
+ * other (INVALID_ARGUMENT). D up to 1024, rotary_dim even and at most min(D, 512).
  * Rows are processed with 16-byte accesses when D % 8 == 0, rotary_dim is a multiple of 16 (8
  * when interleaved) and every row starts on a 16-byte boundary.
  * ------------------------------------------------------------------------------------------- */
@@ -1210,8 +1239,8 @@ typedef enum cinfer_bitorder {
  * y = packbits(x): element e of x (nonzero = 1) becomes one bit of byte e / 8 of y, in the given
  * bit order; the unused high (little) or low (big) bits of the last byte are 0.
  * x: [n] bool or uint8 (DLPack type code 6, kDLBool in DLPack >= 0.8, or kDLUInt; 8 bits),
- * contiguous; y: [(n + 7) / 8] uint8, contiguous. n may be 0. Uses 16-byte accesses when both start
- * on 16-byte boundaries.
+ * contiguous; y: [(n + 7) / 8] uint8, contiguous, not overlapping x (INVALID_ARGUMENT). n may be
+ * 0. Uses 16-byte accesses when both start on 16-byte boundaries.
  */
 CINFER_API cinfer_status_t cinfer_packbits(cinfer_context_t *ctx, const DLTensor *x,
                                            cinfer_bitorder_t bitorder, DLTensor *y,
@@ -1227,7 +1256,8 @@ CINFER_API cinfer_status_t cinfer_packbits(cinfer_context_t *ctx, const DLTensor
  * int32 output; y: [capacity] uint8, contiguous. The packed size indptr_new[batch_size] is known
  * only on the device: bytes beyond y's capacity are not written, and a capacity of
  * (n + 7 * batch_size) / 8 always suffices (when indptr[batch_size] - indptr[0] <= n). Bytes of y
- * past indptr_new[batch_size] are left unchanged.
+ * past indptr_new[batch_size] are left unchanged. y and indptr_new must not overlap each other, x
+ * or indptr (INVALID_ARGUMENT).
  */
 CINFER_API cinfer_status_t cinfer_segment_packbits(cinfer_context_t *ctx, const DLTensor *x,
                                                    const DLTensor *indptr,
