@@ -1939,6 +1939,13 @@ cinfer_status_t cinfer_single_prefill_with_workspace(
     const cinfer__prefill_layout_t *l = &op.setup.layout;
     CINFER__CHECK(check_workspace(workspace, workspace_bytes, l->total_bytes,
                                   "cinfer_single_prefill_workspace_size"));
+    /* Before the schedule's copy writes the workspace: no tensor may lie in it. */
+    const cinfer__tensor_arg_t tensors[] = {{"q", q, false},
+                                            {"k", k, false},
+                                            {"v", v, false},
+                                            {"out", out, false},
+                                            {"lse", lse, false}};
+    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, l->total_bytes, tensors, 5));
     op.workspace = workspace;
     op_base(&op, options);
 

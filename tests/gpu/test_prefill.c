@@ -1443,8 +1443,10 @@ static void bad_arguments_are_errors(void **state) {
            cinfer_single_prefill_with_workspace(ctx, &o, 2, &t.q.t, &t.k.t, &t.v.t, &t.out.t,
                                                 &t.lse.t, NULL, NULL, 0, stream));
     {
-        /* q of 4 rows over K/V of 6000 (the errors case's buffers hold 300: K/V views of the q
-         * buffer's first rows would do, but the call must fail before it reads anything). */
+        /* q of 4 rows over K/V of 6000 (the errors case's buffers hold 300, so K and V get a
+         * buffer of their own: views reaching past the K/V buffers' ends would overlap out and be
+         * refused for that before the workspace is looked at; the call must fail before it reads
+         * anything, so the buffer is left poisoned). */
         cinfer_test_tensor q4 = t.q, k6 = t.k, v6 = t.v, o4 = t.out, l4 = t.lse;
         cinfer_test_tensor *views[] = {&q4, &k6, &v6, &o4, &l4};
         for (int i = 0; i < 5; i++) { /* the copies' DLTensors point at their own arrays */
@@ -1453,6 +1455,13 @@ static void bad_arguments_are_errors(void **state) {
         }
         q4.shape[0] = o4.shape[0] = l4.shape[0] = 4;
         k6.shape[0] = v6.shape[0] = 6000;
+        const size_t kv_bytes =
+            6000 * (size_t)(k6.t.strides ? k6.strides[0] : k6.shape[1] * k6.shape[2]) * 2;
+        cinfer_test_buf kv6;
+        CINFER_TEST_OK(cinfer_test_buf_alloc(&kv6, 2 * kv_bytes));
+        k6.t.data = (void *)(uintptr_t)kv6.ptr;
+        v6.t.data = (void *)(uintptr_t)(kv6.ptr + kv_bytes);
+        k6.t.byte_offset = v6.t.byte_offset = 0;
         CINFER_TEST_OK(cinfer_single_prefill_workspace_size(ctx, &o, 1, 4, 6000, &ws_bytes));
         assert_true(ws_bytes > 0);
         EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "workspace is NULL",
@@ -1462,6 +1471,14 @@ static void bad_arguments_are_errors(void **state) {
                cinfer_single_prefill_with_workspace(ctx, &o, 1, &q4.t, &k6.t, &v6.t, &o4.t, &l4.t,
                                                     NULL, (char *)t.out.t.data + 4, ws_bytes,
                                                     stream));
+        /* A workspace over K's bytes: refused before the schedule is copied into it (the
+         * buffer holds more than the workspace needs, so a missed check would still write only
+         * inside it). */
+        assert_true(ws_bytes <= 2 * kv_bytes);
+        EXPECT(CINFER_STATUS_INVALID_ARGUMENT, "overlaps k",
+               cinfer_single_prefill_with_workspace(ctx, &o, 1, &q4.t, &k6.t, &v6.t, &o4.t, &l4.t,
+                                                    NULL, k6.t.data, ws_bytes, stream));
+        cinfer_test_buf_free(&kv6);
     }
     /* Shapes: q with another head count, v shorter than k, out with other rows, lse wrong. */
     t.q.shape[1] = 8;
