@@ -103,19 +103,24 @@ int cli_fail(void) {
     return CLI_EXIT_FAILED;
 }
 
-int cli_usage_error(const char *command, const char *fmt, ...) {
+int cli_vusage_error(const char *synopsis, const char *fmt, va_list ap) {
     char message[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
     fprintf(stderr, "cinfer: error: %s\n", message);
-    const cli_command_t *cmd = command ? find_command(command) : NULL;
-    if (cmd)
-        fputs(cmd->synopsis, stderr);
+    if (synopsis)
+        fputs(synopsis, stderr);
     else
         print_usage(stderr);
     return CLI_EXIT_USAGE;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...) {
+    const cli_command_t *cmd = command ? find_command(command) : NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    const int status = cli_vusage_error(cmd ? cmd->synopsis : NULL, fmt, ap);
+    va_end(ap);
+    return status;
 }
 
 int cli_print_help(const char *command) {

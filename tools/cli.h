@@ -9,6 +9,7 @@
 #ifndef CINFER_TOOLS_CLI_H
 #define CINFER_TOOLS_CLI_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +44,8 @@ int cli_fail(void);
 /* Prints "cinfer: error: <message>" and the synopsis of `command` (the command list when NULL)
  * to stderr and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) CINFER__PRINTF(2, 3);
+/* The same with the caller's synopsis (NULL: the command list) and a va_list. */
+int cli_vusage_error(const char *synopsis, const char *fmt, va_list ap);
 
 /* The usage error of an option that takes one value given twice (option, first value, second
  * value): which one was meant is not for the tool to guess, so every command refuses it. */

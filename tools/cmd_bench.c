@@ -102,14 +102,11 @@ static const char *const serve_synopsis =
 /* A usage error of `bench serve`: the message, then the options (its synopsis); exit status 2. */
 static int serve_usage_error(const char *fmt, ...) CINFER__PRINTF(1, 2);
 static int serve_usage_error(const char *fmt, ...) {
-    char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
+    const int status = cli_vusage_error(serve_synopsis, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "cinfer: error: %s\n", message);
-    fputs(serve_synopsis, stderr);
-    return CLI_EXIT_USAGE;
+    return status;
 }
 
 /* A decimal integer option in [lo, hi]. */

@@ -292,22 +292,31 @@ static void builtin_variant_sizes(void **state) {
                    cinfer_single_prefill(ctx, &o, 1, &q, &k, &k, &out, NULL, &args, NULL));
 }
 
-static void batch_prefill_run_shapes(void **state) {
-    (void)state;
-    cinfer_attention_options_t o = llama_options();
+/* A ragged batch prefill object of options o over a host workspace (*workspace, free() it after
+ * destroying the object), planned for one request of 16 query rows over 16 keys. */
+static cinfer_batch_prefill_t *planned_ragged_prefill(const cinfer_attention_options_t *o,
+                                                      void **workspace) {
     size_t bytes = 0;
     assert_int_equal(
-        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64, &bytes),
+        cinfer_batch_prefill_workspace_size(ctx, o, CINFER_KV_STORAGE_RAGGED, 1, 64, &bytes),
         CINFER_STATUS_SUCCESS);
-    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    assert_non_null(workspace);
+    *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    assert_non_null(*workspace);
     cinfer_batch_prefill_t *op = NULL;
-    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64,
-                                                 workspace, bytes, &op),
+    assert_int_equal(cinfer_batch_prefill_create(ctx, o, CINFER_KV_STORAGE_RAGGED, 1, 64,
+                                                 *workspace, bytes, &op),
                      CINFER_STATUS_SUCCESS);
     const int32_t qo_indptr[2] = {0, 16}, kv_indptr[2] = {0, 16};
     assert_int_equal(cinfer_batch_prefill_plan(op, qo_indptr, kv_indptr, NULL, 1, NULL),
                      CINFER_STATUS_SUCCESS);
+    return op;
+}
+
+static void batch_prefill_run_shapes(void **state) {
+    (void)state;
+    cinfer_attention_options_t o = llama_options();
+    void *workspace = NULL;
+    cinfer_batch_prefill_t *op = planned_ragged_prefill(&o, &workspace);
     int64_t qs[3] = {16, 32, 128}, ks[3] = {16, 8, 128};
     DLTensor q = tensor(pool, 3, qs, kDLBfloat, 16),
              k = tensor(pool + 131072, 3, ks, kDLBfloat, 16);
@@ -660,19 +669,8 @@ static void attention_outputs_apart_from_inputs(void **state) {
         cinfer_single_decode(ctx, &o, &dq, &k, &v, &dout, &dlse, NULL, pool + 0x40000, need, NULL));
 
     /* batch prefill over the packed q, k, v runs; out as q, lse over k do not */
-    size_t bytes = 0;
-    assert_int_equal(
-        cinfer_batch_prefill_workspace_size(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64, &bytes),
-        CINFER_STATUS_SUCCESS);
-    void *workspace = aligned_alloc(256, (bytes + 255) / 256 * 256);
-    assert_non_null(workspace);
-    cinfer_batch_prefill_t *op = NULL;
-    assert_int_equal(cinfer_batch_prefill_create(ctx, &o, CINFER_KV_STORAGE_RAGGED, 1, 64,
-                                                 workspace, bytes, &op),
-                     CINFER_STATUS_SUCCESS);
-    const int32_t qo_indptr[2] = {0, 16}, kv_indptr[2] = {0, 16};
-    assert_int_equal(cinfer_batch_prefill_plan(op, qo_indptr, kv_indptr, NULL, 1, NULL),
-                     CINFER_STATUS_SUCCESS);
+    void *workspace = NULL;
+    cinfer_batch_prefill_t *op = planned_ragged_prefill(&o, &workspace);
     EXPECT_RUNS(cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &out, &lse, NULL, NULL));
     EXPECT_OVERLAP("out", "q",
                    cinfer_batch_prefill_run(op, &q, &k, &v, NULL, &q, &lse, NULL, NULL));
