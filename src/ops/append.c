@@ -202,18 +202,13 @@ cinfer_status_t cinfer_append_paged_kv_cache(
     /* The caches and the flag are written while other threads read the rows and the page
      * table: none may overlap another or an input (the halves of one buffer, e.g. a combined
      * cache given as two views, do not overlap). */
-    const cinfer__tensor_arg_t others[] = {{"v_cache", v_cache, false},
-                                           {"error_flag", error_flag, false},
-                                           {"append_k", append_k, false},
-                                           {"append_v", append_v, false},
-                                           {"batch_indices", batch_indices, false},
-                                           {"positions", positions, false},
-                                           {"kv_indices", kv_indices, false},
-                                           {"kv_indptr", kv_indptr, false},
-                                           {"kv_last_page_len", kv_last_page_len, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("k_cache", k_cache, others, 9));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("v_cache", v_cache, others + 1, 8));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("error_flag", error_flag, others + 2, 7));
+    const cinfer__tensor_arg_t tensors[] = {
+        {"k_cache", k_cache, false},       {"v_cache", v_cache, false},
+        {"error_flag", error_flag, false}, {"append_k", append_k, false},
+        {"append_v", append_v, false},     {"batch_indices", batch_indices, false},
+        {"positions", positions, false},   {"kv_indices", kv_indices, false},
+        {"kv_indptr", kv_indptr, false},   {"kv_last_page_len", kv_last_page_len, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 3, 10));
     if (nnz == 0 || Hk == 0)
         return CINFER_STATUS_SUCCESS;
 
@@ -284,11 +279,11 @@ cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
     CINFER__CHECK(check_index(ctx, "batch_indices", batch_indices, -1));
     const int64_t nnz = batch_indices->shape[0];
     CINFER__CHECK(check_index(ctx, "positions", positions, nnz));
-    const cinfer__tensor_arg_t others[] = {{"positions", positions, false},
-                                           {"append_indptr", append_indptr, false},
-                                           {"seq_lens", seq_lens, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("batch_indices", batch_indices, others, 3));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("positions", positions, others + 1, 2));
+    const cinfer__tensor_arg_t tensors[] = {{"batch_indices", batch_indices, false},
+                                            {"positions", positions, false},
+                                            {"append_indptr", append_indptr, false},
+                                            {"seq_lens", seq_lens, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
     if (nnz == 0)
         return CINFER_STATUS_SUCCESS;
 

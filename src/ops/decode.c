@@ -629,8 +629,7 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                             {"kv_indptr", kv_indptr, false},
                                             {"kv_indices", kv_indices, false},
                                             {"kv_last_page_len", kv_last_page_len, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 7));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 6));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 8));
     CINFER__CHECK(
         cinfer__tensor_check_workspace(op->workspace, op->layout.total_bytes, tensors, 8));
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
@@ -784,8 +783,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                             {"q", q, false},
                                             {"k", k, false},
                                             {"v", v, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 4));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 3));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
     CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;

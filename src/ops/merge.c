@@ -134,13 +134,10 @@ cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
     CINFER__CHECK(check_dims("v_a", v_a->shape[1], v_a->shape[2]));
     /* Each (row, head) reads its inputs before writing its outputs, so an output may be an input
      * exactly, but no other overlap. */
-    const cinfer__tensor_arg_t for_v[] = {{"lse_out", lse_out, false},
-                                          {"v_a", v_a, true},
-                                          {"lse_a", lse_a, true},
-                                          {"v_b", v_b, true},
-                                          {"lse_b", lse_b, true}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("v_out", v_out, for_v, 5));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse_out", lse_out, for_v + 1, 4));
+    const cinfer__tensor_arg_t tensors[] = {{"v_out", v_out, false}, {"lse_out", lse_out, false},
+                                            {"v_a", v_a, true},      {"lse_a", lse_a, true},
+                                            {"v_b", v_b, true},      {"lse_b", lse_b, true}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 6));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATE;
@@ -172,12 +169,12 @@ cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v, 
     }
     /* v and lse are read and written in place; the other state may be them exactly (a state
      * merged with itself), as merge_state's inputs may be its outputs. */
-    const cinfer__tensor_arg_t for_v[] = {{"lse", lse, false},
-                                          {"v_other", v_other, true},
-                                          {"lse_other", lse_other, true},
-                                          {"mask", mask, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("v", v, for_v, 4));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, for_v + 1, 3));
+    const cinfer__tensor_arg_t tensors[] = {{"v", v, false},
+                                            {"lse", lse, false},
+                                            {"v_other", v_other, true},
+                                            {"lse_other", lse_other, true},
+                                            {"mask", mask, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATE_IN_PLACE;
@@ -214,10 +211,9 @@ cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v, co
     if (v->shape[1] > 0x7fffffff)
         return cinfer__error(CINFER_STATUS_UNSUPPORTED, "v: %lld states per row, at most 2^31-1",
                              (long long)v->shape[1]);
-    const cinfer__tensor_arg_t for_v_out[] = {
-        {"lse_out", lse_out, false}, {"v", v, false}, {"lse", lse, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("v_out", v_out, for_v_out, 3));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse_out", lse_out, for_v_out + 1, 2));
+    const cinfer__tensor_arg_t tensors[] = {
+        {"v_out", v_out, false}, {"lse_out", lse_out, false}, {"v", v, false}, {"lse", lse, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATES;

@@ -90,10 +90,11 @@ cinfer_status_t cinfer_segment_packbits(cinfer_context_t *ctx, const DLTensor *x
     CINFER__CHECK(cinfer__tensor_check(ctx, "indptr_new", indptr_new, 1, indptr->shape,
                                        CINFER__DTS(CINFER__DT_I32)));
     /* The scan writes indptr_new while the packing kernel's threads read indptr and x. */
-    const cinfer__tensor_arg_t others[] = {
-        {"y", y, false}, {"indptr", indptr, false}, {"x", x, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("indptr_new", indptr_new, others, 3));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("y", y, others + 1, 2));
+    const cinfer__tensor_arg_t tensors[] = {{"indptr_new", indptr_new, false},
+                                            {"y", y, false},
+                                            {"indptr", indptr, false},
+                                            {"x", x, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
 
     cinfer_packbits_params p;
     memset(&p, 0, sizeof p);

@@ -826,10 +826,12 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
     CINFER__CHECK(cinfer__prefill_check_aligned("v", v));
     CINFER__CHECK(cinfer__prefill_check_aligned("out", out));
     CINFER__CHECK(cinfer__tensor_check_distinct("out", out));
-    const cinfer__tensor_arg_t others[] = {
-        {"lse", lse, false}, {"q", q, false}, {"k", k, false}, {"v", v, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, others, 4));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, others + 1, 3));
+    const cinfer__tensor_arg_t tensors[] = {{"out", out, false},
+                                            {"lse", lse, false},
+                                            {"q", q, false},
+                                            {"k", k, false},
+                                            {"v", v, false}};
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
     *qo_len_out = qo_len;
     *kv_len_out = kv_len;
     return CINFER_STATUS_SUCCESS;
@@ -1724,8 +1726,7 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     const cinfer__tensor_arg_t tensors[] = {{"out", out, false}, {"lse", lse, false},
                                             {"q", q, false},     {"k", k, false},
                                             {"v", v, false},     {"kv_indices", kv_indices, false}};
-    CINFER__CHECK(cinfer__tensor_check_disjoint("out", out, tensors + 1, 5));
-    CINFER__CHECK(cinfer__tensor_check_disjoint("lse", lse, tensors + 2, 4));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 6));
     CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors, 6));
     set_q_out_lse(&p, q, out, lse);
 

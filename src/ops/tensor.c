@@ -463,6 +463,14 @@ cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t
     return CINFER_STATUS_SUCCESS;
 }
 
+cinfer_status_t cinfer__tensor_check_written(const cinfer__tensor_arg_t *tensors, int num_written,
+                                             int n) {
+    for (int i = 0; i < num_written && i < n; i++)
+        CINFER__CHECK(cinfer__tensor_check_disjoint(tensors[i].name, tensors[i].t, tensors + i + 1,
+                                                    n - i - 1));
+    return CINFER_STATUS_SUCCESS;
+}
+
 cinfer_status_t cinfer__tensor_check_workspace(const void *workspace, size_t bytes,
                                                const cinfer__tensor_arg_t *tensors, int n) {
     int64_t size = (int64_t)bytes;

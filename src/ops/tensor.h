@@ -98,6 +98,14 @@ cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t
                                               const cinfer__tensor_arg_t *others, int n);
 
 /*
+ * The tensors of a call, the first num_written of them written by it: each written one must pass
+ * cinfer__tensor_check_disjoint against every tensor after it (the later outputs, the inputs), as
+ * `tensors[i].name`. NULL tensors pass.
+ */
+cinfer_status_t cinfer__tensor_check_written(const cinfer__tensor_arg_t *tensors, int num_written,
+                                             int n);
+
+/*
  * For a device workspace of `bytes` bytes that a call writes (the schedule, split-KV partial
  * states): none of the call's `n` tensors may overlap it (cinfer__tensor_check_disjoint, the
  * workspace named "workspace").

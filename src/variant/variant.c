@@ -522,8 +522,10 @@ cinfer_status_t cinfer__variant_check_disjoint(const cinfer_variant_t *v, const 
     const int num_args = args && v ? args->num_args : 0; /* pack checked it against v */
     for (int i = 0; i < num_args; i++) {
         const cinfer_arg_t *a = &args->args[i];
-        if (a->kind != CINFER_PARAM_TENSOR || !a->tensor)
-            continue;
+        if (a->kind != CINFER_PARAM_TENSOR || !a->tensor ||
+            ((!out || !cinfer__tensor_overlap(out, a->tensor)) &&
+             (!lse || !cinfer__tensor_overlap(lse, a->tensor))))
+            continue; /* the name is formatted only for the error (run calls pass here) */
         char name[128];
         cinfer__fmt(name, sizeof name, "%s (argument %d of variant %s)", v->param_names[i], i,
                     v->name);
