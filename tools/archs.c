@@ -21,16 +21,20 @@ static cinfer_status_t check_arch(const char *arch) {
         count > (int)(sizeof archs / sizeof archs[0]) ||
         nv->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
         return CINFER_STATUS_SUCCESS;
+    /* The archs NVRTC and cinfer both support, for the message. */
     char known[512] = "";
     for (int i = 0; i < count; i++) {
         if (archs[i] == number)
             return CINFER_STATUS_SUCCESS;
+        if (archs[i] < CINFER__MIN_ARCH)
+            continue;
         size_t n = strlen(known);
-        cinfer__fmt(known + n, sizeof known - n, "%ssm_%d", i ? ", " : "", archs[i]);
+        cinfer__fmt(known + n, sizeof known - n, "%ssm_%d", n ? ", " : "", archs[i]);
     }
     return cinfer__error(CINFER_STATUS_UNSUPPORTED,
-                         "--arch: NVRTC %d.%d cannot target %s (it targets %s)", nv->major,
-                         nv->minor, arch, known);
+                         "--arch: NVRTC %d.%d cannot target %s (of the archs cinfer supports, it "
+                         "targets %s)",
+                         nv->major, nv->minor, arch, known[0] ? known : "none");
 }
 
 cinfer_status_t cli_parse_archs(const char *list, char archs[][CLI_ARCH_CHARS], int max_archs,

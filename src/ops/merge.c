@@ -86,14 +86,28 @@ static void set_output(cinfer_merge_params *p, DLTensor *v, DLTensor *lse) {
     }
 }
 
-/* Checks a state's v [n, H, D] and lse [n, H] (like: the tensor whose shape and dtype v must have,
- * NULL for any 16-bit one); `written`: the call writes them (cinfer__tensor_check_distinct). */
+/* Checks a state's v [n, H, D] and lse [n, H] (like: the checked tensor, named like_name, whose
+ * shape and dtype v must have, NULL for any 16-bit one); `written`: the call writes them
+ * (cinfer__tensor_check_distinct). A mismatch names both tensors, as either may be the odd one. */
 static cinfer_status_t check_pair(cinfer_context_t *ctx, const char *v_name, const DLTensor *v,
-                                  const char *lse_name, const DLTensor *lse, const DLTensor *like,
-                                  bool written) {
+                                  const char *lse_name, const DLTensor *lse, const char *like_name,
+                                  const DLTensor *like, bool written) {
     if (like) {
-        CINFER__CHECK(cinfer__tensor_check(ctx, v_name, v, 3, like->shape,
-                                           CINFER__DTS(cinfer__tensor_dtype(like))));
+        char origin[48];
+        cinfer__fmt(origin, sizeof origin, "%s's shape", like_name);
+        const cinfer__dtype_t dt = cinfer__tensor_dtype(like);
+        CINFER__CHECK(cinfer__tensor_check_dims(v_name, v, 3));
+        const cinfer__dtype_t own = cinfer__tensor_dtype(v);
+        if (own != dt)
+            return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
+                                 "%s: dtype %s (code %u, %u bits, %u lanes) differs from %s's %s, "
+                                 "expected one dtype for every state and the output",
+                                 v_name, own ? cinfer__dtype_name(own) : "unsupported",
+                                 v->dtype.code, v->dtype.bits, v->dtype.lanes, like_name,
+                                 cinfer__dtype_name(dt));
+        CINFER__CHECK(cinfer__tensor_check_as(ctx, v_name, v, 3, like->shape, dt,
+                                              CINFER_STATUS_INVALID_ARGUMENT,
+                                              CINFER_STATUS_INVALID_ARGUMENT, origin));
     } else {
         CINFER__CHECK(cinfer__tensor_check(ctx, v_name, v, 3, NULL, CINFER__DTS_HALF));
     }
@@ -128,9 +142,9 @@ cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
                                    const DLTensor *lse_b, DLTensor *v_out, DLTensor *lse_out,
                                    CUstream stream) {
     CINFER__CHECK(check_ctx(ctx));
-    CINFER__CHECK(check_pair(ctx, "v_a", v_a, "lse_a", lse_a, NULL, false));
-    CINFER__CHECK(check_pair(ctx, "v_b", v_b, "lse_b", lse_b, v_a, false));
-    CINFER__CHECK(check_pair(ctx, "v_out", v_out, "lse_out", lse_out, v_a, true));
+    CINFER__CHECK(check_pair(ctx, "v_a", v_a, "lse_a", lse_a, NULL, NULL, false));
+    CINFER__CHECK(check_pair(ctx, "v_b", v_b, "lse_b", lse_b, "v_a", v_a, false));
+    CINFER__CHECK(check_pair(ctx, "v_out", v_out, "lse_out", lse_out, "v_a", v_a, true));
     CINFER__CHECK(check_dims("v_a", v_a->shape[1], v_a->shape[2]));
     /* Each (row, head) reads its inputs before writing its outputs, so an output may be an input
      * exactly, but no other overlap. */
@@ -157,8 +171,8 @@ cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v, 
                                             const DLTensor *v_other, const DLTensor *lse_other,
                                             const DLTensor *mask, CUstream stream) {
     CINFER__CHECK(check_ctx(ctx));
-    CINFER__CHECK(check_pair(ctx, "v", v, "lse", lse, NULL, true));
-    CINFER__CHECK(check_pair(ctx, "v_other", v_other, "lse_other", lse_other, v, false));
+    CINFER__CHECK(check_pair(ctx, "v", v, "lse", lse, NULL, NULL, true));
+    CINFER__CHECK(check_pair(ctx, "v_other", v_other, "lse_other", lse_other, "v", v, false));
     CINFER__CHECK(check_dims("v", v->shape[1], v->shape[2]));
     if (mask) {
         const int64_t mask_shape[1] = {v->shape[0]};

@@ -61,14 +61,26 @@ void cinfer__shape_string(char *dst, size_t cap, int ndim, const int64_t *shape)
     cinfer__fmt(dst + n, cap - n, "]");
 }
 
+/* A dtype accepted as u8 is DLPack's uint8 or bool (1 byte): the messages say which. */
+static const char *accepted_name(int dt) {
+    return dt == CINFER__DT_U8 ? "u8 (uint8 or bool)" : cinfer__dtype_name((cinfer__dtype_t)dt);
+}
+
+/* The dtype of t as its messages name it: bool for DLPack's bool, else the accepted dtype's name,
+ * or "unsupported". */
+static const char *tensor_dtype_name(const DLTensor *t, cinfer__dtype_t dt) {
+    if (dt == CINFER__DT_U8 && t->dtype.code == CINFER__DL_BOOL)
+        return "bool";
+    return dt ? cinfer__dtype_name(dt) : "unsupported";
+}
+
 static void dtype_list(char *dst, size_t cap, uint32_t dtypes) {
     dst[0] = '\0';
     for (int dt = 1; dt < CINFER__DT_COUNT; dt++) {
         if (!(dtypes & CINFER__DTS(dt)))
             continue;
         size_t n = strlen(dst);
-        cinfer__fmt(dst + n, cap - n, "%s%s", n ? " or " : "",
-                    cinfer__dtype_name((cinfer__dtype_t)dt));
+        cinfer__fmt(dst + n, cap - n, "%s%s", n ? " or " : "", accepted_name(dt));
     }
 }
 
@@ -101,12 +113,15 @@ cinfer_status_t cinfer__tensor_check_dims(const char *arg, const DLTensor *t, in
                                  "%s: shape[%d] = %lld, expected a size >= 0", arg, i,
                                  (long long)t->shape[i]);
         const int64_t size = t->shape[i] > 0 ? t->shape[i] : 1;
-        if (size > CINFER__TENSOR_MAX_ELEMENTS / extent)
+        if (size > CINFER__TENSOR_MAX_ELEMENTS / extent) {
+            char got[160];
+            cinfer__shape_string(got, sizeof got, ndim, t->shape);
             return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
-                                 "%s: shape[%d] = %lld makes more than 2^48 elements (sizes of "
-                                 "0 taken as 1, as for compact strides), expected fewer (a "
-                                 "tensor larger than any device's memory)",
-                                 arg, i, (long long)t->shape[i]);
+                                 "%s: shape %s has more than 2^48 elements (sizes of 0 taken as "
+                                 "1, as for compact strides), expected fewer (a tensor larger "
+                                 "than any device's memory)",
+                                 arg, got);
+        }
         extent *= size;
     }
     /* The farthest element from the first, in elements, within the same bound (an empty
@@ -226,8 +241,8 @@ cinfer_status_t cinfer__tensor_check(const cinfer_context_t *ctx, const char *ar
         dtype_list(want, sizeof want, dtypes);
         return cinfer__error(CINFER_STATUS_INVALID_ARGUMENT,
                              "%s: dtype (code %u, %u bits, %u lanes) is %s, expected %s", arg,
-                             t->dtype.code, t->dtype.bits, t->dtype.lanes,
-                             dt ? cinfer__dtype_name(dt) : "unsupported", want);
+                             t->dtype.code, t->dtype.bits, t->dtype.lanes, tensor_dtype_name(t, dt),
+                             want);
     }
     return check_layout(ctx, arg, t, ndim, dt);
 }
@@ -245,8 +260,8 @@ cinfer_status_t cinfer__tensor_check_as(const cinfer_context_t *ctx, const char 
     const cinfer__dtype_t dt = cinfer__tensor_dtype(t);
     if (dt != dtype)
         return cinfer__error(dtype_status, "%s: dtype %s (code %u, %u bits, %u lanes), expected %s",
-                             arg, dt ? cinfer__dtype_name(dt) : "unsupported", t->dtype.code,
-                             t->dtype.bits, t->dtype.lanes, cinfer__dtype_name(dtype));
+                             arg, tensor_dtype_name(t, dt), t->dtype.code, t->dtype.bits,
+                             t->dtype.lanes, accepted_name(dtype));
     for (int i = 0; i < ndim; i++) {
         if (shape[i] >= 0 && t->shape[i] != shape[i]) {
             char got[128], want[128];

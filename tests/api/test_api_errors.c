@@ -112,6 +112,19 @@ static void merge_state_shapes(void **state) {
     bad.shape = NULL;
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "v_b: shape is NULL",
                    cinfer_merge_state(ctx, &v, &l, &bad, &l, &vo, &lo, NULL));
+    /* A dtype or shape mismatch names both tensors: here v_a is the odd one, and the message on
+     * v_b says what it was compared with. */
+    bad = v;
+    bad.dtype.code = kDLBfloat;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
+                   "v_b: dtype f16 (code 2, 16 bits, 1 lanes) "
+                   "differs from v_a's bf16",
+                   cinfer_merge_state(ctx, &bad, &l, &v, &l, &vo, &lo, NULL));
+    int64_t wide[3] = {4, 8, 128};
+    bad = tensor(pool + 262144, 3, wide, kDLFloat, 16);
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
+                   "v_other: shape [4, 8, 128], expected [4, 8, 64] (v's shape)",
+                   cinfer_merge_state_in_place(ctx, &v, &l, &bad, &l, NULL, NULL));
 
     /* merge_states: 2^34 x 2^30 states, whose element count once wrapped to 0, with NULL data. */
     int64_t huge[4] = {INT64_C(1) << 34, INT64_C(1) << 30, 1, 1}, huge_l[3] = {huge[0], huge[1], 1};
@@ -128,8 +141,15 @@ static void packbits_shapes(void **state) {
     DLTensor x = tensor(pool, 1, n, kDLUInt, 8), y = tensor(pool + 4096, 1, one, kDLUInt, 8);
     EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "x: shape[0] = -5",
                    cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
+    /* DLPack's bool is accepted as u8, and the messages say so */
+    x.shape = one;
+    x.dtype.code = kDLInt;
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "expected u8 (uint8 or bool)",
+                   cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
+    x.dtype.code = kDLUInt;
     x.shape = most; /* (n + 7) / 8 once overflowed into "any size" for y */
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "x: shape[0] = 9223372036854775807",
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
+                   "x: shape [9223372036854775807] has more than 2^48",
                    cinfer_packbits(ctx, &x, CINFER_BITORDER_LITTLE, &y, NULL));
 
     /* segment_packbits: indptr_new one entry into indptr. */
@@ -362,7 +382,8 @@ static void mla_and_rope_limits(void **state) {
     DLTensor qo = tensor(pool + 8192, 3, qs, kDLFloat, 16);
     DLTensor ko = tensor(pool + 12288, 3, ks, kDLFloat, 16);
     DLTensor pos = tensor(pool + 16384, 1, ps, kDLInt, 32);
-    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT, "q: shape[1] = 9223372036854775807",
+    EXPECT_REFUSED(CINFER_STATUS_INVALID_ARGUMENT,
+                   "q: shape [1, 9223372036854775807, 8] has more than 2^48",
                    cinfer_apply_rope_pos_ids(ctx, &r, &q, &k, &qo, &ko, &pos, NULL));
 }
 

@@ -76,14 +76,15 @@ static void sizes_and_strides_beyond_any_memory_are_refused(void **state) {
     int64_t huge[4] = {INT64_C(1) << 34, INT64_C(1) << 30, 1, 1};
     DLTensor t = tensor_of(4, huge, kDLBfloat, 16);
     expect_invalid(cinfer__tensor_check(NULL, "v", &t, 4, NULL, half),
-                   "v: shape[1] = 1073741824 makes more than 2^48 elements");
+                   "v: shape [17179869184, 1073741824, 1, 1] has more than 2^48 elements");
     int64_t past[1] = {(INT64_C(1) << 48) + 1};
     t = tensor_of(1, past, kDLUInt, 8);
     expect_invalid(cinfer__tensor_check(NULL, "x", &t, 1, NULL, CINFER__DTS(CINFER__DT_U8)),
-                   "x: shape[0] = 281474976710657 makes more than 2^48 elements");
+                   "x: shape [281474976710657] has more than 2^48 elements");
     int64_t empty[3] = {0, INT64_C(1) << 30, INT64_C(1) << 30};
     t = tensor_of(3, empty, kDLFloat, 16);
-    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half), "k: shape[2]");
+    expect_invalid(cinfer__tensor_check(NULL, "k", &t, 3, NULL, half),
+                   "k: shape [0, 1073741824, 1073741824] has more than 2^48");
     int64_t most[2] = {INT64_C(1) << 24, INT64_C(1) << 24};
     t = tensor_of(2, most, kDLFloat, 16);
     assert_int_equal(cinfer__tensor_check_dims("q", &t, 2), CINFER_STATUS_SUCCESS);
