@@ -139,6 +139,44 @@ static inline double bench_time_groups(CUstream stream, int reps, int iters, voi
     return ms;
 }
 
+/*
+ * GPU time per run of `per_graph` runs captured in one CUDA graph and replayed `3 + iters` times,
+ * each replay between its own pair of events; times_ms gets the `iters` timed replays' times
+ * divided by per_graph. run(arg, j) queues run j of the graph (j = 0 .. per_graph - 1, e.g. the
+ * rotation j mod rotations). Event pairs around every run (bench_time_queued) add about 1.4 us per
+ * run on an H200 (bench/RESULTS.md, developers' session 12: one 8k decode step 17.9 us between
+ * its own events, 16.5 us queued between one pair), which a step of a few microseconds feels; here
+ * they are spread over the graph's runs, as FlashInfer's bench_gpu_time_with_cudagraph does (ten
+ * runs per graph, rotating buffers). The runs must be capturable (plan before, run inside).
+ */
+static inline void bench_time_graph(CUstream stream, int per_graph, int iters,
+                                    void (*run)(void *, int), void *arg, float *times_ms) {
+    CUgraph graph;
+    CUgraphExec exec;
+    CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int j = 0; j < per_graph; j++)
+        run(arg, j);
+    CU(cuStreamEndCapture(stream, &graph));
+    CU(cuGraphInstantiate(&exec, graph, 0));
+    CUevent e0, e1;
+    CU(cuEventCreate(&e0, 0));
+    CU(cuEventCreate(&e1, 0));
+    for (int i = -3; i < iters; i++) {
+        CU(cuEventRecord(e0, stream));
+        CU(cuGraphLaunch(exec, stream));
+        CU(cuEventRecord(e1, stream));
+        CU(cuEventSynchronize(e1));
+        if (i >= 0) {
+            CU(cuEventElapsedTime(&times_ms[i], e0, e1));
+            times_ms[i] /= (float)per_graph;
+        }
+    }
+    CU(cuEventDestroy(e0));
+    CU(cuEventDestroy(e1));
+    CU(cuGraphExecDestroy(exec));
+    CU(cuGraphDestroy(graph));
+}
+
 /* Fills n bytes of device memory with random data (never zeros): a 64 MB block uploaded once and
  * copied over the range. Its bf16 values have magnitude 2^-15..1 (sign, exponent 0x70..0x7e, 6
  * random mantissa bits); read as fp8 bytes they are finite e4m3 values too, since no byte has all

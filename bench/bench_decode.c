@@ -78,10 +78,11 @@ static void queue_copy(void *arg, int i) {
 }
 
 /* Median microseconds of a copy that reads and writes `bytes` in all (bytes / 2 each way, at most
- * pool), queued as the decode runs are (bench_time_queued): how long any kernel takes to move
- * that many bytes, its launch and ramp included, beside which a decode run's own overhead shows. */
+ * pool), timed as the decode runs are, between its own events (bench_time_queued) and in a CUDA
+ * graph of 16 (*graph_us; bench_time_graph): how long any kernel takes to move that many bytes,
+ * its launch and ramp included, beside which a decode run's own overhead shows. */
 static double copy_us(CUstream stream, CUdeviceptr src, CUdeviceptr dst, size_t pool, double bytes,
-                      int iters) {
+                      int iters, double *graph_us) {
     copy_state_t c = {src, dst, ((size_t)(bytes / 2) + 255) / 256 * 256, pool, stream};
     float *times = malloc(sizeof(float) * (size_t)iters);
     if (!times) {
@@ -91,19 +92,36 @@ static double copy_us(CUstream stream, CUdeviceptr src, CUdeviceptr dst, size_t 
     bench_time_queued(stream, 3, iters, queue_copy, &c, times);
     qsort(times, (size_t)iters, sizeof(float), cmp_float);
     const double us = times[iters / 2] * 1e3;
+    bench_time_graph(stream, 16, iters, queue_copy, &c, times);
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    *graph_us = times[iters / 2] * 1e3;
     free(times);
     return us;
 }
 
 #define KERNEL(tc) ((tc) ? "tensor cores" : "CUDA cores")
 
+/* The columns after kv_len: each timing's microseconds, TB/s and share of the copy ceiling. */
+#define TIMES_FMT "%.1f | %.2f | %.0f%% | %.1f | %.2f | %.0f%% |"
+#define TIMES_ARGS(r, cei)                                                                         \
+    (r).us, (r).tbps, 100 * (r).tbps / (cei), (r).graph_us, (r).graph_tbps,                        \
+        100 * (r).graph_tbps / (cei)
+
 /* --layout: the paged cache's layout, NHD ([pages, page_size, Hk, D], the default) or HND
  * ([pages, Hk, page_size, D]: a head's rows of a page contiguous). */
 static cinfer_kv_layout_t bench_layout = CINFER_KV_LAYOUT_NHD;
 
+/* A run's median time with an event pair of its own (us, tbps) and in a CUDA graph of several
+ * (graph_us, graph_tbps; bench_time_graph). */
 typedef struct result {
-    double us, tbps;
+    double us, tbps, graph_us, graph_tbps;
 } result_t;
+
+/* Runs per CUDA graph: a multiple of the rotations, at least 16, so that consecutive runs (across
+ * replays too) read different rotations. */
+static int runs_per_graph(int rotations) {
+    return rotations * ((16 + rotations - 1) / rotations);
+}
 
 /* One queued run of a planned batch decode; run i reads the (i mod rotations)-th page table. */
 typedef struct run_state {
@@ -215,6 +233,10 @@ static result_t run_case(cinfer_context_t *ctx, CUstream stream, const int *lens
     result_t res;
     res.us = times[iters / 2] * 1e3;
     res.tbps = kv_bytes / (res.us * 1e-6) / 1e12;
+    bench_time_graph(stream, runs_per_graph(rotations), iters, queue_run, &rs, times);
+    qsort(times, (size_t)iters, sizeof(float), cmp_float);
+    res.graph_us = times[iters / 2] * 1e3;
+    res.graph_tbps = kv_bytes / (res.graph_us * 1e-6) / 1e12;
 
     free(times);
     cinfer_batch_decode_destroy(op);
@@ -372,16 +394,18 @@ int main(int argc, char **argv) {
 
     printf("copy ceiling (device-to-device, 2 GiB, read+write): %.2f TB/s; paged KV layout %s\n\n",
            ceiling, bench_layout == CINFER_KV_LAYOUT_HND ? "HND" : "NHD");
-    printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("Each run timed between its own pair of events (time, TB/s, of ceiling), and in CUDA "
+           "graphs of 16 or more runs (graph: one pair of events per graph)\n\n");
+    printf("| workload | kernel | kv dtype | batch | kv_len | time (us) | TB/s | of ceiling | "
+           "graph (us) | TB/s | of ceiling |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     if (custom > 0) {
         int64_t total = 0;
         for (int b = 0; b < custom; b++)
             total += lens[b];
         result_t r = run_case(ctx, stream, lens, custom, kv_types[case_kv].type, 1, iters);
-        printf("| custom (%lld tokens) | %s | %s | %d | mixed | %.1f | %.2f | %.0f%% |\n",
-               (long long)total, KERNEL(1), kv_types[case_kv].name, custom, r.us, r.tbps,
-               100 * r.tbps / ceiling);
+        printf("| custom (%lld tokens) | %s | %s | %d | mixed | " TIMES_FMT "\n", (long long)total,
+               KERNEL(1), kv_types[case_kv].name, custom, TIMES_ARGS(r, ceiling));
         free(lens);
         free(tc);
         free(tg);
@@ -405,9 +429,8 @@ int main(int argc, char **argv) {
             if (case_kernel >= 0 && k != case_kernel)
                 continue;
             result_t r = run_case(ctx, stream, lens, case_batch, kv_types[case_kv].type, k, iters);
-            printf("| %s | %s | %s | %d | %d | %.1f | %.2f | %.0f%% |\n",
-                   cn > 0 ? "trace" : "uniform", KERNEL(k), kv_types[case_kv].name, case_batch,
-                   case_len, r.us, r.tbps, 100 * r.tbps / ceiling);
+            printf("| %s | %s | %s | %d | %d | " TIMES_FMT "\n", cn > 0 ? "trace" : "uniform",
+                   KERNEL(k), kv_types[case_kv].name, case_batch, case_len, TIMES_ARGS(r, ceiling));
         }
         free(tc);
         free(tg);
@@ -418,7 +441,7 @@ int main(int argc, char **argv) {
     }
     static const int batches[] = {1, 16, 64, 256};
     static const int lengths[] = {1024, 4096, 8192, 32768};
-    double tc_us[4][4] = {{0}};
+    double tc_us[4][4] = {{0}}, tc_graph_us[4][4] = {{0}};
     for (size_t bi = 0; bi < 4; bi++) {
         for (size_t li = 0; li < 4; li++) {
             int batch = batches[bi], len = lengths[li];
@@ -428,11 +451,13 @@ int main(int argc, char **argv) {
                 lens[b] = len;
             for (int k = 0; k < 2; k++) {
                 result_t r = run_case(ctx, stream, lens, batch, bf16, k, iters);
-                printf("| uniform | %s | bf16 | %d | %d | %.1f | %.2f | %.0f%% |\n", KERNEL(k),
-                       batch, len, r.us, r.tbps, 100 * r.tbps / ceiling);
+                printf("| uniform | %s | bf16 | %d | %d | " TIMES_FMT "\n", KERNEL(k), batch, len,
+                       TIMES_ARGS(r, ceiling));
                 fflush(stdout);
-                if (k == 1)
+                if (k == 1) {
                     tc_us[bi][li] = r.us;
+                    tc_graph_us[bi][li] = r.graph_us;
+                }
             }
         }
     }
@@ -443,18 +468,20 @@ int main(int argc, char **argv) {
     result_t f8 = run_case(ctx, stream, lens, 64, e4m3, 0, iters);
     result_t f8_tc = run_case(ctx, stream, lens, 64, e4m3, 1, iters);
     result_t e5_tc = run_case(ctx, stream, lens, 64, e5m2, 1, iters);
-    printf("| uniform | %s | e4m3 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(0), f8.us,
-           f8.tbps, 100 * f8.tbps / ceiling);
-    printf("| uniform | %s | e4m3 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(1), f8_tc.us,
-           f8_tc.tbps, 100 * f8_tc.tbps / ceiling);
-    printf("| uniform | %s | e5m2 | 64 | 4096 | %.1f | %.2f | %.0f%% |\n", KERNEL(1), e5_tc.us,
-           e5_tc.tbps, 100 * e5_tc.tbps / ceiling);
+    printf("| uniform | %s | e4m3 | 64 | 4096 | " TIMES_FMT "\n", KERNEL(0),
+           TIMES_ARGS(f8, ceiling));
+    printf("| uniform | %s | e4m3 | 64 | 4096 | " TIMES_FMT "\n", KERNEL(1),
+           TIMES_ARGS(f8_tc, ceiling));
+    printf("| uniform | %s | e5m2 | 64 | 4096 | " TIMES_FMT "\n", KERNEL(1),
+           TIMES_ARGS(e5_tc, ceiling));
     printf("\nfp8 e4m3 vs bf16 at B=64 L=4096: %.2fx (CUDA cores) and %.2fx (tensor cores) the "
            "steps per second of the same kernel; the faster fp8 kernel %.2fx the faster bf16 one\n",
            base.us / f8.us, base_tc.us / f8_tc.us,
            (base.us < base_tc.us ? base.us : base_tc.us) / (f8.us < f8_tc.us ? f8.us : f8_tc.us));
     printf("fp8 e5m2 vs bf16 at B=64 L=4096, tensor cores: %.2fx the steps per second\n",
            base_tc.us / e5_tc.us);
+    printf("in CUDA graphs, tensor cores: e4m3 %.2fx, e5m2 %.2fx the bf16 steps per second\n",
+           base_tc.graph_us / f8_tc.graph_us, base_tc.graph_us / e5_tc.graph_us);
 
     if (n > 0) {
         static const int trace_batches[] = {64, 256};
@@ -468,8 +495,8 @@ int main(int argc, char **argv) {
             }
             for (int k = 0; k < 2; k++) {
                 result_t r = run_case(ctx, stream, lens, batch, bf16, k, iters);
-                printf("| trace (mean %.0f) | %s | bf16 | %d | mixed | %.1f | %.2f | %.0f%% |\n",
-                       mean / batch, KERNEL(k), batch, r.us, r.tbps, 100 * r.tbps / ceiling);
+                printf("| trace (mean %.0f) | %s | bf16 | %d | mixed | " TIMES_FMT "\n",
+                       mean / batch, KERNEL(k), batch, TIMES_ARGS(r, ceiling));
             }
         }
     }
@@ -481,21 +508,25 @@ int main(int argc, char **argv) {
         CU(cuMemAlloc(&src, pool));
         CU(cuMemAlloc(&dst, pool));
         fill_random(src, pool);
-        printf(
-            "\nthe uniform runs' K+V bytes as one device-to-device copy (read + written), queued "
-            "like the runs; tensor-core decode beside it\n\n");
+        printf("\nthe uniform runs' K+V bytes as one device-to-device copy (read + written), timed "
+               "like the runs (own events; in graphs); tensor-core decode beside it\n\n");
         printf("| batch | kv_len | MB | copy (us) | TB/s | of ceiling | decode (us) | decode / "
-               "copy time |\n|---|---|---|---|---|---|---|---|\n");
+               "copy time | graph: copy (us) | of ceiling | decode (us) | decode / copy time "
+               "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (size_t bi = 0; bi < 4; bi++)
             for (size_t li = 0; li < 4; li++) {
                 const double bytes = 2.0 * batches[bi] * lengths[li] * HK * HD * 2.0;
                 if (tc_us[bi][li] <= 0 || bytes > (double)pool)
                     continue;
-                const double us = copy_us(stream, src, dst, pool, bytes, iters);
+                double graph_us;
+                const double us = copy_us(stream, src, dst, pool, bytes, iters, &graph_us);
                 const double tbps = bytes / (us * 1e-6) / 1e12;
-                printf("| %d | %d | %.0f | %.1f | %.2f | %.0f%% | %.1f | %.2f |\n", batches[bi],
-                       lengths[li], bytes / 1e6, us, tbps, 100 * tbps / ceiling, tc_us[bi][li],
-                       tc_us[bi][li] / us);
+                const double graph_tbps = bytes / (graph_us * 1e-6) / 1e12;
+                printf("| %d | %d | %.0f | %.1f | %.2f | %.0f%% | %.1f | %.2f | %.1f | %.0f%% | "
+                       "%.1f | %.2f |\n",
+                       batches[bi], lengths[li], bytes / 1e6, us, tbps, 100 * tbps / ceiling,
+                       tc_us[bi][li], tc_us[bi][li] / us, graph_us, 100 * graph_tbps / ceiling,
+                       tc_graph_us[bi][li], tc_graph_us[bi][li] / graph_us);
                 fflush(stdout);
             }
         CU(cuMemFree(src));
