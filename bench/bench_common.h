@@ -144,7 +144,7 @@ static inline double bench_time_groups(CUstream stream, int reps, int iters, voi
  * each replay between its own pair of events; times_ms gets the `iters` timed replays' times
  * divided by per_graph. run(arg, j) queues run j of the graph (j = 0 .. per_graph - 1, e.g. the
  * rotation j mod rotations). Event pairs around every run (bench_time_queued) add about 1.4 us per
- * run on an H200 (bench/RESULTS.md, developers' session 12: one 8k decode step 17.9 us between
+ * run on an H200 (bench/RESULTS.md, developers' session 11: one 8k decode step 17.9 us between
  * its own events, 16.5 us queued between one pair), which a step of a few microseconds feels; here
  * they are spread over the graph's runs, as FlashInfer's bench_gpu_time_with_cudagraph does (ten
  * runs per graph, rotating buffers). The runs must be capturable (plan before, run inside).

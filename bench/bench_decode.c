@@ -6,9 +6,11 @@
  * Bytes counted = the K and V bytes every step must read once (PERF.md). Pages are scattered
  * (a random permutation of a large pool), the data is random (never zeros), and each timed run
  * uses the next of several page tables over disjoint parts of the pool, so that no run finds the
- * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, of
- * runs queued back to back behind a hold (bench_time_queued: GPU time, launch latency left out).
- * A last table times the uniform runs' bytes as one device-to-device copy queued the same way, the
+ * previous one's KV in the 60 MB L2. Times are medians of CUDA-event timings after warm-up, twice:
+ * of runs queued back to back behind a hold, each between its own events (bench_time_queued: GPU
+ * time, launch latency left out), and of runs captured 16 or more to a CUDA graph, one pair of
+ * events per replay (bench_time_graph: without the ~1.4 us an event pair adds to a run). A last
+ * table times the uniform runs' bytes as one device-to-device copy timed the same two ways, the
  * floor of a run of that size (launch, ramp and tail included), beside the tensor-core decode.
  *
  * Usage: bench_decode [TRACE.csv] [--quick] [--case BATCH:LEN[:KERNEL]] [--lens LENS]
