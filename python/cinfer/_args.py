@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 from . import _lib
 from . import _tensor as T
-from .errors import ArgumentError
+from .errors import ArgumentError, UnsupportedError
 
 LAYOUTS = {"NHD": _lib.KV_LAYOUT_NHD, "HND": _lib.KV_LAYOUT_HND}
 POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
@@ -109,6 +109,37 @@ def refuse_unplanned_scales(k_scale, v_scale, planned_k: float, planned_v: float
     for name, given, planned in (("k_scale", k_scale, planned_k), ("v_scale", v_scale, planned_v)):
         if given is not None:
             refuse_unplanned(name, given, planned, f32(real(given, name, "a float or None")))
+
+
+def refuse_backend_only(where: str, **given) -> None:
+    """*Pure.* UnsupportedError for the first argument in ``given`` that is not None: arguments
+    FlashInfer 0.2.14 added for its cuDNN and TensorRT-LLM backends (page tables as 2-D block
+    tables, per-request lengths, maximum lengths). cinfer reads the same facts from the indptr,
+    indices and last-page-length arrays, so it takes only the default rather than a second
+    description that might disagree with the first."""
+    for name, value in given.items():
+        if value is not None:
+            raise UnsupportedError(
+                f"{where}: {name} is not supported (an argument of FlashInfer's cuDNN / "
+                "TensorRT-LLM backends; cinfer derives it from the indptr, indices and last page "
+                "lengths): pass None"
+            )
+
+
+def run_window_and_sinks(given_window_left, sinks, planned_window_left: int) -> None:
+    """run()'s ``window_left`` and ``sinks`` (FlashInfer 0.2.14): ``window_left`` None or the
+    planned value, as FlashInfer's own FA2/FA3 paths require (ArgumentError otherwise);
+    ``sinks`` only None (UnsupportedError: cinfer's sinks are the built-in variant chosen at
+    plan time)."""
+    if given_window_left is not None:
+        refuse_unplanned("window_left", given_window_left, planned_window_left,
+                         window_left(given_window_left))
+    if sinks is not None:
+        raise UnsupportedError(
+            "sinks: attention sinks given at run() are not supported; plan with "
+            "variant=cinfer.variant_builtin(\"sinks\") and pass the sink tensor as run()'s "
+            "variant argument"
+        )
 
 
 def real(value, name: str, expected: str = "a float") -> float:

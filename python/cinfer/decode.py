@@ -532,6 +532,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         rope_scale: Optional[float] = None,
         rope_theta: Optional[float] = None,
         non_blocking: bool = True,
+        block_tables: Optional[torch.Tensor] = None,
+        seq_lens: Optional[torch.Tensor] = None,
         *,
         k_scale: Optional[float] = None,
         v_scale: Optional[float] = None,
@@ -588,6 +590,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
             (default 1e4), each finite and > 0; ignored with other modes, as in FlashInfer.
         non_blocking : bool
             Copy the page table to the device without blocking the host (default True).
+        block_tables, seq_lens : None
+            FlashInfer 0.2.14's arguments for its TensorRT-LLM backend (after ``non_blocking``,
+            as there): only None; a tensor raises :class:`cinfer.UnsupportedError`, since
+            cinfer takes the pages and lengths from ``indptr``, ``indices`` and
+            ``last_page_len``.
         k_scale, v_scale : Optional[float]
             cinfer extension (keyword-only): the fp8 dequantization scales, default 1. They are
             plan-time in cinfer; :meth:`run` accepts only the planned values.
@@ -610,7 +617,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             than needed (the message gives the size), ``rope_scale`` / ``rope_theta`` not
             finite or not > 0 with RoPE, a ``kv_len`` above 2^24 with RoPE;
             :class:`cinfer.UnsupportedError` for head dims (with RoPE: not a multiple of 16),
-            page sizes or dtypes cinfer does not implement.
+            page sizes or dtypes cinfer does not implement, ``block_tables`` or ``seq_lens``.
         cinfer.CinferError
             CUDA or JIT failures (kernels are compiled or loaded here, never in :meth:`run`).
 
@@ -623,6 +630,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """
         torch = T.torch_module()
         self._plan = None
+        A.refuse_backend_only("BatchDecodeWithPagedKVCacheWrapper.plan",
+                              block_tables=block_tables, seq_lens=seq_lens)
         num_qo_heads = A.integer(num_qo_heads, "num_qo_heads")
         num_kv_heads = A.integer(num_kv_heads, "num_kv_heads")
         head_dim = A.integer(head_dim, "head_dim")
@@ -768,6 +777,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         lse: Optional[torch.Tensor] = None,
         return_lse: bool = False,
         enable_pdl: Optional[bool] = None,
+        window_left: Optional[int] = None,
+        sinks: Optional[torch.Tensor] = None,
         variant_args=None,
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         r"""Decode attention of the planned batch for one layer.
@@ -803,6 +814,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
             Return ``(out, lse)`` instead of ``out``.
         enable_pdl : Optional[bool]
             Accepted for compatibility and ignored.
+        window_left : Optional[int]
+            FlashInfer 0.2.14: None (the planned value) or the planned value; another value
+            raises ValueError (FlashInfer's FA2 path refuses it too).
+        sinks : Optional[torch.Tensor]
+            FlashInfer 0.2.14: only None (:class:`cinfer.UnsupportedError`); plan with the
+            built-in variant ``"sinks"`` and pass the tensor as its argument instead.
         variant_args : sequence or mapping, optional
             cinfer extension: the variant's arguments in declaration order or by name (not
             together with ``*args``). ``batch_idx`` of the hooks is the request.
@@ -821,8 +838,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             ``q`` or a cache is not a tensor.
         ValueError
             No plan yet, shapes or dtypes that contradict the plan (the argument is named), CPU
-            tensors, scales that differ from the planned ones;
-            :class:`cinfer.UnsupportedError` for ``q_scale`` or misaligned rows.
+            tensors, scales or a ``window_left`` that differ from the planned ones;
+            :class:`cinfer.UnsupportedError` for ``q_scale``, ``sinks`` or misaligned rows.
         cinfer.CinferError
             A CUDA launch failure.
         """
@@ -837,6 +854,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             _no_q_scale(q_scale)
         if k_scale is not None or v_scale is not None:
             A.refuse_unplanned_scales(k_scale, v_scale, p.k_scale, p.v_scale)
+        if window_left is not None or sinks is not None:
+            A.run_window_and_sinks(window_left, sinks, p.window_left)
         slots = self._slots
         q, q_ref = A.slot_ref(slots.q, q, "q", self.device, 3,
                               "[batch_size, num_qo_heads, head_dim]")

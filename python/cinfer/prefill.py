@@ -440,16 +440,18 @@ class _BatchPrefillBase:
     _MIN_TOTAL_QO = 1024
 
     def _init_common(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
-                     custom_mask_buf, mask_indptr_buf, max_total_qo_tokens) -> None:
+                     custom_mask_buf, mask_indptr_buf, max_total_qo_tokens,
+                     jit_kwargs=None) -> None:
         self._ops: "collections.OrderedDict[tuple, _Op]" = collections.OrderedDict()
         self._plan: Optional[_PrefillPlan] = None
         self._kv_layout_code = A.kv_layout(kv_layout)
         self._kv_layout = kv_layout
-        if jit_args is not None:
-            raise UnsupportedError(
-                "jit_args: FlashInfer's JIT variants are not supported; pass a cinfer.Variant "
-                "to plan(..., variant=...)"
-            )
+        for name, value in (("jit_args", jit_args), ("jit_kwargs", jit_kwargs)):
+            if value is not None:
+                raise UnsupportedError(
+                    f"{name}: FlashInfer's JIT variants are not supported; pass a cinfer.Variant "
+                    "to plan(..., variant=...)"
+                )
         if backend not in ("auto", "fa2", "fa3"):
             raise ArgumentError(f"backend = {backend!r}, expected 'auto', 'fa2' or 'fa3' "
                                 "(accepted for compatibility; cinfer chooses its own kernels)")
@@ -1004,9 +1006,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         (cinfer's kernels do not read it).
     backend : str
         ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted, cinfer chooses its kernels itself.
-    jit_args : None
-        FlashInfer's JIT variants are not supported (:class:`cinfer.UnsupportedError`); pass a
-        :class:`cinfer.Variant` to :meth:`plan` instead.
+    jit_args, jit_kwargs : None
+        FlashInfer's JIT variants (``jit_kwargs`` since 0.2.14) are not supported
+        (:class:`cinfer.UnsupportedError`); pass a :class:`cinfer.Variant` to :meth:`plan`
+        instead.
     max_total_qo_tokens : Optional[int]
         cinfer extension (keyword-only), graph mode: the most query rows of any plan (default:
         the first plan's).
@@ -1018,7 +1021,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
     ValueError
         A CPU or non-contiguous workspace, a bad ``kv_layout``, missing or malformed graph
         buffers, a ``custom_mask_buf`` that is not 1-D uint8 or a ``mask_indptr_buf`` that is
-        not 1-D int32 (graph mode); :class:`cinfer.UnsupportedError` for ``jit_args``.
+        not 1-D int32 (graph mode); :class:`cinfer.UnsupportedError` for ``jit_args`` or
+        ``jit_kwargs``.
 
     Notes
     -----""" + _WRAPPER_NOTES
@@ -1039,11 +1043,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         mask_indptr_buf: Optional[torch.Tensor] = None,
         backend: str = "auto",
         jit_args=None,
+        jit_kwargs=None,
         *,
         max_total_qo_tokens: Optional[int] = None,
     ) -> None:
         self._init_common(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
-                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens)
+                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens, jit_kwargs)
         self._qo_indptr_buf = qo_indptr_buf
         self._paged_kv_indptr_buf = paged_kv_indptr_buf
         self._paged_kv_indices_buf = paged_kv_indices_buf
@@ -1093,6 +1098,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         token_pos_in_items_ptr: Optional[torch.Tensor] = None,
         token_pos_in_items_len: int = 0,
         max_item_len_ptr: Optional[torch.Tensor] = None,
+        seq_lens: Optional[torch.Tensor] = None,
+        seq_lens_q: Optional[torch.Tensor] = None,
+        block_tables: Optional[torch.Tensor] = None,
+        max_token_per_sequence: Optional[int] = None,
+        max_sequence_kv: Optional[int] = None,
         *,
         o_data_type=None,
         k_scale: Optional[float] = None,
@@ -1178,6 +1188,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             Copy the page indices to the device without blocking the host.
         prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr
             Multi-item scoring: not supported (must keep their defaults).
+        seq_lens, seq_lens_q, block_tables, max_token_per_sequence, max_sequence_kv : None
+            FlashInfer 0.2.14's arguments for its cuDNN / TensorRT-LLM backends (positional
+            after ``max_item_len_ptr``, as there): only None (:class:`cinfer.UnsupportedError`
+            otherwise); cinfer takes the lengths and pages from the indptr arrays, the indices
+            and ``paged_kv_last_page_len``.
         o_data_type : optional
             cinfer extension (keyword-only): None or q's dtype.
         k_scale, v_scale : Optional[float]
@@ -1213,6 +1228,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         host copy, which synchronizes, for CUDA tensors: pass CPU tensors to avoid it). The
         schedule and the page indices are copied to the device on PyTorch's current stream.
         """
+        A.refuse_backend_only(
+            "BatchPrefillWithPagedKVCacheWrapper.plan", seq_lens=seq_lens, seq_lens_q=seq_lens_q,
+            block_tables=block_tables, max_token_per_sequence=max_token_per_sequence,
+            max_sequence_kv=max_sequence_kv)
         _check_plan_unsupported(use_fp16_qk_reduction,
                                 {"prefix_len_ptr": prefix_len_ptr is not None,
                                  "token_pos_in_items_ptr": token_pos_in_items_ptr is not None,
@@ -1277,6 +1296,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         lse: Optional[torch.Tensor] = None,
         return_lse: bool = False,
         enable_pdl: Optional[bool] = None,
+        window_left: Optional[int] = None,
+        sinks: Optional[torch.Tensor] = None,
         variant_args=None,
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         r"""Batch prefill attention of the planned batch for one layer.
@@ -1313,6 +1334,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             Return ``(out, lse)``.
         enable_pdl : Optional[bool]
             Accepted and ignored.
+        window_left : Optional[int]
+            FlashInfer 0.2.14: None (the planned value) or the planned value; another value
+            raises ValueError (FlashInfer's FA2/FA3 paths refuse it too).
+        sinks : Optional[torch.Tensor]
+            FlashInfer 0.2.14: only None (:class:`cinfer.UnsupportedError`); plan with the
+            built-in variant ``"sinks"`` and pass the tensor as its argument instead.
         variant_args : sequence or mapping, optional
             cinfer extension: the variant's arguments in declaration order or by name.
 
@@ -1331,8 +1358,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
         ValueError
             No plan, shapes or dtypes that contradict the plan, CPU tensors, variant arguments
             that do not match the declaration (the library's message), a CUDA-graph capture
-            with ``q`` too short; :class:`cinfer.UnsupportedError` for ``q_scale`` or
-            misaligned rows.
+            with ``q`` too short, a ``window_left`` other than the planned one;
+            :class:`cinfer.UnsupportedError` for ``q_scale``, ``sinks`` or misaligned rows.
         cinfer.CinferError
             A CUDA launch failure.
         """
@@ -1341,6 +1368,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillBase):
             raise UnsupportedError(f"q_scale = {q_scale!r} is not supported (fp8 queries)")
         if k_scale is not None or v_scale is not None:
             A.refuse_unplanned_scales(k_scale, v_scale, p.k_scale, p.v_scale)
+        if window_left is not None or sinks is not None:
+            A.run_window_and_sinks(window_left, sinks, p.window_left)
         k_ref, v_ref = self._slots.kv.refs(paged_kv_cache)
         return self._run(p, q, k_ref, v_ref, p.kv_indices_ref, out, lse, return_lse, args,
                          variant_args, _PAGED_RUN)
@@ -1401,8 +1430,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         (``custom_mask_buf`` required then).
     backend : str
         ``"auto"``, ``"fa2"`` or ``"fa3"``: accepted and ignored.
-    jit_args : None
-        Not supported; pass a :class:`cinfer.Variant` to :meth:`plan`.
+    jit_args, jit_kwargs : None
+        Not supported (``jit_kwargs`` as FlashInfer 0.2.14 added it); pass a
+        :class:`cinfer.Variant` to :meth:`plan`.
     max_total_qo_tokens : Optional[int]
         cinfer extension (keyword-only), graph mode: the most query rows of any plan (default:
         the first plan's).
@@ -1429,11 +1459,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillBase):
         mask_indptr_buf: Optional[torch.Tensor] = None,
         backend: str = "auto",
         jit_args=None,
+        jit_kwargs=None,
         *,
         max_total_qo_tokens: Optional[int] = None,
     ) -> None:
         self._init_common(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
-                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens)
+                          custom_mask_buf, mask_indptr_buf, max_total_qo_tokens, jit_kwargs)
         self._qo_indptr_buf = qo_indptr_buf
         self._kv_indptr_buf = kv_indptr_buf
         self._fixed_batch_size = 0

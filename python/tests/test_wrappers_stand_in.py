@@ -1070,3 +1070,64 @@ def test_prefill_run_rebinds_structs(fake, storage):
             w.run(q, "k", kv_args[0][1])
     w.run(q, *kv_args[0])
     assert fake.run_views[-1][0] == q.data_ptr()
+
+
+# ---- arguments of later FlashInfer 0.2 releases ----
+
+def test_decode_later_arguments(fake):
+    # FlashInfer 0.2.14's plan(block_tables, seq_lens) describe the page table a second time for
+    # its TensorRT-LLM backend: refused before anything is created. run(window_left=) may repeat
+    # the planned window only; run(sinks=) is refused (the sinks variant is chosen at plan).
+    w = cinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(WS, dtype=torch.uint8))
+    args = (_i32([0, 1, 3]), torch.arange(3, dtype=torch.int32), _i32([5, 16]), 8, 2, 128, 16)
+    for kw in (dict(block_tables=torch.zeros(2, 2, dtype=torch.int32)),
+               dict(seq_lens=_i32([5, 32]))):
+        with pytest.raises(cinfer.UnsupportedError, match=next(iter(kw))):
+            w.plan(*args, **kw)
+    # Positionally, as FlashInfer 0.2.14 orders them (after non_blocking).
+    with pytest.raises(cinfer.UnsupportedError, match="seq_lens"):
+        w.plan(*args, "NONE", -1, None, "float16", None, None, None, None, None, True, None,
+               _i32([5, 32]))
+    assert fake.of("decode_create") == []
+    w.plan(*args, window_left=7)
+    q = torch.zeros(2, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    n = len(fake.of("decode_run"))
+    w.run(q, cache, window_left=7)
+    w.run(q, cache, window_left=None, sinks=None)
+    assert len(fake.of("decode_run")) == n + 2
+    with pytest.raises(ValueError, match="window_left = 3 differs from the planned"):
+        w.run(q, cache, window_left=3)
+    with pytest.raises(TypeError, match="window_left"):
+        w.run(q, cache, window_left=7.0)
+    with pytest.raises(cinfer.UnsupportedError, match="sinks"):
+        w.run_return_lse(q, cache, sinks=torch.zeros(8))
+    assert len(fake.of("decode_run")) == n + 2
+
+
+def test_prefill_later_arguments(fake):
+    ws = torch.empty(WS, dtype=torch.uint8)
+    for cls in (cinfer.BatchPrefillWithPagedKVCacheWrapper,
+                cinfer.BatchPrefillWithRaggedKVCacheWrapper):
+        with pytest.raises(cinfer.UnsupportedError, match="jit_kwargs"):
+            cls(ws, jit_kwargs={"use_sliding_window": False})
+        cls(ws, jit_kwargs=None)
+    w = cinfer.BatchPrefillWithPagedKVCacheWrapper(ws)
+    args = _paged_args([0, 3, 10], [1, 2], [5, 16])
+    for kw in (dict(seq_lens=_i32([5, 32])), dict(seq_lens_q=_i32([3, 7])),
+               dict(block_tables=torch.zeros(2, 2, dtype=torch.int32)),
+               dict(max_token_per_sequence=7), dict(max_sequence_kv=32)):
+        with pytest.raises(cinfer.UnsupportedError, match=next(iter(kw))):
+            w.plan(*args, 8, 2, 128, 16, **kw)
+    assert fake.of("create") == []
+    w.plan(*args, 8, 2, 128, 16, causal=True, window_left=15)
+    q = torch.zeros(10, 8, 128, dtype=torch.float16)
+    cache = torch.zeros(4, 2, 16, 2, 128, dtype=torch.float16)
+    w.run(q, cache, window_left=15)
+    n = len(fake.of("run"))
+    with pytest.raises(ValueError, match="window_left = -1 differs from the planned"):
+        w.run(q, cache, window_left=-1)
+    with pytest.raises(cinfer.UnsupportedError, match="sinks"):
+        w.run(q, cache, sinks=torch.zeros(8))
+    assert len(fake.of("run")) == n
+
