@@ -50,6 +50,26 @@ def _check_unsupported(use_fp16_qk_reduction, backend) -> None:
         raise ArgumentError(f"backend = {backend!r}, expected one of {', '.join(_BACKENDS)}")
 
 
+def _check_later_scales(q, scale_q, scale_k, scale_v, o_dtype) -> None:
+    """Checks of the keyword arguments FlashInfer 0.2.8 added to single prefill (it put
+    them after ``v``; cinfer keeps 0.2.0-0.2.7's positional order and takes them by keyword)."""
+    for name, value, instead in (("scale_q", scale_q, "fold it into sm_scale"),
+                                 ("scale_k", scale_k, "pass the float k_scale="),
+                                 ("scale_v", scale_v, "pass the float v_scale=")):
+        if value is not None:
+            raise UnsupportedError(
+                f"{name}: per-head fp8 scale tensors are not supported (cinfer takes one scale "
+                f"per call for K and V, none for q); {instead}"
+            )
+    if o_dtype is not None:
+        # The output always has q's dtype: only that request can be honoured.
+        dtype = T.canonical_dtype(o_dtype, "o_dtype")
+        q_dtype = T.as_tensor(q, "q").dtype
+        if dtype != q_dtype:
+            raise UnsupportedError(f"o_dtype = {o_dtype}: the output has q's dtype ({q_dtype}); "
+                                   "pass None or q.dtype")
+
+
 def single_prefill_with_kv_cache(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -70,6 +90,10 @@ def single_prefill_with_kv_cache(
     *,
     k_scale: Optional[float] = None,
     v_scale: Optional[float] = None,
+    scale_q: Optional[torch.Tensor] = None,
+    scale_k: Optional[torch.Tensor] = None,
+    scale_v: Optional[torch.Tensor] = None,
+    o_dtype=None,
     variant: Optional[V.Variant] = None,
     variant_args=None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
@@ -146,6 +170,13 @@ def single_prefill_with_kv_cache(
         Keyword-only (FlashInfer's fp8 scales): the logits are ``(q . k) * sm_scale *
         k_scale`` and the output is multiplied by ``v_scale``; None = 1. Meant for fp8 K/V,
         applied to any dtype.
+    scale_q, scale_k, scale_v : Optional[torch.Tensor]
+        Keyword-only: FlashInfer 0.2.8's per-head fp8 scale tensors (which it takes
+        positionally after ``v``). Only None; a tensor raises :class:`cinfer.UnsupportedError`
+        (use the float ``k_scale`` / ``v_scale``).
+    o_dtype : optional
+        Keyword-only (FlashInfer 0.2.8): None or q's dtype (a torch dtype or its name); another
+        dtype raises :class:`cinfer.UnsupportedError`.
     variant : Optional[cinfer.Variant]
         cinfer extension (keyword-only): an attention variant (:class:`cinfer.Variant`, or a
         built-in name such as ``"sinks"``); ``logits_soft_cap`` must then be off, and there
@@ -200,6 +231,7 @@ def single_prefill_with_kv_cache(
     """
     where = "single_prefill_with_kv_cache"
     _check_unsupported(use_fp16_qk_reduction, backend)
+    _check_later_scales(q, scale_q, scale_k, scale_v, o_dtype)
     mode = A.pos_encoding_mode(pos_encoding_mode)
     rope = A.rope(mode, rope_scale, rope_theta)
     feature = M.feature(custom_mask, packed_custom_mask, mode)
@@ -247,16 +279,24 @@ def single_prefill_with_kv_cache_return_lse(
     *,
     k_scale: Optional[float] = None,
     v_scale: Optional[float] = None,
+    scale_q: Optional[torch.Tensor] = None,
+    scale_k: Optional[torch.Tensor] = None,
+    scale_v: Optional[torch.Tensor] = None,
+    o_dtype=None,
     variant: Optional[V.Variant] = None,
     variant_args=None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    return_lse: bool = True,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     r""":func:`single_prefill_with_kv_cache` with ``return_lse=True``: returns ``(out, lse)``,
     ``out`` ``[qo_len, num_qo_heads, head_dim]`` in q's dtype and ``lse``
-    ``[qo_len, num_qo_heads]`` float32, **base 2**. Arguments and errors as there."""
+    ``[qo_len, num_qo_heads]`` float32, **base 2**. Arguments and errors as there; FlashInfer
+    defines this function as a ``functools.partial`` with ``return_lse=True``, so a
+    ``return_lse=False`` given by keyword is honoured here too (returning ``out`` alone)."""
     return single_prefill_with_kv_cache(
         q, k, v, custom_mask, packed_custom_mask, causal, kv_layout, pos_encoding_mode,
         use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
-        return_lse=True, backend=backend, k_scale=k_scale, v_scale=v_scale, variant=variant,
+        return_lse=return_lse, backend=backend, k_scale=k_scale, v_scale=v_scale,
+        scale_q=scale_q, scale_k=scale_k, scale_v=scale_v, o_dtype=o_dtype, variant=variant,
         variant_args=variant_args)
 
 

@@ -1131,3 +1131,25 @@ def test_prefill_later_arguments(fake):
         w.run(q, cache, sinks=torch.zeros(8))
     assert len(fake.of("run")) == n
 
+
+def test_single_prefill_later_arguments():
+    # FlashInfer 0.2.8's scale_q / scale_k / scale_v / o_dtype, by keyword: refused (or, for
+    # o_dtype, accepted when it is q's dtype) before the tensors are checked (CPU here).
+    q = torch.zeros(4, 8, 128, dtype=torch.float16)
+    k = torch.zeros(4, 2, 128, dtype=torch.float16)
+    f = cinfer.single_prefill_with_kv_cache
+    for kw in (dict(scale_q=torch.ones(8)), dict(scale_k=torch.ones(2)),
+               dict(scale_v=torch.ones(2)), dict(o_dtype=torch.bfloat16),
+               dict(o_dtype="float32")):
+        with pytest.raises(cinfer.UnsupportedError, match=next(iter(kw))):
+            f(q, k, k, **kw)
+    for o_dtype in (torch.float16, "float16", None):
+        with pytest.raises(ValueError, match="q: tensor on cpu"):
+            f(q, k, k, o_dtype=o_dtype)
+    with pytest.raises(TypeError, match="o_dtype"):
+        f(q, k, k, o_dtype=16)
+    # FlashInfer's _return_lse is a functools.partial: return_lse may still be given.
+    with pytest.raises(cinfer.UnsupportedError, match="scale_q"):
+        cinfer.single_prefill_with_kv_cache_return_lse(q, k, k, scale_q=torch.ones(8))
+    with pytest.raises(ValueError, match="q: tensor on cpu"):
+        cinfer.single_prefill_with_kv_cache_return_lse(q, k, k, return_lse=False)
