@@ -208,7 +208,7 @@ cinfer_status_t cinfer_append_paged_kv_cache(
         {"append_v", append_v, false},     {"batch_indices", batch_indices, false},
         {"positions", positions, false},   {"kv_indices", kv_indices, false},
         {"kv_indptr", kv_indptr, false},   {"kv_last_page_len", kv_last_page_len, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 3, 10));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 3, CINFER__TENSOR_COUNT(tensors)));
     if (nnz == 0 || Hk == 0)
         return CINFER_STATUS_SUCCESS;
 
@@ -283,7 +283,7 @@ cinfer_status_t cinfer_get_batch_indices_positions(cinfer_context_t *ctx,
                                             {"positions", positions, false},
                                             {"append_indptr", append_indptr, false},
                                             {"seq_lens", seq_lens, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     if (nnz == 0)
         return CINFER_STATUS_SUCCESS;
 

@@ -629,9 +629,9 @@ cinfer_status_t cinfer_batch_decode_run(cinfer_batch_decode_t *op, const DLTenso
                                             {"kv_indptr", kv_indptr, false},
                                             {"kv_indices", kv_indices, false},
                                             {"kv_last_page_len", kv_last_page_len, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 8));
-    CINFER__CHECK(
-        cinfer__tensor_check_workspace(op->workspace, op->layout.total_bytes, tensors, 8));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
+    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, op->layout.total_bytes, tensors,
+                                                 CINFER__TENSOR_COUNT(tensors)));
     CINFER__CHECK(cinfer__variant_lse_check(s->variant, lse, "cinfer_batch_decode_run"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
@@ -783,7 +783,7 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
                                             {"q", q, false},
                                             {"k", k, false},
                                             {"v", v, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     CINFER__CHECK(cinfer__variant_lse_check(s.variant, lse, "cinfer_single_decode"));
     unsigned char variant_blob[CINFER__VARIANT_MAX_BYTES];
     size_t variant_bytes = 0;
@@ -797,7 +797,8 @@ cinfer_status_t cinfer_single_decode(cinfer_context_t *ctx,
     CINFER__CHECK(single_plan(&s, len, &chunking, &layout));
     CINFER__CHECK(check_workspace(workspace, workspace_bytes, layout.total_bytes,
                                   "cinfer_single_decode_workspace_size"));
-    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, layout.total_bytes, tensors, 5));
+    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, layout.total_bytes, tensors,
+                                                 CINFER__TENSOR_COUNT(tensors)));
 
     cinfer_decode_params p;
     memset(&p, 0, sizeof p);

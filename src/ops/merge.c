@@ -151,7 +151,7 @@ cinfer_status_t cinfer_merge_state(cinfer_context_t *ctx, const DLTensor *v_a,
     const cinfer__tensor_arg_t tensors[] = {{"v_out", v_out, false}, {"lse_out", lse_out, false},
                                             {"v_a", v_a, true},      {"lse_a", lse_a, true},
                                             {"v_b", v_b, true},      {"lse_b", lse_b, true}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 6));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATE;
@@ -188,7 +188,7 @@ cinfer_status_t cinfer_merge_state_in_place(cinfer_context_t *ctx, DLTensor *v, 
                                             {"v_other", v_other, true},
                                             {"lse_other", lse_other, true},
                                             {"mask", mask, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATE_IN_PLACE;
@@ -227,7 +227,7 @@ cinfer_status_t cinfer_merge_states(cinfer_context_t *ctx, const DLTensor *v, co
                              (long long)v->shape[1]);
     const cinfer__tensor_arg_t tensors[] = {
         {"v_out", v_out, false}, {"lse_out", lse_out, false}, {"v", v, false}, {"lse", lse, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     merge_launch_t m;
     memset(&m, 0, sizeof m);
     m.op = CINFER__OP_MERGE_STATES;

@@ -412,8 +412,9 @@ cinfer_status_t cinfer_batch_mla_run(cinfer_batch_mla_t *op, const DLTensor *q_n
                                             {"ckv_cache", ckv_cache, false},
                                             {"kpe_cache", kpe_cache, false},
                                             {"kv_indices", kv_indices, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 7));
-    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors, 7));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
+    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors,
+                                                 CINFER__TENSOR_COUNT(tensors)));
 
     cinfer_mla_params p = op->base;
     p.q_nope = cinfer__tensor_data(q_nope);

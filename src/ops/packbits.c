@@ -94,7 +94,7 @@ cinfer_status_t cinfer_segment_packbits(cinfer_context_t *ctx, const DLTensor *x
                                             {"y", y, false},
                                             {"indptr", indptr, false},
                                             {"x", x, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 4));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
 
     cinfer_packbits_params p;
     memset(&p, 0, sizeof p);

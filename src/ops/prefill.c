@@ -831,7 +831,7 @@ static cinfer_status_t single_checks(const cinfer_context_t *ctx,
                                             {"q", q, false},
                                             {"k", k, false},
                                             {"v", v, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 5));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
     *qo_len_out = qo_len;
     *kv_len_out = kv_len;
     return CINFER_STATUS_SUCCESS;
@@ -1726,8 +1726,9 @@ cinfer_status_t cinfer_batch_prefill_run(cinfer_batch_prefill_t *op, const DLTen
     const cinfer__tensor_arg_t tensors[] = {{"out", out, false}, {"lse", lse, false},
                                             {"q", q, false},     {"k", k, false},
                                             {"v", v, false},     {"kv_indices", kv_indices, false}};
-    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, 6));
-    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors, 6));
+    CINFER__CHECK(cinfer__tensor_check_written(tensors, 2, CINFER__TENSOR_COUNT(tensors)));
+    CINFER__CHECK(cinfer__tensor_check_workspace(op->workspace, s->layout.total_bytes, tensors,
+                                                 CINFER__TENSOR_COUNT(tensors)));
     set_q_out_lse(&p, q, out, lse);
 
     const int tile = op->tile;
@@ -1946,7 +1947,8 @@ cinfer_status_t cinfer_single_prefill_with_workspace(
                                             {"v", v, false},
                                             {"out", out, false},
                                             {"lse", lse, false}};
-    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, l->total_bytes, tensors, 5));
+    CINFER__CHECK(cinfer__tensor_check_workspace(workspace, l->total_bytes, tensors,
+                                                 CINFER__TENSOR_COUNT(tensors)));
     op.workspace = workspace;
     op_base(&op, options);
 

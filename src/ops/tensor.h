@@ -97,6 +97,9 @@ typedef struct cinfer__tensor_arg {
 cinfer_status_t cinfer__tensor_check_disjoint(const char *arg, const DLTensor *t,
                                               const cinfer__tensor_arg_t *others, int n);
 
+/* The number of entries of an array of cinfer__tensor_arg_t (the `n` of the two checks below). */
+#define CINFER__TENSOR_COUNT(tensors) ((int)(sizeof(tensors) / sizeof((tensors)[0])))
+
 /*
  * The tensors of a call, the first num_written of them written by it: each written one must pass
  * cinfer__tensor_check_disjoint against every tensor after it (the later outputs, the inputs), as
